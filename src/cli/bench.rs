@@ -1,0 +1,25 @@
+//! `dynrt bench kernels|decode`.
+
+use std::process::ExitCode;
+
+/// Arguments of `dynrt bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Elementwise bandwidth against a buffer copy, and matmul GFLOP/s.
+    Kernels(super::bench_kernels::Args),
+    /// All preallocation policies side by side on the decode demo.
+    Decode(super::bench_decode::Args),
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.what {
+        What::Kernels(a) => super::bench_kernels::run(a),
+        What::Decode(a) => super::bench_decode::run(a),
+    }
+}

@@ -1,0 +1,11 @@
+//! `dynrt demo` (in progress).
+
+use std::process::ExitCode;
+
+/// Arguments.
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("this subcommand is not built yet")
+}

@@ -1,0 +1,54 @@
+//! Command-line front end: one file per subcommand.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod bench;
+mod bench_decode;
+mod bench_kernels;
+mod demo;
+mod info;
+mod plan;
+mod predict;
+
+/// dynrt: ML compute graphs with dynamic shapes on WebGPU.
+#[derive(Parser)]
+#[command(name = "dynrt", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Adapters found, the chosen one, its limits, and the allocation-kind table.
+    Info(info::Args),
+    /// Replay a shape trace through a preallocation policy.
+    Predict(predict::Args),
+    /// Plan static buffer offsets for a MiniMalloc-format CSV.
+    Plan(plan::Args),
+    /// Run the built-in GPT-2 style decode demo (the main job).
+    Demo(demo::Args),
+    /// Benchmarks: kernels or the decode loop.
+    Bench(bench::Args),
+}
+
+/// Parses the command line, runs the subcommand, and turns an error into exit code 1.
+pub fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Predict(a) => predict::run(a),
+        Command::Plan(a) => plan::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! GPU access: the only module that imports wgpu (in progress)

@@ -1,0 +1,1 @@
+//! Memory dependencies (in progress)

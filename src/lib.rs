@@ -1,0 +1,11 @@
+//! dynrt: a WebGPU runtime for ML compute graphs whose shapes change while they run.
+//!
+//! (Crate overview and runnable example: filled in as the subsystems land.)
+#![warn(missing_docs)]
+
+pub mod graph;
+pub mod gpu;
+pub mod memory;
+pub mod rng;
+pub mod runtime;
+pub mod shape;

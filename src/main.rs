@@ -1,0 +1,6 @@
+//! The `dynrt` command.
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
