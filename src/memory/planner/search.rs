@@ -54,8 +54,10 @@ struct Sections {
     sec_hi: Vec<u32>,
 }
 
-/// Maximal cliques of the interval graph, in time order. Zero-size buffers are left out
-/// (they occupy no addresses); their range is empty.
+/// Cross sections: one per distinct end time, holding the buffers live just before it (as
+/// MiniMalloc's sweep does). Besides the maximal cliques this keeps their sub-cliques, whose
+/// floors can be higher and so prune more. Zero-size buffers are left out (they occupy no
+/// addresses).
 fn sections(p: &Problem, active: &[bool]) -> Sections {
     let n = p.len();
     let mut events: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
@@ -71,17 +73,16 @@ fn sections(p: &Problem, active: &[bool]) -> Sections {
     let mut sec_hi = vec![0u32; n];
     let mut live: Vec<u32> = Vec::new();
     let mut pos: Vec<usize> = vec![usize::MAX; n];
-    let mut rising = false;
-    for (_, start, i) in events {
+    let mut last_time: Option<u64> = None;
+    for (t, start, i) in events {
         if start {
             pos[i as usize] = live.len();
             live.push(i);
             sec_lo[i as usize] = members.len() as u32;
-            rising = true;
         } else {
-            if rising {
+            if last_time != Some(t) {
+                last_time = Some(t);
                 members.push(live.clone());
-                rising = false;
             }
             sec_hi[i as usize] = members.len() as u32;
             let k = pos[i as usize];
@@ -91,11 +92,7 @@ fn sections(p: &Problem, active: &[bool]) -> Sections {
             }
         }
     }
-    Sections {
-        members,
-        sec_lo,
-        sec_hi,
-    }
+    Sections { members, sec_lo, sec_hi }
 }
 
 struct Partition {
@@ -123,9 +120,9 @@ struct Solver<'a> {
     affected_epoch: u32,
 }
 
-/// Preorders tried in round robin (letters as in MiniMalloc: T = largest section total the
-/// buffer is in, Z = size, A = area, L = length; each descending).
-const HEURISTICS: [&[u8]; 4] = [b"TZA", b"ZAT", b"TAZ", b"AZT"];
+/// Preorders tried in round robin (MiniMalloc's defaults: T = largest section total the buffer
+/// is in, A = area, W = width of the lifetime, Z = size; each descending).
+const HEURISTICS: [&[u8]; 3] = [b"WAT", b"TAW", b"TWA"];
 
 impl<'a> Solver<'a> {
     fn new(p: &'a Problem, capacity: u64, deadline: Instant) -> Solver<'a> {
