@@ -3,8 +3,8 @@
 //! (Crate overview and runnable example: filled in as the subsystems land.)
 #![warn(missing_docs)]
 
-pub mod graph;
 pub mod gpu;
+pub mod graph;
 pub mod memory;
 pub mod rng;
 pub mod runtime;

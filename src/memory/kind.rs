@@ -7,7 +7,9 @@
 use std::fmt;
 
 /// An allocation kind (`cl_mem`, `usm_host`, `usm_shared`, `usm_device`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum AllocKind {
     /// Device memory only kernels touch; data moves by copies through staging.
     #[serde(rename = "usm_device")]
