@@ -64,7 +64,10 @@ async function detectWebGpu() {
   if (!adapter) {
     return { ok: false, why: 'WebGPU is present but the browser offers no adapter (GPU blocklisted or disabled). In Chrome, see <code>chrome://gpu</code>.' };
   }
-  return { ok: true };
+  // wgpu's WebGPU backend leaves AdapterInfo.name empty; the browser's GPUAdapterInfo says more.
+  const i = adapter.info ?? {};
+  const label = [i.vendor, i.architecture, i.description].filter((x) => x).join(' ');
+  return { ok: true, label };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -254,7 +257,7 @@ async function main() {
     return;
   }
   const check = info.self_check;
-  setGpuStatus('ok', `<strong>WebGPU adapter:</strong> ${escapeHtml(info.name || '(unnamed)')} · backend ${escapeHtml(info.backend)} · ${escapeHtml(info.device_type)}`
+  setGpuStatus('ok', `<strong>WebGPU adapter:</strong> ${escapeHtml(info.name || detected.label || '(unnamed)')} · backend ${escapeHtml(info.backend)} · ${escapeHtml(info.device_type)}`
     + (info.driver ? ` · driver ${escapeHtml(info.driver)}` : '')
     + ` · dynrt ${escapeHtml(wasm.version())}`
     + (check ? `<br><span class="${check.passed ? 'pass' : 'fail'}">GPU self-check ${check.passed ? 'passed' : 'FAILED'}</span>: ${escapeHtml(check.detail)}` : ''));
