@@ -37,7 +37,8 @@
 //! # Ok::<(), dynrt::memory::predictor::PredictorError>(())
 //! ```
 
-mod adaptive;
+pub mod adaptive;
+pub mod ledger;
 mod reference;
 pub mod replay;
 
@@ -45,6 +46,7 @@ use crate::shape::{Shape, ShapeError};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
+pub use ledger::{Decision, Ledger, MemoryLimits};
 pub use replay::{replay, ReplayConfig, ReplayOutcome, ReplaySummary, RowOutcome, Trace, TraceRow};
 
 /// Name of the environment variable that overrides the predictor options
@@ -422,7 +424,27 @@ impl ShapePredictor {
                 entry.recent_bytes.pop_front();
             }
         }
-        if can_reuse_buffer || entry.shapes.len() < HISTORY_LEN {
+        if can_reuse_buffer {
+            return Ok((false, Shape::default()));
+        }
+        self.predict_from_history(id, dtype_bits)
+    }
+
+    /// The answer [`ShapePredictor::predict_preallocation_shape`] would give for the shapes
+    /// already recorded for `id`, without recording anything: `(false, [])` with fewer than
+    /// [`HISTORY_LEN`] shapes or under [`Policy::None`].
+    ///
+    /// # Errors
+    /// As [`ShapePredictor::predict_preallocation_shape`], for sizes that overflow.
+    pub fn predict_from_history(
+        &self,
+        id: &str,
+        dtype_bits: u32,
+    ) -> Result<(bool, Shape), PredictorError> {
+        let Some(entry) = self.history.get(id) else {
+            return Ok((false, Shape::default()));
+        };
+        if entry.shapes.len() < HISTORY_LEN {
             return Ok((false, Shape::default()));
         }
         let shapes = [&entry.shapes[0], &entry.shapes[1], &entry.shapes[2]];
