@@ -1,1 +1,2 @@
 //! GPU access: the only module that imports wgpu (in progress)
+pub mod kernels;
