@@ -283,11 +283,13 @@ fn u32s(what: &'static str, v: &[u64]) -> Result<Vec<u32>, KernelError> {
 }
 
 fn numel(what: &'static str, s: &Shape) -> Result<u64, KernelError> {
-    let n = s.checked_num_elements().ok_or(KernelError::TooManyElements {
-        what,
-        elements: u64::MAX,
-        max: u32::MAX as u64,
-    })?;
+    let n = s
+        .checked_num_elements()
+        .ok_or(KernelError::TooManyElements {
+            what,
+            elements: u64::MAX,
+            max: u32::MAX as u64,
+        })?;
     u32_of(what, n)?;
     Ok(n)
 }
@@ -333,7 +335,8 @@ impl Kernels {
     /// Lowers the per-dimension workgroup limit used to shape dispatch grids (never above the
     /// device's). Tests use it to exercise the 2-D grid on small tensors.
     pub fn set_max_workgroups_per_dim(&mut self, max: u32) {
-        self.max_workgroups_per_dim = max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
+        self.max_workgroups_per_dim =
+            max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
     }
 
     /// Pipeline cache counters.
@@ -389,7 +392,8 @@ impl Kernels {
                 (bgl, layout)
             })
             .clone();
-        let constants: Vec<(&str, f64)> = key.constant.iter().map(|&(n, v)| (n, v as f64)).collect();
+        let constants: Vec<(&str, f64)> =
+            key.constant.iter().map(|&(n, v)| (n, v as f64)).collect();
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key.entry),
             layout: Some(&layout),
@@ -401,13 +405,19 @@ impl Kernels {
             },
             cache: None,
         });
-        self.pipelines.insert(key.clone(), (pipeline.clone(), bgl.clone()));
+        self.pipelines
+            .insert(key.clone(), (pipeline.clone(), bgl.clone()));
         (pipeline, bgl)
     }
 
     /// Checks a tensor range and splits its offset into an aligned binding offset and an
     /// element (32-bit word) offset for the uniform.
-    fn bind<'a>(&self, what: &'static str, t: &TensorRef<'a>, needed_bytes: u64) -> Result<(Bound<'a>, u32), KernelError> {
+    fn bind<'a>(
+        &self,
+        what: &'static str,
+        t: &TensorRef<'a>,
+        needed_bytes: u64,
+    ) -> Result<(Bound<'a>, u32), KernelError> {
         if t.offset_bytes % 4 != 0 {
             return Err(KernelError::Unaligned {
                 what,
@@ -417,10 +427,14 @@ impl Kernels {
         let too_small = KernelError::TooSmall {
             what,
             offset_bytes: t.offset_bytes,
-            size_bytes: t.size_bytes.min(t.buffer.size().saturating_sub(t.offset_bytes)),
+            size_bytes: t
+                .size_bytes
+                .min(t.buffer.size().saturating_sub(t.offset_bytes)),
             needed_bytes,
         };
-        if t.size_bytes < needed_bytes || t.offset_bytes.saturating_add(needed_bytes) > t.buffer.size() {
+        if t.size_bytes < needed_bytes
+            || t.offset_bytes.saturating_add(needed_bytes) > t.buffer.size()
+        {
             return Err(too_small);
         }
         let base = t.offset_bytes - t.offset_bytes % self.storage_align_bytes;
@@ -527,7 +541,9 @@ impl Kernels {
         // Re-infer so a caller's shape mistake is an error, not a wrong dispatch.
         if !matches!(op, Op::Input { .. } | Op::Constant { .. } | Op::ReshapeTo) {
             let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
-            let expected = op.infer(&shapes, &[]).map_err(|source| KernelError::Infer { op: name, source })?;
+            let expected = op
+                .infer(&shapes, &[])
+                .map_err(|source| KernelError::Infer { op: name, source })?;
             if &expected != output.shape {
                 return Err(KernelError::OutputShape {
                     op: name,
@@ -543,10 +559,16 @@ impl Kernels {
             Op::Input { .. } | Op::Constant { .. } => Err(KernelError::NotAKernel { op: name }),
             Op::Binary(b) => self.binary(pass, uniforms, *b, &inputs[0], &inputs[1], output),
             Op::Unary(u) => self.unary(pass, uniforms, *u, &inputs[0], output),
-            Op::MatMul { transpose_b } => self.matmul(pass, uniforms, &inputs[0], &inputs[1], output, *transpose_b),
+            Op::MatMul { transpose_b } => {
+                self.matmul(pass, uniforms, &inputs[0], &inputs[1], output, *transpose_b)
+            }
             Op::Softmax => self.rows(pass, uniforms, "reduce_softmax", inputs, output, 0.0),
-            Op::LayerNorm { eps } => self.rows(pass, uniforms, "reduce_layer_norm", inputs, output, *eps),
-            Op::RmsNorm { eps } => self.rows(pass, uniforms, "reduce_rms_norm", inputs, output, *eps),
+            Op::LayerNorm { eps } => {
+                self.rows(pass, uniforms, "reduce_layer_norm", inputs, output, *eps)
+            }
+            Op::RmsNorm { eps } => {
+                self.rows(pass, uniforms, "reduce_rms_norm", inputs, output, *eps)
+            }
             Op::Reshape { .. } | Op::ReshapeTo => {
                 let n = numel("output", output.shape)?;
                 if numel("input 0", inputs[0].shape)? != n {
@@ -563,7 +585,17 @@ impl Kernels {
                 let st = movement::strides(inputs[0].shape);
                 let in_strides: Vec<u64> = perm.iter().map(|&p| st[p]).collect();
                 let out_strides = movement::strides(output.shape);
-                self.copy(pass, uniforms, &inputs[0], output.shape, &in_strides, 0, output, &out_strides, 0)
+                self.copy(
+                    pass,
+                    uniforms,
+                    &inputs[0],
+                    output.shape,
+                    &in_strides,
+                    0,
+                    output,
+                    &out_strides,
+                    0,
+                )
             }
             Op::Slice {
                 axes,
@@ -575,9 +607,20 @@ impl Kernels {
                     .map_err(|source| KernelError::Infer { op: name, source })?;
                 let st = movement::strides(inputs[0].shape);
                 let base: u64 = ranges.iter().zip(&st).map(|(r, s)| r.start * s).sum();
-                let in_strides: Vec<u64> = ranges.iter().zip(&st).map(|(r, s)| r.step * s).collect();
+                let in_strides: Vec<u64> =
+                    ranges.iter().zip(&st).map(|(r, s)| r.step * s).collect();
                 let out_strides = movement::strides(output.shape);
-                self.copy(pass, uniforms, &inputs[0], output.shape, &in_strides, base, output, &out_strides, 0)
+                self.copy(
+                    pass,
+                    uniforms,
+                    &inputs[0],
+                    output.shape,
+                    &in_strides,
+                    base,
+                    output,
+                    &out_strides,
+                    0,
+                )
             }
             Op::Concat { axis } => {
                 let mut at = 0u64;
@@ -633,7 +676,17 @@ impl Kernels {
         let out_strides = movement::strides(os);
         let in_strides = movement::strides(input.shape);
         let base = axis_offset * out_strides[axis];
-        self.copy(pass, uniforms, input, input.shape, &in_strides, 0, output, &out_strides, base)
+        self.copy(
+            pass,
+            uniforms,
+            input,
+            input.shape,
+            &in_strides,
+            0,
+            output,
+            &out_strides,
+            base,
+        )
     }
 
     fn binary(
@@ -733,7 +786,11 @@ impl Kernels {
         out: &Operand<'_>,
         transpose_b: bool,
     ) -> Result<usize, KernelError> {
-        let d = matmul::dims(a.shape, b.shape, transpose_b).map_err(|source| KernelError::Infer { op: "matmul", source })?;
+        let d =
+            matmul::dims(a.shape, b.shape, transpose_b).map_err(|source| KernelError::Infer {
+                op: "matmul",
+                source,
+            })?;
         if d.batch.rank() > 4 {
             return Err(KernelError::RankTooLarge {
                 rank: d.batch.rank() + 2,
@@ -746,8 +803,14 @@ impl Kernels {
         let (bo, oo) = self.bind("output", &out.tensor, n_out * 4)?;
         let batch_a = Shape::new(a.shape.0[..a.shape.rank() - 2].to_vec());
         let batch_b = Shape::new(b.shape.0[..b.shape.rank() - 2].to_vec());
-        let sa: Vec<u64> = broadcast_strides(&batch_a, &d.batch).iter().map(|s| s * d.m * d.k).collect();
-        let sb: Vec<u64> = broadcast_strides(&batch_b, &d.batch).iter().map(|s| s * d.k * d.n).collect();
+        let sa: Vec<u64> = broadcast_strides(&batch_a, &d.batch)
+            .iter()
+            .map(|s| s * d.m * d.k)
+            .collect();
+        let sb: Vec<u64> = broadcast_strides(&batch_b, &d.batch)
+            .iter()
+            .map(|s| s * d.k * d.n)
+            .collect();
         let mut p = MatMulParams {
             m: u32_of("output", d.m)?,
             k: u32_of("input 0", d.k)?,
@@ -876,7 +939,11 @@ impl Kernels {
         let num_ids = numel("input 1", ids.shape)?;
         let rows = table.shape.0.first().copied().unwrap_or(0);
         let row: u64 = table.shape.0[1..].iter().product();
-        let (bt, ot) = self.bind("input 0", &table.tensor, (numel("input 0", table.shape)? * 4).max(4))?;
+        let (bt, ot) = self.bind(
+            "input 0",
+            &table.tensor,
+            (numel("input 0", table.shape)? * 4).max(4),
+        )?;
         let (bi, oi) = self.bind("input 1", &ids.tensor, num_ids * 4)?;
         let (bo, oo) = self.bind("output", &out.tensor, n * 4)?;
         let p = GatherParams {
@@ -911,7 +978,10 @@ impl Kernels {
             });
         }
         let (bo, oo) = self.bind("output", &out.tensor, values.len() as u64 * 4)?;
-        let v: Vec<u32> = values.iter().map(|&d| d.min(i32::MAX as u64) as u32).collect();
+        let v: Vec<u32> = values
+            .iter()
+            .map(|&d| d.min(i32::MAX as u64) as u32)
+            .collect();
         let p = FillParams {
             n: v.len() as u32,
             out_offset: oo,
@@ -940,10 +1010,17 @@ impl Kernels {
         let mut offs = [0u32; 4];
         let mut strides = [[[0u32; 4]; 2]; 3];
         for (k, inp) in inputs.iter().enumerate() {
-            let (b, o) = self.bind(INPUT_NAMES[k], &inp.tensor, numel(INPUT_NAMES[k], inp.shape)? * 4)?;
+            let (b, o) = self.bind(
+                INPUT_NAMES[k],
+                &inp.tensor,
+                numel(INPUT_NAMES[k], inp.shape)? * 4,
+            )?;
             bound.push(b);
             offs[k] = o;
-            strides[k] = pack8(&u32s(INPUT_NAMES[k], &broadcast_strides(inp.shape, out.shape))?);
+            strides[k] = pack8(&u32s(
+                INPUT_NAMES[k],
+                &broadcast_strides(inp.shape, out.shape),
+            )?);
         }
         let (bo, oo) = self.bind("output", &out.tensor, n * 4)?;
         bound.push(bo);
@@ -1006,12 +1083,22 @@ mod tests {
     fn every_shader_validates_with_naga() {
         for f in Family::ALL {
             let src = f.source();
-            let m = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}: {}", f.name(), e.emit_to_string(src)));
-            let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
-            v.validate(&m).unwrap_or_else(|e| panic!("{}: {e:?}", f.name()));
+            let m = naga::front::wgsl::parse_str(src)
+                .unwrap_or_else(|e| panic!("{}: {}", f.name(), e.emit_to_string(src)));
+            let mut v = naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            );
+            v.validate(&m)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", f.name()));
             // Every entry point the Rust side names exists in its file.
             for ep in &m.entry_points {
-                assert!(ep.name.starts_with(f.name()), "entry {} in {}", ep.name, f.name());
+                assert!(
+                    ep.name.starts_with(f.name()),
+                    "entry {} in {}",
+                    ep.name,
+                    f.name()
+                );
                 assert!(!storage_bindings(f, &ep.name).is_empty());
             }
         }

@@ -64,6 +64,8 @@ pub fn from_device_bytes(bytes: &[u8], dtype: DType) -> Vec<f32> {
 ///
 /// # Errors
 /// [`RunOpError::Kernel`] when encoding is refused, [`RunOpError::Device`] for device errors.
+// The arguments are the op, its operands and where to put them; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub fn run_op(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
@@ -75,10 +77,15 @@ pub fn run_op(
     skew_bytes: u64,
 ) -> Result<Vec<f32>, RunOpError> {
     let dev_err = |m: String| RunOpError::Device { message: m };
-    let size_of = |s: &Shape| -> Result<u64, RunOpError> { s.size_bytes(DType::F32).map_err(|e| dev_err(e.to_string())) };
+    let size_of = |s: &Shape| -> Result<u64, RunOpError> {
+        s.size_bytes(DType::F32).map_err(|e| dev_err(e.to_string()))
+    };
     let mut offsets = Vec::new();
     let mut at = 0u64;
-    let mut sizes: Vec<u64> = inputs.iter().map(|t| size_of(&t.shape)).collect::<Result<_, _>>()?;
+    let mut sizes: Vec<u64> = inputs
+        .iter()
+        .map(|t| size_of(&t.shape))
+        .collect::<Result<_, _>>()?;
     sizes.push(size_of(output_shape)?);
     for &s in &sizes {
         let off = at + skew_bytes;
@@ -90,7 +97,9 @@ pub fn run_op(
     let arena = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("run_op arena"),
         size: at.max(256),
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
         mapped_at_creation: false,
     });
     for (t, &off) in inputs.iter().zip(&offsets) {
@@ -105,7 +114,9 @@ pub fn run_op(
         queue.write_buffer(&arena, out_off, &vec![0xFF; out_size as usize]);
     }
     let mut uniforms = UniformArena::new(device);
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run_op") });
+    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+        label: Some("run_op"),
+    });
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op.name()),
@@ -166,7 +177,9 @@ pub fn run_op(
     rx.recv()
         .map_err(|e| dev_err(e.to_string()))?
         .map_err(|e| dev_err(e.to_string()))?;
-    let view = staging.get_mapped_range(..).map_err(|e| dev_err(format!("{e:?}")))?;
+    let view = staging
+        .get_mapped_range(..)
+        .map_err(|e| dev_err(format!("{e:?}")))?;
     let values = from_device_bytes(&view, output_dtype);
     drop(view);
     staging.unmap();

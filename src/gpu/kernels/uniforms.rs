@@ -90,7 +90,8 @@ impl UniformArena {
         if self.used_chunks == 0 {
             return 0;
         }
-        (self.used_chunks as u64 - 1) * (CHUNK_BYTES / self.slot_bytes) + self.used_in_last / self.slot_bytes
+        (self.used_chunks as u64 - 1) * (CHUNK_BYTES / self.slot_bytes)
+            + self.used_in_last / self.slot_bytes
     }
 
     /// Device bytes held by the arena's chunks.

@@ -92,7 +92,11 @@ fn sections(p: &Problem, active: &[bool]) -> Sections {
             }
         }
     }
-    Sections { members, sec_lo, sec_hi }
+    Sections {
+        members,
+        sec_lo,
+        sec_hi,
+    }
 }
 
 struct Partition {

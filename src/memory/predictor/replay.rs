@@ -103,10 +103,12 @@ impl Trace {
                 None
             };
             match ranks.get(id) {
-                Some(&rank) if rank != shape.rank() => return Err(bad(format!(
+                Some(&rank) if rank != shape.rank() => {
+                    return Err(bad(format!(
                     "shape {shape} of `{id}` has rank {}, earlier rows of `{id}` have rank {rank}",
                     shape.rank()
-                ))),
+                )))
+                }
                 Some(_) => {}
                 None => {
                     ranks.insert(id.to_string(), shape.rank());
