@@ -25,6 +25,7 @@
 pub use wgpu;
 
 mod engine;
+pub mod kernels;
 mod pipeline;
 #[doc(hidden)]
 pub mod testing;
