@@ -509,3 +509,51 @@ fn binding_ranges_and_copies_are_checked() {
         assert_no_uncaptured(&gpu);
     }
 }
+
+#[test]
+fn large_writes_stage_in_chunks_and_async_allocation_works() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    assert_send_sync::<dynrt::gpu::Buffer>();
+    for gpu in testing::gpus_or_skip("large_writes_stage_in_chunks") {
+        let engine = Engine::new(gpu.clone());
+        let chunk = dynrt::gpu::UPLOAD_CHUNK_BYTES;
+        let size = 2 * chunk + 1024;
+        let mut rng = SplitMix64::new(5);
+        let data = random_bytes(&mut rng, size as usize);
+        let buf = engine
+            .allocate(&desc("big", size, AllocKind::UsmDevice))
+            .unwrap();
+        let before = engine.stats().kind(AllocKind::UsmHost);
+        engine.write(&buf, 0, &data).unwrap();
+        let after = engine.stats().kind(AllocKind::UsmHost);
+        assert_eq!(
+            after.allocations - before.allocations,
+            3,
+            "three staging chunks"
+        );
+        assert_eq!(
+            after.peak_bytes, chunk,
+            "staging never held more than one chunk"
+        );
+        assert!(engine.read_blocking(&buf, 0, size).unwrap() == data);
+        drop(buf);
+
+        // allocate_async awaits the error scopes (the path the web needs).
+        let b = pollster::block_on(engine.allocate_async(&desc("async", 64, AllocKind::ClMem)))
+            .unwrap();
+        engine.write(&b, 0, &[3; 64]).unwrap();
+        assert_eq!(engine.read_blocking(&b, 0, 64).unwrap(), vec![3; 64]);
+        let max = engine.max_buffer_size();
+        let e = pollster::block_on(engine.allocate_async(&desc(
+            "too big",
+            max + 1,
+            AllocKind::UsmDevice,
+        )));
+        assert!(matches!(e, Err(AllocError::TooLarge { .. })));
+        drop(b);
+        assert_eq!(engine.stats().total_current_bytes(), 0);
+        check_history(&engine.history()).unwrap();
+        assert_no_uncaptured(&gpu);
+    }
+}

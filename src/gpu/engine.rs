@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const COPY_ALIGN_BYTES: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
 /// wgpu's map alignment: a mapped range starts at a multiple of 8 bytes.
 const MAP_ALIGN_BYTES: u64 = wgpu::MAP_ALIGNMENT;
+/// Largest staging buffer [`Engine::write`] creates (a multiple of the copy alignment).
+pub const UPLOAD_CHUNK_BYTES: u64 = 32 << 20;
 
 /// What to allocate: a label (shown in graphics debuggers and errors), a size and a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -484,8 +486,9 @@ impl Engine {
     }
 
     /// Writes `data` at `offset_bytes`. For `usm_device`, `usm_shared` and `cl_mem` the bytes
-    /// go into a `usm_host` staging buffer created `mapped_at_creation` (one Allocate/Free pair
-    /// in the history) and a copy is submitted; the write is visible to work submitted after
+    /// go into `usm_host` staging buffers created `mapped_at_creation` (at most
+    /// [`UPLOAD_CHUNK_BYTES`] each; one Allocate/Free pair per chunk in the history) and copies
+    /// are submitted; the write is visible to work submitted after
     /// this call. For `usm_host` the buffer itself is mapped for writing (native: blocks).
     ///
     /// # Errors
@@ -508,22 +511,28 @@ impl Engine {
                 reason: "a usm_host buffer is written by mapping, which is asynchronous on the web: use Engine::write_mapped",
             });
         }
-        let staging = self.allocate_inner(
-            &BufferDesc {
-                label: "dynrt upload staging",
-                size_bytes: len,
-                kind: AllocKind::UsmHost,
-            },
-            kind_usages(AllocKind::UsmHost),
-            false,
-            Some(data),
-        )?;
-        submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
-            enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), offset_bytes, len)
-        })?;
-        // Dropping the staging buffer destroys it once the copy has executed (wgpu defers the
-        // destruction of buffers used by pending submissions).
-        drop(staging);
+        // Large uploads go through staging chunks so the host side never holds a second copy
+        // of a whole weight tensor; each chunk is one Allocate/Free pair in the history.
+        for (i, chunk) in data.chunks(UPLOAD_CHUNK_BYTES as usize).enumerate() {
+            let chunk_offset = offset_bytes + i as u64 * UPLOAD_CHUNK_BYTES;
+            let chunk_len = chunk.len() as u64;
+            let staging = self.allocate_inner(
+                &BufferDesc {
+                    label: "dynrt upload staging",
+                    size_bytes: chunk_len,
+                    kind: AllocKind::UsmHost,
+                },
+                kind_usages(AllocKind::UsmHost),
+                false,
+                Some(chunk),
+            )?;
+            submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
+                enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), chunk_offset, chunk_len)
+            })?;
+            // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
+            // the destruction of buffers used by pending submissions).
+            drop(staging);
+        }
         Ok(())
     }
 

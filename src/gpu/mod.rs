@@ -31,7 +31,9 @@ mod pipeline;
 pub mod testing;
 mod usage;
 
-pub use engine::{AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess};
+pub use engine::{
+    AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
+};
 pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
 pub use usage::{kind_support, kind_usages, KindSupport};
 
