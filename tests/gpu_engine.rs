@@ -557,3 +557,40 @@ fn large_writes_stage_in_chunks_and_async_allocation_works() {
         assert_no_uncaptured(&gpu);
     }
 }
+
+#[test]
+fn concurrent_allocations_never_exceed_the_budget() {
+    for gpu in testing::gpus_or_skip("concurrent_allocations_never_exceed_the_budget") {
+        let budget = 40 * 1024;
+        let engine = Engine::with_memory_budget(gpu.clone(), budget);
+        let over = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (engine, over) = (&engine, &over);
+                s.spawn(move || {
+                    let mut rng = SplitMix64::new(100 + t);
+                    let mut held = Vec::new();
+                    for _ in 0..60 {
+                        let size = 4 * rng.range(256, 2048);
+                        match engine.allocate(&desc("threaded", size, AllocKind::UsmDevice)) {
+                            Ok(b) => held.push(b),
+                            Err(AllocError::OverBudget { .. }) => {
+                                over.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                held.clear();
+                            }
+                            Err(e) => panic!("unexpected {e}"),
+                        }
+                        assert!(engine.device_bytes_in_use() <= budget);
+                    }
+                });
+            }
+        });
+        // Precondition: the budget was actually contended.
+        assert!(over.into_inner() > 0);
+        let history = engine.history();
+        check_history(&history).unwrap();
+        assert!(history.iter().all(|e| e.current_bytes <= budget));
+        assert_eq!(engine.device_bytes_in_use(), 0);
+        assert_no_uncaptured(&gpu);
+    }
+}

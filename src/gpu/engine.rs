@@ -375,7 +375,10 @@ impl Engine {
     /// # Errors
     /// As [`Engine::allocate`].
     pub async fn allocate_async(&self, desc: &BufferDesc<'_>) -> Result<Buffer, AllocError> {
-        let (size, usage) = self.admit(desc, kind_usages(desc.kind), false)?;
+        let (size, usage) = self.admit(desc, kind_usages(desc.kind))?;
+        // The budget check is not atomic with the allocation here (a lock cannot be held
+        // across the await); concurrent allocations may overshoot the budget by one buffer.
+        self.check_budget(&self.inner.accounting(), desc, size, false)?;
         let device = self.inner.gpu.device();
         let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -391,7 +394,8 @@ impl Engine {
             raw.destroy();
             return Err(scope_error(e, desc.size_bytes));
         }
-        Ok(self.register(raw, desc, size, false))
+        self.inner.accounting().record_allocate(desc.kind, size);
+        Ok(self.wrap(raw, desc, size, false))
     }
 
     /// Size after rounding, and the checks that need no device call.
@@ -399,7 +403,6 @@ impl Engine {
         &self,
         desc: &BufferDesc,
         usage: wgpu::BufferUsages,
-        readback: bool,
     ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
         let support = kind_support(desc.kind, self.inner.gpu.supports_shared());
         if !support.supported {
@@ -420,8 +423,20 @@ impl Engine {
                 max_bytes,
             });
         }
+        Ok((size, usage))
+    }
+
+    /// The budget check, against counters the caller has locked (so that the check and the
+    /// allocation it admits are atomic with respect to other threads).
+    fn check_budget(
+        &self,
+        acc: &Accounting,
+        desc: &BufferDesc,
+        size: u64,
+        readback: bool,
+    ) -> Result<(), AllocError> {
         if desc.kind.on_device() && !readback {
-            let in_use_bytes = self.device_bytes_in_use();
+            let in_use_bytes = acc.stats().device_current_bytes();
             if in_use_bytes.saturating_add(size) > self.inner.budget_bytes {
                 return Err(AllocError::OverBudget {
                     requested_bytes: desc.size_bytes,
@@ -430,11 +445,11 @@ impl Engine {
                 });
             }
         }
-        Ok((size, usage))
+        Ok(())
     }
 
-    fn register(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
-        self.inner.accounting().record_allocate(desc.kind, size);
+    /// Wraps a created buffer whose allocation has been recorded.
+    fn wrap(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
         Buffer {
             raw,
             kind: desc.kind,
@@ -452,7 +467,7 @@ impl Engine {
         readback: bool,
         contents: Option<&[u8]>,
     ) -> Result<Buffer, AllocError> {
-        let (size, usage) = self.admit(desc, usage, readback)?;
+        let (size, usage) = self.admit(desc, usage)?;
         if let Some(c) = contents {
             if c.len() as u64 > size {
                 return Err(AllocError::ContentsTooLarge {
@@ -461,28 +476,37 @@ impl Engine {
                 });
             }
         }
-        let device = self.inner.gpu.device();
-        let raw = create_buffer_checked(
-            device,
-            &wgpu::BufferDescriptor {
-                label: Some(desc.label),
-                size,
-                usage,
-                mapped_at_creation: contents.is_some(),
-            },
-        )
-        .map_err(|e| scope_error(e, desc.size_bytes))?;
+        let raw = {
+            let mut acc = self.inner.accounting();
+            self.check_budget(&acc, desc, size, readback)?;
+            let raw = create_buffer_checked(
+                self.inner.gpu.device(),
+                &wgpu::BufferDescriptor {
+                    label: Some(desc.label),
+                    size,
+                    usage,
+                    mapped_at_creation: contents.is_some(),
+                },
+            )
+            .map_err(|e| scope_error(e, desc.size_bytes))?;
+            acc.record_allocate(desc.kind, size);
+            raw
+        };
+        // From here the Buffer owns the accounting: an error below drops it and records the
+        // free of what was really allocated.
+        let buffer = self.wrap(raw, desc, size, readback);
         if let Some(c) = contents {
             {
-                let mut view = raw
+                let mut view = buffer
+                    .raw
                     .slice(..)
                     .get_mapped_range_mut()
                     .map_err(|e| AllocError::Map(e.to_string()))?;
                 view.slice(..c.len()).copy_from_slice(c);
             }
-            raw.unmap();
+            buffer.raw.unmap();
         }
-        Ok(self.register(raw, desc, size, readback))
+        Ok(buffer)
     }
 
     /// Writes `data` at `offset_bytes`. For `usm_device`, `usm_shared` and `cl_mem` the bytes
