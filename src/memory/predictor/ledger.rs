@@ -5,8 +5,9 @@
 //! the per-id predictor cannot see. Under [`Policy::Adaptive`] it adds one rule, **reclaim
 //! under pressure**: when the request reserves more than [`PRESSURE`] of the way from its peak
 //! need to `ratio` times it (1.08x for the default ratio 1.1), a buffer that
-//! [`ShapePredictor::should_reclaim`] marks mostly empty is shrunk at its own turn (its
-//! contents are dead then, so the runtime may free it) to the size its history predicts.
+//! [`ShapePredictor::should_reclaim`] marks mostly empty is shrunk at its own turn to the size
+//! its history predicts (a reallocation like any other: a buffer updated in place, such as a
+//! KV cache, has its live bytes copied over by the runtime).
 //! Without pressure nothing is reclaimed, so a buffer that is large only now and then
 //! (attention scores at each prefill) is not reallocated twice per turn for nothing; with it,
 //! the request stays near `ratio` times its peak need instead of holding every buffer's
