@@ -747,28 +747,35 @@ pub(crate) fn dive(p: &Problem, heuristic: &[u8], deadline: Instant) -> Option<V
         rank[i] = r as u32;
     }
     let mut sky = Skyline::new(times.len());
-    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> =
-        (0..n).map(|i| Reverse((0, rank[i], i as u32))).collect();
+    // Keys packed as (offset, rank, buffer) in one u128: cheaper to compare than a tuple.
+    let pack = |off: u64, r: u32, i: usize| (off as u128) << 64 | (r as u128) << 32 | i as u128;
+    let mut heap: BinaryHeap<Reverse<u128>> =
+        (0..n).map(|i| Reverse(pack(0, rank[i], i))).collect();
     let mut offsets = vec![0u64; n];
     let mut pops: u64 = 0;
-    while let Some(Reverse((key, r, i))) = heap.pop() {
+    while let Some(mut top) = heap.peek_mut() {
         pops += 1;
         if pops % 4096 == 0 && Instant::now() >= deadline {
             return None;
         }
-        let i = i as usize;
-        if p.size[i] == 0 {
-            offsets[i] = 0;
-            continue;
+        let Reverse(packed) = *top;
+        let (key, r, i) = (
+            (packed >> 64) as u64,
+            (packed >> 32) as u32,
+            packed as u32 as usize,
+        );
+        if p.size[i] > 0 {
+            let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
+            if off > key {
+                // Stale key: the skyline rose under this buffer since it was pushed. Updating
+                // the top in place sifts it down once instead of a pop and a push.
+                *top = Reverse(pack(off, r, i));
+                continue;
+            }
+            offsets[i] = off;
+            sky.raise(lo[i], hi[i], off + p.size[i]);
         }
-        let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
-        if off > key {
-            // Stale key: the skyline rose under this buffer since it was pushed.
-            heap.push(Reverse((off, r, i as u32)));
-            continue;
-        }
-        offsets[i] = off;
-        sky.raise(lo[i], hi[i], off + p.size[i]);
+        std::collections::binary_heap::PeekMut::pop(top);
     }
     log::debug!("dive: {pops} pops for {n} buffers");
     Some(offsets)
