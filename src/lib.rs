@@ -9,3 +9,5 @@ pub mod memory;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub mod web;

@@ -1,1 +1,399 @@
-//! GPU access: the only module that imports wgpu (in progress)
+//! GPU access: adapter and device, the allocation kinds on wgpu buffers, uploads and
+//! readbacks, and compute pipelines. This is the only module of dynrt that imports `wgpu`.
+//!
+//! * [`Gpu`] — one adapter, its device and queue (cheap to clone).
+//! * [`Engine`] — every real allocation goes through it: [`Engine::allocate`] takes a
+//!   [`BufferDesc`] (label, size, [`AllocKind`]) and returns a [`Buffer`] that frees itself on
+//!   drop; the engine keeps per-kind bytes in use and peak and the allocation history
+//!   ([`crate::memory::accounting`]).
+//! * [`kind_usages`] — the allocation-kind table (DESIGN §2), also printed by `dynrt info`.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use dynrt::gpu::{BufferDesc, Engine, Gpu, GpuOptions};
+//! use dynrt::memory::AllocKind;
+//! let gpu = Gpu::new_blocking(GpuOptions::from_env()?)?;
+//! let engine = Engine::new(gpu);
+//! let buf = engine.allocate(&BufferDesc { label: "x", size_bytes: 16, kind: AllocKind::UsmDevice })?;
+//! engine.write(&buf, 0, &[1u8; 16])?;
+//! assert_eq!(engine.read_blocking(&buf, 0, 16)?, vec![1u8; 16]);
+//! drop(buf); // freed: the usm_device bytes in use go back to zero
+//! assert_eq!(engine.stats().current_bytes(AllocKind::UsmDevice), 0);
+//! # Ok(()) }
+//! ```
+
+pub use wgpu;
+
+mod engine;
+pub mod kernels;
+mod pipeline;
+#[doc(hidden)]
+pub mod testing;
+mod usage;
+
+pub use engine::{AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess};
+pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
+pub use usage::{kind_support, kind_usages, KindSupport};
+
+use crate::memory::AllocKind;
+use std::sync::Arc;
+
+/// Memory budget used when neither [`GpuOptions::memory_budget_bytes`] nor
+/// `DYNRT_MEMORY_BUDGET` sets one: wgpu 30 does not report how much memory an adapter has, so
+/// this is a figure that fits the software adapters CI uses and most discrete GPUs (4 GiB).
+pub const DEFAULT_MEMORY_BUDGET_BYTES: u64 = 4 << 30;
+
+/// Errors while finding an adapter or creating a device.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// No adapter on any enabled backend.
+    #[error(
+        "no GPU adapter found on backends {backends}: install a driver, e.g. on Debian/Ubuntu \
+         `apt-get install mesa-vulkan-drivers` for Vulkan on lavapipe (software), or set \
+         WGPU_BACKEND=gl to use llvmpipe through EGL"
+    )]
+    NoAdapter {
+        /// The backends that were searched, as wgpu prints them.
+        backends: String,
+    },
+    /// `WGPU_ADAPTER_NAME` (or [`GpuOptions::adapter_name`]) matched no adapter.
+    #[error("no adapter name contains `{filter}`; adapters found: {found:?}")]
+    NoMatchingAdapter {
+        /// The requested substring (case-insensitive).
+        filter: String,
+        /// Names of the adapters that exist.
+        found: Vec<String>,
+    },
+    /// The adapter refused the device request.
+    #[error("device request failed on `{adapter}`: {reason}")]
+    DeviceRequest {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's message.
+        reason: String,
+    },
+    /// An environment variable has a value dynrt cannot use.
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    BadEnv {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What is expected.
+        reason: &'static str,
+    },
+    /// A shader failed to parse, validate or compile into a pipeline.
+    #[error("shader `{label}` failed: {message}")]
+    Shader {
+        /// Label of the shader or pipeline.
+        label: String,
+        /// naga's or wgpu's message.
+        message: String,
+    },
+}
+
+/// How to pick the adapter and configure the device.
+#[derive(Debug, Clone)]
+pub struct GpuOptions {
+    /// Backends to search (`WGPU_BACKEND`, comma list: vulkan, gl, metal, dx12, webgpu).
+    pub backends: wgpu::Backends,
+    /// Case-insensitive substring of the adapter name (`WGPU_ADAPTER_NAME`).
+    pub adapter_name: Option<String>,
+    /// Device memory budget in bytes for the [`Engine`] (`DYNRT_MEMORY_BUDGET`); `None` uses
+    /// [`DEFAULT_MEMORY_BUDGET_BYTES`].
+    pub memory_budget_bytes: Option<u64>,
+    /// Request `MAPPABLE_PRIMARY_BUFFERS` when the adapter offers it (default true). Turning it
+    /// off makes `usm_shared` unsupported, as on GL and the web.
+    pub mappable_primary_buffers: bool,
+    /// Print the allocation history to stderr (`DYNRT_VERBOSE=2`).
+    pub verbose: bool,
+    /// Power preference when several adapters match.
+    pub power_preference: wgpu::PowerPreference,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            backends: wgpu::Backends::all(),
+            adapter_name: None,
+            memory_budget_bytes: None,
+            mappable_primary_buffers: true,
+            verbose: false,
+            power_preference: wgpu::PowerPreference::HighPerformance,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// Defaults, overridden by `WGPU_BACKEND`, `WGPU_ADAPTER_NAME`, `DYNRT_MEMORY_BUDGET` (bytes)
+    /// and `DYNRT_VERBOSE`. On wasm32 there is no environment: the defaults.
+    ///
+    /// # Errors
+    /// [`GpuError::BadEnv`] for a `WGPU_BACKEND` naming no backend or a budget that is not a
+    /// positive integer.
+    pub fn from_env() -> Result<Self, GpuError> {
+        #[allow(unused_mut)]
+        let mut o = GpuOptions::default();
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            if let Ok(v) = std::env::var("WGPU_BACKEND") {
+                if !v.trim().is_empty() {
+                    let b = parse_backends(&v).ok_or(GpuError::BadEnv {
+                        name: "WGPU_BACKEND",
+                        value: v.clone(),
+                        reason: "expected a comma list of vulkan, gl, metal, dx12, webgpu",
+                    })?;
+                    o.backends = b;
+                }
+            }
+            if let Ok(v) = std::env::var("WGPU_ADAPTER_NAME") {
+                if !v.trim().is_empty() {
+                    o.adapter_name = Some(v.trim().to_string());
+                }
+            }
+            if let Ok(v) = std::env::var("DYNRT_MEMORY_BUDGET") {
+                if !v.trim().is_empty() {
+                    let bytes = v.trim().parse::<u64>().ok().filter(|b| *b > 0).ok_or(
+                        GpuError::BadEnv {
+                            name: "DYNRT_MEMORY_BUDGET",
+                            value: v.clone(),
+                            reason: "expected a positive number of bytes",
+                        },
+                    )?;
+                    o.memory_budget_bytes = Some(bytes);
+                }
+            }
+            o.verbose = crate::memory::accounting::verbose_from_env();
+        }
+        Ok(o)
+    }
+
+    /// The same options restricted to one backend.
+    pub fn with_backend(mut self, backend: wgpu::Backend) -> Self {
+        self.backends = wgpu::Backends::from(backend);
+        self
+    }
+}
+
+/// Parses a `WGPU_BACKEND`-style comma list; `None` if no name is known.
+pub fn parse_backends(list: &str) -> Option<wgpu::Backends> {
+    let mut b = wgpu::Backends::empty();
+    for name in list.split(',') {
+        b |= match name.trim().to_ascii_lowercase().as_str() {
+            "vulkan" | "vk" => wgpu::Backends::VULKAN,
+            "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+            "metal" | "mtl" => wgpu::Backends::METAL,
+            "dx12" | "d3d12" => wgpu::Backends::DX12,
+            "webgpu" => wgpu::Backends::BROWSER_WEBGPU,
+            _ => return None,
+        };
+    }
+    (!b.is_empty()).then_some(b)
+}
+
+struct GpuInner {
+    // Kept so the adapter and device outlive every clone of `Gpu`.
+    #[allow(dead_code)]
+    instance: wgpu::Instance,
+    #[allow(dead_code)]
+    adapter: wgpu::Adapter,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    features: wgpu::Features,
+    info: wgpu::AdapterInfo,
+    options: GpuOptions,
+}
+
+/// One adapter with its device and queue. Cloning is cheap (an `Arc`); the device lives until
+/// the last clone (and every [`Engine`] and [`Buffer`] made from it) is dropped.
+#[derive(Clone)]
+pub struct Gpu {
+    inner: Arc<GpuInner>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &self.inner.info.name)
+            .field("backend", &self.inner.info.backend)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Finds an adapter and creates the device.
+    ///
+    /// Adapter choice: when [`GpuOptions::adapter_name`] is set, the first adapter on the
+    /// enabled backends whose name contains it (case-insensitive); otherwise wgpu's choice for
+    /// the power preference, then a fallback (software) adapter. The device gets the adapter's
+    /// full limits (max buffer size and max storage binding size matter to dynrt) and
+    /// `MAPPABLE_PRIMARY_BUFFERS` when offered and wanted. An uncaptured-error handler logs
+    /// errors instead of wgpu's default panic; the engine wraps its own calls in error scopes.
+    ///
+    /// # Errors
+    /// [`GpuError::NoAdapter`], [`GpuError::NoMatchingAdapter`], [`GpuError::DeviceRequest`].
+    pub async fn new(opts: GpuOptions) -> Result<Gpu, GpuError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = opts.backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pick_adapter(&instance, &opts).await?;
+        let info = adapter.get_info();
+        let mut features = wgpu::Features::empty();
+        if opts.mappable_primary_buffers
+            && adapter
+                .features()
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        {
+            features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("dynrt device"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| GpuError::DeviceRequest {
+                adapter: info.name.clone(),
+                reason: e.to_string(),
+            })?;
+        // wgpu's default handler panics; everything dynrt does that can fail runs inside an
+        // error scope (DESIGN §7), so what reaches this handler is a bug worth logging, not a
+        // reason to abort the process.
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+            log::error!("uncaptured wgpu error: {e}");
+        }));
+        let features = device.features();
+        let limits = device.limits();
+        log::info!(
+            "dynrt: adapter `{}` ({:?}, {:?}), max_buffer_size={} bytes, shared={}",
+            info.name,
+            info.backend,
+            info.device_type,
+            limits.max_buffer_size,
+            features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        );
+        Ok(Gpu {
+            inner: Arc::new(GpuInner {
+                instance,
+                adapter,
+                device,
+                queue,
+                limits,
+                features,
+                info,
+                options: opts,
+            }),
+        })
+    }
+
+    /// [`Gpu::new`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Gpu::new`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking(opts: GpuOptions) -> Result<Gpu, GpuError> {
+        pollster::block_on(Gpu::new(opts))
+    }
+
+    /// The device.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.inner.device
+    }
+    /// The queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.inner.queue
+    }
+    /// The device's limits (equal to the adapter's: dynrt requests them all).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.inner.limits
+    }
+    /// The device's features.
+    pub fn features(&self) -> wgpu::Features {
+        self.inner.features
+    }
+    /// Name, backend, device type and driver of the adapter.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.inner.info
+    }
+    /// The backend in use.
+    pub fn backend(&self) -> wgpu::Backend {
+        self.inner.info.backend
+    }
+    /// The options the device was created with.
+    pub fn options(&self) -> &GpuOptions {
+        &self.inner.options
+    }
+    /// Whether `MAPPABLE_PRIMARY_BUFFERS` is enabled, so `usm_shared` buffers are real
+    /// bindable-and-mappable buffers. False on GL (llvmpipe) and on the web.
+    pub fn supports_shared(&self) -> bool {
+        self.inner
+            .features
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+    }
+    /// Whether buffers of `kind` can be allocated on this device (see [`kind_support`]).
+    pub fn supports_kind(&self, kind: AllocKind) -> bool {
+        kind_support(kind, self.supports_shared()).supported
+    }
+
+    /// Waits until all submitted work is done (native); a no-op on the web where the browser
+    /// polls the device.
+    pub fn poll_wait(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Err(e) = self.inner.device.poll(wgpu::PollType::wait_indefinitely()) {
+            log::warn!("device poll failed: {e}");
+        }
+    }
+}
+
+async fn pick_adapter(
+    instance: &wgpu::Instance,
+    opts: &GpuOptions,
+) -> Result<wgpu::Adapter, GpuError> {
+    if let Some(filter) = &opts.adapter_name {
+        let want = filter.to_lowercase();
+        let adapters = instance.enumerate_adapters(opts.backends).await;
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        return adapters
+            .into_iter()
+            .find(|a| a.get_info().name.to_lowercase().contains(&want))
+            .ok_or(GpuError::NoMatchingAdapter {
+                filter: filter.clone(),
+                found: names,
+            });
+    }
+    for force_fallback_adapter in [false, true] {
+        let r = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: opts.power_preference,
+                force_fallback_adapter,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await;
+        if let Ok(a) = r {
+            return Ok(a);
+        }
+    }
+    Err(GpuError::NoAdapter {
+        backends: format!("{:?}", opts.backends),
+    })
+}
+
+/// Every adapter on `backends` (native only; the web has one adapter per request).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn enumerate_adapters(backends: wgpu::Backends) -> Vec<wgpu::AdapterInfo> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.enumerate_adapters(backends))
+        .iter()
+        .map(|a| a.get_info())
+        .collect()
+}

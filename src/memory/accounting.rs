@@ -1,1 +1,527 @@
-//! (in progress)
+//! Allocation accounting: per-kind bytes in use and peak, and the allocation history.
+//!
+//! Device-free (no wgpu). The GPU engine ([`crate::gpu::Engine`]) calls
+//! [`Accounting::record_allocate`] / [`Accounting::record_free`] for every real buffer it
+//! creates and destroys; views of an existing buffer are never recorded.
+//!
+//! The history line format is the reference plugin's (`OV_VERBOSE=2` in
+//! `reference/openvino-gpu-memory-allocation.md`), where `current` and `max` are that kind's
+//! bytes in use and peak *after* the event:
+//!
+//! ```text
+//! Allocate 58982400 bytes of usm_host allocation type (current=117969612; max=117969612)
+//! Free 58982400 bytes of usm_host allocation type (current=58987212; max=117969612)
+//! ```
+//!
+//! [`AllocEvent::parse`] reads such a line back and [`check_history`] verifies the arithmetic
+//! line by line, so tests (and users with a log file) can check a run.
+//!
+//! ```
+//! use dynrt::memory::accounting::{Accounting, AllocEvent, check_history};
+//! use dynrt::memory::AllocKind;
+//! let mut acc = Accounting::new();
+//! acc.record_allocate(AllocKind::UsmDevice, 64);
+//! acc.record_free(AllocKind::UsmDevice, 64);
+//! let lines: Vec<String> = acc.history().iter().map(|e| e.to_string()).collect();
+//! assert_eq!(lines[0], "Allocate 64 bytes of usm_device allocation type (current=64; max=64)");
+//! let parsed: Vec<AllocEvent> = lines.iter().map(|l| AllocEvent::parse(l).unwrap()).collect();
+//! check_history(&parsed).unwrap();
+//! ```
+
+use super::kind::AllocKind;
+use std::fmt;
+
+/// What happened to a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum AllocOp {
+    /// A buffer was created.
+    Allocate,
+    /// A buffer was destroyed.
+    Free,
+}
+
+impl AllocOp {
+    /// The word the history line starts with (`Allocate` or `Free`).
+    pub fn word(self) -> &'static str {
+        match self {
+            AllocOp::Allocate => "Allocate",
+            AllocOp::Free => "Free",
+        }
+    }
+}
+
+/// One line of the allocation history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct AllocEvent {
+    /// Allocate or free.
+    pub op: AllocOp,
+    /// Size of the buffer allocated or freed, in bytes.
+    pub size_bytes: u64,
+    /// The buffer's allocation kind.
+    pub kind: AllocKind,
+    /// Bytes of this kind in use after the event.
+    pub current_bytes: u64,
+    /// Peak bytes of this kind in use up to and including this event.
+    pub max_bytes: u64,
+}
+
+impl fmt::Display for AllocEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} bytes of {} allocation type (current={}; max={})",
+            self.op.word(),
+            self.size_bytes,
+            self.kind.name(),
+            self.current_bytes,
+            self.max_bytes
+        )
+    }
+}
+
+/// A history line that does not have the reference format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseEventError {
+    /// The line has neither `Allocate ` nor `Free ` in it.
+    #[error("not an allocation history line: `{line}`")]
+    NotAnEvent {
+        /// The offending line.
+        line: String,
+    },
+    /// The line starts like an event but a field is missing or malformed.
+    #[error("malformed allocation history line ({what}): `{line}`")]
+    Malformed {
+        /// Which part was wrong.
+        what: &'static str,
+        /// The offending line.
+        line: String,
+    },
+}
+
+impl AllocEvent {
+    /// Parses one history line. Text before `Allocate`/`Free` (a log prefix such as
+    /// `GPU_Debug: ` or an env_logger header) is ignored.
+    ///
+    /// # Errors
+    /// [`ParseEventError`] when the line is not in the format [`AllocEvent`] prints.
+    pub fn parse(line: &str) -> Result<AllocEvent, ParseEventError> {
+        let line = line.trim();
+        let start = ["Allocate ", "Free "]
+            .iter()
+            .filter_map(|w| find_word(line, w))
+            .min()
+            .ok_or_else(|| ParseEventError::NotAnEvent {
+                line: line.to_string(),
+            })?;
+        let rest = &line[start..];
+        let bad = |what: &'static str| ParseEventError::Malformed {
+            what,
+            line: line.to_string(),
+        };
+        let (op, rest) = if let Some(r) = rest.strip_prefix("Allocate ") {
+            (AllocOp::Allocate, r)
+        } else if let Some(r) = rest.strip_prefix("Free ") {
+            (AllocOp::Free, r)
+        } else {
+            return Err(bad("operation"));
+        };
+        let (size, rest) = rest.split_once(" bytes of ").ok_or_else(|| bad("size"))?;
+        let size_bytes: u64 = size.parse().map_err(|_| bad("size"))?;
+        let (kind, rest) = rest
+            .split_once(" allocation type (current=")
+            .ok_or_else(|| bad("kind"))?;
+        let kind: AllocKind = kind.parse().map_err(|_| bad("kind"))?;
+        let (current, rest) = rest.split_once("; max=").ok_or_else(|| bad("current"))?;
+        let current_bytes: u64 = current.parse().map_err(|_| bad("current"))?;
+        let max = rest.strip_suffix(')').ok_or_else(|| bad("max"))?;
+        let max_bytes: u64 = max.parse().map_err(|_| bad("max"))?;
+        Ok(AllocEvent {
+            op,
+            size_bytes,
+            kind,
+            current_bytes,
+            max_bytes,
+        })
+    }
+}
+
+/// Byte index of `word` in `line` where it starts the line or follows a non-alphanumeric char.
+fn find_word(line: &str, word: &str) -> Option<usize> {
+    line.match_indices(word)
+        .map(|(i, _)| i)
+        .find(|&i| i == 0 || !line[..i].ends_with(|c: char| c.is_alphanumeric()))
+}
+
+/// Parses every history line in `text`, skipping lines that are not events (other log output).
+///
+/// # Errors
+/// [`ParseEventError::Malformed`] for a line that starts like an event but is malformed.
+pub fn parse_history(text: &str) -> Result<Vec<AllocEvent>, ParseEventError> {
+    let mut events = Vec::new();
+    for line in text.lines() {
+        match AllocEvent::parse(line) {
+            Ok(e) => events.push(e),
+            Err(ParseEventError::NotAnEvent { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(events)
+}
+
+/// A history whose arithmetic does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// `current` is not the previous current of that kind plus/minus the size.
+    #[error("line {line_index}: current={found} but the previous {kind} current ± size gives {expected}")]
+    Current {
+        /// 0-based index of the event.
+        line_index: usize,
+        /// The event's kind.
+        kind: AllocKind,
+        /// What the arithmetic gives.
+        expected: u64,
+        /// What the line says.
+        found: u64,
+    },
+    /// `max` is not the running maximum of that kind's current.
+    #[error("line {line_index}: max={found} but the running {kind} peak is {expected}")]
+    Max {
+        /// 0-based index of the event.
+        line_index: usize,
+        /// The event's kind.
+        kind: AllocKind,
+        /// What the arithmetic gives.
+        expected: u64,
+        /// What the line says.
+        found: u64,
+    },
+    /// A free of more bytes than that kind had in use.
+    #[error(
+        "line {line_index}: frees {size_bytes} bytes of {kind} but only {current_bytes} are in use"
+    )]
+    Underflow {
+        /// 0-based index of the event.
+        line_index: usize,
+        /// The event's kind.
+        kind: AllocKind,
+        /// Size freed.
+        size_bytes: u64,
+        /// Bytes in use before the free.
+        current_bytes: u64,
+    },
+}
+
+/// Checks a history that starts from an empty engine: per kind, `current` = previous current
+/// ± size, and `max` = running maximum of current.
+///
+/// # Errors
+/// The first [`HistoryError`] found.
+pub fn check_history(events: &[AllocEvent]) -> Result<(), HistoryError> {
+    let mut current = [0u64; 4];
+    let mut peak = [0u64; 4];
+    for (i, e) in events.iter().enumerate() {
+        let k = e.kind.index();
+        let expected = match e.op {
+            AllocOp::Allocate => current[k].saturating_add(e.size_bytes),
+            AllocOp::Free => {
+                current[k]
+                    .checked_sub(e.size_bytes)
+                    .ok_or(HistoryError::Underflow {
+                        line_index: i,
+                        kind: e.kind,
+                        size_bytes: e.size_bytes,
+                        current_bytes: current[k],
+                    })?
+            }
+        };
+        if e.current_bytes != expected {
+            return Err(HistoryError::Current {
+                line_index: i,
+                kind: e.kind,
+                expected,
+                found: e.current_bytes,
+            });
+        }
+        current[k] = expected;
+        peak[k] = peak[k].max(expected);
+        if e.max_bytes != peak[k] {
+            return Err(HistoryError::Max {
+                line_index: i,
+                kind: e.kind,
+                expected: peak[k],
+                found: e.max_bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Counters of one allocation kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KindStats {
+    /// Bytes in use now.
+    pub current_bytes: u64,
+    /// Largest `current_bytes` ever reached.
+    pub peak_bytes: u64,
+    /// Number of allocations so far.
+    pub allocations: u64,
+    /// Number of frees so far.
+    pub frees: u64,
+}
+
+/// A snapshot of the counters of every kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryStats {
+    /// Indexed by [`AllocKind::index`].
+    pub per_kind: [KindStats; 4],
+}
+
+impl MemoryStats {
+    /// The counters of `kind`.
+    pub fn kind(&self, kind: AllocKind) -> KindStats {
+        self.per_kind[kind.index()]
+    }
+    /// Bytes of `kind` in use now.
+    pub fn current_bytes(&self, kind: AllocKind) -> u64 {
+        self.kind(kind).current_bytes
+    }
+    /// Peak bytes of `kind`.
+    pub fn peak_bytes(&self, kind: AllocKind) -> u64 {
+        self.kind(kind).peak_bytes
+    }
+    /// Bytes in use now over all kinds.
+    pub fn total_current_bytes(&self) -> u64 {
+        self.per_kind.iter().map(|k| k.current_bytes).sum()
+    }
+    /// Bytes in use now over the kinds that count against the device budget
+    /// ([`AllocKind::on_device`]).
+    pub fn device_current_bytes(&self) -> u64 {
+        AllocKind::ALL
+            .iter()
+            .filter(|k| k.on_device())
+            .map(|k| self.current_bytes(*k))
+            .sum()
+    }
+}
+
+/// Per-kind counters plus the event history. Not thread-safe by itself: the engine keeps it
+/// behind a mutex.
+#[derive(Debug, Clone, Default)]
+pub struct Accounting {
+    stats: MemoryStats,
+    history: Vec<AllocEvent>,
+    verbose: bool,
+}
+
+impl Accounting {
+    /// Empty counters; history lines go to `log::debug!` only.
+    pub fn new() -> Accounting {
+        Accounting::default()
+    }
+
+    /// Empty counters; when `verbose` is true each history line is also printed to stderr
+    /// (what `DYNRT_VERBOSE=2` turns on).
+    pub fn with_verbose(verbose: bool) -> Accounting {
+        Accounting {
+            verbose,
+            ..Accounting::default()
+        }
+    }
+
+    /// Whether lines are printed to stderr.
+    pub fn verbose(&self) -> bool {
+        self.verbose
+    }
+
+    /// Records a real allocation of `size_bytes` of `kind` and returns its history event.
+    pub fn record_allocate(&mut self, kind: AllocKind, size_bytes: u64) -> AllocEvent {
+        let s = &mut self.stats.per_kind[kind.index()];
+        s.current_bytes = s.current_bytes.saturating_add(size_bytes);
+        s.peak_bytes = s.peak_bytes.max(s.current_bytes);
+        s.allocations += 1;
+        let e = AllocEvent {
+            op: AllocOp::Allocate,
+            size_bytes,
+            kind,
+            current_bytes: s.current_bytes,
+            max_bytes: s.peak_bytes,
+        };
+        self.emit(e);
+        e
+    }
+
+    /// Records the free of a buffer of `size_bytes` of `kind` and returns its history event.
+    /// A free larger than what is in use is a caller bug: it is clamped at zero and logged.
+    pub fn record_free(&mut self, kind: AllocKind, size_bytes: u64) -> AllocEvent {
+        let s = &mut self.stats.per_kind[kind.index()];
+        if size_bytes > s.current_bytes {
+            log::error!(
+                "accounting: free of {size_bytes} bytes of {kind} with only {} in use",
+                s.current_bytes
+            );
+        }
+        s.current_bytes = s.current_bytes.saturating_sub(size_bytes);
+        s.frees += 1;
+        let e = AllocEvent {
+            op: AllocOp::Free,
+            size_bytes,
+            kind,
+            current_bytes: s.current_bytes,
+            max_bytes: s.peak_bytes,
+        };
+        self.emit(e);
+        e
+    }
+
+    fn emit(&mut self, e: AllocEvent) {
+        log::debug!("{e}");
+        if self.verbose {
+            eprintln!("{e}");
+        }
+        self.history.push(e);
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> MemoryStats {
+        self.stats
+    }
+
+    /// Every event so far, oldest first.
+    pub fn history(&self) -> &[AllocEvent] {
+        &self.history
+    }
+}
+
+/// Whether `DYNRT_VERBOSE` asks for the history on stderr (level 2 or more). Unset, empty or
+/// unparsable means no. Always false on wasm32 (no environment).
+pub fn verbose_from_env() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::env::var("DYNRT_VERBOSE")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .is_some_and(|v| v >= 2)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    #[test]
+    fn line_format_is_the_reference_one() {
+        let mut acc = Accounting::new();
+        acc.record_allocate(AllocKind::UsmHost, 58982400);
+        let e = acc.record_allocate(AllocKind::UsmHost, 58987212);
+        assert_eq!(
+            e.to_string(),
+            "Allocate 58987212 bytes of usm_host allocation type (current=117969612; max=117969612)"
+        );
+        let e = acc.record_free(AllocKind::UsmHost, 58982400);
+        assert_eq!(
+            e.to_string(),
+            "Free 58982400 bytes of usm_host allocation type (current=58987212; max=117969612)"
+        );
+    }
+
+    #[test]
+    fn parse_accepts_prefixes_and_rejects_garbage() {
+        let e = AllocEvent::parse(
+            "GPU_Debug: Allocate 44621568 bytes of usm_device allocation type (current=44626380; max=44626380)",
+        )
+        .unwrap();
+        assert_eq!(e.op, AllocOp::Allocate);
+        assert_eq!(e.kind, AllocKind::UsmDevice);
+        assert_eq!(
+            (e.size_bytes, e.current_bytes, e.max_bytes),
+            (44621568, 44626380, 44626380)
+        );
+        assert!(matches!(
+            AllocEvent::parse("hello"),
+            Err(ParseEventError::NotAnEvent { .. })
+        ));
+        assert!(matches!(
+            AllocEvent::parse("Free x bytes of usm_host allocation type (current=1; max=2)"),
+            Err(ParseEventError::Malformed { what: "size", .. })
+        ));
+        assert!(matches!(
+            AllocEvent::parse("Free 1 bytes of gpu allocation type (current=1; max=2)"),
+            Err(ParseEventError::Malformed { what: "kind", .. })
+        ));
+        // "Freed" inside a word must not count as an event start.
+        assert!(matches!(
+            AllocEvent::parse("UnFree 1 bytes"),
+            Err(ParseEventError::NotAnEvent { .. })
+        ));
+    }
+
+    #[test]
+    fn random_histories_round_trip_and_check() {
+        let mut rng = SplitMix64::new(7);
+        let mut acc = Accounting::new();
+        let mut live: Vec<(AllocKind, u64)> = Vec::new();
+        let mut true_peak = [0u64; 4];
+        let mut now = [0u64; 4];
+        for _ in 0..500 {
+            if live.is_empty() || rng.next_u64() % 3 != 0 {
+                let kind = AllocKind::ALL[(rng.next_u64() % 4) as usize];
+                let size = rng.next_u64() % 10_000;
+                acc.record_allocate(kind, size);
+                live.push((kind, size));
+                now[kind.index()] += size;
+                true_peak[kind.index()] = true_peak[kind.index()].max(now[kind.index()]);
+            } else {
+                let i = (rng.next_u64() % live.len() as u64) as usize;
+                let (kind, size) = live.swap_remove(i);
+                acc.record_free(kind, size);
+                now[kind.index()] -= size;
+            }
+        }
+        let text: String = acc
+            .history()
+            .iter()
+            .map(|e| format!("noise\n{e}\n"))
+            .collect();
+        let parsed = parse_history(&text).unwrap();
+        assert_eq!(parsed.as_slice(), acc.history());
+        check_history(&parsed).unwrap();
+        for k in AllocKind::ALL {
+            assert_eq!(acc.stats().current_bytes(k), now[k.index()]);
+            assert_eq!(acc.stats().peak_bytes(k), true_peak[k.index()]);
+        }
+    }
+
+    #[test]
+    fn check_history_catches_bad_arithmetic() {
+        let mut acc = Accounting::new();
+        acc.record_allocate(AllocKind::ClMem, 100);
+        acc.record_allocate(AllocKind::ClMem, 50);
+        acc.record_free(AllocKind::ClMem, 100);
+        let good = acc.history().to_vec();
+        check_history(&good).unwrap();
+        let mut bad = good.clone();
+        bad[1].current_bytes = 149;
+        assert!(matches!(
+            check_history(&bad),
+            Err(HistoryError::Current { line_index: 1, .. })
+        ));
+        let mut bad = good.clone();
+        bad[2].max_bytes = 100;
+        assert!(matches!(
+            check_history(&bad),
+            Err(HistoryError::Max { line_index: 2, .. })
+        ));
+        let bad = vec![good[2]];
+        assert!(matches!(
+            check_history(&bad),
+            Err(HistoryError::Underflow { .. })
+        ));
+    }
+}

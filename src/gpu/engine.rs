@@ -1,0 +1,726 @@
+//! The engine: every real allocation, its accounting, and the data paths.
+
+use super::usage::{kind_support, kind_usages, readback_usages};
+use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
+use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
+use crate::memory::AllocKind;
+use futures::FutureExt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// wgpu's copy alignment: copy offsets and sizes are multiples of 4 bytes, and buffers created
+/// `mapped_at_creation` must have a size that is a multiple of 4.
+const COPY_ALIGN_BYTES: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
+/// wgpu's map alignment: a mapped range starts at a multiple of 8 bytes.
+const MAP_ALIGN_BYTES: u64 = wgpu::MAP_ALIGNMENT;
+
+/// What to allocate: a label (shown in graphics debuggers and errors), a size and a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferDesc<'a> {
+    /// Debug label of the buffer.
+    pub label: &'a str,
+    /// Requested size in bytes. The buffer gets `max(4, size rounded up to 4)` bytes (wgpu's
+    /// copy alignment); [`Buffer::size_bytes`] and the accounting report that real size.
+    pub size_bytes: u64,
+    /// Allocation kind (decides the wgpu usages: see [`super::kind_usages`]).
+    pub kind: AllocKind,
+}
+
+/// Which way a host mapping goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapAccess {
+    /// Map for reading.
+    Read,
+    /// Map for writing.
+    Write,
+}
+
+/// Allocation and data-path errors. After any of them the engine stays usable and its
+/// counters are unchanged (nothing was allocated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// One buffer larger than the device's `max_buffer_size`.
+    #[error("allocation of {requested_bytes} bytes exceeds the device's max buffer size of {max_bytes} bytes: split the tensor or use a device with larger buffers")]
+    TooLarge {
+        /// Requested size.
+        requested_bytes: u64,
+        /// The device limit.
+        max_bytes: u64,
+    },
+    /// The device-memory budget would be exceeded.
+    #[error("allocation of {requested_bytes} bytes would exceed the device memory budget ({in_use_bytes} of {budget_bytes} bytes in use): free buffers or raise DYNRT_MEMORY_BUDGET")]
+    OverBudget {
+        /// Requested size.
+        requested_bytes: u64,
+        /// Device bytes in use before the request.
+        in_use_bytes: u64,
+        /// The budget.
+        budget_bytes: u64,
+    },
+    /// The driver ran out of memory (reported through a wgpu error scope).
+    #[error("the driver is out of memory allocating {requested_bytes} bytes")]
+    OutOfMemory {
+        /// Requested size.
+        requested_bytes: u64,
+    },
+    /// wgpu rejected the operation (validation error caught by an error scope).
+    #[error("wgpu validation error: {0}")]
+    Validation(String),
+    /// The buffer's kind may not be bound to a kernel (`usm_host`).
+    #[error("a {kind} buffer cannot be bound to a kernel: allocate usm_device, usm_shared or cl_mem and copy into it")]
+    NotBindable {
+        /// The buffer's kind.
+        kind: AllocKind,
+    },
+    /// The buffer's kind may not be mapped that way.
+    #[error("a {kind} buffer cannot be mapped for {access:?}: use Engine::read / Engine::write, which stage through usm_host")]
+    NotMappable {
+        /// The buffer's kind.
+        kind: AllocKind,
+        /// The access asked for.
+        access: MapAccess,
+    },
+    /// The kind (or this use of it) is not available on this device.
+    #[error("{kind} is not supported here: {reason}")]
+    Unsupported {
+        /// The kind.
+        kind: AllocKind,
+        /// Why.
+        reason: &'static str,
+    },
+    /// An offset or size is not a multiple of wgpu's copy alignment.
+    #[error(
+        "offset {offset_bytes} and size {size_bytes} must be multiples of {align_bytes} bytes"
+    )]
+    Misaligned {
+        /// Offset asked for.
+        offset_bytes: u64,
+        /// Size asked for.
+        size_bytes: u64,
+        /// Required alignment.
+        align_bytes: u64,
+    },
+    /// A range reaches past the end of the buffer.
+    #[error("range of {size_bytes} bytes at offset {offset_bytes} is outside the {buffer_bytes}-byte buffer")]
+    OutOfBounds {
+        /// Offset asked for.
+        offset_bytes: u64,
+        /// Size asked for.
+        size_bytes: u64,
+        /// The buffer's size.
+        buffer_bytes: u64,
+    },
+    /// More initial contents than the buffer holds.
+    #[error("{data_bytes} bytes of contents do not fit a {size_bytes}-byte buffer")]
+    ContentsTooLarge {
+        /// Length of the contents.
+        data_bytes: u64,
+        /// The buffer's size.
+        size_bytes: u64,
+    },
+    /// Mapping failed (device lost, or the buffer was already mapped).
+    #[error("buffer mapping failed: {0}")]
+    Map(String),
+}
+
+/// What a request for memory needs, for [`Engine::preferred_kind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindRequest {
+    /// The host must lock (map) this memory: network inputs and outputs the user touches.
+    pub host_access: bool,
+    /// Bytes of all inputs and outputs of the kernel that uses this memory (0 when not known);
+    /// the reference puts the memory on the host when they would not fit in what the device
+    /// has left.
+    pub kernel_io_bytes: u64,
+}
+
+pub(crate) struct EngineInner {
+    gpu: Gpu,
+    accounting: Mutex<Accounting>,
+    budget_bytes: u64,
+}
+
+impl EngineInner {
+    fn accounting(&self) -> MutexGuard<'_, Accounting> {
+        // A poisoned lock only means another thread panicked while holding it; the counters
+        // are plain integers that are always consistent between statements.
+        self.accounting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The allocation entry point. Cloning is cheap (an `Arc`); clones share counters and history.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("gpu", &self.inner.gpu)
+            .field("budget_bytes", &self.inner.budget_bytes)
+            .finish()
+    }
+}
+
+/// A real wgpu buffer with its kind. Dropping it destroys the buffer (wgpu defers the actual
+/// release until submitted work that uses it has finished) and records the free.
+pub struct Buffer {
+    raw: wgpu::Buffer,
+    kind: AllocKind,
+    size_bytes: u64,
+    label: String,
+    readback: bool,
+    engine: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("label", &self.label)
+            .field("kind", &self.kind)
+            .field("size_bytes", &self.size_bytes)
+            .finish()
+    }
+}
+
+impl Buffer {
+    /// The allocation kind.
+    pub fn kind(&self) -> AllocKind {
+        self.kind
+    }
+    /// Real size in bytes (the request rounded up to 4, at least 4).
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    /// The label given at allocation.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+    /// The wgpu usages the buffer was created with.
+    pub fn usages(&self) -> wgpu::BufferUsages {
+        self.raw.usage()
+    }
+    /// The buffer for a bind group entry.
+    ///
+    /// # Errors
+    /// [`AllocError::NotBindable`] for `usm_host` (and the engine's readback buffers): wgpu
+    /// would reject the bind group, and dynrt says so before it does.
+    pub fn binding(&self) -> Result<&wgpu::Buffer, AllocError> {
+        if self.kind.bindable() && !self.readback {
+            Ok(&self.raw)
+        } else {
+            Err(AllocError::NotBindable { kind: self.kind })
+        }
+    }
+    /// The wgpu buffer, for copies (every kind has `COPY_SRC`).
+    pub fn raw(&self) -> &wgpu::Buffer {
+        &self.raw
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.raw.destroy();
+        self.engine
+            .accounting()
+            .record_free(self.kind, self.size_bytes);
+    }
+}
+
+fn round_up(x: u64, align: u64) -> Option<u64> {
+    x.checked_add(align - 1).map(|v| v / align * align)
+}
+
+fn check_range(buf: &Buffer, offset_bytes: u64, size_bytes: u64) -> Result<(), AllocError> {
+    match offset_bytes.checked_add(size_bytes) {
+        Some(end) if end <= buf.size_bytes => Ok(()),
+        _ => Err(AllocError::OutOfBounds {
+            offset_bytes,
+            size_bytes,
+            buffer_bytes: buf.size_bytes,
+        }),
+    }
+}
+
+fn check_copy_aligned(offset_bytes: u64, size_bytes: u64) -> Result<(), AllocError> {
+    if offset_bytes % COPY_ALIGN_BYTES != 0 || size_bytes % COPY_ALIGN_BYTES != 0 {
+        return Err(AllocError::Misaligned {
+            offset_bytes,
+            size_bytes,
+            align_bytes: COPY_ALIGN_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn scope_error(e: wgpu::Error, requested_bytes: u64) -> AllocError {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => AllocError::OutOfMemory { requested_bytes },
+        other => AllocError::Validation(other.to_string()),
+    }
+}
+
+impl Engine {
+    /// An engine on `gpu` with the budget from its options ([`super::GpuOptions`]), or
+    /// [`DEFAULT_MEMORY_BUDGET_BYTES`].
+    pub fn new(gpu: Gpu) -> Engine {
+        let budget = gpu
+            .options()
+            .memory_budget_bytes
+            .unwrap_or(DEFAULT_MEMORY_BUDGET_BYTES);
+        Engine::with_memory_budget(gpu, budget)
+    }
+
+    /// An engine with an explicit device-memory budget in bytes.
+    pub fn with_memory_budget(gpu: Gpu, budget_bytes: u64) -> Engine {
+        let verbose = gpu.options().verbose;
+        Engine {
+            inner: Arc::new(EngineInner {
+                gpu,
+                accounting: Mutex::new(Accounting::with_verbose(verbose)),
+                budget_bytes,
+            }),
+        }
+    }
+
+    /// The GPU the engine allocates on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.inner.gpu
+    }
+
+    /// Allocates a buffer of `desc.kind`. Contents are zero (WebGPU zero-initialises).
+    /// The returned [`Buffer`] frees itself on drop.
+    ///
+    /// # Errors
+    /// [`AllocError::Unsupported`] (`usm_shared` without `MAPPABLE_PRIMARY_BUFFERS`),
+    /// [`AllocError::TooLarge`], [`AllocError::OverBudget`] (kinds that count against the
+    /// device: all but `usm_host`), [`AllocError::OutOfMemory`] / [`AllocError::Validation`]
+    /// from the driver. On the web, driver errors surface only through
+    /// [`Engine::allocate_async`] (error scopes resolve asynchronously there).
+    pub fn allocate(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        self.allocate_inner(desc, kind_usages(desc.kind), false, None)
+    }
+
+    /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
+    /// staging buffer, no queue write). The rest is zero.
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`], and [`AllocError::ContentsTooLarge`].
+    pub fn allocate_init(&self, desc: &BufferDesc, contents: &[u8]) -> Result<Buffer, AllocError> {
+        self.allocate_inner(desc, kind_usages(desc.kind), false, Some(contents))
+    }
+
+    /// [`Engine::allocate`] that awaits wgpu's error scopes, so driver out-of-memory is a
+    /// `Result` on the web too.
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub async fn allocate_async(&self, desc: &BufferDesc<'_>) -> Result<Buffer, AllocError> {
+        let (size, usage) = self.admit(desc, kind_usages(desc.kind), false)?;
+        let device = self.inner.gpu.device();
+        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let raw = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(desc.label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        let v = val.pop();
+        let o = oom.pop();
+        if let Some(e) = v.await.or(o.await) {
+            raw.destroy();
+            return Err(scope_error(e, desc.size_bytes));
+        }
+        Ok(self.register(raw, desc, size, false))
+    }
+
+    /// Size after rounding, and the checks that need no device call.
+    fn admit(
+        &self,
+        desc: &BufferDesc,
+        usage: wgpu::BufferUsages,
+        readback: bool,
+    ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
+        let support = kind_support(desc.kind, self.inner.gpu.supports_shared());
+        if !support.supported {
+            return Err(AllocError::Unsupported {
+                kind: desc.kind,
+                reason: support.reason,
+            });
+        }
+        let max_bytes = self.max_buffer_size();
+        let size =
+            round_up(desc.size_bytes.max(1), COPY_ALIGN_BYTES).ok_or(AllocError::TooLarge {
+                requested_bytes: desc.size_bytes,
+                max_bytes,
+            })?;
+        if size > max_bytes {
+            return Err(AllocError::TooLarge {
+                requested_bytes: desc.size_bytes,
+                max_bytes,
+            });
+        }
+        if desc.kind.on_device() && !readback {
+            let in_use_bytes = self.device_bytes_in_use();
+            if in_use_bytes.saturating_add(size) > self.inner.budget_bytes {
+                return Err(AllocError::OverBudget {
+                    requested_bytes: desc.size_bytes,
+                    in_use_bytes,
+                    budget_bytes: self.inner.budget_bytes,
+                });
+            }
+        }
+        Ok((size, usage))
+    }
+
+    fn register(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
+        self.inner.accounting().record_allocate(desc.kind, size);
+        Buffer {
+            raw,
+            kind: desc.kind,
+            size_bytes: size,
+            label: desc.label.to_string(),
+            readback,
+            engine: self.inner.clone(),
+        }
+    }
+
+    fn allocate_inner(
+        &self,
+        desc: &BufferDesc,
+        usage: wgpu::BufferUsages,
+        readback: bool,
+        contents: Option<&[u8]>,
+    ) -> Result<Buffer, AllocError> {
+        let (size, usage) = self.admit(desc, usage, readback)?;
+        if let Some(c) = contents {
+            if c.len() as u64 > size {
+                return Err(AllocError::ContentsTooLarge {
+                    data_bytes: c.len() as u64,
+                    size_bytes: size,
+                });
+            }
+        }
+        let device = self.inner.gpu.device();
+        let raw = create_buffer_checked(
+            device,
+            &wgpu::BufferDescriptor {
+                label: Some(desc.label),
+                size,
+                usage,
+                mapped_at_creation: contents.is_some(),
+            },
+        )
+        .map_err(|e| scope_error(e, desc.size_bytes))?;
+        if let Some(c) = contents {
+            {
+                let mut view = raw
+                    .slice(..)
+                    .get_mapped_range_mut()
+                    .map_err(|e| AllocError::Map(e.to_string()))?;
+                view.slice(..c.len()).copy_from_slice(c);
+            }
+            raw.unmap();
+        }
+        Ok(self.register(raw, desc, size, readback))
+    }
+
+    /// Writes `data` at `offset_bytes`. For `usm_device`, `usm_shared` and `cl_mem` the bytes
+    /// go into a `usm_host` staging buffer created `mapped_at_creation` (one Allocate/Free pair
+    /// in the history) and a copy is submitted; the write is visible to work submitted after
+    /// this call. For `usm_host` the buffer itself is mapped for writing (native: blocks).
+    ///
+    /// # Errors
+    /// [`AllocError::Misaligned`] (offset and length must be multiples of 4),
+    /// [`AllocError::OutOfBounds`], allocation errors of the staging buffer, and on wasm32
+    /// [`AllocError::Unsupported`] for `usm_host` (use [`Engine::write_mapped`]).
+    pub fn write(&self, buf: &Buffer, offset_bytes: u64, data: &[u8]) -> Result<(), AllocError> {
+        let len = data.len() as u64;
+        check_copy_aligned(offset_bytes, len)?;
+        check_range(buf, offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !buf.usages().contains(wgpu::BufferUsages::COPY_DST) {
+            #[cfg(not(target_arch = "wasm32"))]
+            return pollster::block_on(self.write_mapped(buf, offset_bytes, data));
+            #[cfg(target_arch = "wasm32")]
+            return Err(AllocError::Unsupported {
+                kind: buf.kind,
+                reason: "a usm_host buffer is written by mapping, which is asynchronous on the web: use Engine::write_mapped",
+            });
+        }
+        let staging = self.allocate_inner(
+            &BufferDesc {
+                label: "dynrt upload staging",
+                size_bytes: len,
+                kind: AllocKind::UsmHost,
+            },
+            kind_usages(AllocKind::UsmHost),
+            false,
+            Some(data),
+        )?;
+        let gpu = &self.inner.gpu;
+        let mut enc = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("dynrt upload"),
+            });
+        enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), offset_bytes, len);
+        gpu.queue().submit([enc.finish()]);
+        // Dropping the staging buffer destroys it once the copy has executed (wgpu defers the
+        // destruction of buffers used by pending submissions).
+        drop(staging);
+        Ok(())
+    }
+
+    /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.
+    ///
+    /// # Errors
+    /// [`AllocError::NotMappable`] for `usm_device` and `cl_mem`; alignment and bounds errors
+    /// as [`Engine::write`]; [`AllocError::Map`].
+    pub async fn write_mapped(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<(), AllocError> {
+        let len = data.len() as u64;
+        if !buf.usages().contains(wgpu::BufferUsages::MAP_WRITE) {
+            return Err(AllocError::NotMappable {
+                kind: buf.kind,
+                access: MapAccess::Write,
+            });
+        }
+        check_copy_aligned(offset_bytes, len)?;
+        check_range(buf, offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // Mapped ranges start at multiples of 8: map a little more and write inside it.
+        let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
+        let end = offset_bytes + len;
+        let slice = buf.raw.slice(start..end);
+        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Write).await?;
+        {
+            let mut view = slice
+                .get_mapped_range_mut()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view.slice(from..from + data.len()).copy_from_slice(data);
+        }
+        buf.raw.unmap();
+        Ok(())
+    }
+
+    /// Reads `size_bytes` at `offset_bytes`. `usm_shared` is mapped directly; every other kind
+    /// is copied into a `MAP_READ` readback buffer (counted as `usm_host`, freed before
+    /// returning) that is then mapped. Any offset and size inside the buffer work.
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfBounds`], allocation errors of the readback buffer, [`AllocError::Map`].
+    pub async fn read(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        check_range(buf, offset_bytes, size_bytes)?;
+        if size_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        if buf.usages().contains(wgpu::BufferUsages::MAP_READ) {
+            return self.read_mapped(buf, offset_bytes, size_bytes).await;
+        }
+        // Copies need 4-aligned offsets and sizes; the buffer's size is a multiple of 4, so the
+        // widened range stays inside it.
+        let start = offset_bytes / COPY_ALIGN_BYTES * COPY_ALIGN_BYTES;
+        let end = round_up(offset_bytes + size_bytes, COPY_ALIGN_BYTES).unwrap_or(u64::MAX);
+        let len = end - start;
+        let readback = self.allocate_inner(
+            &BufferDesc {
+                label: "dynrt readback",
+                size_bytes: len,
+                kind: AllocKind::UsmHost,
+            },
+            readback_usages(),
+            true,
+            None,
+        )?;
+        let gpu = &self.inner.gpu;
+        let mut enc = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("dynrt readback"),
+            });
+        enc.copy_buffer_to_buffer(buf.raw(), start, readback.raw(), 0, len);
+        gpu.queue().submit([enc.finish()]);
+        let slice = readback.raw.slice(..);
+        map_slice(gpu, &slice, wgpu::MapMode::Read).await?;
+        let out = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view[from..from + size_bytes as usize].to_vec()
+        };
+        readback.raw.unmap();
+        Ok(out)
+    }
+
+    /// Reads by mapping the buffer itself (`usm_shared` only): no copy, no extra allocation.
+    ///
+    /// # Errors
+    /// [`AllocError::NotMappable`] for kinds without `MAP_READ`; [`AllocError::OutOfBounds`];
+    /// [`AllocError::Map`].
+    pub async fn read_mapped(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        if !buf.usages().contains(wgpu::BufferUsages::MAP_READ) || buf.readback {
+            return Err(AllocError::NotMappable {
+                kind: buf.kind,
+                access: MapAccess::Read,
+            });
+        }
+        check_range(buf, offset_bytes, size_bytes)?;
+        if size_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
+        let end = round_up(offset_bytes + size_bytes, COPY_ALIGN_BYTES).unwrap_or(u64::MAX);
+        let slice = buf.raw.slice(start..end);
+        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Read).await?;
+        let out = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view[from..from + size_bytes as usize].to_vec()
+        };
+        buf.raw.unmap();
+        Ok(out)
+    }
+
+    /// [`Engine::read`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Engine::read`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_blocking(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        pollster::block_on(self.read(buf, offset_bytes, size_bytes))
+    }
+
+    /// Per-kind bytes in use, peak bytes, allocation and free counts.
+    pub fn stats(&self) -> MemoryStats {
+        self.inner.accounting().stats()
+    }
+
+    /// The Allocate/Free history, oldest first.
+    pub fn history(&self) -> Vec<AllocEvent> {
+        self.inner.accounting().history().to_vec()
+    }
+
+    /// Bytes in use of the kinds that count against the budget (all but `usm_host`).
+    pub fn device_bytes_in_use(&self) -> u64 {
+        self.stats().device_current_bytes()
+    }
+
+    /// The device-memory budget in bytes.
+    pub fn memory_budget_bytes(&self) -> u64 {
+        self.inner.budget_bytes
+    }
+
+    /// Largest single buffer the device allows, in bytes.
+    pub fn max_buffer_size(&self) -> u64 {
+        self.inner.gpu.limits().max_buffer_size
+    }
+
+    /// The reference rule (`reference/openvino-gpu-memory-allocation.md`, DESIGN §4): false if
+    /// `size_bytes` exceeds the largest buffer; otherwise true iff device bytes in use plus
+    /// `size_bytes` stay below 90% of the budget.
+    pub fn can_preallocate(&self, size_bytes: u64) -> bool {
+        if size_bytes > self.max_buffer_size() {
+            return false;
+        }
+        let in_use = self.device_bytes_in_use() as u128;
+        // Integer form of `in_use + size < 0.9 * budget`.
+        (in_use + size_bytes as u128) * 10 < self.inner.budget_bytes as u128 * 9
+    }
+
+    /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
+    /// or `usm_host` where shared is unsupported; memory for a kernel whose inputs and outputs
+    /// would not fit in what the device has left goes to host-reachable memory the same way;
+    /// everything else to `usm_device`.
+    pub fn preferred_kind(&self, req: &KindRequest) -> AllocKind {
+        let host_kind = if self.inner.gpu.supports_shared() {
+            AllocKind::UsmShared
+        } else {
+            AllocKind::UsmHost
+        };
+        if req.host_access {
+            return host_kind;
+        }
+        let left = self
+            .inner
+            .budget_bytes
+            .saturating_sub(self.device_bytes_in_use());
+        if req.kernel_io_bytes > left {
+            return host_kind;
+        }
+        AllocKind::UsmDevice
+    }
+}
+
+/// Creates a buffer inside OutOfMemory and Validation error scopes. On native (wgpu-core) the
+/// scopes resolve immediately; on the web they resolve later, so the check is skipped there
+/// and errors reach the uncaptured-error handler (use [`Engine::allocate_async`]).
+fn create_buffer_checked(
+    device: &wgpu::Device,
+    desc: &wgpu::BufferDescriptor,
+) -> Result<wgpu::Buffer, wgpu::Error> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let raw = device.create_buffer(desc);
+    // Scopes pop in reverse order of their pushes.
+    let v = val.pop().now_or_never().flatten();
+    let o = oom.pop().now_or_never().flatten();
+    match v.or(o) {
+        Some(e) => {
+            raw.destroy();
+            Err(e)
+        }
+        None => Ok(raw),
+    }
+}
+
+/// Maps `slice` and waits for the callback. Native: polls the device until the map resolves;
+/// web: the browser resolves it.
+async fn map_slice(
+    gpu: &Gpu,
+    slice: &wgpu::BufferSlice<'_>,
+    mode: wgpu::MapMode,
+) -> Result<(), AllocError> {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    slice.map_async(mode, move |r| {
+        // The receiver only disappears if the caller's future was dropped.
+        let _ = tx.send(r);
+    });
+    gpu.poll_wait();
+    match rx.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(AllocError::Map(e.to_string())),
+        Err(_) => Err(AllocError::Map(
+            "map callback dropped (device lost?)".into(),
+        )),
+    }
+}

@@ -1,0 +1,187 @@
+//! Run one op on the GPU with fresh buffers: the kernel tests' and `dynrt bench kernels`' way
+//! in (native only: it blocks on the device).
+
+use super::{Kernels, Operand, TensorRef, UniformArena};
+use crate::graph::Op;
+use crate::shape::{DType, Shape};
+
+/// Why [`run_op`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunOpError {
+    /// Encoding was refused.
+    #[error(transparent)]
+    Kernel(#[from] super::KernelError),
+    /// The device reported an error (validation, out of memory) or the readback failed.
+    #[error("device error: {message}")]
+    Device {
+        /// What the device said.
+        message: String,
+    },
+}
+
+/// A host tensor for [`run_op`]: shape, element type, and the values carried as f32 (integer
+/// tensors hold exact integers, as in [`crate::graph::reference`]).
+#[derive(Debug, Clone)]
+pub struct HostTensor {
+    /// Shape.
+    pub shape: Shape,
+    /// Element type on the device (f32, i32 or u32).
+    pub dtype: DType,
+    /// Values, row-major.
+    pub values: Vec<f32>,
+}
+
+/// Device bytes of f32-carried values: f32 bits, or the integer's bits for i32/u32.
+pub fn to_device_bytes(values: &[f32], dtype: DType) -> Vec<u8> {
+    let words: Vec<u32> = match dtype {
+        DType::I32 => values.iter().map(|&v| (v as i32) as u32).collect(),
+        DType::U32 => values.iter().map(|&v| v as u32).collect(),
+        _ => values.iter().map(|v| v.to_bits()).collect(),
+    };
+    bytemuck::cast_slice(&words).to_vec()
+}
+
+/// f32-carried values from device bytes (inverse of [`to_device_bytes`]).
+pub fn from_device_bytes(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| {
+            let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            match dtype {
+                DType::I32 => w as i32 as f32,
+                DType::U32 => w as f32,
+                _ => f32::from_bits(w),
+            }
+        })
+        .collect()
+}
+
+/// Runs `op` once: places every input and the output in one buffer (each at a multiple of
+/// 256 bytes plus `skew_bytes`, a multiple of 4 that exercises unaligned tensor offsets),
+/// fills the output with NaN bits first so unwritten elements show, dispatches, and reads the
+/// output back.
+///
+/// # Errors
+/// [`RunOpError::Kernel`] when encoding is refused, [`RunOpError::Device`] for device errors.
+// The arguments are the op, its operands and where to put them; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
+pub fn run_op(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    kernels: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    output_shape: &Shape,
+    output_dtype: DType,
+    skew_bytes: u64,
+) -> Result<Vec<f32>, RunOpError> {
+    let dev_err = |m: String| RunOpError::Device { message: m };
+    let size_of = |s: &Shape| -> Result<u64, RunOpError> {
+        s.size_bytes(DType::F32).map_err(|e| dev_err(e.to_string()))
+    };
+    let mut offsets = Vec::new();
+    let mut at = 0u64;
+    let mut sizes: Vec<u64> = inputs
+        .iter()
+        .map(|t| size_of(&t.shape))
+        .collect::<Result<_, _>>()?;
+    sizes.push(size_of(output_shape)?);
+    for &s in &sizes {
+        let off = at + skew_bytes;
+        offsets.push(off);
+        at = (off + s.max(4)).div_ceil(256) * 256;
+    }
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let arena = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("run_op arena"),
+        size: at.max(256),
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    for (t, &off) in inputs.iter().zip(&offsets) {
+        let bytes = to_device_bytes(&t.values, t.dtype);
+        if !bytes.is_empty() {
+            queue.write_buffer(&arena, off, &bytes);
+        }
+    }
+    let out_off = offsets[inputs.len()];
+    let out_size = sizes[inputs.len()];
+    if out_size > 0 {
+        queue.write_buffer(&arena, out_off, &vec![0xFF; out_size as usize]);
+    }
+    let mut uniforms = UniformArena::new(device);
+    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+        label: Some("run_op"),
+    });
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(op.name()),
+            timestamp_writes: None,
+        });
+        let operands: Vec<Operand<'_>> = inputs
+            .iter()
+            .zip(&offsets)
+            .zip(&sizes)
+            .map(|((t, &off), &s)| Operand {
+                tensor: TensorRef {
+                    buffer: &arena,
+                    offset_bytes: off,
+                    size_bytes: s,
+                },
+                shape: &t.shape,
+                dtype: t.dtype,
+            })
+            .collect();
+        let out = Operand {
+            tensor: TensorRef {
+                buffer: &arena,
+                offset_bytes: out_off,
+                size_bytes: out_size,
+            },
+            shape: output_shape,
+            dtype: output_dtype,
+        };
+        kernels.encode(&mut pass, &mut uniforms, op, &operands, &out)?;
+    }
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("run_op readback"),
+        size: out_size.max(4),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    if out_size > 0 {
+        encoder.copy_buffer_to_buffer(&arena, out_off, &staging, 0, out_size);
+    }
+    uniforms.flush(queue);
+    queue.submit([encoder.finish()]);
+    if let Some(e) = pollster::block_on(oom.pop()) {
+        return Err(dev_err(e.to_string()));
+    }
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(dev_err(e.to_string()));
+    }
+    if out_size == 0 {
+        return Ok(Vec::new());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| dev_err(e.to_string()))?;
+    rx.recv()
+        .map_err(|e| dev_err(e.to_string()))?
+        .map_err(|e| dev_err(e.to_string()))?;
+    let view = staging
+        .get_mapped_range(..)
+        .map_err(|e| dev_err(format!("{e:?}")))?;
+    let values = from_device_bytes(&view, output_dtype);
+    drop(view);
+    staging.unmap();
+    Ok(values)
+}
