@@ -112,7 +112,8 @@ pub struct PlanOptions {
     pub strategy: Strategy,
     /// Arena size the plan must fit in; `None` = as low as possible.
     pub capacity: Option<u64>,
-    /// Wall-clock budget for the search (heuristics always run to completion).
+    /// Wall-clock budget. The gmem planners and the first greedy order always complete (they
+    /// are fast); further greedy orders, the dives and the search stop at the deadline.
     pub time_limit: Duration,
     /// Every offset is a multiple of this (and of the buffer's own alignment); 1 = none.
     pub min_align_bytes: u64,
