@@ -122,6 +122,10 @@ struct Solver<'a> {
     heuristic: &'static [u8],
     affected_mark: Vec<u32>,
     affected_epoch: u32,
+    affected: Vec<u32>,
+    /// Undo logs: (buffer, previous minimum offset) and (section, previous floor).
+    offset_log: Vec<(u32, u64)>,
+    section_log: Vec<(u32, u64)>,
 }
 
 /// Preorders tried in round robin (MiniMalloc's defaults: T = largest section total the buffer
@@ -186,6 +190,9 @@ impl<'a> Solver<'a> {
             heuristic: HEURISTICS[0],
             affected_mark: vec![0; ns],
             affected_epoch: 0,
+            affected: Vec::new(),
+            offset_log: Vec::new(),
+            section_log: Vec::new(),
         }
     }
 
@@ -327,16 +334,22 @@ impl<'a> Solver<'a> {
             if offset.saturating_add(self.p.size[b]) > self.capacity {
                 continue;
             }
+            // Cheap tests first, before the costly updates (most candidates fail here).
+            if !self.precheck(part, b, offset) {
+                continue;
+            }
             self.assigned[b] = offset;
-            let (offset_changes, affected) = self.update_min_offsets(b);
-            let section_changes = self.update_sections(b, &affected);
+            let (offset_mark, section_mark) = (self.offset_log.len(), self.section_log.len());
+            self.update_min_offsets(b);
             let mut status = Status::NotFound;
-            if self.check(part, offset) {
+            if self.update_sections(b) {
                 status = self.decompose(part, preorder, &ordering, offset, rank, b);
             }
-            self.restore_sections(&section_changes, b);
-            for &(o, m) in offset_changes.iter().rev() {
-                self.min_off[o as usize] = m;
+            self.restore_sections(section_mark, b);
+            while self.offset_log.len() > offset_mark {
+                if let Some((o, m)) = self.offset_log.pop() {
+                    self.min_off[o as usize] = m;
+                }
             }
             self.assigned[b] = NONE;
             if status != Status::NotFound {
@@ -346,10 +359,11 @@ impl<'a> Solver<'a> {
         Status::NotFound
     }
 
-    fn update_min_offsets(&mut self, b: usize) -> (Vec<(u32, u64)>, Vec<u32>) {
+    /// Raises the minimum offsets of b's unplaced neighbours above b (logged in `offset_log`)
+    /// and collects the sections whose floors may rise in `affected`.
+    fn update_min_offsets(&mut self, b: usize) {
         let height = self.assigned[b] + self.p.size[b];
-        let mut changes = Vec::new();
-        let mut affected = Vec::new();
+        self.affected.clear();
         self.affected_epoch = self.affected_epoch.wrapping_add(1);
         if self.affected_epoch == 0 {
             self.affected_mark.iter_mut().for_each(|m| *m = 0);
@@ -360,58 +374,79 @@ impl<'a> Solver<'a> {
             if self.assigned[o] != NONE || self.min_off[o] >= height {
                 continue;
             }
-            changes.push((o as u32, self.min_off[o]));
+            self.offset_log.push((o as u32, self.min_off[o]));
             self.min_off[o] = align_up(height, self.p.align[o]);
             for s in self.sec.sec_lo[o]..self.sec.sec_hi[o] {
                 if self.affected_mark[s as usize] != self.affected_epoch {
                     self.affected_mark[s as usize] = self.affected_epoch;
-                    affected.push(s);
+                    self.affected.push(s);
                 }
             }
         }
-        (changes, affected)
     }
 
-    fn update_sections(&mut self, b: usize, affected: &[u32]) -> Vec<(u32, u64)> {
+    /// Raises the floors of b's sections to b's top, takes b's size out of their totals, and
+    /// raises affected floors to their lowest unplaced minimum offset (logged in
+    /// `section_log`). Returns false as soon as a raised floor leaves no room for its section's
+    /// unplaced buffers.
+    fn update_sections(&mut self, b: usize) -> bool {
         let height = self.assigned[b] + self.p.size[b];
-        let mut changes = Vec::new();
         for s in self.sec.sec_lo[b]..self.sec.sec_hi[b] {
-            changes.push((s, self.floor[s as usize]));
+            self.section_log.push((s, self.floor[s as usize]));
             self.floor[s as usize] = height;
             self.total[s as usize] -= self.p.size[b];
         }
         // No buffer of a section can go below the lowest minimum offset among its unplaced
         // buffers, so that is the section's floor too.
-        for &s in affected {
+        for k in 0..self.affected.len() {
+            let s = self.affected[k] as usize;
             let mut lowest = NONE;
-            for &o in &self.sec.members[s as usize] {
+            for &o in &self.sec.members[s] {
                 if self.assigned[o as usize] == NONE {
                     lowest = lowest.min(self.min_off[o as usize]);
                 }
             }
-            if lowest != NONE && self.floor[s as usize] < lowest {
-                changes.push((s, self.floor[s as usize]));
-                self.floor[s as usize] = lowest;
+            if lowest != NONE && self.floor[s] < lowest {
+                self.section_log.push((s as u32, self.floor[s]));
+                self.floor[s] = lowest;
+                if lowest.saturating_add(self.total[s]) > self.capacity {
+                    return false;
+                }
             }
         }
-        changes
+        true
     }
 
-    fn restore_sections(&mut self, changes: &[(u32, u64)], b: usize) {
-        for &(s, f) in changes.iter().rev() {
-            self.floor[s as usize] = f;
+    fn restore_sections(&mut self, mark: usize, b: usize) {
+        while self.section_log.len() > mark {
+            if let Some((s, f)) = self.section_log.pop() {
+                self.floor[s as usize] = f;
+            }
         }
         for s in self.sec.sec_lo[b]..self.sec.sec_hi[b] {
             self.total[s as usize] += self.p.size[b];
         }
     }
 
-    fn check(&self, part: &Partition, offset: u64) -> bool {
+    /// The section tests that do not need the updated floors. Invariant: at every node,
+    /// `floor + total <= capacity` holds in every section of the partition, so after placing
+    /// `b` only b's sections and the raised floors need the floor test (done here and in
+    /// [`Solver::update_sections`]); the monotonic test (placement order is non-decreasing in
+    /// offset, so nothing unplaced goes below `offset`) concerns every section.
+    fn precheck(&self, part: &Partition, b: usize, offset: u64) -> bool {
+        let (size, cap) = (self.p.size[b], self.capacity);
+        let (lo, hi) = (self.sec.sec_lo[b], self.sec.sec_hi[b]);
+        let rest = cap - (offset + size);
+        if (lo..hi).any(|s| self.total[s as usize] - size > rest) {
+            return false;
+        }
+        let room = cap - offset;
         for s in part.sec_lo..part.sec_hi {
-            let s = s as usize;
-            // Placement is in non-decreasing offset order: nothing unplaced goes below `offset`.
-            let floor = self.floor[s].max(if self.total[s] > 0 { offset } else { 0 });
-            if floor.saturating_add(self.total[s]) > self.capacity {
+            let mut t = self.total[s as usize];
+            if lo <= s && s < hi {
+                t -= size;
+            }
+            if t > room {
                 return false;
             }
         }
@@ -473,6 +508,9 @@ pub(crate) fn fit(p: &Problem, capacity: u64, deadline: Instant) -> Fit {
             solver.nodes_left = node_limit;
             match solver.solve_all() {
                 Status::Found => {
+                    if std::env::var("DYNRT_PLAN_DEBUG").is_ok() {
+                        eprintln!("nodes {} limit {}", solver.nodes, node_limit);
+                    }
                     let offsets = solver.solution.clone();
                     if offsets.contains(&NONE) {
                         return Fit::Unknown;
