@@ -27,6 +27,7 @@ pub use wgpu;
 mod engine;
 pub mod kernels;
 mod pipeline;
+pub mod pool_storage;
 #[doc(hidden)]
 pub mod testing;
 mod usage;
