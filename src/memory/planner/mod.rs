@@ -544,6 +544,13 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
             }
         }
     }
+    if best.is_none() && p.len() > 0 {
+        // Every bounded phase ran out of time (only `search` has no gmem answer to fall back
+        // on): one greedy order, run to completion, is the answer.
+        if let Some((offsets, _)) = greedy::best_of_orders(&p, start, true) {
+            consider(offsets, Strategy::GreedySize, false, &mut best);
+        }
+    }
     let Some((offsets, height, strategy_used, optimal)) = best else {
         return Ok(Plan {
             offsets: Vec::new(),
@@ -646,6 +653,34 @@ mod tests {
         .unwrap();
         assert_eq!(plan.height, 12);
         assert!(plan.optimal);
+    }
+
+    #[test]
+    fn search_with_no_time_still_answers() {
+        // Enough buffers that the greedy and the dive both look at the clock (and give up).
+        let b: Vec<PlanBuffer> = (0..5000u64)
+            .map(|i| {
+                buf(
+                    &format!("x{i}"),
+                    i % 17,
+                    i % 17 + 1 + i % 5,
+                    1 + i * 7 % 100,
+                )
+            })
+            .collect();
+        for strategy in Strategy::ALL {
+            let plan = build(
+                &b,
+                &PlanOptions {
+                    strategy,
+                    time_limit: Duration::ZERO,
+                    ..PlanOptions::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(plan.offsets.len(), b.len(), "{strategy}");
+            validate(&b, &plan.offsets, 1).unwrap();
+        }
     }
 
     #[test]
