@@ -182,14 +182,19 @@ fn orders(p: &Problem, index: &Index) -> Vec<(Vec<usize>, bool)> {
     out
 }
 
-/// Best fit over several orders until `deadline` (an order cut short by it is dropped; the
-/// first order always completes). Returns the lowest offsets and how many orders ran.
-pub(crate) fn best_of_orders(p: &Problem, deadline: Instant) -> (Vec<u64>, usize) {
+/// Best fit over several orders until `deadline` (an order cut short by it is dropped; with
+/// `force_first` the first order always completes). Returns the lowest offsets and how many
+/// orders ran, `None` when no order completed.
+pub(crate) fn best_of_orders(
+    p: &Problem,
+    deadline: Instant,
+    force_first: bool,
+) -> Option<(Vec<u64>, usize)> {
     let mut index = Index::new(p);
     let mut best: Option<(u64, Vec<u64>)> = None;
     let mut ran = 0;
     for (order, first_fit) in orders(p, &index) {
-        let limit = if ran == 0 {
+        let limit = if ran == 0 && force_first {
             Instant::now() + std::time::Duration::from_secs(3600)
         } else {
             deadline
@@ -204,5 +209,16 @@ pub(crate) fn best_of_orders(p: &Problem, deadline: Instant) -> (Vec<u64>, usize
             best = Some((h, offsets));
         }
     }
-    (best.map(|b| b.1).unwrap_or_default(), ran)
+    best.map(|b| (b.1, ran))
+}
+
+/// Compaction: re-places every buffer, in ascending order of its current offset, at the
+/// lowest address free of the already re-placed ones. No offset rises (a buffer's old place
+/// stays free: everything re-placed before it was below it and only moved down), so the
+/// height never grows; gaps under buffers close. `None` when `deadline` passed first.
+pub(crate) fn compact(p: &Problem, offsets: &[u64], deadline: Instant) -> Option<Vec<u64>> {
+    let mut index = Index::new(p);
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by_key(|&i| (offsets[i], i));
+    best_fit(p, &mut index, &order, true, deadline)
 }
