@@ -304,6 +304,9 @@ fn check_rank(s: &Shape) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// Largest M for which [`Kernels`] uses `matmul_small_m` instead of the tiled kernel.
+pub const SMALL_M_MAX: u64 = 8;
+
 const INPUT_NAMES: [&str; 4] = ["input 0", "input 1", "input 2", "input 3+"];
 
 impl Kernels {
@@ -837,10 +840,19 @@ impl Kernels {
             p.a_batch_strides[i] = u32_of("input 0", sa[i])?;
             p.b_batch_strides[i] = u32_of("input 1", sb[i])?;
         }
+        // Specialisation by shape: below 9 rows (decode steps) a 64-row tile would mostly
+        // compute padding, so one workgroup covers one row and 256 columns instead.
+        let entry = if d.m <= SMALL_M_MAX {
+            p.tiles_m = p.m;
+            p.tiles_n = u32_of("output", d.n.div_ceil(256))?;
+            "matmul_small_m"
+        } else {
+            "matmul_tiled"
+        };
         let workgroups = p.batch as u64 * p.tiles_m as u64 * p.tiles_n as u64;
         let key = PipelineKey {
             family: Family::MatMul,
-            entry: "matmul_tiled",
+            entry,
             constant: None,
         };
         self.dispatch(pass, u, key, &p, &[ba, bb, bo], workgroups)?;
