@@ -1,6 +1,7 @@
 //! Run one op on the GPU with fresh buffers: the kernel tests' and `dynrt bench kernels`' way
 //! in (native only: it blocks on the device).
 
+pub use super::{from_device_bytes, to_device_bytes};
 use super::{Kernels, Operand, TensorRef, UniformArena};
 use crate::graph::Op;
 use crate::shape::{DType, Shape};
@@ -30,31 +31,6 @@ pub struct HostTensor {
     pub dtype: DType,
     /// Values, row-major.
     pub values: Vec<f32>,
-}
-
-/// Device bytes of f32-carried values: f32 bits, or the integer's bits for i32/u32.
-pub fn to_device_bytes(values: &[f32], dtype: DType) -> Vec<u8> {
-    let words: Vec<u32> = match dtype {
-        DType::I32 => values.iter().map(|&v| (v as i32) as u32).collect(),
-        DType::U32 => values.iter().map(|&v| v as u32).collect(),
-        _ => values.iter().map(|v| v.to_bits()).collect(),
-    };
-    bytemuck::cast_slice(&words).to_vec()
-}
-
-/// f32-carried values from device bytes (inverse of [`to_device_bytes`]).
-pub fn from_device_bytes(bytes: &[u8], dtype: DType) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| {
-            let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            match dtype {
-                DType::I32 => w as i32 as f32,
-                DType::U32 => w as f32,
-                _ => f32::from_bits(w),
-            }
-        })
-        .collect()
 }
 
 /// Runs `op` once: places every input and the output in one buffer (each at a multiple of
