@@ -260,6 +260,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for (size, g) in [256, 512, 1024].iter().zip(gflops) {
             println!("matmul {size}x{size}x{size}: {g:.1} GFLOP/s");
         }
+        // A decode step's projection (one token, GPT-2 small): the small-M kernel.
+        let (a, w) = (Shape::new(vec![1, 768]), Shape::new(vec![768, 2304]));
+        let out = Shape::new(vec![1, 2304]);
+        let secs = time_op(
+            &mut b,
+            &Op::MatMul { transpose_b: false },
+            &[a, w],
+            &out,
+            10,
+        )?;
+        println!(
+            "matmul 1x768 @ 768x2304 (decode step, small-M kernel): {:.1} GFLOP/s, {:.3} ms",
+            2.0 * 768.0 * 2304.0 / secs / 1e9,
+            secs * 1e3
+        );
         let st = b.kernels.stats();
         println!("pipelines: {} compiled, {} cache hits", st.misses, st.hits);
     }
