@@ -516,7 +516,10 @@ impl InferRequest {
         // The old buffer is dead (this node recomputes its output), so it is released first:
         // the pool may then hand its record to someone else, and peak memory stays lower.
         self.release_slot(k);
-        let pooled = self.options.pool && !matches!(c.role, Role::HostValue);
+        // Network inputs and host values are written by the host before the submit (their
+        // writes land before every command of it), so they must never share memory with a
+        // node that runs earlier in the same submit: they own their buffers.
+        let pooled = self.options.pool && !matches!(c.role, Role::HostValue | Role::Input { .. });
         let mut attempt = |size: u64| -> Result<(Mem, u64, Option<u64>), AllocError> {
             if pooled {
                 let req = PoolRequest {
