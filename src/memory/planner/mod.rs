@@ -112,7 +112,8 @@ pub struct PlanOptions {
     pub strategy: Strategy,
     /// Arena size the plan must fit in; `None` = as low as possible.
     pub capacity: Option<u64>,
-    /// Wall-clock budget for the search (heuristics always run to completion).
+    /// Wall-clock budget. The gmem planners and the first greedy order always complete (they
+    /// are fast); further greedy orders, the dives and the search stop at the deadline.
     pub time_limit: Duration,
     /// Every offset is a multiple of this (and of the buffer's own alignment); 1 = none.
     pub min_align_bytes: u64,
@@ -437,6 +438,10 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
                     optimal: bool,
                     best: &mut Option<(Vec<u64>, u64, Strategy, bool)>| {
         let h = height_of(&p, &offsets);
+        log::debug!(
+            "planner: {strategy} height {h} at {} ms",
+            start.elapsed().as_millis()
+        );
         if best
             .as_ref()
             .is_none_or(|b| h < b.1 || (h == b.1 && optimal && !b.3))
@@ -462,16 +467,26 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
             &mut best,
         );
     }
+    let searching = matches!(opts.strategy, Strategy::Best | Strategy::Search);
+    let at_lb =
+        |best: &Option<(Vec<u64>, u64, Strategy, bool)>| best.as_ref().is_some_and(|b| b.1 == lb);
+    if searching {
+        // The search's first dive is cheap and, on some large real models, already optimal.
+        if let Some(offsets) = search::first_dive(&p, deadline) {
+            consider(offsets, Strategy::Search, false, &mut best);
+        }
+    }
     if matches!(
         opts.strategy,
         Strategy::Best | Strategy::GreedySize | Strategy::Search
-    ) {
+    ) && !at_lb(&best)
+    {
         let (offsets, _) = greedy::best_of_orders(&p, deadline);
         consider(offsets, Strategy::GreedySize, false, &mut best);
     }
-    if matches!(opts.strategy, Strategy::Best | Strategy::Search) {
+    if searching && !at_lb(&best) {
         let incumbent = best.as_ref().map(|b| b.1).unwrap_or(u64::MAX);
-        if incumbent > lb && incumbent > opts.capacity.unwrap_or(0) {
+        if incumbent > opts.capacity.unwrap_or(0) {
             let out = search::minimise(&p, lb, incumbent, opts.capacity, deadline);
             if let Some(offsets) = out.offsets {
                 consider(offsets, Strategy::Search, out.proven_optimal, &mut best);

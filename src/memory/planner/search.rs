@@ -26,8 +26,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use web_time::Instant;
 
-/// Above this many buffers the full search is not attempted (the per-node work is linear).
-pub(crate) const MAX_SEARCH_BUFFERS: usize = 4000;
+/// Above this many buffers the full search is not attempted: the per-node work is linear in
+/// the buffers, and the recursion goes one level (about 300-600 bytes of stack) per placed
+/// buffer, so 2000 buffers stay near 1 MiB, well inside a 2 MiB test thread's stack.
+pub(crate) const MAX_SEARCH_BUFFERS: usize = 2000;
 
 const NONE: u64 = u64::MAX;
 
@@ -550,7 +552,7 @@ pub(crate) fn minimise(
         proven_optimal: false,
     };
     let mut best_h = incumbent;
-    if let Some(o) = best_dive(p, deadline) {
+    if let Some(o) = best_dive(p, 1, deadline) {
         let h = height_of(p, &o);
         if h < best_h {
             best_h = h;
@@ -603,15 +605,15 @@ pub(crate) fn minimise(
     out
 }
 
-/// Runs [`dive`] over the preorders until the deadline (the first always runs).
-fn best_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
+/// Runs [`dive`] over the preorders after the first `skip` until the deadline.
+fn best_dive(p: &Problem, skip: usize, deadline: Instant) -> Option<Vec<u64>> {
     let mut best: Option<(u64, Vec<u64>)> = None;
-    for (k, h) in HEURISTICS.iter().enumerate() {
-        if k > 0 && Instant::now() >= deadline {
+    for h in HEURISTICS.iter().skip(skip) {
+        let Some(o) = dive(p, h, deadline) else {
             break;
-        }
-        let o = dive(p, h);
+        };
         let height = height_of(p, &o);
+        log::debug!("dive {}: height {height}", String::from_utf8_lossy(h));
         if best.as_ref().is_none_or(|(bh, _)| height < *bh) {
             best = Some((height, o));
         }
@@ -619,11 +621,14 @@ fn best_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
     best.map(|b| b.1)
 }
 
-/// Max segment tree with range assignment of a larger value, over compressed time.
+/// Range-max segment tree over compressed time where updates only raise values ("chmax"),
+/// bottom-up without push-down: `tag[k]` applies to k's whole subtree, `max[k]` is the max of
+/// k's subtree including tags. A query takes the canonical nodes' maxima plus the tags of the
+/// ancestors of its two boundary leaves (every such ancestor covers part of the range).
 struct Skyline {
     n: usize,
     max: Vec<u64>,
-    lazy: Vec<u64>,
+    tag: Vec<u64>,
 }
 
 impl Skyline {
@@ -632,53 +637,66 @@ impl Skyline {
         Skyline {
             n,
             max: vec![0; 2 * n],
-            lazy: vec![0; 2 * n],
+            tag: vec![0; 2 * n],
         }
     }
 
+    /// Max over `[lo, hi)`, `lo < hi`.
     fn query(&self, lo: usize, hi: usize) -> u64 {
-        self.q(1, 0, self.n, lo, hi)
-    }
-
-    fn q(&self, k: usize, l: usize, r: usize, lo: usize, hi: usize) -> u64 {
-        if hi <= l || r <= lo {
-            return 0;
+        let mut best = 0;
+        let (mut l, mut r) = (lo + self.n, hi + self.n);
+        while l < r {
+            if l & 1 == 1 {
+                best = best.max(self.max[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                best = best.max(self.max[r]);
+            }
+            l /= 2;
+            r /= 2;
         }
-        if lo <= l && r <= hi {
-            return self.max[k];
+        let (mut a, mut b) = ((lo + self.n) / 2, (hi - 1 + self.n) / 2);
+        while a >= 1 {
+            best = best.max(self.tag[a]).max(self.tag[b]);
+            a /= 2;
+            b /= 2;
         }
-        let m = (l + r) / 2;
-        // A raise tag on this node covers the queried part of it too.
-        self.lazy[k].max(
-            self.q(2 * k, l, m, lo, hi)
-                .max(self.q(2 * k + 1, m, r, lo, hi)),
-        )
+        best
     }
 
     /// Raises every point of `[lo, hi)` to at least `v`.
     fn raise(&mut self, lo: usize, hi: usize, v: u64) {
-        self.u(1, 0, self.n, lo, hi, v)
-    }
-
-    fn u(&mut self, k: usize, l: usize, r: usize, lo: usize, hi: usize, v: u64) {
-        if hi <= l || r <= lo {
-            return;
+        let (mut l, mut r) = (lo + self.n, hi + self.n);
+        let (l0, r0) = (l, r - 1);
+        while l < r {
+            if l & 1 == 1 {
+                self.max[l] = self.max[l].max(v);
+                self.tag[l] = self.tag[l].max(v);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.max[r] = self.max[r].max(v);
+                self.tag[r] = self.tag[r].max(v);
+            }
+            l /= 2;
+            r /= 2;
         }
-        if lo <= l && r <= hi {
-            self.max[k] = self.max[k].max(v);
-            self.lazy[k] = self.lazy[k].max(v);
-            return;
+        let (mut a, mut b) = (l0 / 2, r0 / 2);
+        while a >= 1 {
+            self.max[a] = self.max[a].max(v);
+            self.max[b] = self.max[b].max(v);
+            a /= 2;
+            b /= 2;
         }
-        let m = (l + r) / 2;
-        self.u(2 * k, l, m, lo, hi, v);
-        self.u(2 * k + 1, m, r, lo, hi, v);
-        self.max[k] = self.max[k].max(self.max[2 * k].max(self.max[2 * k + 1]));
     }
 }
 
 /// The first path of the search without backtracking: repeatedly place the unplaced buffer
 /// with the lowest minimum offset (ties by the preorder `heuristic`) at that offset.
-pub(crate) fn dive(p: &Problem, heuristic: &[u8]) -> Vec<u64> {
+pub(crate) fn dive(p: &Problem, heuristic: &[u8], deadline: Instant) -> Option<Vec<u64>> {
     let n = p.len();
     let mut times: Vec<u64> = p.lower.iter().chain(p.upper.iter()).copied().collect();
     times.sort_unstable();
@@ -731,25 +749,43 @@ pub(crate) fn dive(p: &Problem, heuristic: &[u8]) -> Vec<u64> {
         rank[i] = r as u32;
     }
     let mut sky = Skyline::new(times.len());
-    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> =
-        (0..n).map(|i| Reverse((0, rank[i], i as u32))).collect();
+    // Keys packed as (offset, rank, buffer) in one u128: cheaper to compare than a tuple.
+    let pack = |off: u64, r: u32, i: usize| (off as u128) << 64 | (r as u128) << 32 | i as u128;
+    let mut heap: BinaryHeap<Reverse<u128>> =
+        (0..n).map(|i| Reverse(pack(0, rank[i], i))).collect();
     let mut offsets = vec![0u64; n];
-    while let Some(Reverse((key, r, i))) = heap.pop() {
-        let i = i as usize;
-        if p.size[i] == 0 {
-            offsets[i] = 0;
-            continue;
+    let mut pops: u64 = 0;
+    while let Some(mut top) = heap.peek_mut() {
+        pops += 1;
+        if pops % 4096 == 0 && Instant::now() >= deadline {
+            return None;
         }
-        let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
-        if off > key {
-            // Stale key: the skyline rose under this buffer since it was pushed.
-            heap.push(Reverse((off, r, i as u32)));
-            continue;
+        let Reverse(packed) = *top;
+        let (key, r, i) = (
+            (packed >> 64) as u64,
+            (packed >> 32) as u32,
+            packed as u32 as usize,
+        );
+        if p.size[i] > 0 {
+            let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
+            if off > key {
+                // Stale key: the skyline rose under this buffer since it was pushed. Updating
+                // the top in place sifts it down once instead of a pop and a push.
+                *top = Reverse(pack(off, r, i));
+                continue;
+            }
+            offsets[i] = off;
+            sky.raise(lo[i], hi[i], off + p.size[i]);
         }
-        offsets[i] = off;
-        sky.raise(lo[i], hi[i], off + p.size[i]);
+        std::collections::binary_heap::PeekMut::pop(top);
     }
-    offsets
+    log::debug!("dive: {pops} pops for {n} buffers");
+    Some(offsets)
+}
+
+/// The first preorder's dive (the one `minimise` skips), for `build` to run early.
+pub(crate) fn first_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
+    dive(p, HEURISTICS[0], deadline)
 }
 
 /// Sparse table for range maximum queries in O(1).

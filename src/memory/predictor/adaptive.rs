@@ -15,9 +15,9 @@
 //!   bytes. Steps above the per-dimension limit (prefill chunks) still get one step ahead,
 //!   which halves their reallocations for at most one step of over-reservation.
 //! - Otherwise the reference's percentage mode (`ratio`).
-//! - Separately, [`should_reclaim`]: a buffer whose last [`RECLAIM_ROWS`] needs all stayed
-//!   under `1 / RECLAIM_FACTOR` of it is mostly empty; [`super::Ledger`] shrinks such a buffer
-//!   when the request as a whole over-reserves.
+//! - Separately, [`super::ShapePredictor::should_reclaim`]: a buffer whose last
+//!   [`RECLAIM_ROWS`] needs all stayed under `1 / RECLAIM_FACTOR` of it is mostly empty;
+//!   [`super::Ledger`] shrinks such a buffer when the request as a whole over-reserves.
 //!
 //! `"0 0 0 1.0"` disables this policy too: `iterations = 0` removes the one-step minimum and
 //! `ratio = 1.0` leaves no fraction to grow into.

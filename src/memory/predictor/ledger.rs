@@ -5,8 +5,9 @@
 //! the per-id predictor cannot see. Under [`Policy::Adaptive`] it adds one rule, **reclaim
 //! under pressure**: when the request reserves more than [`PRESSURE`] of the way from its peak
 //! need to `ratio` times it (1.08x for the default ratio 1.1), a buffer that
-//! [`ShapePredictor::should_reclaim`] marks mostly empty is shrunk at its own turn (its
-//! contents are dead then, so the runtime may free it) to the size its history predicts.
+//! [`ShapePredictor::should_reclaim`] marks mostly empty is shrunk at its own turn to the size
+//! its history predicts (a reallocation like any other: a buffer updated in place, such as a
+//! KV cache, has its live bytes copied over by the runtime).
 //! Without pressure nothing is reclaimed, so a buffer that is large only now and then
 //! (attention scores at each prefill) is not reallocated twice per turn for nothing; with it,
 //! the request stays near `ratio` times its peak need instead of holding every buffer's
@@ -249,4 +250,65 @@ fn overflow(shape: &Shape, bits: u32) -> PredictorError {
         shape: format!("{shape} (request total)"),
         bits,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::predictor::PredictorOptions;
+
+    fn grow(policy: Policy, limits: MemoryLimits) -> (Ledger, Vec<Decision>) {
+        let mut predictor = ShapePredictor::new(policy, PredictorOptions::reference_defaults());
+        let mut ledger = Ledger::new();
+        let decisions = (1..=4)
+            .map(|t| {
+                ledger
+                    .realloc_if_needed(&mut predictor, "k", &Shape::new([t, 10]), 8, &limits)
+                    .unwrap()
+            })
+            .collect();
+        (ledger, decisions)
+    }
+
+    #[test]
+    fn reference_grows_to_the_prediction_and_keeps_totals() {
+        let (ledger, d) = grow(Policy::Reference, MemoryLimits::unlimited());
+        let sizes: Vec<u64> = d.iter().map(|d| d.reserved_bytes).collect();
+        // [3, 10] with step [1, 0]: [13, 10] = 130 bytes; [4, 10] then fits.
+        assert_eq!(sizes, vec![10, 20, 130, 130]);
+        assert_eq!(
+            d.iter().map(|d| d.reallocated).collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        assert_eq!(ledger.total_reserved_bytes(), 130);
+        assert_eq!(ledger.total_needed_bytes(), 40);
+        assert_eq!(ledger.peak_needed_bytes(), 40);
+        assert_eq!(ledger.reserved_bytes("k"), 130);
+        assert_eq!(ledger.reserved_bytes("other"), 0);
+    }
+
+    #[test]
+    fn memory_in_use_elsewhere_counts_against_the_budget() {
+        // At [3, 10]: 20 bytes held + 130 wanted + 850 elsewhere = 1000, not below 90% of 1100.
+        let limits = MemoryLimits {
+            max_buffer_bytes: u64::MAX,
+            budget_bytes: 1100,
+            other_in_use_bytes: 850,
+        };
+        let (_, d) = grow(Policy::Reference, limits);
+        assert!(d[2].predicted);
+        assert_eq!(d[2].reserved_bytes, 30);
+        let limits = MemoryLimits {
+            max_buffer_bytes: 129,
+            ..MemoryLimits::unlimited()
+        };
+        assert_eq!(grow(Policy::Reference, limits).1[2].reserved_bytes, 30);
+    }
+
+    #[test]
+    fn none_allocates_exactly() {
+        let (_, d) = grow(Policy::None, MemoryLimits::unlimited());
+        let sizes: Vec<u64> = d.iter().map(|d| d.reserved_bytes).collect();
+        assert_eq!(sizes, vec![10, 20, 30, 40]);
+    }
 }

@@ -17,7 +17,8 @@
 //! - [`Policy::None`] never predicts: allocate exactly what is needed.
 //!
 //! [`can_preallocate`] is the one place of the "is there room for it" rule; the gpu engine
-//! calls it with its own numbers. [`replay`] runs a shape trace through a policy (the
+//! calls it with its own numbers. [`Ledger`] sizes every buffer of a request
+//! (`realloc_if_needed`). [`replay()`] runs a shape trace through a policy (the
 //! `dynrt predict` command and the benchmarks use it).
 //!
 //! ```
@@ -459,14 +460,15 @@ impl ShapePredictor {
         })
     }
 
-    /// Whether the buffer of `id`, `allocated_bytes` large, should be shrunk to what is needed.
+    /// Whether the buffer of `id`, `allocated_bytes` large, is mostly empty and may be shrunk.
     ///
     /// Only [`Policy::Adaptive`] ever answers true: when the current need and each of the last
-    /// [`adaptive::RECLAIM_ROWS`] sizes recorded for `id` (the reference plugin's rule
-    /// "reclaim when required * 10 < allocated") are under a tenth of the buffer, so a buffer that
-    /// is only briefly small keeps its room. The caller frees the buffer and allocates
-    /// `needed_bytes` exactly; growth afterwards goes through
-    /// [`ShapePredictor::predict_preallocation_shape`] as usual.
+    /// [`adaptive::RECLAIM_ROWS`] sizes recorded for `id` are under a tenth of the buffer (the
+    /// reference plugin's rule "reclaim when required * 10 < allocated", held for several
+    /// iterations so a buffer that is only briefly small keeps its room). Record the current
+    /// shape first (`predict_preallocation_shape` with `can_reuse_buffer = true`).
+    /// [`Ledger::realloc_if_needed`] asks this only while the request over-reserves, and then
+    /// shrinks the buffer to [`ShapePredictor::predict_from_history`] (or the exact need).
     pub fn should_reclaim(&self, id: &str, needed_bytes: u64, allocated_bytes: u64) -> bool {
         if self.policy != Policy::Adaptive {
             return false;
