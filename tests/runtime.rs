@@ -367,3 +367,45 @@ fn preallocation_over_budget_falls_back_to_the_exact_size_and_an_impossible_requ
     let e = cpu.step(&[5], 30);
     assert!(max_err(&r[0].to_f32(), &e) <= TOL);
 }
+
+#[test]
+fn an_input_processed_late_never_shares_memory_with_an_earlier_node() {
+    // n1 (processed before x) and x have disjoint lifetimes and equal sizes: the pool could
+    // hand them one buffer, but x is written by the host before the submit and n1 during it.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    let engine = Engine::new(gpu);
+    let mut b = GraphBuilder::new();
+    let c = b.constant(
+        "c",
+        Shape::new(vec![64]),
+        (0..64).map(|i| i as f32 * 0.1).collect(),
+    );
+    let n1 = b.exp("n1", c);
+    let n2 = b.relu("n2", n1);
+    let x = b.input("x", &[Dim::sym("n")], DType::F32);
+    let y = b.add_("y", x, n2);
+    b.output(y);
+    let g = b.build().unwrap();
+    let xs: Vec<f32> = (0..64).map(|i| 1.0 - i as f32 * 0.03).collect();
+    let expected = reference::evaluate(&g, &[("x", Shape::new(vec![64]), xs.clone())]).unwrap();
+    // Planner off and inputs in usm_device (as on GL and the web): n1 and n2 come from the
+    // pool, where x could find n1's record.
+    let opts = NetworkOptions {
+        planner: false,
+        io_kind: Some(dynrt::memory::AllocKind::UsmDevice),
+        ..NetworkOptions::default()
+    };
+    let net = Network::compile(&engine, g, opts).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::None)).unwrap();
+    for _ in 0..3 {
+        let out = req
+            .infer_blocking(
+                &[("x", &HostTensor::f32(Shape::new(vec![64]), &xs))],
+                &["y"],
+            )
+            .unwrap();
+        assert!(max_err(&out[0].to_f32(), &expected[0].1) <= 1e-4);
+    }
+}

@@ -119,3 +119,31 @@ fn inputs_that_do_not_fit_the_graph_are_typed_errors_and_the_request_stays_usabl
         Err(RunError::UnknownOutput { .. })
     ));
 }
+
+#[test]
+fn shape_data_dependencies_are_resolved_on_the_host_each_time_shapes_change() {
+    // back = reshape_to(reshape(x, [-1]), shape_of(x)): the target shape is data computed from
+    // x's shape (the reference's shape-infer dependency); it must follow x every iteration.
+    let Some(gpu) = testing::gpu_or_skip("runtime_kv") else {
+        return;
+    };
+    let engine = Engine::new(gpu);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("rows"), Dim::Fixed(3)], DType::F32);
+    let flat = b.reshape("flat", x, &[-1]);
+    let s = b.shape_of("shape", x);
+    let back = b.reshape_to("back", flat, s);
+    b.output(back);
+    let net = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+    let before = req.stats().shape_updates_skipped;
+    for rows in [2u64, 5, 5, 1, 7] {
+        let v: Vec<f32> = (0..rows * 3).map(|i| i as f32 - 4.5).collect();
+        let t = HostTensor::f32(Shape::new(vec![rows, 3]), &v);
+        let out = req.infer_blocking(&[("x", &t)], &["back"]).unwrap();
+        assert_eq!(out[0].shape.dims(), &[rows, 3]);
+        assert_eq!(out[0].to_f32(), v);
+    }
+    // The repeated shape (5 then 5) skipped every node.
+    assert!(req.stats().shape_updates_skipped >= before + 4);
+}

@@ -1,6 +1,13 @@
 //! The decode demo as a library: a GPT-2 style decoder with seeded weights prefills a prompt
 //! and decodes greedily with a growing KV cache, checking its logits against the CPU reference.
 //!
+//! The graph is compiled twice from one upload of the weights ([`Network::specialize`]): a
+//! prefill network with `seq = prompt length, past = 0` (every shape static: the whole
+//! activation set is one planned arena) and a decode network with `seq = 1` (the projections
+//! and the MLP static and planned; attention, whose shapes grow with the cache, goes through
+//! the predictor and the pool). After the prefill the KV cache moves to the decode request
+//! without a copy and the prefill request, with its arena, is freed.
+//!
 //! [`Demo::step`] runs one iteration (step 0 is the prefill) and reports what happened, so the
 //! command line, the example and the browser page all drive the same loop:
 //!
@@ -21,9 +28,10 @@
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use super::report::{BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, TraceSample};
 use super::{
-    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, StateBinding,
+    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
 };
 use crate::gpu::Engine;
+use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
 use crate::memory::accounting::AllocOp;
 use crate::memory::predictor::Policy;
@@ -43,7 +51,7 @@ pub struct DemoConfig {
     pub steps: u32,
     /// Memory options of the request (policy, pool, poison).
     pub run: RunOptions,
-    /// Pack static outputs with the planner.
+    /// Pack static outputs with the planner (off: they come from the pool, largest first).
     pub planner: bool,
     /// Compare with the CPU reference every `check_every` steps (0: never; the reference
     /// still runs every step while checking is on, to keep its own KV cache).
@@ -88,7 +96,13 @@ pub struct Demo {
     engine: Engine,
     config: DemoConfig,
     graph: Graph,
-    request: InferRequest,
+    decode_net: Network,
+    /// The prefill request, until the prefill has run.
+    prefill: Option<InferRequest>,
+    /// The decode request, from the first decode step on.
+    decode: Option<InferRequest>,
+    /// Counters of the prefill request once it is gone.
+    prefill_stats: RunStats,
     prompt: Vec<u32>,
     generated: Vec<u32>,
     /// CPU reference KV cache per state (row-major values) and rows.
@@ -155,23 +169,34 @@ impl Demo {
         let weights = DecoderWeights::generate(&config.model);
         let dg = build_graph(&config.model, &weights)?;
         let graph = dg.graph.clone();
-        let network = Network::compile(
+        let states: Vec<StateBinding> = dg
+            .states
+            .iter()
+            .map(|(p, q)| StateBinding {
+                past: p.clone(),
+                present: q.clone(),
+            })
+            .collect();
+        let fixed = |pairs: &[(&str, u64)]| -> Bindings {
+            pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+        };
+        let decode_net = Network::compile(
             engine,
             dg.graph,
             NetworkOptions {
                 planner: config.planner,
-                states: dg
-                    .states
-                    .iter()
-                    .map(|(p, q)| StateBinding {
-                        past: p.clone(),
-                        present: q.clone(),
-                    })
-                    .collect(),
+                fixed: fixed(&[("seq", 1)]),
+                states: states.clone(),
                 ..NetworkOptions::default()
             },
         )?;
-        let request = InferRequest::new(&network, config.run)?;
+        let prefill_net = decode_net.specialize(NetworkOptions {
+            planner: config.planner,
+            fixed: fixed(&[("seq", config.prompt_len as u64), ("past", 0)]),
+            states,
+            ..NetworkOptions::default()
+        })?;
+        let prefill = InferRequest::new(&prefill_net, config.run)?;
         Ok(Demo {
             engine: engine.clone(),
             prompt: prompt_tokens(config.model.seed, config.prompt_len, config.model.vocab),
@@ -179,7 +204,10 @@ impl Demo {
             state_labels: dg.states,
             config,
             graph,
-            request,
+            decode_net,
+            prefill: Some(prefill),
+            decode: None,
+            prefill_stats: RunStats::default(),
             generated: Vec::new(),
             trace: MemoryTrace::default(),
             max_abs_err: 0.0,
@@ -188,6 +216,16 @@ impl Demo {
             last_allocs: 0,
             step: 0,
         })
+    }
+
+    /// Counters of the requests so far (prefill and decode together).
+    pub fn stats(&self) -> RunStats {
+        let live = self
+            .prefill
+            .iter()
+            .chain(self.decode.iter())
+            .fold(RunStats::default(), |acc, r| acc.merged(&r.stats()));
+        live.merged(&self.prefill_stats)
     }
 
     /// Whether every token has been generated.
@@ -208,11 +246,6 @@ impl Demo {
     /// Tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
         &self.generated
-    }
-
-    /// The request (its counters, its options).
-    pub fn request(&self) -> &InferRequest {
-        &self.request
     }
 
     /// The memory trace so far, one sample per step.
@@ -245,8 +278,25 @@ impl Demo {
         let tok_t = HostTensor::i32(Shape::new(vec![seq]), &tok_i);
         let pos_t = HostTensor::i32(Shape::new(vec![seq]), &pos_i);
         let t0 = Instant::now();
-        let out = self
-            .request
+        if step > 0 && self.decode.is_none() {
+            // The cache moves from the prefill request; its arena is freed with it.
+            let mut decode = InferRequest::new(&self.decode_net, self.config.run)?;
+            if let Some(mut prefill) = self.prefill.take() {
+                decode.put_states(prefill.take_states())?;
+                self.prefill_stats = prefill.stats();
+            }
+            self.decode = Some(decode);
+        }
+        let request = match (self.decode.as_mut(), self.prefill.as_mut()) {
+            (Some(r), _) | (None, Some(r)) => r,
+            (None, None) => {
+                return Err(RunError::BadInput {
+                    input: "demo".into(),
+                    reason: "no request".into(),
+                })
+            }
+        };
+        let out = request
             .infer(
                 &[(labels::TOKENS, &tok_t), (labels::POSITIONS, &pos_t)],
                 &[labels::LOGITS],
@@ -303,7 +353,7 @@ impl Demo {
         for k in AllocKind::ALL {
             bytes_in_use[k.index()] = stats.current_bytes(k);
         }
-        let allocs = self.request.stats().allocations;
+        let allocs = self.stats().allocations;
         let reallocations = allocs.saturating_sub(self.last_allocs) as u32;
         self.last_allocs = allocs;
         self.trace.samples.push(TraceSample {
@@ -367,8 +417,8 @@ impl Demo {
         for k in AllocKind::ALL {
             peak[k.index()] = stats.peak_bytes(k);
         }
-        let (hits, misses) = self.request.network().pipeline_cache_counts();
-        let rs = self.request.stats();
+        let (hits, misses) = self.decode_net.pipeline_cache_counts();
+        let rs = self.stats();
         let decode_steps = self.step.saturating_sub(1);
         let ms_per_step = if decode_steps > 0 {
             self.decode_millis / decode_steps as f64

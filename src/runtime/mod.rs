@@ -85,4 +85,4 @@ mod request;
 
 pub use error::RunError;
 pub use network::{Network, NetworkOptions, StateBinding};
-pub use request::{HostTensor, InferRequest, RunOptions, RunStats};
+pub use request::{HostTensor, InferRequest, KvStates, RunOptions, RunStats};

@@ -2,7 +2,9 @@
 //!
 //! Token embedding plus learned positions, `layers` pre-LayerNorm blocks (causal
 //! self-attention over a growing KV cache, then a tanh-GELU MLP with 4x width), a final
-//! LayerNorm and an LM head tied to the token embedding. Weights come from
+//! LayerNorm and a separate LM head (a head tied to the token embedding makes greedy decoding
+//! of random weights echo its input token forever: the residual stream is dominated by that
+//! token's embedding). Weights come from
 //! [`SplitMix64`](crate::rng::SplitMix64) seeded with `seed`, so native and browser runs
 //! produce the same numbers.
 //!
@@ -167,8 +169,10 @@ pub struct BlockWeights {
 /// All weights of the decoder.
 #[derive(Debug, Clone)]
 pub struct DecoderWeights {
-    /// Token embedding `[vocab, dim]`, also the (tied) LM head.
+    /// Token embedding `[vocab, dim]`.
     pub wte: Vec<f32>,
+    /// LM head `[vocab, dim]` (logits = x @ lm_head^T).
+    pub lm_head: Vec<f32>,
     /// Learned positions `[max_positions, dim]`.
     pub wpe: Vec<f32>,
     /// One entry per block.
@@ -238,8 +242,12 @@ impl DecoderWeights {
         }
         let lnf_gamma = uniform(d, 0.1).into_iter().map(|v| 1.0 + v).collect();
         let lnf_beta = uniform(d, 0.1);
+        // Unit-variance LayerNorm output times this scale gives logits with a spread of a few
+        // units: clear argmax winners, so GPU and CPU pick the same token.
+        let lm_head = uniform(config.vocab as usize * d, 3.0 * proj);
         DecoderWeights {
             wte,
+            lm_head,
             wpe,
             blocks,
             lnf_gamma,
@@ -398,8 +406,12 @@ pub fn build_graph(
     let gf = b.constant("lnf.gamma", Shape::new(vec![d]), weights.lnf_gamma.clone());
     let bf = b.constant("lnf.beta", Shape::new(vec![d]), weights.lnf_beta.clone());
     let xf = b.layer_norm("lnf", x, gf, bf, 1e-5);
-    // Tied LM head: logits = x @ wte^T.
-    let logits = b.matmul(labels::LOGITS, xf, wte, true);
+    let head = b.constant(
+        "lm_head",
+        Shape::new(vec![config.vocab as u64, d]),
+        weights.lm_head.clone(),
+    );
+    let logits = b.matmul(labels::LOGITS, xf, head, true);
     b.output(logits);
     for pnode in presents {
         b.output(pnode);

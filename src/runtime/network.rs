@@ -103,14 +103,16 @@ pub(crate) struct Inner {
     pub nodes: Vec<CNode>,
     /// Processing position of each node id.
     pub pos_of: Vec<usize>,
-    /// Device copies of the constants, by node id (shared by every request).
-    pub constants: Vec<Option<Buffer>>,
+    /// Device copies of the constants, by node id (shared by every request, and by the
+    /// networks specialised from this one).
+    pub constants: Arc<Vec<Option<Buffer>>>,
     pub states: Vec<CState>,
     /// Bytes of the static arena (0 when nothing is planned).
     pub arena_bytes: u64,
     pub io_kind: AllocKind,
-    /// The pipeline cache, shared by the requests (recording a dispatch may compile one).
-    pub kernels: Mutex<Kernels>,
+    /// The pipeline cache, shared by the requests and the specialised networks (recording a
+    /// dispatch may compile one).
+    pub kernels: Arc<Mutex<Kernels>>,
     /// Symbols fixed at compile time.
     pub fixed: Bindings,
 }
@@ -144,6 +146,9 @@ impl std::fmt::Debug for Network {
     }
 }
 
+/// What specialised networks share: device constants and the pipeline cache.
+type Shared = (Arc<Vec<Option<Buffer>>>, Arc<Mutex<Kernels>>);
+
 static NEXT_NETWORK: AtomicU32 = AtomicU32::new(0);
 
 /// Bytes of `shape` with `dtype` elements, rounded up to wgpu's 4-byte copy alignment.
@@ -175,6 +180,37 @@ impl Network {
         engine: &Engine,
         graph: Graph,
         options: NetworkOptions,
+    ) -> Result<Network, RunError> {
+        Self::compile_inner(engine, graph, options, None)
+    }
+
+    /// The same graph compiled again with other options (typically other fixed symbols: a
+    /// prefill network with `seq = P, past = 0` beside a decode network with `seq = 1`),
+    /// sharing this network's device constants and pipeline cache: nothing is uploaded twice.
+    /// A request's KV cache moves between such siblings with
+    /// [`InferRequest::take_states`](super::InferRequest::take_states) and
+    /// [`InferRequest::put_states`](super::InferRequest::put_states).
+    ///
+    /// # Errors
+    /// As [`Network::compile`].
+    pub fn specialize(&self, options: NetworkOptions) -> Result<Network, RunError> {
+        let shared = (
+            Arc::clone(&self.inner.constants),
+            Arc::clone(&self.inner.kernels),
+        );
+        Self::compile_inner(
+            &self.inner.engine,
+            self.inner.graph.clone(),
+            options,
+            Some(shared),
+        )
+    }
+
+    fn compile_inner(
+        engine: &Engine,
+        graph: Graph,
+        options: NetworkOptions,
+        shared: Option<Shared>,
     ) -> Result<Network, RunError> {
         let n = graph.len();
         let order: Vec<NodeId> = graph.order().to_vec();
@@ -361,8 +397,13 @@ impl Network {
             }
         }
 
-        let constants = upload_constants(engine, &graph, &nodes)?;
-        let kernels = Mutex::new(Kernels::new(gpu.device()));
+        let (constants, kernels) = match shared {
+            Some(shared) => shared,
+            None => (
+                Arc::new(upload_constants(engine, &graph, &nodes)?),
+                Arc::new(Mutex::new(Kernels::new(gpu.device()))),
+            ),
+        };
         Ok(Network {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
@@ -412,7 +453,8 @@ impl Network {
             .count()
     }
 
-    /// Pipeline cache counters `(hits, misses)` of this network (shared by its requests).
+    /// Pipeline cache counters `(hits, misses)` of this network (shared by its requests and
+    /// its specialisations).
     pub fn pipeline_cache_counts(&self) -> (u64, u64) {
         let s = self.inner.kernels().stats();
         (s.hits, s.misses)

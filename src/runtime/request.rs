@@ -105,6 +105,30 @@ pub struct RunStats {
     pub poison_fills: u64,
 }
 
+impl RunStats {
+    /// Field-wise sum (counters of several requests of one run, e.g. prefill then decode).
+    pub fn merged(&self, o: &RunStats) -> RunStats {
+        RunStats {
+            iterations: self.iterations + o.iterations,
+            shape_updates: self.shape_updates + o.shape_updates,
+            shape_updates_skipped: self.shape_updates_skipped + o.shape_updates_skipped,
+            allocations: self.allocations + o.allocations,
+            reallocations: self.reallocations + o.reallocations,
+            bytes_allocated_total: self.bytes_allocated_total + o.bytes_allocated_total,
+            reuses: self.reuses + o.reuses,
+            preallocations: self.preallocations + o.preallocations,
+            preallocation_fallbacks: self.preallocation_fallbacks + o.preallocation_fallbacks,
+            preallocations_refused: self.preallocations_refused + o.preallocations_refused,
+            reclaims: self.reclaims + o.reclaims,
+            state_growths: self.state_growths + o.state_growths,
+            dispatches: self.dispatches + o.dispatches,
+            copies: self.copies + o.copies,
+            submits: self.submits + o.submits,
+            poison_fills: self.poison_fills + o.poison_fills,
+        }
+    }
+}
+
 /// A tensor on the host: shape, element type, little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostTensor {
@@ -143,6 +167,29 @@ impl HostTensor {
             DType::U32 => words.map(|w| u32::from_le_bytes(w) as f32).collect(),
             _ => words.map(f32::from_le_bytes).collect(),
         }
+    }
+}
+
+/// One KV-cache tensor moving between requests: its buffer and the rows it holds.
+#[derive(Debug)]
+struct KvState {
+    buffer: Option<Buffer>,
+    valid_bytes: u64,
+    shape: Shape,
+}
+
+/// The KV cache of a request, taken out with [`InferRequest::take_states`] and given to a
+/// request of a sibling network with [`InferRequest::put_states`]. Dropping it frees the
+/// buffers.
+#[derive(Debug)]
+pub struct KvStates {
+    states: Vec<KvState>,
+}
+
+impl KvStates {
+    /// Shape of each state (rows held along axis 0).
+    pub fn shapes(&self) -> Vec<Shape> {
+        self.states.iter().map(|s| s.shape.clone()).collect()
     }
 }
 
@@ -354,6 +401,71 @@ impl InferRequest {
         self.states.iter().map(|s| s.shape.clone()).collect()
     }
 
+    /// Takes the KV cache out of this request (which then starts a new sequence) to continue
+    /// it on a request of a network specialised from the same graph
+    /// ([`Network::specialize`]): no copy, the buffers move.
+    pub fn take_states(&mut self) -> KvStates {
+        let states = self
+            .states
+            .iter_mut()
+            .map(|s| KvState {
+                buffer: s.buffer.take(),
+                valid_bytes: std::mem::take(&mut s.valid_bytes),
+                shape: {
+                    let shape = s.shape.clone();
+                    if let Some(d) = s.shape.0.first_mut() {
+                        *d = 0;
+                    }
+                    s.next_shape = s.shape.clone();
+                    shape
+                },
+            })
+            .collect();
+        KvStates { states }
+    }
+
+    /// Continues the sequence held in `states` (from [`InferRequest::take_states`]).
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] when the number of states or their row shapes differ; the
+    /// request is unchanged then.
+    pub fn put_states(&mut self, states: KvStates) -> Result<(), RunError> {
+        let inner = &self.net.inner;
+        let bad = |i: usize, reason: String| {
+            let s = &inner.states[i.min(inner.states.len().saturating_sub(1))];
+            RunError::BadState {
+                past: inner.graph.node(s.past).label.clone(),
+                present: inner.graph.node(s.present).label.clone(),
+                reason,
+            }
+        };
+        if states.states.len() != self.states.len() || self.states.is_empty() {
+            return Err(bad(
+                0,
+                format!(
+                    "{} states given, the network has {}",
+                    states.states.len(),
+                    self.states.len()
+                ),
+            ));
+        }
+        for (i, (given, mine)) in states.states.iter().zip(&self.states).enumerate() {
+            if given.shape.dims().get(1..) != mine.shape.dims().get(1..) {
+                return Err(bad(
+                    i,
+                    format!("rows of shape {} do not fit {}", given.shape, mine.shape),
+                ));
+            }
+        }
+        for (given, mine) in states.states.into_iter().zip(&mut self.states) {
+            mine.buffer = given.buffer;
+            mine.valid_bytes = given.valid_bytes;
+            mine.shape = given.shape;
+            mine.next_shape = mine.shape.clone();
+        }
+        Ok(())
+    }
+
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         for s in &mut self.states {
@@ -404,7 +516,10 @@ impl InferRequest {
         // The old buffer is dead (this node recomputes its output), so it is released first:
         // the pool may then hand its record to someone else, and peak memory stays lower.
         self.release_slot(k);
-        let pooled = self.options.pool && !matches!(c.role, Role::HostValue);
+        // Network inputs and host values are written by the host before the submit (their
+        // writes land before every command of it), so they must never share memory with a
+        // node that runs earlier in the same submit: they own their buffers.
+        let pooled = self.options.pool && !matches!(c.role, Role::HostValue | Role::Input { .. });
         let mut attempt = |size: u64| -> Result<(Mem, u64, Option<u64>), AllocError> {
             if pooled {
                 let req = PoolRequest {
@@ -693,17 +808,25 @@ impl InferRequest {
             let c = &inner.nodes[k];
             let id = c.id;
             let node = graph.node(id);
-            let in_shapes: Vec<Shape> = match &node.op {
-                Op::Input { .. } => vec![graph.input_shape(id, &bindings)?],
-                _ => node
-                    .inputs
-                    .iter()
-                    .map(|i| self.shapes[i.index()].clone())
-                    .collect(),
-            };
             // update_shape: skip when no input shape changed (data-dependent values such as
-            // ShapeOf results are functions of shapes, so they cannot change either).
-            let changed = self.slots[k].in_shapes.as_ref() != Some(&in_shapes);
+            // ShapeOf results are functions of shapes, so they cannot change either). Compared
+            // in place: this runs for every node of every iteration.
+            let input_shape = match &node.op {
+                Op::Input { .. } => Some(graph.input_shape(id, &bindings)?),
+                _ => None,
+            };
+            let changed = match (&self.slots[k].in_shapes, &input_shape) {
+                (None, _) => true,
+                (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
+                (Some(prev), None) => {
+                    prev.len() != node.inputs.len()
+                        || node
+                            .inputs
+                            .iter()
+                            .zip(prev)
+                            .any(|(i, p)| &self.shapes[i.index()] != p)
+                }
+            };
             if !changed {
                 self.stats.shape_updates_skipped += 1;
                 if c.role == Role::HostValue && self.options.poison {
@@ -711,6 +834,14 @@ impl InferRequest {
                 }
                 continue;
             }
+            let in_shapes: Vec<Shape> = match input_shape {
+                Some(s) => vec![s],
+                None => node
+                    .inputs
+                    .iter()
+                    .map(|i| self.shapes[i.index()].clone())
+                    .collect(),
+            };
             self.stats.shape_updates += 1;
             let (shape, value) = graph.infer_node(id, &bindings, &self.shapes, &self.values)?;
             // update_impl happens when the dispatch is recorded (module docs).
