@@ -776,12 +776,13 @@ impl Engine {
     /// `size_bytes` exceeds the largest buffer; otherwise true iff device bytes in use plus
     /// `size_bytes` stay below 90% of the budget.
     pub fn can_preallocate(&self, size_bytes: u64) -> bool {
-        if size_bytes > self.max_buffer_size() {
-            return false;
-        }
-        let in_use = self.device_bytes_in_use() as u128;
-        // Integer form of `in_use + size < 0.9 * budget`.
-        (in_use + size_bytes as u128) * 10 < self.inner.budget_bytes as u128 * 9
+        // One rule, kept with the predictor (reference/openvino-gpu-memory-preallocation.md).
+        crate::memory::predictor::can_preallocate(
+            size_bytes,
+            self.max_buffer_size(),
+            self.device_bytes_in_use(),
+            self.inner.budget_bytes,
+        )
     }
 
     /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
