@@ -9,6 +9,13 @@
 //                 2-D grid (linear index wid.x + wid.y * num_workgroups.x) so that batch x tiles
 //                 may exceed max_compute_workgroups_per_dimension.
 //
+//   matmul_small_m  for M <= 8 (decode: one new token per step), where a 64-row tile would
+//                 waste most of its work: a workgroup of 64 invocations covers one output row
+//                 and 256 columns, each invocation 4 adjacent columns, reading A's row (the
+//                 same word in every invocation) and B straight from memory. Output tiles are
+//                 (batch, row, 256-column block), linearised like matmul_tiled with
+//                 tiles_m = M and tiles_n = ceil(N / 256).
+//
 // A and B are addressed through strides, so a transposed right side (`transpose_b`) is just
 // b_stride_k = 1, b_stride_n = K, and broadcast batch dimensions have batch stride 0. One
 // pipeline serves every shape; no specialisation.
@@ -160,6 +167,53 @@ fn matmul_tiled(
             if gn < p.n {
                 dst[out_base + gm * p.n + gn] = v[j];
             }
+        }
+    }
+}
+
+@compute @workgroup_size(64, 1, 1)
+fn matmul_small_m(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    let tiles = p.tiles_m * p.tiles_n;
+    let bi = g / tiles;
+    if bi >= p.batch {
+        return;
+    }
+    let t = g % tiles;
+    let row = t / p.tiles_n;
+    let col0 = (t % p.tiles_n) * 256u + lidx * 4u;
+    if col0 >= p.n {
+        return;
+    }
+    var a_base = p.a_offset;
+    var b_base = p.b_offset;
+    var rem = bi;
+    for (var j = 0u; j < p.batch_rank; j++) {
+        let d = p.batch_rank - 1u - j;
+        let ext = p.batch_shape[d];
+        let idx = rem % ext;
+        rem = rem / ext;
+        a_base += idx * p.a_batch_strides[d];
+        b_base += idx * p.b_batch_strides[d];
+    }
+    // Columns past N are clamped on load (and not stored), keeping the loop free of branches.
+    let c = min(vec4<u32>(col0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    let cb = vec4<u32>(b_base) + c * p.b_stride_n;
+    let ra = a_base + row * p.a_stride_m;
+    var acc = vec4<f32>(0.0);
+    for (var kk = 0u; kk < p.k; kk++) {
+        let kb = kk * p.b_stride_k;
+        let bv = vec4<f32>(b[cb.x + kb], b[cb.y + kb], b[cb.z + kb], b[cb.w + kb]);
+        acc += a[ra + kk * p.a_stride_k] * bv;
+    }
+    let out_base = p.out_offset + bi * p.m * p.n + row * p.n;
+    for (var j = 0u; j < 4u; j++) {
+        if col0 + j < p.n {
+            dst[out_base + col0 + j] = acc[j];
         }
     }
 }

@@ -142,4 +142,29 @@ fn environment_selects_budget_backend_and_adapter() {
             ..
         }
     ));
+
+    // Raw wgpu misuse outside the engine's scopes is logged and recorded, never a panic.
+    let g = Gpu::new_blocking(GpuOptions::default()).unwrap();
+    let engine = Engine::new(g.clone());
+    let b = engine
+        .allocate(&BufferDesc {
+            label: "raw",
+            size_bytes: 64,
+            kind: AllocKind::UsmDevice,
+        })
+        .unwrap();
+    assert!(g.uncaptured_errors().is_empty());
+    let mut enc = g.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(b.raw(), 0, b.raw(), 32, 32); // same buffer: invalid in WebGPU
+    g.queue().submit([enc.finish()]);
+    g.poll_wait();
+    let logged = g.uncaptured_errors();
+    assert!(
+        !logged.is_empty() && logged[0].contains("same buffer"),
+        "{logged:?}"
+    );
+    // The engine's own path reports the same mistake as a typed error instead.
+    let e = engine.copy(&b, 0, &b, 32, 32).unwrap_err();
+    assert!(matches!(e, AllocError::SameBufferCopy { .. }));
+    assert_eq!(g.uncaptured_errors().len(), logged.len());
 }

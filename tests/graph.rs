@@ -86,6 +86,9 @@ fn processing_order_puts_inputs_first() {
     let (inputs, is_output) = g.dag_in_order();
     assert_eq!(inputs, vec![vec![], vec![NodeId(0)], vec![NodeId(1)]]);
     assert_eq!(is_output, vec![false, false, true]);
+    let dg = g.dep_graph();
+    assert_eq!(dg.inputs, inputs);
+    assert_eq!(dg.is_output, is_output);
 }
 
 #[test]

@@ -287,6 +287,11 @@ fn matmul_batched_broadcast_transposed() {
         run(&mut k, &mut rng, &[2, 3], &[3], 7, 33, 9, true); // broadcast batch, transposed B
         run(&mut k, &mut rng, &[4, 1], &[1, 5], 1, 64, 100, false); // decode-like M = 1
         run(&mut k, &mut rng, &[1], &[], 200, 100, 150, true);
+        // Small M (decode): the small-M kernel, including N not a multiple of 4 or 256.
+        run(&mut k, &mut rng, &[], &[], 1, 96, 300, false);
+        run(&mut k, &mut rng, &[2, 2], &[2, 1], 8, 17, 257, true);
+        run(&mut k, &mut rng, &[3], &[], 5, 1, 3, false);
+        run(&mut k, &mut rng, &[], &[], 9, 40, 70, false); // first size on the tiled kernel
         for i in 0..8 {
             let ba = rand_shape(&mut rng, 2, 3);
             let bb = broadcast_partner(&mut rng, &ba);

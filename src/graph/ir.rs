@@ -355,6 +355,13 @@ impl Graph {
         (inputs, is_output)
     }
 
+    /// [`Graph::dag_in_order`] as the planner's [`super::deps::DepGraph`] (positions in
+    /// processing order: map back with `order()[k]`).
+    pub fn dep_graph(&self) -> super::deps::DepGraph {
+        let (inputs, is_output) = self.dag_in_order();
+        super::deps::DepGraph { inputs, is_output }
+    }
+
     /// Binds the symbols from concrete input shapes, checking them against the declarations
     /// (fixed dimensions equal, one value per symbol across all inputs).
     ///

@@ -46,6 +46,31 @@ pub const MOVEMENT_WGSL: &str = include_str!("../../../shaders/movement.wgsl");
 /// `shaders/mask.wgsl`.
 pub const MASK_WGSL: &str = include_str!("../../../shaders/mask.wgsl");
 
+/// Device bytes of f32-carried values: f32 bits, or the integer's bits for i32/u32.
+pub fn to_device_bytes(values: &[f32], dtype: DType) -> Vec<u8> {
+    let words: Vec<u32> = match dtype {
+        DType::I32 => values.iter().map(|&v| (v as i32) as u32).collect(),
+        DType::U32 => values.iter().map(|&v| v as u32).collect(),
+        _ => values.iter().map(|v| v.to_bits()).collect(),
+    };
+    bytemuck::cast_slice(&words).to_vec()
+}
+
+/// f32-carried values from device bytes (inverse of [`to_device_bytes`]).
+pub fn from_device_bytes(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| {
+            let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            match dtype {
+                DType::I32 => w as i32 as f32,
+                DType::U32 => w as f32,
+                _ => f32::from_bits(w),
+            }
+        })
+        .collect()
+}
+
 /// A kernel family: one WGSL file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -303,6 +328,9 @@ fn check_rank(s: &Shape) -> Result<(), KernelError> {
     }
     Ok(())
 }
+
+/// Largest M for which [`Kernels`] uses `matmul_small_m` instead of the tiled kernel.
+pub const SMALL_M_MAX: u64 = 8;
 
 const INPUT_NAMES: [&str; 4] = ["input 0", "input 1", "input 2", "input 3+"];
 
@@ -837,10 +865,19 @@ impl Kernels {
             p.a_batch_strides[i] = u32_of("input 0", sa[i])?;
             p.b_batch_strides[i] = u32_of("input 1", sb[i])?;
         }
+        // Specialisation by shape: below 9 rows (decode steps) a 64-row tile would mostly
+        // compute padding, so one workgroup covers one row and 256 columns instead.
+        let entry = if d.m <= SMALL_M_MAX {
+            p.tiles_m = p.m;
+            p.tiles_n = u32_of("output", d.n.div_ceil(256))?;
+            "matmul_small_m"
+        } else {
+            "matmul_tiled"
+        };
         let workgroups = p.batch as u64 * p.tiles_m as u64 * p.tiles_n as u64;
         let key = PipelineKey {
             family: Family::MatMul,
-            entry: "matmul_tiled",
+            entry,
             constant: None,
         };
         self.dispatch(pass, u, key, &p, &[ba, bb, bo], workgroups)?;
