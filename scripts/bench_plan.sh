@@ -14,7 +14,8 @@ for d in ../shared/benchmarks/planner ../../shared/benchmarks/planner; do
     if [[ -z "$bench_dir" && -d "$d" ]]; then bench_dir="$d"; fi
 done
 if [[ -z "$bench_dir" ]]; then echo "no benchmarks/planner folder found (set DYNRT_PLANNER_BENCH)" >&2; exit 1; fi
-cargo build --release --quiet
+# DYNRT_BIN names a prebuilt binary (skips the build).
+if [[ -z "${DYNRT_BIN:-}" ]]; then cargo build --release --quiet; fi
 bin="${DYNRT_BIN:-${CARGO_TARGET_DIR:-target}/release/dynrt}"
 echo "| instance | buffers | lower bound | gmem-fit-first | gmem-op-size | greedy-size | search | best |"
 echo "|---|---|---|---|---|---|---|---|"
