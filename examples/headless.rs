@@ -64,7 +64,8 @@ fn main() -> anyhow::Result<()> {
             size_bytes: bytes,
             kind: AllocKind::UsmShared,
         })?;
-        engine.write(&s, 0, &pattern)?;
+        // Direct mapping: no staging buffer for usm_shared.
+        pollster::block_on(engine.write_mapped(&s, 0, &pattern))?;
         kinds_checked.push(("usm_shared", engine.read_blocking(&s, 0, 256)?));
         Some(s)
     } else {

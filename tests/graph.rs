@@ -86,6 +86,9 @@ fn processing_order_puts_inputs_first() {
     let (inputs, is_output) = g.dag_in_order();
     assert_eq!(inputs, vec![vec![], vec![NodeId(0)], vec![NodeId(1)]]);
     assert_eq!(is_output, vec![false, false, true]);
+    let dg = g.dep_graph();
+    assert_eq!(dg.inputs, inputs);
+    assert_eq!(dg.is_output, is_output);
 }
 
 #[test]
@@ -301,6 +304,7 @@ fn shape_of_feeds_reshape_through_host_values() {
             && !g.is_shape_only(y)
             && !g.is_shape_only(x)
     );
+    assert!(g.is_shape_only(seq) && g.is_shape_only(heads));
     let r = g.infer_shapes(&bind(&[("seq", 5)])).unwrap();
     assert_eq!(r.shapes[y.index()], s(&[5, 2, 4]));
     assert_eq!(r.values[target.index()], Some(vec![5, 2, 4]));
@@ -322,6 +326,25 @@ fn shape_of_feeds_reshape_through_host_values() {
         e.to_string().contains("values of input 1 are needed"),
         "{e}"
     );
+}
+
+#[test]
+fn integer_tensors_read_by_dispatched_nodes_are_not_shape_only() {
+    // Constant ids feed a gather whose result only reaches a shape_of: the gather is f32, so it
+    // is still dispatched, and the ids it reads must stay on the device.
+    let mut b = GraphBuilder::new();
+    let table = b.constant("table", s(&[4, 2]), vec![0.0; 8]);
+    let ids = b.constant_i32("ids", s(&[3]), &[0, 1, 2]);
+    let rows = b.gather("rows", table, ids);
+    let shp = b.shape_of("shape", rows);
+    let x = b.input("x", &[Dim::Fixed(6)], DType::F32);
+    let y = b.reshape_to("y", x, shp);
+    b.output(y);
+    let g = b.build().unwrap();
+    assert!(g.is_shape_only(shp));
+    assert!(!g.is_shape_only(rows) && !g.is_shape_only(ids));
+    let r = g.infer_shapes(&Bindings::new()).unwrap();
+    assert_eq!(r.shapes[y.index()], s(&[3, 2]));
 }
 
 #[test]

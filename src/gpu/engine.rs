@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const COPY_ALIGN_BYTES: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
 /// wgpu's map alignment: a mapped range starts at a multiple of 8 bytes.
 const MAP_ALIGN_BYTES: u64 = wgpu::MAP_ALIGNMENT;
+/// Largest staging buffer [`Engine::write`] creates (a multiple of the copy alignment).
+pub const UPLOAD_CHUNK_BYTES: u64 = 32 << 20;
 
 /// What to allocate: a label (shown in graphics debuggers and errors), a size and a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +120,20 @@ pub enum AllocError {
         /// The buffer's size.
         size_bytes: u64,
     },
+    /// One binding larger than the device's `max_storage_buffer_binding_size`.
+    #[error("a binding of {size_bytes} bytes exceeds the device's max storage binding size of {max_bytes} bytes: split the dispatch")]
+    BindingTooLarge {
+        /// Size of the binding asked for.
+        size_bytes: u64,
+        /// The device limit.
+        max_bytes: u64,
+    },
+    /// A copy from a buffer into itself (WebGPU forbids it, even for disjoint ranges).
+    #[error("copy from `{label}` into itself: WebGPU forbids copies within one buffer; go through a second buffer")]
+    SameBufferCopy {
+        /// The buffer's label.
+        label: String,
+    },
     /// Mapping failed (device lost, or the buffer was already mapped).
     #[error("buffer mapping failed: {0}")]
     Map(String),
@@ -212,6 +228,48 @@ impl Buffer {
         } else {
             Err(AllocError::NotBindable { kind: self.kind })
         }
+    }
+    /// A sub-range for a storage-buffer bind group entry (a view: nothing is allocated or
+    /// counted). `offset_bytes` must be a multiple of the device's
+    /// `min_storage_buffer_offset_alignment` (DESIGN §6).
+    ///
+    /// # Errors
+    /// [`AllocError::NotBindable`], [`AllocError::Misaligned`], [`AllocError::OutOfBounds`],
+    /// [`AllocError::BindingTooLarge`]; a zero size is [`AllocError::OutOfBounds`] (wgpu has
+    /// no empty bindings).
+    pub fn binding_range(
+        &self,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<wgpu::BufferBinding<'_>, AllocError> {
+        let raw = self.binding()?;
+        let limits = self.engine.gpu.limits();
+        let align = u64::from(limits.min_storage_buffer_offset_alignment);
+        if offset_bytes % align != 0 {
+            return Err(AllocError::Misaligned {
+                offset_bytes,
+                size_bytes,
+                align_bytes: align,
+            });
+        }
+        check_range(self, offset_bytes, size_bytes)?;
+        let size = std::num::NonZeroU64::new(size_bytes).ok_or(AllocError::OutOfBounds {
+            offset_bytes,
+            size_bytes,
+            buffer_bytes: self.size_bytes,
+        })?;
+        let max_bytes = limits.max_storage_buffer_binding_size;
+        if size_bytes > max_bytes {
+            return Err(AllocError::BindingTooLarge {
+                size_bytes,
+                max_bytes,
+            });
+        }
+        Ok(wgpu::BufferBinding {
+            buffer: raw,
+            offset: offset_bytes,
+            size: Some(size),
+        })
     }
     /// The wgpu buffer, for copies (every kind has `COPY_SRC`).
     pub fn raw(&self) -> &wgpu::Buffer {
@@ -317,7 +375,10 @@ impl Engine {
     /// # Errors
     /// As [`Engine::allocate`].
     pub async fn allocate_async(&self, desc: &BufferDesc<'_>) -> Result<Buffer, AllocError> {
-        let (size, usage) = self.admit(desc, kind_usages(desc.kind), false)?;
+        let (size, usage) = self.admit(desc, kind_usages(desc.kind))?;
+        // The budget check is not atomic with the allocation here (a lock cannot be held
+        // across the await); concurrent allocations may overshoot the budget by one buffer.
+        self.check_budget(&self.inner.accounting(), desc, size, false)?;
         let device = self.inner.gpu.device();
         let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -333,7 +394,8 @@ impl Engine {
             raw.destroy();
             return Err(scope_error(e, desc.size_bytes));
         }
-        Ok(self.register(raw, desc, size, false))
+        self.inner.accounting().record_allocate(desc.kind, size);
+        Ok(self.wrap(raw, desc, size, false))
     }
 
     /// Size after rounding, and the checks that need no device call.
@@ -341,7 +403,6 @@ impl Engine {
         &self,
         desc: &BufferDesc,
         usage: wgpu::BufferUsages,
-        readback: bool,
     ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
         let support = kind_support(desc.kind, self.inner.gpu.supports_shared());
         if !support.supported {
@@ -362,8 +423,20 @@ impl Engine {
                 max_bytes,
             });
         }
+        Ok((size, usage))
+    }
+
+    /// The budget check, against counters the caller has locked (so that the check and the
+    /// allocation it admits are atomic with respect to other threads).
+    fn check_budget(
+        &self,
+        acc: &Accounting,
+        desc: &BufferDesc,
+        size: u64,
+        readback: bool,
+    ) -> Result<(), AllocError> {
         if desc.kind.on_device() && !readback {
-            let in_use_bytes = self.device_bytes_in_use();
+            let in_use_bytes = acc.stats().device_current_bytes();
             if in_use_bytes.saturating_add(size) > self.inner.budget_bytes {
                 return Err(AllocError::OverBudget {
                     requested_bytes: desc.size_bytes,
@@ -372,11 +445,11 @@ impl Engine {
                 });
             }
         }
-        Ok((size, usage))
+        Ok(())
     }
 
-    fn register(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
-        self.inner.accounting().record_allocate(desc.kind, size);
+    /// Wraps a created buffer whose allocation has been recorded.
+    fn wrap(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
         Buffer {
             raw,
             kind: desc.kind,
@@ -394,7 +467,7 @@ impl Engine {
         readback: bool,
         contents: Option<&[u8]>,
     ) -> Result<Buffer, AllocError> {
-        let (size, usage) = self.admit(desc, usage, readback)?;
+        let (size, usage) = self.admit(desc, usage)?;
         if let Some(c) = contents {
             if c.len() as u64 > size {
                 return Err(AllocError::ContentsTooLarge {
@@ -403,33 +476,43 @@ impl Engine {
                 });
             }
         }
-        let device = self.inner.gpu.device();
-        let raw = create_buffer_checked(
-            device,
-            &wgpu::BufferDescriptor {
-                label: Some(desc.label),
-                size,
-                usage,
-                mapped_at_creation: contents.is_some(),
-            },
-        )
-        .map_err(|e| scope_error(e, desc.size_bytes))?;
+        let raw = {
+            let mut acc = self.inner.accounting();
+            self.check_budget(&acc, desc, size, readback)?;
+            let raw = create_buffer_checked(
+                self.inner.gpu.device(),
+                &wgpu::BufferDescriptor {
+                    label: Some(desc.label),
+                    size,
+                    usage,
+                    mapped_at_creation: contents.is_some(),
+                },
+            )
+            .map_err(|e| scope_error(e, desc.size_bytes))?;
+            acc.record_allocate(desc.kind, size);
+            raw
+        };
+        // From here the Buffer owns the accounting: an error below drops it and records the
+        // free of what was really allocated.
+        let buffer = self.wrap(raw, desc, size, readback);
         if let Some(c) = contents {
             {
-                let mut view = raw
+                let mut view = buffer
+                    .raw
                     .slice(..)
                     .get_mapped_range_mut()
                     .map_err(|e| AllocError::Map(e.to_string()))?;
                 view.slice(..c.len()).copy_from_slice(c);
             }
-            raw.unmap();
+            buffer.raw.unmap();
         }
-        Ok(self.register(raw, desc, size, readback))
+        Ok(buffer)
     }
 
     /// Writes `data` at `offset_bytes`. For `usm_device`, `usm_shared` and `cl_mem` the bytes
-    /// go into a `usm_host` staging buffer created `mapped_at_creation` (one Allocate/Free pair
-    /// in the history) and a copy is submitted; the write is visible to work submitted after
+    /// go into `usm_host` staging buffers created `mapped_at_creation` (at most
+    /// [`UPLOAD_CHUNK_BYTES`] each; one Allocate/Free pair per chunk in the history) and copies
+    /// are submitted; the write is visible to work submitted after
     /// this call. For `usm_host` the buffer itself is mapped for writing (native: blocks).
     ///
     /// # Errors
@@ -452,28 +535,76 @@ impl Engine {
                 reason: "a usm_host buffer is written by mapping, which is asynchronous on the web: use Engine::write_mapped",
             });
         }
-        let staging = self.allocate_inner(
-            &BufferDesc {
-                label: "dynrt upload staging",
-                size_bytes: len,
-                kind: AllocKind::UsmHost,
-            },
-            kind_usages(AllocKind::UsmHost),
-            false,
-            Some(data),
-        )?;
-        let gpu = &self.inner.gpu;
-        let mut enc = gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("dynrt upload"),
-            });
-        enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), offset_bytes, len);
-        gpu.queue().submit([enc.finish()]);
-        // Dropping the staging buffer destroys it once the copy has executed (wgpu defers the
-        // destruction of buffers used by pending submissions).
-        drop(staging);
+        // Large uploads go through staging chunks so the host side never holds a second copy
+        // of a whole weight tensor; each chunk is one Allocate/Free pair in the history.
+        for (i, chunk) in data.chunks(UPLOAD_CHUNK_BYTES as usize).enumerate() {
+            let chunk_offset = offset_bytes + i as u64 * UPLOAD_CHUNK_BYTES;
+            let chunk_len = chunk.len() as u64;
+            let staging = self.allocate_inner(
+                &BufferDesc {
+                    label: "dynrt upload staging",
+                    size_bytes: chunk_len,
+                    kind: AllocKind::UsmHost,
+                },
+                kind_usages(AllocKind::UsmHost),
+                false,
+                Some(chunk),
+            )?;
+            submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
+                enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), chunk_offset, chunk_len)
+            })?;
+            // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
+            // the destruction of buffers used by pending submissions).
+            drop(staging);
+        }
         Ok(())
+    }
+
+    /// Copies `size_bytes` from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes` on
+    /// the GPU (submitted now, ordered after earlier submissions). Every kind is a copy source;
+    /// `usm_host` is not a destination.
+    ///
+    /// # Errors
+    /// [`AllocError::Misaligned`], [`AllocError::OutOfBounds`],
+    /// [`AllocError::SameBufferCopy`], [`AllocError::Unsupported`] for a `usm_host`
+    /// destination.
+    pub fn copy(
+        &self,
+        src: &Buffer,
+        src_offset_bytes: u64,
+        dst: &Buffer,
+        dst_offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<(), AllocError> {
+        check_copy_aligned(src_offset_bytes, size_bytes)?;
+        check_copy_aligned(dst_offset_bytes, size_bytes)?;
+        check_range(src, src_offset_bytes, size_bytes)?;
+        check_range(dst, dst_offset_bytes, size_bytes)?;
+        if !dst.usages().contains(wgpu::BufferUsages::COPY_DST) || dst.readback {
+            return Err(AllocError::Unsupported {
+                kind: dst.kind,
+                reason: "not a copy destination: write it with Engine::write_mapped",
+            });
+        }
+        // Each `Buffer` owns its wgpu buffer alone, so identity of the handles is identity of
+        // the buffers.
+        if std::ptr::eq(src, dst) {
+            return Err(AllocError::SameBufferCopy {
+                label: src.label.clone(),
+            });
+        }
+        if size_bytes == 0 {
+            return Ok(());
+        }
+        submit_checked(&self.inner.gpu, "dynrt copy", |enc| {
+            enc.copy_buffer_to_buffer(
+                src.raw(),
+                src_offset_bytes,
+                dst.raw(),
+                dst_offset_bytes,
+                size_bytes,
+            )
+        })
     }
 
     /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.
@@ -550,13 +681,9 @@ impl Engine {
             None,
         )?;
         let gpu = &self.inner.gpu;
-        let mut enc = gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("dynrt readback"),
-            });
-        enc.copy_buffer_to_buffer(buf.raw(), start, readback.raw(), 0, len);
-        gpu.queue().submit([enc.finish()]);
+        submit_checked(gpu, "dynrt readback", |enc| {
+            enc.copy_buffer_to_buffer(buf.raw(), start, readback.raw(), 0, len)
+        })?;
         let slice = readback.raw.slice(..);
         map_slice(gpu, &slice, wgpu::MapMode::Read).await?;
         let out = {
@@ -649,12 +776,13 @@ impl Engine {
     /// `size_bytes` exceeds the largest buffer; otherwise true iff device bytes in use plus
     /// `size_bytes` stay below 90% of the budget.
     pub fn can_preallocate(&self, size_bytes: u64) -> bool {
-        if size_bytes > self.max_buffer_size() {
-            return false;
-        }
-        let in_use = self.device_bytes_in_use() as u128;
-        // Integer form of `in_use + size < 0.9 * budget`.
-        (in_use + size_bytes as u128) * 10 < self.inner.budget_bytes as u128 * 9
+        // One rule, kept with the predictor (reference/openvino-gpu-memory-preallocation.md).
+        crate::memory::predictor::can_preallocate(
+            size_bytes,
+            self.max_buffer_size(),
+            self.device_bytes_in_use(),
+            self.inner.budget_bytes,
+        )
     }
 
     /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
@@ -678,6 +806,25 @@ impl Engine {
             return host_kind;
         }
         AllocKind::UsmDevice
+    }
+}
+
+/// Records commands, submits them inside a validation error scope, and turns a captured error
+/// into [`AllocError::Validation`] (native; on the web errors reach the uncaptured handler).
+fn submit_checked(
+    gpu: &Gpu,
+    label: &str,
+    record: impl FnOnce(&mut wgpu::CommandEncoder),
+) -> Result<(), AllocError> {
+    let device = gpu.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc =
+        device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+    record(&mut enc);
+    gpu.queue().submit([enc.finish()]);
+    match scope.pop().now_or_never().flatten() {
+        Some(e) => Err(AllocError::Validation(e.to_string())),
+        None => Ok(()),
     }
 }
 

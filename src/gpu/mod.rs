@@ -25,12 +25,16 @@
 pub use wgpu;
 
 mod engine;
+pub mod kernels;
 mod pipeline;
+pub mod pool_storage;
 #[doc(hidden)]
 pub mod testing;
 mod usage;
 
-pub use engine::{AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess};
+pub use engine::{
+    AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
+};
 pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
 pub use usage::{kind_support, kind_usages, KindSupport};
 
@@ -203,7 +207,11 @@ struct GpuInner {
     features: wgpu::Features,
     info: wgpu::AdapterInfo,
     options: GpuOptions,
+    uncaptured: Arc<std::sync::Mutex<Vec<String>>>,
 }
+
+/// How many uncaptured error messages a [`Gpu`] keeps (the count is exact beyond it).
+const UNCAPTURED_KEEP: usize = 32;
 
 /// One adapter with its device and queue. Cloning is cheap (an `Arc`); the device lives until
 /// the last clone (and every [`Engine`] and [`Buffer`] made from it) is dropped.
@@ -265,8 +273,14 @@ impl Gpu {
         // wgpu's default handler panics; everything dynrt does that can fail runs inside an
         // error scope (DESIGN §7), so what reaches this handler is a bug worth logging, not a
         // reason to abort the process.
-        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+        let uncaptured: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             log::error!("uncaptured wgpu error: {e}");
+            let mut v = sink.lock().unwrap_or_else(|p| p.into_inner());
+            if v.len() < UNCAPTURED_KEEP {
+                v.push(e.to_string());
+            }
         }));
         let features = device.features();
         let limits = device.limits();
@@ -288,6 +302,7 @@ impl Gpu {
                 features,
                 info,
                 options: opts,
+                uncaptured,
             }),
         })
     }
@@ -336,6 +351,17 @@ impl Gpu {
             .features
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
     }
+    /// wgpu errors that no error scope caught (logged at `error` level when they happened),
+    /// oldest first, at most 32. dynrt scopes everything it does, so a non-empty list means a
+    /// bug or raw wgpu use outside the engine; tests assert it stays empty.
+    pub fn uncaptured_errors(&self) -> Vec<String> {
+        self.inner
+            .uncaptured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Whether buffers of `kind` can be allocated on this device (see [`kind_support`]).
     pub fn supports_kind(&self, kind: AllocKind) -> bool {
         kind_support(kind, self.supports_shared()).supported

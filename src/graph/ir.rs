@@ -355,6 +355,13 @@ impl Graph {
         (inputs, is_output)
     }
 
+    /// [`Graph::dag_in_order`] as the planner's [`super::deps::DepGraph`] (positions in
+    /// processing order: map back with `order()[k]`).
+    pub fn dep_graph(&self) -> super::deps::DepGraph {
+        let (inputs, is_output) = self.dag_in_order();
+        super::deps::DepGraph { inputs, is_output }
+    }
+
     /// Binds the symbols from concrete input shapes, checking them against the declarations
     /// (fixed dimensions equal, one value per symbol across all inputs).
     ///
@@ -624,39 +631,35 @@ fn check_node(node: &Node, nodes: &[Node]) -> Result<(), GraphError> {
     Ok(())
 }
 
-/// Marks nodes whose outputs reach only shape-data inputs.
+/// Marks nodes whose outputs reach only shape-data inputs. Walks users before producers: a
+/// node is shape-only when it is an integer tensor the host can compute, has users, is not a
+/// network output, and no *dispatched* (not shape-only) user reads its values.
 fn shape_only_nodes(nodes: &[Node], outputs: &[NodeId], order: &[NodeId]) -> Vec<bool> {
     let n = nodes.len();
-    // used_as_data[i]: some user reads i as value-for-compute (not only shape data).
-    let mut needed_on_device = vec![false; n];
+    let mut read_on_device = vec![false; n];
     for o in outputs {
-        needed_on_device[o.index()] = true;
+        read_on_device[o.index()] = true;
     }
     let mut has_users = vec![false; n];
+    let mut shape_only = vec![false; n];
     for &id in order.iter().rev() {
-        let node = &nodes[id.index()];
+        let k = id.index();
+        shape_only[k] = is_int(nodes[k].dtype)
+            && has_users[k]
+            && !read_on_device[k]
+            && host_computable(&nodes[k].op);
+        let node = &nodes[k];
         let shape_inputs = node.op.shape_data_inputs();
-        for (k, &i) in node.inputs.iter().enumerate() {
+        for (pos, &i) in node.inputs.iter().enumerate() {
             has_users[i.index()] = true;
-            let only_shape = shape_inputs.contains(&k);
             // ShapeOf reads only its input's shape, never its values.
-            let reads_values = !only_shape && !matches!(node.op, Op::ShapeOf);
-            if reads_values && needed_on_device[id.index()] {
-                needed_on_device[i.index()] = true;
-            }
-            if reads_values && !is_int(nodes[i.index()].dtype) {
-                needed_on_device[i.index()] = true;
+            let reads_values = !shape_inputs.contains(&pos) && !matches!(node.op, Op::ShapeOf);
+            if reads_values && !shape_only[k] {
+                read_on_device[i.index()] = true;
             }
         }
     }
-    (0..n)
-        .map(|i| {
-            is_int(nodes[i].dtype)
-                && has_users[i]
-                && !needed_on_device[i]
-                && host_computable(&nodes[i].op)
-        })
-        .collect()
+    shape_only
 }
 
 fn host_computable(op: &Op) -> bool {

@@ -82,7 +82,14 @@ pub(crate) fn plan(p: &Problem, rule: Rule) -> Vec<u64> {
     let mut neurons = Vec::new();
     for i in 0..n {
         if p.lower[i] == t_min && p.upper[i] == t_max {
-            let align = lcm_pow(p.align[i], WEIGHT_ALIGN_BYTES);
+            // 4 KiB when the buffer's own alignment is compatible (the usual powers of two);
+            // an exotic alignment is kept as is rather than multiplied up.
+            let a = p.align[i];
+            let align = if a % WEIGHT_ALIGN_BYTES == 0 || WEIGHT_ALIGN_BYTES % a == 0 {
+                a.max(WEIGHT_ALIGN_BYTES)
+            } else {
+                a
+            };
             offsets[i] = align_up(top, align);
             top = offsets[i] + p.size[i];
         } else {
@@ -135,13 +142,4 @@ pub(crate) fn plan(p: &Problem, rule: Rule) -> Vec<u64> {
         occupied.push(Reverse((p.upper[i], blk)));
     }
     offsets
-}
-
-/// Least common multiple for alignments (powers of two in practice).
-fn lcm_pow(a: u64, b: u64) -> u64 {
-    let (mut x, mut y) = (a, b);
-    while y != 0 {
-        (x, y) = (y, x % y);
-    }
-    (a / x).saturating_mul(b)
 }

@@ -112,7 +112,8 @@ pub struct PlanOptions {
     pub strategy: Strategy,
     /// Arena size the plan must fit in; `None` = as low as possible.
     pub capacity: Option<u64>,
-    /// Wall-clock budget for the search (heuristics always run to completion).
+    /// Wall-clock budget. The gmem planners always complete (they are fast), and so does the
+    /// first greedy order of [`Strategy::GreedySize`]; everything else stops at the deadline.
     pub time_limit: Duration,
     /// Every offset is a multiple of this (and of the buffer's own alignment); 1 = none.
     pub min_align_bytes: u64,
@@ -411,6 +412,29 @@ pub fn validate(
     Ok(())
 }
 
+/// Above this many time-overlapping pairs `build` runs the first dive before the greedy.
+const DIVE_FIRST_PAIRS: u64 = 100_000_000;
+
+/// Number of pairs of buffers whose lifetimes overlap (sweep over sorted endpoints).
+fn overlap_pairs(p: &Problem) -> u64 {
+    let mut events: Vec<(u64, bool)> = Vec::with_capacity(2 * p.len());
+    for i in 0..p.len() {
+        events.push((p.lower[i], true));
+        events.push((p.upper[i], false));
+    }
+    events.sort_unstable();
+    let (mut live, mut pairs) = (0u64, 0u64);
+    for (_, start) in events {
+        if start {
+            pairs += live;
+            live += 1;
+        } else {
+            live -= 1;
+        }
+    }
+    pairs
+}
+
 pub(crate) fn height_of(p: &Problem, offsets: &[u64]) -> u64 {
     (0..p.len())
         .map(|i| offsets[i] + p.size[i])
@@ -437,6 +461,10 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
                     optimal: bool,
                     best: &mut Option<(Vec<u64>, u64, Strategy, bool)>| {
         let h = height_of(&p, &offsets);
+        log::debug!(
+            "planner: {strategy} height {h} at {} ms",
+            start.elapsed().as_millis()
+        );
         if best
             .as_ref()
             .is_none_or(|b| h < b.1 || (h == b.1 && optimal && !b.3))
@@ -462,17 +490,41 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
             &mut best,
         );
     }
+    let searching = matches!(opts.strategy, Strategy::Best | Strategy::Search);
+    let at_lb =
+        |best: &Option<(Vec<u64>, u64, Strategy, bool)>| best.as_ref().is_some_and(|b| b.1 == lb);
+    // The last tenth of the budget is kept for compacting the winner.
+    let search_deadline = start + opts.time_limit.mul_f64(0.9);
+    // Greedy best fit costs about one step per pair of time-overlapping buffers, the dive
+    // O(n log n) plus its re-keying; when the pairs are very many (Y_1: 1.8e8) the dive goes
+    // first, as it may reach the lower bound and make the greedy unnecessary.
+    let dive_first = searching && overlap_pairs(&p) > DIVE_FIRST_PAIRS;
+    let run_first_dive = |best: &mut Option<(Vec<u64>, u64, Strategy, bool)>| {
+        if let Some(offsets) = search::first_dive(&p, search_deadline) {
+            consider(offsets, Strategy::Search, false, best);
+        }
+    };
+    if dive_first {
+        run_first_dive(&mut best);
+    }
     if matches!(
         opts.strategy,
         Strategy::Best | Strategy::GreedySize | Strategy::Search
-    ) {
-        let (offsets, _) = greedy::best_of_orders(&p, deadline);
-        consider(offsets, Strategy::GreedySize, false, &mut best);
+    ) && !at_lb(&best)
+    {
+        // Alone, the greedy must answer; in `best` and `search` other answers exist already.
+        let force_first = opts.strategy == Strategy::GreedySize;
+        if let Some((offsets, _)) = greedy::best_of_orders(&p, search_deadline, force_first) {
+            consider(offsets, Strategy::GreedySize, false, &mut best);
+        }
     }
-    if matches!(opts.strategy, Strategy::Best | Strategy::Search) {
+    if searching && !dive_first && !at_lb(&best) {
+        run_first_dive(&mut best);
+    }
+    if searching && !at_lb(&best) {
         let incumbent = best.as_ref().map(|b| b.1).unwrap_or(u64::MAX);
-        if incumbent > lb && incumbent > opts.capacity.unwrap_or(0) {
-            let out = search::minimise(&p, lb, incumbent, opts.capacity, deadline);
+        if incumbent > opts.capacity.unwrap_or(0) {
+            let out = search::minimise(&p, lb, incumbent, opts.capacity, search_deadline);
             if let Some(offsets) = out.offsets {
                 consider(offsets, Strategy::Search, out.proven_optimal, &mut best);
             } else if out.proven_optimal {
@@ -481,6 +533,22 @@ pub fn build(buffers: &[PlanBuffer], opts: &PlanOptions) -> Result<Plan, PlanErr
                     b.3 = true;
                 }
             }
+        }
+    }
+    if matches!(opts.strategy, Strategy::Best) && !at_lb(&best) {
+        // A last cheap pass over the winner: compaction never raises the height.
+        if let Some(b) = best.as_ref() {
+            if let Some(offsets) = greedy::compact(&p, &b.0, deadline) {
+                let s = b.2;
+                consider(offsets, s, false, &mut best);
+            }
+        }
+    }
+    if best.is_none() && p.len() > 0 {
+        // Every bounded phase ran out of time (only `search` has no gmem answer to fall back
+        // on): one greedy order, run to completion, is the answer.
+        if let Some((offsets, _)) = greedy::best_of_orders(&p, start, true) {
+            consider(offsets, Strategy::GreedySize, false, &mut best);
         }
     }
     let Some((offsets, height, strategy_used, optimal)) = best else {
@@ -585,6 +653,34 @@ mod tests {
         .unwrap();
         assert_eq!(plan.height, 12);
         assert!(plan.optimal);
+    }
+
+    #[test]
+    fn search_with_no_time_still_answers() {
+        // Enough buffers that the greedy and the dive both look at the clock (and give up).
+        let b: Vec<PlanBuffer> = (0..5000u64)
+            .map(|i| {
+                buf(
+                    &format!("x{i}"),
+                    i % 17,
+                    i % 17 + 1 + i % 5,
+                    1 + i * 7 % 100,
+                )
+            })
+            .collect();
+        for strategy in Strategy::ALL {
+            let plan = build(
+                &b,
+                &PlanOptions {
+                    strategy,
+                    time_limit: Duration::ZERO,
+                    ..PlanOptions::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(plan.offsets.len(), b.len(), "{strategy}");
+            validate(&b, &plan.offsets, 1).unwrap();
+        }
     }
 
     #[test]

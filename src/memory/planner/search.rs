@@ -26,8 +26,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use web_time::Instant;
 
-/// Above this many buffers the full search is not attempted (the per-node work is linear).
-pub(crate) const MAX_SEARCH_BUFFERS: usize = 4000;
+/// Above this many buffers the full search is not attempted: the per-node work is linear in
+/// the buffers, and the recursion goes one level (about 300-600 bytes of stack) per placed
+/// buffer, so 2000 buffers stay near 1 MiB, well inside a 2 MiB test thread's stack.
+pub(crate) const MAX_SEARCH_BUFFERS: usize = 2000;
 
 const NONE: u64 = u64::MAX;
 
@@ -92,7 +94,11 @@ fn sections(p: &Problem, active: &[bool]) -> Sections {
             }
         }
     }
-    Sections { members, sec_lo, sec_hi }
+    Sections {
+        members,
+        sec_lo,
+        sec_hi,
+    }
 }
 
 struct Partition {
@@ -118,6 +124,10 @@ struct Solver<'a> {
     heuristic: &'static [u8],
     affected_mark: Vec<u32>,
     affected_epoch: u32,
+    affected: Vec<u32>,
+    /// Undo logs: (buffer, previous minimum offset) and (section, previous floor).
+    offset_log: Vec<(u32, u64)>,
+    section_log: Vec<(u32, u64)>,
 }
 
 /// Preorders tried in round robin (MiniMalloc's defaults: T = largest section total the buffer
@@ -182,6 +192,9 @@ impl<'a> Solver<'a> {
             heuristic: HEURISTICS[0],
             affected_mark: vec![0; ns],
             affected_epoch: 0,
+            affected: Vec::new(),
+            offset_log: Vec::new(),
+            section_log: Vec::new(),
         }
     }
 
@@ -323,16 +336,22 @@ impl<'a> Solver<'a> {
             if offset.saturating_add(self.p.size[b]) > self.capacity {
                 continue;
             }
+            // Cheap tests first, before the costly updates (most candidates fail here).
+            if !self.precheck(part, b, offset) {
+                continue;
+            }
             self.assigned[b] = offset;
-            let (offset_changes, affected) = self.update_min_offsets(b);
-            let section_changes = self.update_sections(b, &affected);
+            let (offset_mark, section_mark) = (self.offset_log.len(), self.section_log.len());
+            self.update_min_offsets(b);
             let mut status = Status::NotFound;
-            if self.check(part, offset) {
+            if self.update_sections(b) {
                 status = self.decompose(part, preorder, &ordering, offset, rank, b);
             }
-            self.restore_sections(&section_changes, b);
-            for &(o, m) in offset_changes.iter().rev() {
-                self.min_off[o as usize] = m;
+            self.restore_sections(section_mark, b);
+            while self.offset_log.len() > offset_mark {
+                if let Some((o, m)) = self.offset_log.pop() {
+                    self.min_off[o as usize] = m;
+                }
             }
             self.assigned[b] = NONE;
             if status != Status::NotFound {
@@ -342,10 +361,11 @@ impl<'a> Solver<'a> {
         Status::NotFound
     }
 
-    fn update_min_offsets(&mut self, b: usize) -> (Vec<(u32, u64)>, Vec<u32>) {
+    /// Raises the minimum offsets of b's unplaced neighbours above b (logged in `offset_log`)
+    /// and collects the sections whose floors may rise in `affected`.
+    fn update_min_offsets(&mut self, b: usize) {
         let height = self.assigned[b] + self.p.size[b];
-        let mut changes = Vec::new();
-        let mut affected = Vec::new();
+        self.affected.clear();
         self.affected_epoch = self.affected_epoch.wrapping_add(1);
         if self.affected_epoch == 0 {
             self.affected_mark.iter_mut().for_each(|m| *m = 0);
@@ -356,58 +376,79 @@ impl<'a> Solver<'a> {
             if self.assigned[o] != NONE || self.min_off[o] >= height {
                 continue;
             }
-            changes.push((o as u32, self.min_off[o]));
+            self.offset_log.push((o as u32, self.min_off[o]));
             self.min_off[o] = align_up(height, self.p.align[o]);
             for s in self.sec.sec_lo[o]..self.sec.sec_hi[o] {
                 if self.affected_mark[s as usize] != self.affected_epoch {
                     self.affected_mark[s as usize] = self.affected_epoch;
-                    affected.push(s);
+                    self.affected.push(s);
                 }
             }
         }
-        (changes, affected)
     }
 
-    fn update_sections(&mut self, b: usize, affected: &[u32]) -> Vec<(u32, u64)> {
+    /// Raises the floors of b's sections to b's top, takes b's size out of their totals, and
+    /// raises affected floors to their lowest unplaced minimum offset (logged in
+    /// `section_log`). Returns false as soon as a raised floor leaves no room for its section's
+    /// unplaced buffers.
+    fn update_sections(&mut self, b: usize) -> bool {
         let height = self.assigned[b] + self.p.size[b];
-        let mut changes = Vec::new();
         for s in self.sec.sec_lo[b]..self.sec.sec_hi[b] {
-            changes.push((s, self.floor[s as usize]));
+            self.section_log.push((s, self.floor[s as usize]));
             self.floor[s as usize] = height;
             self.total[s as usize] -= self.p.size[b];
         }
         // No buffer of a section can go below the lowest minimum offset among its unplaced
         // buffers, so that is the section's floor too.
-        for &s in affected {
+        for k in 0..self.affected.len() {
+            let s = self.affected[k] as usize;
             let mut lowest = NONE;
-            for &o in &self.sec.members[s as usize] {
+            for &o in &self.sec.members[s] {
                 if self.assigned[o as usize] == NONE {
                     lowest = lowest.min(self.min_off[o as usize]);
                 }
             }
-            if lowest != NONE && self.floor[s as usize] < lowest {
-                changes.push((s, self.floor[s as usize]));
-                self.floor[s as usize] = lowest;
+            if lowest != NONE && self.floor[s] < lowest {
+                self.section_log.push((s as u32, self.floor[s]));
+                self.floor[s] = lowest;
+                if lowest.saturating_add(self.total[s]) > self.capacity {
+                    return false;
+                }
             }
         }
-        changes
+        true
     }
 
-    fn restore_sections(&mut self, changes: &[(u32, u64)], b: usize) {
-        for &(s, f) in changes.iter().rev() {
-            self.floor[s as usize] = f;
+    fn restore_sections(&mut self, mark: usize, b: usize) {
+        while self.section_log.len() > mark {
+            if let Some((s, f)) = self.section_log.pop() {
+                self.floor[s as usize] = f;
+            }
         }
         for s in self.sec.sec_lo[b]..self.sec.sec_hi[b] {
             self.total[s as usize] += self.p.size[b];
         }
     }
 
-    fn check(&self, part: &Partition, offset: u64) -> bool {
+    /// The section tests that do not need the updated floors. Invariant: at every node,
+    /// `floor + total <= capacity` holds in every section of the partition, so after placing
+    /// `b` only b's sections and the raised floors need the floor test (done here and in
+    /// [`Solver::update_sections`]); the monotonic test (placement order is non-decreasing in
+    /// offset, so nothing unplaced goes below `offset`) concerns every section.
+    fn precheck(&self, part: &Partition, b: usize, offset: u64) -> bool {
+        let (size, cap) = (self.p.size[b], self.capacity);
+        let (lo, hi) = (self.sec.sec_lo[b], self.sec.sec_hi[b]);
+        let rest = cap - (offset + size);
+        if (lo..hi).any(|s| self.total[s as usize] - size > rest) {
+            return false;
+        }
+        let room = cap - offset;
         for s in part.sec_lo..part.sec_hi {
-            let s = s as usize;
-            // Placement is in non-decreasing offset order: nothing unplaced goes below `offset`.
-            let floor = self.floor[s].max(if self.total[s] > 0 { offset } else { 0 });
-            if floor.saturating_add(self.total[s]) > self.capacity {
+            let mut t = self.total[s as usize];
+            if lo <= s && s < hi {
+                t -= size;
+            }
+            if t > room {
                 return false;
             }
         }
@@ -469,6 +510,9 @@ pub(crate) fn fit(p: &Problem, capacity: u64, deadline: Instant) -> Fit {
             solver.nodes_left = node_limit;
             match solver.solve_all() {
                 Status::Found => {
+                    if std::env::var("DYNRT_PLAN_DEBUG").is_ok() {
+                        eprintln!("nodes {} limit {}", solver.nodes, node_limit);
+                    }
                     let offsets = solver.solution.clone();
                     if offsets.contains(&NONE) {
                         return Fit::Unknown;
@@ -508,7 +552,7 @@ pub(crate) fn minimise(
         proven_optimal: false,
     };
     let mut best_h = incumbent;
-    if let Some(o) = best_dive(p, deadline) {
+    if let Some(o) = best_dive(p, 1, deadline) {
         let h = height_of(p, &o);
         if h < best_h {
             best_h = h;
@@ -561,15 +605,15 @@ pub(crate) fn minimise(
     out
 }
 
-/// Runs [`dive`] over the preorders until the deadline (the first always runs).
-fn best_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
+/// Runs [`dive`] over the preorders after the first `skip` until the deadline.
+fn best_dive(p: &Problem, skip: usize, deadline: Instant) -> Option<Vec<u64>> {
     let mut best: Option<(u64, Vec<u64>)> = None;
-    for (k, h) in HEURISTICS.iter().enumerate() {
-        if k > 0 && Instant::now() >= deadline {
+    for h in HEURISTICS.iter().skip(skip) {
+        let Some(o) = dive(p, h, deadline) else {
             break;
-        }
-        let o = dive(p, h);
+        };
         let height = height_of(p, &o);
+        log::debug!("dive {}: height {height}", String::from_utf8_lossy(h));
         if best.as_ref().is_none_or(|(bh, _)| height < *bh) {
             best = Some((height, o));
         }
@@ -577,11 +621,14 @@ fn best_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
     best.map(|b| b.1)
 }
 
-/// Max segment tree with range assignment of a larger value, over compressed time.
+/// Range-max segment tree over compressed time where updates only raise values ("chmax"),
+/// bottom-up without push-down: `tag[k]` applies to k's whole subtree, `max[k]` is the max of
+/// k's subtree including tags. A query takes the canonical nodes' maxima plus the tags of the
+/// ancestors of its two boundary leaves (every such ancestor covers part of the range).
 struct Skyline {
     n: usize,
     max: Vec<u64>,
-    lazy: Vec<u64>,
+    tag: Vec<u64>,
 }
 
 impl Skyline {
@@ -590,53 +637,66 @@ impl Skyline {
         Skyline {
             n,
             max: vec![0; 2 * n],
-            lazy: vec![0; 2 * n],
+            tag: vec![0; 2 * n],
         }
     }
 
+    /// Max over `[lo, hi)`, `lo < hi`.
     fn query(&self, lo: usize, hi: usize) -> u64 {
-        self.q(1, 0, self.n, lo, hi)
-    }
-
-    fn q(&self, k: usize, l: usize, r: usize, lo: usize, hi: usize) -> u64 {
-        if hi <= l || r <= lo {
-            return 0;
+        let mut best = 0;
+        let (mut l, mut r) = (lo + self.n, hi + self.n);
+        while l < r {
+            if l & 1 == 1 {
+                best = best.max(self.max[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                best = best.max(self.max[r]);
+            }
+            l /= 2;
+            r /= 2;
         }
-        if lo <= l && r <= hi {
-            return self.max[k];
+        let (mut a, mut b) = ((lo + self.n) / 2, (hi - 1 + self.n) / 2);
+        while a >= 1 {
+            best = best.max(self.tag[a]).max(self.tag[b]);
+            a /= 2;
+            b /= 2;
         }
-        let m = (l + r) / 2;
-        // A raise tag on this node covers the queried part of it too.
-        self.lazy[k].max(
-            self.q(2 * k, l, m, lo, hi)
-                .max(self.q(2 * k + 1, m, r, lo, hi)),
-        )
+        best
     }
 
     /// Raises every point of `[lo, hi)` to at least `v`.
     fn raise(&mut self, lo: usize, hi: usize, v: u64) {
-        self.u(1, 0, self.n, lo, hi, v)
-    }
-
-    fn u(&mut self, k: usize, l: usize, r: usize, lo: usize, hi: usize, v: u64) {
-        if hi <= l || r <= lo {
-            return;
+        let (mut l, mut r) = (lo + self.n, hi + self.n);
+        let (l0, r0) = (l, r - 1);
+        while l < r {
+            if l & 1 == 1 {
+                self.max[l] = self.max[l].max(v);
+                self.tag[l] = self.tag[l].max(v);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.max[r] = self.max[r].max(v);
+                self.tag[r] = self.tag[r].max(v);
+            }
+            l /= 2;
+            r /= 2;
         }
-        if lo <= l && r <= hi {
-            self.max[k] = self.max[k].max(v);
-            self.lazy[k] = self.lazy[k].max(v);
-            return;
+        let (mut a, mut b) = (l0 / 2, r0 / 2);
+        while a >= 1 {
+            self.max[a] = self.max[a].max(v);
+            self.max[b] = self.max[b].max(v);
+            a /= 2;
+            b /= 2;
         }
-        let m = (l + r) / 2;
-        self.u(2 * k, l, m, lo, hi, v);
-        self.u(2 * k + 1, m, r, lo, hi, v);
-        self.max[k] = self.max[k].max(self.max[2 * k].max(self.max[2 * k + 1]));
     }
 }
 
 /// The first path of the search without backtracking: repeatedly place the unplaced buffer
 /// with the lowest minimum offset (ties by the preorder `heuristic`) at that offset.
-pub(crate) fn dive(p: &Problem, heuristic: &[u8]) -> Vec<u64> {
+pub(crate) fn dive(p: &Problem, heuristic: &[u8], deadline: Instant) -> Option<Vec<u64>> {
     let n = p.len();
     let mut times: Vec<u64> = p.lower.iter().chain(p.upper.iter()).copied().collect();
     times.sort_unstable();
@@ -689,25 +749,66 @@ pub(crate) fn dive(p: &Problem, heuristic: &[u8]) -> Vec<u64> {
         rank[i] = r as u32;
     }
     let mut sky = Skyline::new(times.len());
-    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> =
-        (0..n).map(|i| Reverse((0, rank[i], i as u32))).collect();
-    let mut offsets = vec![0u64; n];
-    while let Some(Reverse((key, r, i))) = heap.pop() {
-        let i = i as usize;
-        if p.size[i] == 0 {
-            offsets[i] = 0;
-            continue;
+    // Buffers with the same range and alignment always have the same minimum offset, so
+    // only the lowest-ranked unplaced one of each such group can be next: the heap holds one
+    // entry per group. Without this, k tiny buffers sharing one time step re-key each other
+    // k^2/2 times (Y_1 has a step with about 6000: 36M heap operations).
+    let mut members: Vec<usize> = (0..n).collect();
+    members.sort_unstable_by_key(|&i| (lo[i], hi[i], p.align[i], rank[i]));
+    let mut group_end: Vec<usize> = Vec::new();
+    let mut group_start: Vec<usize> = Vec::new();
+    for k in 0..n {
+        let (i, prev) = (members[k], if k > 0 { Some(members[k - 1]) } else { None });
+        if prev.is_none_or(|j| (lo[j], hi[j], p.align[j]) != (lo[i], hi[i], p.align[i])) {
+            group_start.push(k);
+            group_end.push(k);
         }
-        let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
-        if off > key {
-            // Stale key: the skyline rose under this buffer since it was pushed.
-            heap.push(Reverse((off, r, i as u32)));
-            continue;
+        if let Some(e) = group_end.last_mut() {
+            *e = k + 1;
         }
-        offsets[i] = off;
-        sky.raise(lo[i], hi[i], off + p.size[i]);
     }
-    offsets
+    let mut cursor = group_start.clone();
+    // Keys packed as (offset, rank, group) in one u128: cheaper to compare than a tuple.
+    let pack = |off: u64, r: u32, g: usize| (off as u128) << 64 | (r as u128) << 32 | g as u128;
+    let mut heap: BinaryHeap<Reverse<u128>> = (0..group_start.len())
+        .map(|g| Reverse(pack(0, rank[members[group_start[g]]], g)))
+        .collect();
+    let mut offsets = vec![0u64; n];
+    let mut pops: u64 = 0;
+    while let Some(mut top) = heap.peek_mut() {
+        pops += 1;
+        if pops % 4096 == 0 && Instant::now() >= deadline {
+            return None;
+        }
+        let Reverse(packed) = *top;
+        let (mut key, g) = ((packed >> 64) as u64, packed as u32 as usize);
+        let i = members[cursor[g]];
+        if p.size[i] > 0 {
+            let off = align_up(sky.query(lo[i], hi[i]), p.align[i]);
+            if off > key {
+                // Stale key: the skyline rose under this group since it was pushed. Updating
+                // the top in place sifts it down once instead of a pop and a push.
+                *top = Reverse(pack(off, rank[i], g));
+                continue;
+            }
+            offsets[i] = off;
+            key = off + p.size[i];
+            sky.raise(lo[i], hi[i], key);
+        }
+        cursor[g] += 1;
+        if cursor[g] < group_end[g] {
+            *top = Reverse(pack(key, rank[members[cursor[g]]], g));
+        } else {
+            std::collections::binary_heap::PeekMut::pop(top);
+        }
+    }
+    log::debug!("dive: {pops} pops for {n} buffers");
+    Some(offsets)
+}
+
+/// The first preorder's dive (the one `minimise` skips), for `build` to run early.
+pub(crate) fn first_dive(p: &Problem, deadline: Instant) -> Option<Vec<u64>> {
+    dive(p, HEURISTICS[0], deadline)
 }
 
 /// Sparse table for range maximum queries in O(1).

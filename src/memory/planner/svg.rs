@@ -114,14 +114,16 @@ pub fn to_svg(buffers: &[PlanBuffer], offsets: &[u64], opts: &SvgOptions) -> Str
             if b.size_bytes == 0 {
                 continue;
             }
-            let c0 = ((b.lower - t0) as f64 / (t1 - t0) as f64 * cols as f64) as usize;
+            // Float rounding may land on the last edge: keep the start inside the grid.
+            let c0 =
+                (((b.lower - t0) as f64 / (t1 - t0) as f64 * cols as f64) as usize).min(cols - 1);
             let c1 = (((b.upper - t0) as f64 / (t1 - t0) as f64 * cols as f64).ceil() as usize)
                 .clamp(c0 + 1, cols);
-            let r0 = (offsets[i] as f64 / ymax * rows as f64) as usize;
+            let r0 = ((offsets[i] as f64 / ymax * rows as f64) as usize).min(rows - 1);
             let r1 = (((offsets[i] + b.size_bytes) as f64 / ymax * rows as f64).ceil() as usize)
                 .clamp(r0 + 1, rows);
-            for r in r0.min(rows - 1)..r1 {
-                grid[r * cols + c0.min(cols - 1)..r * cols + c1]
+            for r in r0..r1 {
+                grid[r * cols + c0..r * cols + c1]
                     .iter_mut()
                     .for_each(|g| *g = true);
             }

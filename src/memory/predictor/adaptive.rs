@@ -15,8 +15,9 @@
 //!   bytes. Steps above the per-dimension limit (prefill chunks) still get one step ahead,
 //!   which halves their reallocations for at most one step of over-reservation.
 //! - Otherwise the reference's percentage mode (`ratio`).
-//! - Separately, [`should_reclaim`]: shrink a buffer whose last [`RECLAIM_ROWS`] needs all
-//!   stayed under `1 / RECLAIM_FACTOR` of it.
+//! - Separately, [`super::ShapePredictor::should_reclaim`]: a buffer whose last
+//!   [`RECLAIM_ROWS`] needs all stayed under `1 / RECLAIM_FACTOR` of it is mostly empty;
+//!   [`super::Ledger`] shrinks such a buffer when the request as a whole over-reserves.
 //!
 //! `"0 0 0 1.0"` disables this policy too: `iterations = 0` removes the one-step minimum and
 //! `ratio = 1.0` leaves no fraction to grow into.
@@ -31,8 +32,9 @@ use std::collections::VecDeque;
 pub const RECLAIM_FACTOR: u64 = 10;
 
 /// ... for this many consecutive recorded needs of its id (the current one included), so a
-/// buffer that is small for one iteration between large ones keeps its room.
-pub const RECLAIM_ROWS: usize = 4;
+/// buffer that is small for a few iterations between large ones keeps its room (measured: 2
+/// or 4 reclaim image-batch buffers that the next batch needs again; 8 and 16 do not).
+pub const RECLAIM_ROWS: usize = 8;
 
 /// Largest look-ahead considered, in steps; bounds the search below.
 const MAX_LOOKAHEAD_STEPS: u64 = 1 << 32;
@@ -126,6 +128,7 @@ pub(super) fn should_reclaim(
 
 #[cfg(test)]
 mod tests {
+    use super::RECLAIM_ROWS;
     use crate::memory::predictor::{Policy, PredictorOptions, ShapePredictor};
     use crate::shape::Shape;
 
@@ -222,18 +225,19 @@ mod tests {
     fn reclaim_needs_a_streak_of_small_needs() {
         let mut p = ShapePredictor::new(Policy::Adaptive, defaults());
         let allocated = 1000;
-        let mut answers = Vec::new();
-        for (i, needed) in [99u64, 50, 99, 99, 100, 99, 99, 99, 99]
-            .into_iter()
-            .enumerate()
-        {
+        // 8 needs under a tenth, one of exactly a tenth (100 * 10 is not below 1000), 8 more.
+        let mut needs = vec![99u64; RECLAIM_ROWS];
+        needs.push(100);
+        needs.extend(vec![50u64; RECLAIM_ROWS]);
+        let mut yes = Vec::new();
+        for (i, &needed) in needs.iter().enumerate() {
             p.predict_preallocation_shape("n", &s(&[needed]), 8, true)
                 .unwrap();
-            answers.push((i, p.should_reclaim("n", needed, allocated)));
+            if p.should_reclaim("n", needed, allocated) {
+                yes.push(i);
+            }
         }
-        let yes: Vec<usize> = answers.iter().filter(|a| a.1).map(|a| a.0).collect();
-        // 100 * 10 is not below 1000: the streak restarts after row 4 and is 4 long at row 8.
-        assert_eq!(yes, vec![3, 8]);
+        assert_eq!(yes, vec![RECLAIM_ROWS - 1, 2 * RECLAIM_ROWS]);
         assert!(!p.should_reclaim("unknown", 1, allocated));
         let r = ShapePredictor::new(Policy::Reference, defaults());
         assert!(!r.should_reclaim("n", 1, allocated));

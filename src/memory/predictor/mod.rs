@@ -17,7 +17,8 @@
 //! - [`Policy::None`] never predicts: allocate exactly what is needed.
 //!
 //! [`can_preallocate`] is the one place of the "is there room for it" rule; the gpu engine
-//! calls it with its own numbers. [`replay`] runs a shape trace through a policy (the
+//! calls it with its own numbers. [`Ledger`] sizes every buffer of a request
+//! (`realloc_if_needed`). [`replay()`] runs a shape trace through a policy (the
 //! `dynrt predict` command and the benchmarks use it).
 //!
 //! ```
@@ -37,7 +38,8 @@
 //! # Ok::<(), dynrt::memory::predictor::PredictorError>(())
 //! ```
 
-mod adaptive;
+pub mod adaptive;
+pub mod ledger;
 mod reference;
 pub mod replay;
 
@@ -45,6 +47,7 @@ use crate::shape::{Shape, ShapeError};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
+pub use ledger::{Decision, Ledger, MemoryLimits};
 pub use replay::{replay, ReplayConfig, ReplayOutcome, ReplaySummary, RowOutcome, Trace, TraceRow};
 
 /// Name of the environment variable that overrides the predictor options
@@ -422,7 +425,27 @@ impl ShapePredictor {
                 entry.recent_bytes.pop_front();
             }
         }
-        if can_reuse_buffer || entry.shapes.len() < HISTORY_LEN {
+        if can_reuse_buffer {
+            return Ok((false, Shape::default()));
+        }
+        self.predict_from_history(id, dtype_bits)
+    }
+
+    /// The answer [`ShapePredictor::predict_preallocation_shape`] would give for the shapes
+    /// already recorded for `id`, without recording anything: `(false, [])` with fewer than
+    /// [`HISTORY_LEN`] shapes or under [`Policy::None`].
+    ///
+    /// # Errors
+    /// As [`ShapePredictor::predict_preallocation_shape`], for sizes that overflow.
+    pub fn predict_from_history(
+        &self,
+        id: &str,
+        dtype_bits: u32,
+    ) -> Result<(bool, Shape), PredictorError> {
+        let Some(entry) = self.history.get(id) else {
+            return Ok((false, Shape::default()));
+        };
+        if entry.shapes.len() < HISTORY_LEN {
             return Ok((false, Shape::default()));
         }
         let shapes = [&entry.shapes[0], &entry.shapes[1], &entry.shapes[2]];
@@ -437,14 +460,15 @@ impl ShapePredictor {
         })
     }
 
-    /// Whether the buffer of `id`, `allocated_bytes` large, should be shrunk to what is needed.
+    /// Whether the buffer of `id`, `allocated_bytes` large, is mostly empty and may be shrunk.
     ///
     /// Only [`Policy::Adaptive`] ever answers true: when the current need and each of the last
-    /// [`adaptive::RECLAIM_ROWS`] sizes recorded for `id` (the reference plugin's rule
-    /// "reclaim when required * 10 < allocated") are under a tenth of the buffer, so a buffer that
-    /// is only briefly small keeps its room. The caller frees the buffer and allocates
-    /// `needed_bytes` exactly; growth afterwards goes through
-    /// [`ShapePredictor::predict_preallocation_shape`] as usual.
+    /// [`adaptive::RECLAIM_ROWS`] sizes recorded for `id` are under a tenth of the buffer (the
+    /// reference plugin's rule "reclaim when required * 10 < allocated", held for several
+    /// iterations so a buffer that is only briefly small keeps its room). Record the current
+    /// shape first (`predict_preallocation_shape` with `can_reuse_buffer = true`).
+    /// [`Ledger::realloc_if_needed`] asks this only while the request over-reserves, and then
+    /// shrinks the buffer to [`ShapePredictor::predict_from_history`] (or the exact need).
     pub fn should_reclaim(&self, id: &str, needed_bytes: u64, allocated_bytes: u64) -> bool {
         if self.policy != Policy::Adaptive {
             return false;

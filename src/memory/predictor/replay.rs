@@ -13,6 +13,7 @@
 //! - With `can_reuse` each row is one raw predictor call with that flag; a `0` row allocates as
 //!   above, a `1` row keeps the buffer, which must then be big enough.
 
+use super::ledger::{Decision, Ledger, MemoryLimits};
 use super::{can_preallocate, Policy, PredictorError, PredictorOptions, ShapePredictor};
 use crate::shape::{DType, Shape};
 use std::collections::HashMap;
@@ -103,10 +104,12 @@ impl Trace {
                 None
             };
             match ranks.get(id) {
-                Some(&rank) if rank != shape.rank() => return Err(bad(format!(
+                Some(&rank) if rank != shape.rank() => {
+                    return Err(bad(format!(
                     "shape {shape} of `{id}` has rank {}, earlier rows of `{id}` have rank {rank}",
                     shape.rank()
-                ))),
+                )))
+                }
                 Some(_) => {}
                 None => {
                     ranks.insert(id.to_string(), shape.rank());
@@ -207,12 +210,6 @@ pub struct ReplayOutcome {
     pub summary: ReplaySummary,
 }
 
-#[derive(Default)]
-struct Buffer {
-    reserved_bytes: u64,
-    needed_bytes: u64,
-}
-
 /// Replays `trace` under `config` (see the module docs for the rules).
 ///
 /// # Errors
@@ -220,11 +217,12 @@ struct Buffer {
 /// overflow), or when a raw row says `can_reuse = 1` while the id's buffer is too small.
 pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, PredictorError> {
     let mut predictor = ShapePredictor::new(config.policy, config.options);
-    let max_buffer_bytes = config.max_buffer_bytes.unwrap_or(u64::MAX);
-    let budget_bytes = config.budget_bytes.unwrap_or(u64::MAX);
-    let mut buffers: HashMap<&str, Buffer> = HashMap::new();
-    let mut total_reserved: u64 = 0;
-    let mut total_needed: u64 = 0;
+    let mut ledger = Ledger::new();
+    let limits = MemoryLimits {
+        max_buffer_bytes: config.max_buffer_bytes.unwrap_or(u64::MAX),
+        budget_bytes: config.budget_bytes.unwrap_or(u64::MAX),
+        other_in_use_bytes: 0,
+    };
     let mut sum_reserved: f64 = 0.0;
     let mut sum_needed: f64 = 0.0;
     let mut summary = ReplaySummary {
@@ -244,79 +242,41 @@ pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, Pre
             line: r.line,
             reason,
         };
-        let buffer = buffers.entry(r.id.as_str()).or_default();
-        let old_reserved = buffer.reserved_bytes;
-        let needed = r.needed_bytes;
-        let can_reuse = match r.can_reuse {
-            Some(true) if needed > old_reserved => {
-                return Err(at_row(format!(
-                    "can_reuse is 1 but the buffer of `{}` holds {old_reserved} bytes and {needed} are needed",
-                    r.id
-                )))
-            }
-            Some(flag) => flag,
-            None => needed <= old_reserved,
+        let bits = r.dtype.bits();
+        let decision = match r.can_reuse {
+            None => ledger
+                .realloc_if_needed(&mut predictor, &r.id, &r.shape, bits, &limits)
+                .map_err(|e| at_row(e.to_string()))?,
+            Some(can_reuse) => raw_row(&mut predictor, &mut ledger, r, can_reuse, &limits)
+                .map_err(|e| match e {
+                    PredictorError::TraceRow { .. } => e,
+                    other => at_row(other.to_string()),
+                })?,
         };
-        let (predicted, prediction) = predictor
-            .predict_preallocation_shape(&r.id, &r.shape, r.dtype.bits(), can_reuse)
-            .map_err(|e| at_row(e.to_string()))?;
-        let mut new_reserved = old_reserved;
-        let mut reallocated = false;
-        let mut reclaimed = false;
-        if !can_reuse {
-            let mut size = needed;
-            if predicted {
-                let predicted_bytes = prediction
-                    .size_bytes(r.dtype)
-                    .map_err(|e| at_row(e.to_string()))?;
-                if can_preallocate(
-                    predicted_bytes,
-                    max_buffer_bytes,
-                    total_reserved,
-                    budget_bytes,
-                ) {
-                    size = predicted_bytes.max(needed);
-                }
-            }
-            new_reserved = size;
-            reallocated = true;
-        } else if r.can_reuse.is_none() && predictor.should_reclaim(&r.id, needed, old_reserved) {
-            new_reserved = needed;
-            reallocated = true;
-            reclaimed = true;
-        }
-        if reallocated {
+        if decision.reallocated {
             summary.reallocations += 1;
-            summary.reclaims += u64::from(reclaimed);
+            summary.reclaims += u64::from(decision.reclaimed);
             summary.bytes_allocated_total = summary
                 .bytes_allocated_total
-                .checked_add(new_reserved)
+                .checked_add(decision.reserved_bytes)
                 .ok_or_else(|| at_row("total allocated bytes overflow u64".into()))?;
         }
-        // Totals stay exact: every term is a buffer or a need that fits in u64 on its own, and
-        // a sum over ids that does not fit is reported rather than wrapped.
-        total_reserved = (total_reserved - old_reserved)
-            .checked_add(new_reserved)
-            .ok_or_else(|| at_row("total reserved bytes overflow u64".into()))?;
-        total_needed = (total_needed - buffer.needed_bytes)
-            .checked_add(needed)
-            .ok_or_else(|| at_row("total needed bytes overflow u64".into()))?;
-        buffer.reserved_bytes = new_reserved;
-        buffer.needed_bytes = needed;
-        summary.peak_reserved_bytes = summary.peak_reserved_bytes.max(total_reserved);
-        summary.peak_needed_bytes = summary.peak_needed_bytes.max(total_needed);
-        sum_reserved += total_reserved as f64;
-        sum_needed += total_needed as f64;
+        summary.peak_reserved_bytes = summary
+            .peak_reserved_bytes
+            .max(ledger.total_reserved_bytes());
+        summary.peak_needed_bytes = summary.peak_needed_bytes.max(ledger.total_needed_bytes());
+        sum_reserved += ledger.total_reserved_bytes() as f64;
+        sum_needed += ledger.total_needed_bytes() as f64;
         outcomes.push(RowOutcome {
             row: r.row,
             id: r.id.clone(),
             shape: r.shape.clone(),
-            needed_bytes: needed,
-            predicted,
-            prediction,
-            reallocated,
-            reclaimed,
-            reserved_bytes: new_reserved,
+            needed_bytes: decision.needed_bytes,
+            predicted: decision.predicted,
+            prediction: decision.prediction,
+            reallocated: decision.reallocated,
+            reclaimed: decision.reclaimed,
+            reserved_bytes: decision.reserved_bytes,
         });
     }
     if !trace.rows.is_empty() {
@@ -326,6 +286,59 @@ pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, Pre
     Ok(ReplayOutcome {
         rows: outcomes,
         summary,
+    })
+}
+
+/// One raw row: a predictor call with the row's `can_reuse`; a `0` row allocates the
+/// prediction when [`can_preallocate`] allows it, else the exact size.
+fn raw_row(
+    predictor: &mut ShapePredictor,
+    ledger: &mut Ledger,
+    r: &TraceRow,
+    can_reuse: bool,
+    limits: &MemoryLimits,
+) -> Result<Decision, PredictorError> {
+    let bits = r.dtype.bits();
+    let old_reserved = ledger.reserved_bytes(&r.id);
+    let needed = r.needed_bytes;
+    if can_reuse && needed > old_reserved {
+        return Err(PredictorError::TraceRow {
+            row: r.row,
+            line: r.line,
+            reason: format!(
+                "can_reuse is 1 but the buffer of `{}` holds {old_reserved} bytes and {needed} are needed",
+                r.id
+            ),
+        });
+    }
+    let (predicted, prediction) =
+        predictor.predict_preallocation_shape(&r.id, &r.shape, bits, can_reuse)?;
+    let mut reserved = old_reserved;
+    if !can_reuse {
+        reserved = needed;
+        if predicted {
+            let predicted_bytes = prediction.size_bytes_for_bits(bits)?;
+            let in_use = ledger
+                .total_reserved_bytes()
+                .saturating_add(limits.other_in_use_bytes);
+            if can_preallocate(
+                predicted_bytes,
+                limits.max_buffer_bytes,
+                in_use,
+                limits.budget_bytes,
+            ) {
+                reserved = predicted_bytes.max(needed);
+            }
+        }
+    }
+    ledger.set(&r.id, &r.shape, bits, needed, reserved)?;
+    Ok(Decision {
+        predicted,
+        prediction,
+        reallocated: !can_reuse,
+        reclaimed: false,
+        reserved_bytes: reserved,
+        needed_bytes: needed,
     })
 }
 
@@ -435,21 +448,38 @@ mod tests {
     }
 
     #[test]
-    fn adaptive_reclaims_mostly_empty_buffers() {
-        let mut text = String::from("id,dtype,shape\nx,u8,1000\n");
-        for _ in 0..6 {
-            text.push_str("x,u8,10\n");
+    fn adaptive_reclaims_mostly_empty_buffers_under_pressure() {
+        // `x` needs 1000 bytes once, then 10; `y` then grows to 900: the request reserves
+        // 1900 bytes for a peak need of 1010, so the mostly empty `x` is shrunk at its turn.
+        let mut text = String::from("id,dtype,shape\nx,u8,1000\ny,u8,10\n");
+        for _ in 0..12 {
+            text.push_str("x,u8,10\ny,u8,900\n");
         }
         let trace = Trace::parse(&text).unwrap();
         let config = ReplayConfig::new(Policy::Adaptive, PredictorOptions::reference_defaults());
         let out = replay(&trace, &config).unwrap();
-        let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
-        // The need stays at 10 for rows 2..: reclaimed once 4 recorded needs are small.
-        assert_eq!(reserved, vec![1000, 1000, 1000, 1000, 10, 10, 10]);
+        let x: Vec<u64> = out
+            .rows
+            .iter()
+            .filter(|r| r.id == "x")
+            .map(|r| r.reserved_bytes)
+            .collect();
+        // Reclaimed once 8 recorded needs of `x` are small: its 9th row; the history (10, 10,
+        // 10) has zero steps, so the percentage mode sizes it: 10 * 1.1 = 11 bytes.
+        let mut expect = vec![1000; 8];
+        expect.extend([11; 5]);
+        assert_eq!(x, expect);
         assert_eq!(out.summary.reclaims, 1);
-        assert_eq!(out.summary.reallocations, 2);
+        assert!(out
+            .rows
+            .iter()
+            .any(|r| r.reclaimed && r.id == "x" && r.row == 17));
+        // Without pressure (`y` stays small) nothing is reclaimed.
+        let calm = text.replace("y,u8,900", "y,u8,10");
+        let out = replay(&Trace::parse(&calm).unwrap(), &config).unwrap();
+        assert_eq!(out.summary.reclaims, 0);
+        // The reference never shrinks.
         let out = replay(&trace, &reference()).unwrap();
         assert_eq!(out.summary.reclaims, 0);
-        assert_eq!(out.rows.last().map(|r| r.reserved_bytes), Some(1000));
     }
 }

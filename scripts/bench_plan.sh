@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Planner benchmark: one markdown table over every instance in ../shared/benchmarks/planner/.
+# Each cell is `height (height / lower bound) milliseconds` for one strategy. MiniMalloc's
+# challenging instances are planned at their capacity (the number in the file name); a
+# strategy that does not fit shows `no fit: best height`. Real models have no capacity.
+#
+# Usage: scripts/bench_plan.sh [TIME_LIMIT_MS]   (default 10000; builds the release binary)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+limit_ms="${1:-10000}"
+# ../shared from the main checkout, ../../shared from a worktree under wt/.
+bench_dir="${DYNRT_PLANNER_BENCH:-}"
+for d in ../shared/benchmarks/planner ../../shared/benchmarks/planner; do
+    if [[ -z "$bench_dir" && -d "$d" ]]; then bench_dir="$d"; fi
+done
+if [[ -z "$bench_dir" ]]; then echo "no benchmarks/planner folder found (set DYNRT_PLANNER_BENCH)" >&2; exit 1; fi
+# DYNRT_BIN names a prebuilt binary (skips the build).
+if [[ -z "${DYNRT_BIN:-}" ]]; then cargo build --release --quiet; fi
+bin="${DYNRT_BIN:-${CARGO_TARGET_DIR:-target}/release/dynrt}"
+echo "| instance | buffers | lower bound | gmem-fit-first | gmem-op-size | greedy-size | search | best |"
+echo "|---|---|---|---|---|---|---|---|"
+for f in "$bench_dir"/minimalloc-challenging/*.csv "$bench_dir"/real-models/*.csv; do
+    name="$(basename "$f" .csv)"
+    cap_args=()
+    if [[ "$name" =~ ^[A-Za-z0-9_]+\.([0-9]+)$ ]]; then
+        cap_args=(--capacity "${BASH_REMATCH[1]}")
+    fi
+    # --compare exits non-zero when some strategy does not fit: that is a table entry here.
+    "$bin" plan "$f" --compare --time-limit-ms "$limit_ms" "${cap_args[@]}" || true
+done

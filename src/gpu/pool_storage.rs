@@ -1,0 +1,46 @@
+//! The memory pool's storage on the GPU: every record is a real [`Buffer`] from the
+//! [`Engine`], so the pool's allocations appear in the engine's accounting and history.
+
+use super::{AllocError, Buffer, BufferDesc, Engine};
+use crate::memory::pool::Storage;
+use crate::memory::AllocKind;
+
+/// [`Storage`] over an [`Engine`]. Cloning the engine is cheap; the storage owns nothing else.
+#[derive(Debug, Clone)]
+pub struct EngineStorage {
+    engine: Engine,
+}
+
+impl EngineStorage {
+    /// Storage that allocates from `engine`.
+    pub fn new(engine: Engine) -> Self {
+        EngineStorage { engine }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Storage for EngineStorage {
+    type Buffer = Buffer;
+    type Error = AllocError;
+
+    fn allocate(
+        &mut self,
+        size_bytes: u64,
+        kind: AllocKind,
+        label: &str,
+    ) -> Result<Buffer, AllocError> {
+        self.engine.allocate(&BufferDesc {
+            label,
+            size_bytes,
+            kind,
+        })
+    }
+
+    fn size_bytes(buffer: &Buffer) -> u64 {
+        buffer.size_bytes()
+    }
+}

@@ -1,0 +1,161 @@
+//! The decode demo on a real adapter: the library loop (prefill network, KV cache moved to the
+//! decode network) and the `dynrt demo` command line.
+
+use dynrt::gpu::{testing, Engine};
+use dynrt::memory::predictor::Policy;
+use dynrt::runtime::demo::{Demo, DemoConfig};
+use dynrt::runtime::model::DecoderConfig;
+use dynrt::runtime::report::DemoSummary;
+use dynrt::runtime::RunOptions;
+use std::process::Command;
+
+fn small(policy: Policy, planner: bool, pool: bool) -> DemoConfig {
+    let mut run = RunOptions::new(policy);
+    run.pool = pool;
+    DemoConfig {
+        model: DecoderConfig {
+            layers: 2,
+            heads: 2,
+            dim: 32,
+            vocab: 96,
+            max_positions: 64,
+            seed: 5,
+        },
+        prompt_len: 5,
+        steps: 20,
+        run,
+        planner,
+        check_every: 1,
+    }
+}
+
+#[test]
+fn the_demo_decodes_the_same_tokens_with_every_memory_option_and_matches_the_reference() {
+    let Some(gpu) = testing::gpu_or_skip("demo") else {
+        return;
+    };
+    let mut first: Option<Vec<u32>> = None;
+    for policy in Policy::ALL {
+        for (planner, pool) in [(true, true), (false, true), (true, false)] {
+            let engine = Engine::new(gpu.clone());
+            let mut demo = Demo::new(&engine, small(policy, planner, pool)).unwrap();
+            let mut errors = Vec::new();
+            while !demo.done() {
+                let r = demo.step_blocking().unwrap();
+                errors.push(r.max_abs_err.expect("checked every step"));
+            }
+            let what = format!("{policy} planner={planner} pool={pool}");
+            assert_eq!(errors.len(), 20, "{what}");
+            assert!(errors.iter().all(|e| *e <= 1e-3), "{what}: {errors:?}");
+            let s = demo.summary();
+            assert_eq!(s.tokens.len(), 20);
+            assert!(s.tokens.iter().all(|&t| t < 96));
+            // Greedy decoding of this model does not just echo one token.
+            let mut distinct = s.tokens.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert!(distinct.len() > 3, "{what}: tokens {:?}", s.tokens);
+            assert!(
+                s.pipeline_cache.misses > 0 && s.pipeline_cache.misses < 30,
+                "{what}"
+            );
+            assert!(s.shape_updates_skipped > 0, "{what}");
+            assert!(s.peak_bytes.usm_device > 0, "{what}");
+            assert_eq!(demo.trace().samples.len(), 20);
+            match &first {
+                None => first = Some(s.tokens),
+                Some(f) => assert_eq!(f, &s.tokens, "{what}: other tokens"),
+            }
+        }
+    }
+}
+
+#[test]
+fn exact_allocation_reallocates_far_more_than_the_predictors() {
+    let Some(gpu) = testing::gpu_or_skip("demo") else {
+        return;
+    };
+    let mut reallocs = Vec::new();
+    for policy in Policy::ALL {
+        let engine = Engine::new(gpu.clone());
+        let mut config = small(policy, true, true);
+        config.steps = 60;
+        config.check_every = 0;
+        let mut demo = Demo::new(&engine, config).unwrap();
+        while !demo.done() {
+            demo.step_blocking().unwrap();
+        }
+        reallocs.push(demo.summary().reallocations);
+    }
+    // none, reference, adaptive
+    assert!(reallocs[0] > 3 * reallocs[1], "{reallocs:?}");
+    assert!(reallocs[2] <= reallocs[1], "{reallocs:?}");
+}
+
+#[test]
+fn the_cli_prints_the_contract_json_and_an_svg_report() {
+    let Some(_gpu) = testing::gpu_or_skip("demo") else {
+        return;
+    };
+    let svg = std::env::temp_dir().join(format!("dynrt-demo-test-{}.svg", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        .args([
+            "demo",
+            "--steps",
+            "12",
+            "--json",
+            "--policy",
+            "reference",
+            "--report",
+        ])
+        .arg(&svg)
+        .output()
+        .expect("run dynrt");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    for k in [
+        "adapter",
+        "backend",
+        "policy",
+        "steps",
+        "tokens",
+        "max_abs_err",
+        "allocations",
+        "reallocations",
+        "bytes_allocated_total",
+        "peak_bytes",
+        "pipeline_cache",
+        "shape_updates_skipped",
+        "ms_per_step",
+    ] {
+        assert!(keys.contains(&k), "missing {k} in {line}");
+    }
+    assert_eq!(keys.len(), 13, "{line}");
+    let s: DemoSummary = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        (s.policy.as_str(), s.steps, s.tokens.len()),
+        ("reference", 12, 12)
+    );
+    assert!(s.max_abs_err <= 1e-2);
+    let picture = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(picture.contains("<polyline") && picture.contains("reallocation(s)"));
+    let _ = std::fs::remove_file(&svg);
+
+    // A bad argument is an error that says what is wrong.
+    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        .args(["demo", "--heads", "3"])
+        .output()
+        .expect("run dynrt");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of heads"));
+}

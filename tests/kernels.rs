@@ -1,0 +1,879 @@
+//! Every op's WGSL kernel against the CPU reference on seeded random shapes, on every test
+//! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks). Covers broadcasting
+//! edge cases, size-1 and size-0 dimensions, sizes that are not multiples of the workgroup,
+//! unaligned tensor offsets, 2-D dispatch grids, and several dispatches in one pass.
+//!
+//! Tolerances (|gpu - ref| <= atol + rtol * |ref|, ref computed with f64 intermediates):
+//! * add, sub, mul, relu, data movement, gather, where, causal mask, shape_of: exact
+//! * div: rtol 1e-6 (WGSL allows 2.5 ULP)
+//! * exp, gelu, silu: atol 1e-6, rtol 1e-5
+//! * matmul (inputs in [-1, 1)): atol 1e-6 * K + 1e-5 (f32 accumulation over K terms)
+//! * softmax: atol 2e-6, rtol 1e-4; layer_norm, rms_norm: atol 1e-4, rtol 1e-4
+
+use dynrt::gpu::kernels::run::{run_op, HostTensor, RunOpError};
+use dynrt::gpu::kernels::{KernelError, Kernels, Operand, TensorRef, UniformArena};
+use dynrt::gpu::{testing, Gpu};
+use dynrt::graph::ops::MASK_VALUE;
+use dynrt::graph::{reference, BinaryOp, Op, UnaryOp};
+use dynrt::rng::SplitMix64;
+use dynrt::shape::{DType, Shape};
+
+#[derive(Clone, Copy, Debug)]
+struct Tol {
+    atol: f32,
+    rtol: f32,
+}
+
+const EXACT: Tol = Tol {
+    atol: 0.0,
+    rtol: 0.0,
+};
+
+fn s(d: &[u64]) -> Shape {
+    Shape::new(d.to_vec())
+}
+
+fn rand_values(rng: &mut SplitMix64, shape: &Shape) -> Vec<f32> {
+    let n = shape.num_elements().unwrap() as usize;
+    (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+fn f32_tensor(rng: &mut SplitMix64, dims: &[u64]) -> HostTensor {
+    let shape = s(dims);
+    HostTensor {
+        values: rand_values(rng, &shape),
+        shape,
+        dtype: DType::F32,
+    }
+}
+
+/// Runs `op` on the GPU (with a 4-byte skew every other call) and compares with the CPU
+/// reference. Returns the GPU values.
+fn check(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    tol: Tol,
+    ctx: &str,
+) -> Vec<f32> {
+    let shapes: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
+    let out_shape = op
+        .infer(&shapes, &[])
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let refs: Vec<(&Shape, &[f32])> = inputs
+        .iter()
+        .map(|t| (&t.shape, t.values.as_slice()))
+        .collect();
+    let want = reference::eval_op(op, &refs, &out_shape);
+    let dtype = op.output_dtype(&inputs.iter().map(|t| t.dtype).collect::<Vec<_>>());
+    let skew = (ctx.len() as u64 % 3) * 4;
+    let got = run_op(
+        gpu.device(),
+        gpu.queue(),
+        k,
+        op,
+        inputs,
+        &out_shape,
+        dtype,
+        skew,
+    )
+    .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()));
+    assert_eq!(got.len(), want.len(), "{ctx}: length");
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() || tol.atol == 0.0 && tol.rtol == 0.0 {
+            g.to_bits() == w.to_bits() || g == w
+        } else {
+            (g - w).abs() <= tol.atol + tol.rtol * w.abs()
+        };
+        assert!(
+            ok,
+            "{ctx} ({} on {:?}, out {out_shape}): element {i}: gpu {g} vs ref {w} (tol {tol:?})",
+            op.name(),
+            gpu.backend()
+        );
+    }
+    got
+}
+
+fn gpus(test: &str) -> Vec<Gpu> {
+    testing::gpus_or_skip(test)
+}
+
+/// A random shape of rank 0..=4 with dims in 0..=max; zeros are rare.
+fn rand_shape(rng: &mut SplitMix64, max_rank: u64, max: u64) -> Vec<u64> {
+    let rank = rng.range(0, max_rank + 1);
+    (0..rank)
+        .map(|_| match rng.range(0, 12) {
+            0 => 0,
+            1 | 2 => 1,
+            _ => rng.range(1, max + 1),
+        })
+        .collect()
+}
+
+/// A shape that broadcasts against `a`: some dims set to 1, some leading dims dropped.
+fn broadcast_partner(rng: &mut SplitMix64, a: &[u64]) -> Vec<u64> {
+    let drop = rng.range(0, a.len() as u64 + 1) as usize;
+    a[drop..]
+        .iter()
+        .map(|&d| if rng.range(0, 3) == 0 { 1 } else { d })
+        .collect()
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    for gpu in gpus("binary_ops_with_broadcasting") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(1);
+        let mut cases = 0;
+        for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+            let tol = if op == BinaryOp::Div {
+                Tol {
+                    atol: 0.0,
+                    rtol: 1e-6,
+                }
+            } else {
+                EXACT
+            };
+            // Fixed edge cases: same shape (vec4 path and scalar path), scalar, size 0, rank 6.
+            let fixed: [(&[u64], &[u64]); 7] = [
+                (&[4, 64], &[4, 64]),
+                (&[3, 7], &[3, 7]),
+                (&[5, 3], &[]),
+                (&[1], &[2, 3, 4]),
+                (&[0, 3], &[1, 3]),
+                (&[2, 1, 3, 1, 2, 1], &[1, 4, 1, 5, 1, 3]),
+                (&[1000], &[1000]),
+            ];
+            for (a, b) in fixed {
+                let (ta, tb) = (f32_tensor(&mut rng, a), f32_tensor(&mut rng, b));
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Binary(op),
+                    &[ta, tb],
+                    tol,
+                    &format!("{} {a:?} {b:?}", op.name()),
+                );
+                cases += 1;
+            }
+            for i in 0..12 {
+                let a = rand_shape(&mut rng, 4, 9);
+                let b = broadcast_partner(&mut rng, &a);
+                let (a, b) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                let (ta, tb) = (f32_tensor(&mut rng, &a), f32_tensor(&mut rng, &b));
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Binary(op),
+                    &[ta, tb],
+                    tol,
+                    &format!("{} #{i} {a:?} {b:?}", op.name()),
+                );
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 76);
+        let st = k.stats();
+        // 4 ops x up to 3 entry points; every other dispatch hit the cache (size-0 outputs
+        // dispatch nothing and look nothing up).
+        assert!(st.misses <= 12 && st.hits + st.misses >= 60, "{st:?}");
+        assert_eq!(st.pipelines as u64, st.misses);
+    }
+}
+
+#[test]
+fn unary_ops() {
+    for gpu in gpus("unary_ops") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(2);
+        for op in [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp] {
+            let tol = if op == UnaryOp::Relu {
+                EXACT
+            } else {
+                Tol {
+                    atol: 1e-6,
+                    rtol: 1e-5,
+                }
+            };
+            for dims in [
+                vec![],
+                vec![0],
+                vec![1],
+                vec![257],
+                vec![4, 256],
+                vec![3, 0, 2],
+            ] {
+                let t = f32_tensor(&mut rng, &dims);
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Unary(op),
+                    &[t],
+                    tol,
+                    &format!("{} {dims:?}", op.name()),
+                );
+            }
+            // Large magnitudes: gelu/silu saturate without NaN.
+            let mut t = f32_tensor(&mut rng, &[9]);
+            t.values = vec![-80.0, -20.0, -5.0, -0.5, 0.0, 0.5, 5.0, 20.0, 80.0];
+            if op == UnaryOp::Exp {
+                t.values.truncate(8);
+                t.shape = s(&[8]);
+            }
+            check(
+                &gpu,
+                &mut k,
+                &Op::Unary(op),
+                &[t],
+                tol,
+                &format!("{} extremes", op.name()),
+            );
+            for i in 0..6 {
+                let dims = rand_shape(&mut rng, 4, 20);
+                let t = f32_tensor(&mut rng, &dims);
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Unary(op),
+                    &[t],
+                    tol,
+                    &format!("{} #{i} {dims:?}", op.name()),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_batched_broadcast_transposed() {
+    for gpu in gpus("matmul_batched_broadcast_transposed") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(3);
+        let run = |k: &mut Kernels,
+                   rng: &mut SplitMix64,
+                   ba: &[u64],
+                   bb: &[u64],
+                   m: u64,
+                   kk: u64,
+                   n: u64,
+                   tb: bool| {
+            let mut a = ba.to_vec();
+            a.extend([m, kk]);
+            let mut b = bb.to_vec();
+            b.extend(if tb { [n, kk] } else { [kk, n] });
+            let tol = Tol {
+                atol: 1e-6 * kk as f32 + 1e-5,
+                rtol: 0.0,
+            };
+            let (ta, tbt) = (f32_tensor(rng, &a), f32_tensor(rng, &b));
+            check(
+                &gpu,
+                k,
+                &Op::MatMul { transpose_b: tb },
+                &[ta, tbt],
+                tol,
+                &format!("matmul {a:?} x {b:?} tb={tb}"),
+            );
+        };
+        run(&mut k, &mut rng, &[], &[], 64, 64, 64, false);
+        run(&mut k, &mut rng, &[], &[], 1, 1, 1, false);
+        run(&mut k, &mut rng, &[], &[], 65, 17, 130, false);
+        run(&mut k, &mut rng, &[], &[], 3, 0, 5, false); // K = 0: zeros
+        run(&mut k, &mut rng, &[], &[], 0, 4, 5, false); // M = 0: no dispatch
+        run(&mut k, &mut rng, &[2, 3], &[3], 7, 33, 9, true); // broadcast batch, transposed B
+        run(&mut k, &mut rng, &[4, 1], &[1, 5], 1, 64, 100, false); // decode-like M = 1
+        run(&mut k, &mut rng, &[1], &[], 200, 100, 150, true);
+        // Small M (decode): the small-M kernel, including N not a multiple of 4 or 256.
+        run(&mut k, &mut rng, &[], &[], 1, 96, 300, false);
+        run(&mut k, &mut rng, &[2, 2], &[2, 1], 8, 17, 257, true);
+        run(&mut k, &mut rng, &[3], &[], 5, 1, 3, false);
+        run(&mut k, &mut rng, &[], &[], 9, 40, 70, false); // first size on the tiled kernel
+        for i in 0..8 {
+            let ba = rand_shape(&mut rng, 2, 3);
+            let bb = broadcast_partner(&mut rng, &ba);
+            let (m, kk, n) = (rng.range(1, 90), rng.range(1, 90), rng.range(1, 90));
+            run(&mut k, &mut rng, &ba, &bb, m, kk, n, i % 2 == 1);
+        }
+    }
+}
+
+#[test]
+fn softmax_layer_norm_rms_norm() {
+    for gpu in gpus("softmax_layer_norm_rms_norm") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(4);
+        let sm = Tol {
+            atol: 2e-6,
+            rtol: 1e-4,
+        };
+        let nt = Tol {
+            atol: 1e-4,
+            rtol: 1e-4,
+        };
+        for dims in [
+            vec![1],
+            vec![3, 1],
+            vec![2, 64],
+            vec![5, 65],
+            vec![2, 3, 700],
+            vec![0, 8],
+            vec![4, 0],
+            vec![300, 7],
+        ] {
+            let d = *dims.last().unwrap();
+            let x = f32_tensor(&mut rng, &dims);
+            let mut xs = x.clone();
+            xs.values.iter_mut().for_each(|v| *v *= 30.0); // large logits: stability
+            check(
+                &gpu,
+                &mut k,
+                &Op::Softmax,
+                &[xs],
+                sm,
+                &format!("softmax {dims:?}"),
+            );
+            let g = f32_tensor(&mut rng, &[d]);
+            let b = f32_tensor(&mut rng, &[d]);
+            check(
+                &gpu,
+                &mut k,
+                &Op::LayerNorm { eps: 1e-5 },
+                &[x.clone(), g.clone(), b],
+                nt,
+                &format!("layer_norm {dims:?}"),
+            );
+            check(
+                &gpu,
+                &mut k,
+                &Op::RmsNorm { eps: 1e-6 },
+                &[x, g],
+                nt,
+                &format!("rms_norm {dims:?}"),
+            );
+        }
+        // Masked rows (all but one entry at the mask value) stay finite.
+        let mut x = f32_tensor(&mut rng, &[2, 5]);
+        for v in x.values.iter_mut().skip(1) {
+            *v = MASK_VALUE;
+        }
+        let out = check(&gpu, &mut k, &Op::Softmax, &[x], sm, "softmax masked");
+        assert!((out[0] - 1.0).abs() < 1e-6 && out.iter().all(|v| v.is_finite()));
+    }
+}
+
+#[test]
+fn data_movement_ops() {
+    for gpu in gpus("data_movement_ops") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(5);
+        for i in 0..10 {
+            let dims = rand_shape(&mut rng, 5, 6);
+            let x = f32_tensor(&mut rng, &dims);
+            // Reshape: flatten then split the first dimension back.
+            check(
+                &gpu,
+                &mut k,
+                &Op::Reshape { target: vec![-1] },
+                std::slice::from_ref(&x),
+                EXACT,
+                &format!("reshape #{i} {dims:?}"),
+            );
+            // Transpose: a random permutation.
+            let mut perm: Vec<usize> = (0..dims.len()).collect();
+            for j in (1..perm.len()).rev() {
+                perm.swap(j, rng.range(0, j as u64 + 1) as usize);
+            }
+            check(
+                &gpu,
+                &mut k,
+                &Op::Transpose { perm: perm.clone() },
+                std::slice::from_ref(&x),
+                EXACT,
+                &format!("transpose #{i} {dims:?} {perm:?}"),
+            );
+            if dims.is_empty() {
+                continue;
+            }
+            // Slice a random axis with a random start/end/step (negative starts too).
+            let axis = rng.range(0, dims.len() as u64) as usize;
+            let d = dims[axis] as i64;
+            let start = rng.range(0, d as u64 + 2) as i64 - 1;
+            let end = if i % 3 == 0 {
+                i64::MAX
+            } else {
+                rng.range(0, d as u64 + 2) as i64
+            };
+            let step = rng.range(1, 4) as i64;
+            let op = Op::Slice {
+                axes: vec![axis],
+                starts: vec![start],
+                ends: vec![end],
+                steps: vec![step],
+            };
+            check(
+                &gpu,
+                &mut k,
+                &op,
+                std::slice::from_ref(&x),
+                EXACT,
+                &format!("slice #{i} {dims:?} {axis} {start}:{end}:{step}"),
+            );
+            // Concat three tensors along the axis (one of them possibly empty along it).
+            let parts: Vec<HostTensor> = (0..3)
+                .map(|_| {
+                    let mut p = dims.clone();
+                    p[axis] = rng.range(0, 4);
+                    f32_tensor(&mut rng, &p)
+                })
+                .collect();
+            check(
+                &gpu,
+                &mut k,
+                &Op::Concat { axis },
+                &parts,
+                EXACT,
+                &format!("concat #{i} {dims:?} axis {axis}"),
+            );
+        }
+        // Gather: i32 and u32 ids, out-of-range and negative ids give zeros.
+        for (dtype, ids) in [
+            (DType::I32, vec![3.0, 0.0, -1.0, 9.0, 2.0, 3.0]),
+            (DType::U32, vec![1.0, 4.0, 0.0, 7.0, 2.0, 2.0]),
+        ] {
+            let table = f32_tensor(&mut rng, &[5, 33]);
+            let ids = HostTensor {
+                shape: s(&[2, 3]),
+                dtype,
+                values: ids,
+            };
+            check(
+                &gpu,
+                &mut k,
+                &Op::Gather,
+                &[table, ids],
+                EXACT,
+                &format!("gather {dtype}"),
+            );
+        }
+        let table = f32_tensor(&mut rng, &[5, 4]);
+        let ids = HostTensor {
+            shape: s(&[0]),
+            dtype: DType::I32,
+            values: vec![],
+        };
+        check(
+            &gpu,
+            &mut k,
+            &Op::Gather,
+            &[table, ids],
+            EXACT,
+            "gather no ids",
+        );
+        // ShapeOf writes the shape as i32 through the uniform.
+        let x = f32_tensor(&mut rng, &[2, 3, 0, 7]);
+        let out = check(&gpu, &mut k, &Op::ShapeOf, &[x], EXACT, "shape_of");
+        assert_eq!(out, vec![2.0, 3.0, 0.0, 7.0]);
+        // Integer tensors move as bits (shape tensors are i32).
+        let t = HostTensor {
+            shape: s(&[2, 2]),
+            dtype: DType::I32,
+            values: vec![-1.0, 2.0, 3.0, -4.0],
+        };
+        let out = check(
+            &gpu,
+            &mut k,
+            &Op::Transpose { perm: vec![1, 0] },
+            &[t],
+            EXACT,
+            "transpose i32",
+        );
+        assert_eq!(out, vec![-1.0, 3.0, 2.0, -4.0]);
+    }
+}
+
+#[test]
+fn causal_mask_and_where() {
+    for gpu in gpus("causal_mask_and_where") {
+        let mut k = Kernels::new(gpu.device());
+        let mut rng = SplitMix64::new(6);
+        // Prefill (past 0), decode (one query over a long past), chunked (several queries).
+        for dims in [[2, 4, 4], [2, 1, 37], [3, 5, 12], [1, 300, 300]] {
+            let x = f32_tensor(&mut rng, &dims);
+            let out = check(
+                &gpu,
+                &mut k,
+                &Op::CausalMask,
+                &[x],
+                EXACT,
+                &format!("causal {dims:?}"),
+            );
+            let (sq, t) = (dims[1] as usize, dims[2] as usize);
+            let past = t - sq;
+            let hidden = out.iter().filter(|&&v| v == MASK_VALUE).count();
+            // Query i hides keys past+i+1..t: sum over i of (t - past - i - 1).
+            let want: usize = (0..sq).map(|i| t - past - i - 1).sum::<usize>() * dims[0] as usize;
+            assert_eq!(hidden, want, "causal {dims:?}");
+        }
+        for i in 0..10 {
+            let dims = rand_shape(&mut rng, 4, 6);
+            let c_dims = broadcast_partner(&mut rng, &dims);
+            let b_dims = broadcast_partner(&mut rng, &dims);
+            let mut cond = f32_tensor(&mut rng, &c_dims);
+            let int_cond = i % 2 == 0;
+            cond.values.iter_mut().for_each(|v| {
+                *v = if *v > 0.0 {
+                    1.0
+                } else if int_cond {
+                    0.0
+                } else {
+                    -0.0
+                }
+            });
+            if int_cond {
+                cond.dtype = DType::U32;
+            }
+            let a = f32_tensor(&mut rng, &dims);
+            let b = f32_tensor(&mut rng, &b_dims);
+            check(
+                &gpu,
+                &mut k,
+                &Op::Where,
+                &[cond, a, b],
+                EXACT,
+                &format!("where #{i} {c_dims:?} {dims:?} {b_dims:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
+    for gpu in gpus("two_dimensional_grids") {
+        // A limit of 3 workgroups per dimension forces 2-D grids on small tensors for every
+        // family (the kernels linearise wid.x + wid.y * num_workgroups.x).
+        let mut k = Kernels::new(gpu.device());
+        k.set_max_workgroups_per_dim(3);
+        let mut rng = SplitMix64::new(7);
+        let x = f32_tensor(&mut rng, &[5, 300]); // 1500 elements: 6 workgroups of 256
+        let y = f32_tensor(&mut rng, &[1, 300]);
+        check(
+            &gpu,
+            &mut k,
+            &Op::Binary(BinaryOp::Add),
+            &[x.clone(), y],
+            EXACT,
+            "grid add",
+        );
+        check(
+            &gpu,
+            &mut k,
+            &Op::Unary(UnaryOp::Relu),
+            std::slice::from_ref(&x),
+            EXACT,
+            "grid relu",
+        );
+        check(
+            &gpu,
+            &mut k,
+            &Op::Softmax,
+            std::slice::from_ref(&x),
+            Tol {
+                atol: 2e-6,
+                rtol: 1e-4,
+            },
+            "grid softmax rows",
+        );
+        check(
+            &gpu,
+            &mut k,
+            &Op::Transpose { perm: vec![1, 0] },
+            std::slice::from_ref(&x),
+            EXACT,
+            "grid transpose",
+        );
+        check(
+            &gpu,
+            &mut k,
+            &Op::CausalMask,
+            &[f32_tensor(&mut rng, &[2, 10, 40])],
+            EXACT,
+            "grid causal",
+        );
+        let (a, b) = (
+            f32_tensor(&mut rng, &[2, 70, 20]),
+            f32_tensor(&mut rng, &[20, 70]),
+        );
+        check(
+            &gpu,
+            &mut k,
+            &Op::MatMul { transpose_b: false },
+            &[a, b],
+            Tol {
+                atol: 1e-4,
+                rtol: 0.0,
+            },
+            "grid matmul",
+        );
+        // 3 x 3 = 9 workgroups is the most this grid holds: more is an error, not a wrong run.
+        // (An odd count takes the scalar path: one element per invocation, 11 workgroups.)
+        let big = f32_tensor(&mut rng, &[10 * 256 + 1]);
+        let err = run_op(
+            gpu.device(),
+            gpu.queue(),
+            &mut k,
+            &Op::Unary(UnaryOp::Relu),
+            &[big],
+            &s(&[2561]),
+            DType::F32,
+            0,
+        );
+        let err = err.map(|v| v.len());
+        assert!(
+            matches!(
+                err,
+                Err(RunOpError::Kernel(KernelError::TooManyWorkgroups {
+                    workgroups: 11,
+                    max: 3
+                }))
+            ),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn elementwise_beyond_65535_workgroups_on_the_real_limit() {
+    // Only the environment's default backend: this moves 2 x 68 MB.
+    let Some(gpu) = testing::gpu_or_skip("elementwise_beyond_65535_workgroups") else {
+        return;
+    };
+    let max = gpu.limits().max_compute_workgroups_per_dimension as u64;
+    // The scalar relu path (odd count) dispatches ceil(n / 256) workgroups: above the limit.
+    let n = max * 256 + 1001;
+    assert!(n.div_ceil(256) > max);
+    let values: Vec<f32> = (0..n)
+        .map(|i| if i % 3 == 0 { -(i as f32) } else { i as f32 })
+        .collect();
+    let x = HostTensor {
+        shape: s(&[n]),
+        dtype: DType::F32,
+        values,
+    };
+    let mut k = Kernels::new(gpu.device());
+    let out = run_op(
+        gpu.device(),
+        gpu.queue(),
+        &mut k,
+        &Op::Unary(UnaryOp::Relu),
+        &[x],
+        &s(&[n]),
+        DType::F32,
+        0,
+    )
+    .unwrap();
+    assert_eq!(out.len() as u64, n);
+    for (i, &v) in out.iter().enumerate() {
+        let want = if i % 3 == 0 { 0.0 } else { i as f32 };
+        assert_eq!(v, want, "element {i}");
+    }
+}
+
+#[test]
+fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
+    for gpu in gpus("one_pass_chain") {
+        let (device, queue) = (gpu.device(), gpu.queue());
+        let mut k = Kernels::new(device);
+        let mut u = UniformArena::new(device);
+        // x [3, 5] -> relu -> add row bias -> softmax -> mul by x, all in one pass of one
+        // buffer, each step reading the previous step's output.
+        let mut rng = SplitMix64::new(8);
+        let xs = s(&[3, 5]);
+        let bs = s(&[5]);
+        let x = rand_values(&mut rng, &xs);
+        let bias = rand_values(&mut rng, &bs);
+        let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
+            label: Some("chain"),
+            size: 4096,
+            usage: dynrt::gpu::wgpu::BufferUsages::STORAGE
+                | dynrt::gpu::wgpu::BufferUsages::COPY_DST
+                | dynrt::gpu::wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&buf, 0, bytemuck::cast_slice(&x));
+        queue.write_buffer(&buf, 256, bytemuck::cast_slice(&bias));
+        let t = |off: u64, shape: &'static Shape| Operand {
+            tensor: TensorRef {
+                buffer: &buf,
+                offset_bytes: off,
+                size_bytes: 60,
+            },
+            shape,
+            dtype: DType::F32,
+        };
+        static XS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
+        static BS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
+        let xs_ = XS.get_or_init(|| s(&[3, 5]));
+        let bs_ = BS.get_or_init(|| s(&[5]));
+        let mut enc = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            k.encode(
+                &mut pass,
+                &mut u,
+                &Op::Unary(UnaryOp::Relu),
+                &[t(0, xs_)],
+                &t(512, xs_),
+            )
+            .unwrap();
+            k.encode(
+                &mut pass,
+                &mut u,
+                &Op::Binary(BinaryOp::Add),
+                &[t(512, xs_), t(256, bs_)],
+                &t(1024, xs_),
+            )
+            .unwrap();
+            k.encode(
+                &mut pass,
+                &mut u,
+                &Op::Softmax,
+                &[t(1024, xs_)],
+                &t(1536, xs_),
+            )
+            .unwrap();
+            k.encode(
+                &mut pass,
+                &mut u,
+                &Op::Binary(BinaryOp::Mul),
+                &[t(1536, xs_), t(0, xs_)],
+                &t(2048, xs_),
+            )
+            .unwrap();
+        }
+        assert_eq!(u.slots_used(), 4);
+        u.flush(queue);
+        let staging = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
+            label: Some("chain readback"),
+            size: 60,
+            usage: dynrt::gpu::wgpu::BufferUsages::MAP_READ
+                | dynrt::gpu::wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        enc.copy_buffer_to_buffer(&buf, 2048, &staging, 0, 60);
+        queue.submit([enc.finish()]);
+        staging.map_async(dynrt::gpu::wgpu::MapMode::Read, .., |r| r.unwrap());
+        device
+            .poll(dynrt::gpu::wgpu::PollType::wait_indefinitely())
+            .unwrap();
+        let got: Vec<f32> = bytemuck::cast_slice(&staging.get_mapped_range(..).unwrap()).to_vec();
+        // Reference.
+        let r = x
+            .iter()
+            .map(|&v| UnaryOp::Relu.apply(v))
+            .collect::<Vec<_>>();
+        let r = reference::broadcast_binary(&r, &xs, &bias, &bs, &xs, |a, b| a + b);
+        let r = reference::softmax(&r, &xs);
+        let want: Vec<f32> = r.iter().zip(&x).map(|(a, b)| a * b).collect();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+}
+
+#[test]
+fn bad_operands_are_typed_errors() {
+    let Some(gpu) = testing::gpu_or_skip("bad_operands_are_typed_errors") else {
+        return;
+    };
+    let (device, queue) = (gpu.device(), gpu.queue());
+    let mut k = Kernels::new(device);
+    let mut u = UniformArena::new(device);
+    let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
+        label: Some("bad"),
+        size: 256,
+        usage: dynrt::gpu::wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let (a, wrong) = (s(&[4, 4]), s(&[4, 5]));
+    let op = |off: u64, size: u64, shape| opnd(&buf, off, size, shape);
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        let relu = Op::Unary(UnaryOp::Relu);
+        let e = k
+            .encode(
+                &mut pass,
+                &mut u,
+                &relu,
+                &[op(0, 64, &a)],
+                &op(64, 80, &wrong),
+            )
+            .unwrap_err();
+        assert!(matches!(e, KernelError::OutputShape { .. }), "{e}");
+        let e = k
+            .encode(&mut pass, &mut u, &relu, &[op(0, 32, &a)], &op(64, 64, &a))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KernelError::TooSmall {
+                    needed_bytes: 64,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = k
+            .encode(&mut pass, &mut u, &relu, &[op(2, 64, &a)], &op(64, 64, &a))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KernelError::Unaligned {
+                    offset_bytes: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = k
+            .encode(&mut pass, &mut u, &relu, &[op(0, 64, &a)], &op(224, 64, &a))
+            .unwrap_err();
+        assert!(matches!(e, KernelError::TooSmall { .. }), "{e}");
+        let c = Op::Constant {
+            shape: a.clone(),
+            data: std::sync::Arc::new(vec![0.0; 16]),
+        };
+        let e = k
+            .encode(&mut pass, &mut u, &c, &[], &op(0, 64, &a))
+            .unwrap_err();
+        assert!(matches!(e, KernelError::NotAKernel { .. }), "{e}");
+    }
+    assert_eq!(
+        u.slots_used(),
+        0,
+        "refused encodes must not take uniform slots"
+    );
+    queue.submit([enc.finish()]);
+}
+
+fn opnd<'a>(
+    buffer: &'a dynrt::gpu::wgpu::Buffer,
+    offset_bytes: u64,
+    size_bytes: u64,
+    shape: &'a Shape,
+) -> Operand<'a> {
+    Operand {
+        tensor: TensorRef {
+            buffer,
+            offset_bytes,
+            size_bytes,
+        },
+        shape,
+        dtype: DType::F32,
+    }
+}

@@ -1,0 +1,126 @@
+//! Property tests of the static planner: every strategy's plan passes the validator, the
+//! validator rejects overlaps and misalignment, and heights respect the lower bound.
+
+use dynrt::memory::planner::{
+    build, lower_bound, validate, PlanBuffer, PlanError, PlanOptions, Strategy as PlanStrategy,
+};
+use proptest::prelude::*;
+use std::time::Duration;
+
+fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
+    prop::collection::vec(
+        (
+            0u64..40,
+            1u64..15,
+            0u64..200,
+            prop::sample::select(vec![1u64, 1, 2, 8, 64]),
+        ),
+        1..40,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
+                id: format!("b{i}"),
+                lower,
+                upper: lower + len,
+                size_bytes,
+                align_bytes,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_strategy_gives_a_valid_plan(bufs in buffers(), min_align in prop::sample::select(vec![1u64, 4, 256])) {
+        let lb = lower_bound(&bufs);
+        for strategy in PlanStrategy::ALL {
+            let opts = PlanOptions { strategy, capacity: None, time_limit: Duration::from_millis(50), min_align_bytes: min_align };
+            let plan = build(&bufs, &opts).unwrap();
+            prop_assert_eq!(plan.offsets.len(), bufs.len());
+            validate(&bufs, &plan.offsets, min_align).unwrap();
+            prop_assert!(plan.height >= lb, "{} height {} below lower bound {}", strategy, plan.height, lb);
+            prop_assert_eq!(plan.lower_bound, lb);
+        }
+    }
+
+    #[test]
+    fn a_capacity_is_met_or_refused(bufs in buffers()) {
+        let lb = lower_bound(&bufs);
+        let opts = PlanOptions { capacity: Some(lb), time_limit: Duration::from_millis(50), ..PlanOptions::default() };
+        match build(&bufs, &opts) {
+            Ok(plan) => {
+                prop_assert!(plan.height <= lb);
+                validate(&bufs, &plan.offsets, 1).unwrap();
+            }
+            Err(PlanError::DoesNotFit { best_height, .. }) => prop_assert!(best_height > lb),
+            Err(e) => return Err(TestCaseError::fail(e.to_string())),
+        }
+    }
+
+    #[test]
+    fn validator_rejects_overlap_and_misalignment(bufs in buffers()) {
+        let plan = build(&bufs, &PlanOptions { strategy: PlanStrategy::GreedySize, ..PlanOptions::default() }).unwrap();
+        validate(&bufs, &plan.offsets, 1).unwrap();
+        // Move one buffer onto a time-overlapping neighbour's address: must be an overlap.
+        let n = bufs.len();
+        let pair = (0..n).flat_map(|a| (0..n).map(move |b| (a, b))).find(|&(a, b)| {
+            a != b && bufs[a].size_bytes > 0 && bufs[b].size_bytes > 0
+                && bufs[a].lower < bufs[b].upper && bufs[b].lower < bufs[a].upper
+                && plan.offsets[a] % bufs[b].align_bytes == 0
+        });
+        if let Some((a, b)) = pair {
+            let mut bad = plan.offsets.clone();
+            bad[b] = plan.offsets[a];
+            let r = validate(&bufs, &bad, 1);
+            prop_assert!(matches!(r, Err(PlanError::Overlap { .. })), "{:?}", r);
+        }
+        // Misalign a buffer that needs alignment.
+        if let Some(i) = (0..n).find(|&i| bufs[i].align_bytes > 1) {
+            let mut bad = plan.offsets.clone();
+            bad[i] += 1;
+            let r = validate(&bufs, &bad, 1);
+            prop_assert!(matches!(r, Err(PlanError::Misaligned { .. })), "{:?}", r);
+        }
+    }
+}
+
+#[test]
+fn validator_rejects_a_known_overlap_and_misalignment() {
+    let b = |id: &str, lower, upper, size_bytes, align_bytes| PlanBuffer {
+        id: id.into(),
+        lower,
+        upper,
+        size_bytes,
+        align_bytes,
+    };
+    let bufs = vec![
+        b("x", 0, 4, 10, 1),
+        b("y", 3, 6, 10, 8),
+        b("z", 4, 8, 10, 1),
+    ];
+    assert!(
+        validate(&bufs, &[0, 16, 0], 1).is_ok(),
+        "x and z do not meet in time"
+    );
+    let e = validate(&bufs, &[0, 8, 0], 1).unwrap_err();
+    assert_eq!(
+        e,
+        PlanError::Overlap {
+            a: "x".into(),
+            b: "y".into()
+        }
+    );
+    let e = validate(&bufs, &[0, 12, 0], 1).unwrap_err();
+    assert!(
+        matches!(e, PlanError::Misaligned { ref id, offset_bytes: 12, align_bytes: 8 } if id == "y"),
+        "{e}"
+    );
+    assert!(matches!(
+        validate(&bufs, &[0, 16, 0], 32),
+        Err(PlanError::Misaligned { .. })
+    ));
+}

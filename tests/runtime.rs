@@ -1,0 +1,411 @@
+//! The runtime on a real adapter: identical outputs for every memory option, a long dynamic
+//! loop that stays bounded, and out-of-memory handling.
+
+use dynrt::gpu::{testing, Engine, Gpu};
+use dynrt::graph::{reference, Bindings, Graph};
+use dynrt::memory::predictor::{Policy, PredictorOptions};
+use dynrt::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+use dynrt::runtime::{
+    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, StateBinding,
+};
+use dynrt::shape::Shape;
+
+/// Tolerance against the CPU reference: f32 kernels vs f64-accumulating loops on O(1) values.
+const TOL: f32 = 1e-3;
+
+fn tiny() -> DecoderConfig {
+    DecoderConfig {
+        layers: 1,
+        heads: 2,
+        dim: 32,
+        vocab: 64,
+        max_positions: 512,
+        seed: 3,
+    }
+}
+
+fn states(s: &[(String, String)]) -> Vec<StateBinding> {
+    s.iter()
+        .map(|(p, q)| StateBinding {
+            past: p.clone(),
+            present: q.clone(),
+        })
+        .collect()
+}
+
+/// CPU reference, step by step with its own KV cache. Returns the logits of each step.
+struct CpuDecoder {
+    graph: Graph,
+    labels: Vec<(String, String)>,
+    cache: Vec<Vec<f32>>,
+    dim: u64,
+}
+
+impl CpuDecoder {
+    fn new(graph: Graph, labels: Vec<(String, String)>, dim: u64) -> Self {
+        let n = labels.len();
+        CpuDecoder {
+            graph,
+            labels,
+            cache: vec![Vec::new(); n],
+            dim,
+        }
+    }
+
+    fn step(&mut self, tokens: &[i32], start: i32) -> Vec<f32> {
+        let seq = tokens.len() as u64;
+        let mut inputs = vec![
+            (
+                labels::TOKENS,
+                Shape::new(vec![seq]),
+                tokens.iter().map(|&t| t as f32).collect(),
+            ),
+            (
+                labels::POSITIONS,
+                Shape::new(vec![seq]),
+                (0..seq as i32)
+                    .map(|i| (start + i) as f32)
+                    .collect::<Vec<f32>>(),
+            ),
+        ];
+        for (i, (past, _)) in self.labels.iter().enumerate() {
+            let rows = self.cache[i].len() as u64 / self.dim;
+            inputs.push((
+                past.as_str(),
+                Shape::new(vec![rows, self.dim]),
+                self.cache[i].clone(),
+            ));
+        }
+        let outs = reference::evaluate(&self.graph, &inputs).expect("cpu reference");
+        let mut it = outs.into_iter();
+        let logits = it.next().expect("logits").1;
+        for (i, t) in it.enumerate() {
+            self.cache[i] = t.1;
+        }
+        logits
+    }
+}
+
+fn gpu() -> Option<Gpu> {
+    testing::gpu_or_skip("runtime")
+}
+
+/// Feeds `tokens` in chunks (`chunks[i]` tokens at step i) and returns the logits per step.
+fn run(
+    engine: &Engine,
+    config: &DecoderConfig,
+    fixed_seq: Option<u64>,
+    planner: bool,
+    run: RunOptions,
+    tokens: &[i32],
+    chunks: &[usize],
+) -> Result<(Vec<Vec<f32>>, InferRequest), RunError> {
+    let model = build_graph(config, &DecoderWeights::generate(config))?;
+    let mut fixed = Bindings::new();
+    if let Some(s) = fixed_seq {
+        fixed.insert("seq".into(), s);
+    }
+    let net = Network::compile(
+        engine,
+        model.graph,
+        NetworkOptions {
+            planner,
+            fixed,
+            states: states(&model.states),
+            ..NetworkOptions::default()
+        },
+    )?;
+    let mut req = InferRequest::new(&net, run)?;
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for &c in chunks {
+        let t = &tokens[at..at + c];
+        let pos: Vec<i32> = (at as i32..(at + c) as i32).collect();
+        let shape = Shape::new(vec![c as u64]);
+        let r = req.infer_blocking(
+            &[
+                (labels::TOKENS, &HostTensor::i32(shape.clone(), t)),
+                (labels::POSITIONS, &HostTensor::i32(shape, &pos)),
+            ],
+            &[labels::LOGITS],
+        )?;
+        out.push(r[0].to_f32());
+        at += c;
+    }
+    Ok((out, req))
+}
+
+fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "logit counts differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn every_memory_option_gives_identical_outputs_equal_to_the_cpu_reference() {
+    let Some(gpu) = gpu() else { return };
+    let config = tiny();
+    let tokens: Vec<i32> = (0..14).map(|i| (i * 7 + 3) % 64).collect();
+    // Decode-only network (seq fixed to 1): its seq-only nodes are static, so the planner
+    // has an arena to pack; the attention nodes stay dynamic.
+    let chunks = vec![1usize; tokens.len()];
+    let model = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+    let mut cpu = CpuDecoder::new(model.graph.clone(), model.states.clone(), config.dim as u64);
+    let expected: Vec<Vec<f32>> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| cpu.step(&[t], i as i32))
+        .collect();
+
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    let mut combos = 0;
+    for policy in Policy::ALL {
+        for pool in [true, false] {
+            for planner in [true, false] {
+                for poison in [false, true] {
+                    let engine = Engine::new(gpu.clone());
+                    let mut opts = RunOptions::new(policy);
+                    opts.pool = pool;
+                    opts.poison = poison;
+                    let (got, req) =
+                        run(&engine, &config, Some(1), planner, opts, &tokens, &chunks).unwrap();
+                    let what = format!("{policy} pool={pool} planner={planner} poison={poison}");
+                    if planner {
+                        assert!(
+                            req.network().arena_bytes() > 0,
+                            "{what}: nothing was planned"
+                        );
+                    }
+                    if poison {
+                        assert!(req.stats().poison_fills > 0, "{what}: poison did nothing");
+                    }
+                    for (step, (g, e)) in got.iter().zip(&expected).enumerate() {
+                        let err = max_err(g, e);
+                        assert!(
+                            err <= TOL,
+                            "{what}: step {step} differs from the CPU reference by {err}"
+                        );
+                    }
+                    match &first {
+                        None => first = Some(got),
+                        Some(f) => {
+                            assert_eq!(f, &got, "{what}: outputs differ from the first combination")
+                        }
+                    }
+                    combos += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(combos, 24);
+}
+
+#[test]
+fn prefill_then_decode_matches_the_reference_and_reuses_the_kv_cache_in_place() {
+    let Some(gpu) = gpu() else { return };
+    let engine = Engine::new(gpu);
+    let config = tiny();
+    let tokens: Vec<i32> = (0..40).map(|i| (i * 5 + 1) % 64).collect();
+    let mut chunks = vec![9usize];
+    chunks.extend(std::iter::repeat_n(1, 31));
+    let (got, req) = run(
+        &engine,
+        &config,
+        None,
+        true,
+        RunOptions::new(Policy::Reference),
+        &tokens,
+        &chunks,
+    )
+    .unwrap();
+    let model = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+    let mut cpu = CpuDecoder::new(model.graph, model.states, config.dim as u64);
+    let mut at = 0;
+    for (step, &c) in chunks.iter().enumerate() {
+        let e = cpu.step(&tokens[at..at + c], at as i32);
+        let err = max_err(&got[step], &e);
+        assert!(err <= TOL, "step {step}: error {err}");
+        at += c;
+    }
+    let s = req.stats();
+    // 40 rows per cache: the reference predictor grows 10 steps ahead, so far fewer growths
+    // than steps.
+    assert_eq!(req.state_shapes()[0].dims(), &[40, 32]);
+    assert!(s.state_growths > 0 && s.state_growths < 10, "{s:?}");
+    assert!(
+        s.submits == chunks.len() as u64,
+        "one submit per iteration: {s:?}"
+    );
+}
+
+#[test]
+fn a_long_dynamic_loop_stays_bounded_and_stops_missing_the_pipeline_cache() {
+    let Some(gpu) = gpu() else { return };
+    let engine = Engine::new(gpu);
+    let config = tiny();
+    let model = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+    let net = Network::compile(
+        &engine,
+        model.graph,
+        NetworkOptions {
+            states: states(&model.states),
+            ..NetworkOptions::default()
+        },
+    )
+    .unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+    let steps = 300u64;
+    let mut misses_after_warmup = None;
+    let mut live_buffers = Vec::new();
+    let mut skipped_before = 0;
+    for step in 0..steps {
+        let tok = HostTensor::i32(Shape::new(vec![1]), &[(step % 64) as i32]);
+        let pos = HostTensor::i32(Shape::new(vec![1]), &[step as i32]);
+        req.infer_blocking(&[(labels::TOKENS, &tok), (labels::POSITIONS, &pos)], &[])
+            .unwrap();
+        let st = engine.stats();
+        let live: u64 = dynrt::memory::AllocKind::ALL
+            .iter()
+            .map(|&k| st.kind(k).allocations - st.kind(k).frees)
+            .sum();
+        live_buffers.push(live);
+        if step == 20 {
+            misses_after_warmup = Some(net.pipeline_cache_counts().1);
+        }
+        let skipped = req.stats().shape_updates_skipped;
+        if step >= 2 {
+            assert!(
+                skipped > skipped_before,
+                "step {step}: no shape update was skipped"
+            );
+        }
+        skipped_before = skipped;
+    }
+    let (hits, misses) = net.pipeline_cache_counts();
+    assert_eq!(
+        Some(misses),
+        misses_after_warmup,
+        "the pipeline cache still missed after warm-up"
+    );
+    assert!(hits > 0);
+    // No leak: the number of live buffers does not grow with the steps.
+    let warm = live_buffers[30];
+    assert!(
+        live_buffers[30..].iter().all(|&l| l <= warm + 2),
+        "live buffers grow: {:?}",
+        &live_buffers[30..]
+    );
+    // The KV cache holds 300 rows x 32 f32 per tensor; bytes in use stay within a small
+    // multiple of what is needed (the adaptive predictor over-reserves little).
+    let kv_needed = 2 * steps * 32 * 4;
+    let device = engine
+        .stats()
+        .current_bytes(dynrt::memory::AllocKind::UsmDevice);
+    assert!(
+        device < 4 * kv_needed + 2_000_000,
+        "usm_device in use {device} bytes"
+    );
+    assert_eq!(req.state_shapes()[0].dims(), &[steps, 32]);
+}
+
+#[test]
+fn preallocation_over_budget_falls_back_to_the_exact_size_and_an_impossible_request_is_a_typed_error(
+) {
+    let Some(gpu) = gpu() else { return };
+    let config = tiny();
+    let tokens: Vec<i32> = (0..30).map(|i| (i * 3 + 2) % 64).collect();
+    let mut chunks = vec![6usize];
+    chunks.extend(std::iter::repeat_n(1, 24));
+    // Weights ~50 KB; a budget of 400 KB leaves little room: predictions are refused.
+    let engine = Engine::with_memory_budget(gpu.clone(), 400_000);
+    let mut opts = RunOptions::new(Policy::Reference);
+    // A look-ahead of 100000 steps: every prediction asks for megabytes, far over budget.
+    opts.predictor = PredictorOptions::reference_defaults().with_iterations(100_000);
+    let (got, mut req) = run(&engine, &config, None, true, opts, &tokens, &chunks).unwrap();
+    let s = req.stats();
+    assert!(
+        s.preallocations_refused + s.preallocation_fallbacks > 0,
+        "no prediction hit the budget: {s:?}"
+    );
+    let model = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+    let mut cpu = CpuDecoder::new(model.graph, model.states, config.dim as u64);
+    let mut at = 0;
+    for (step, &c) in chunks.iter().enumerate() {
+        let e = cpu.step(&tokens[at..at + c], at as i32);
+        assert!(max_err(&got[step], &e) <= TOL, "step {step}");
+        at += c;
+    }
+
+    // 400 tokens at once: the scores alone need 2 x 400 x 430 f32 = 1.4 MB, over budget.
+    let big: Vec<i32> = vec![1; 400];
+    let shape = Shape::new(vec![400]);
+    let pos: Vec<i32> = (30..430).collect();
+    let err = req
+        .infer_blocking(
+            &[
+                (labels::TOKENS, &HostTensor::i32(shape.clone(), &big)),
+                (labels::POSITIONS, &HostTensor::i32(shape, &pos)),
+            ],
+            &[labels::LOGITS],
+        )
+        .unwrap_err();
+    assert!(matches!(err, RunError::OutOfMemory { .. }), "{err}");
+    // The request is still usable and its cache untouched: the next token matches the CPU.
+    assert_eq!(req.state_shapes()[0].dims(), &[30, 32]);
+    let one = Shape::new(vec![1]);
+    let r = req
+        .infer_blocking(
+            &[
+                (labels::TOKENS, &HostTensor::i32(one.clone(), &[5])),
+                (labels::POSITIONS, &HostTensor::i32(one, &[30])),
+            ],
+            &[labels::LOGITS],
+        )
+        .unwrap();
+    let e = cpu.step(&[5], 30);
+    assert!(max_err(&r[0].to_f32(), &e) <= TOL);
+}
+
+#[test]
+fn an_input_processed_late_never_shares_memory_with_an_earlier_node() {
+    // n1 (processed before x) and x have disjoint lifetimes and equal sizes: the pool could
+    // hand them one buffer, but x is written by the host before the submit and n1 during it.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    let engine = Engine::new(gpu);
+    let mut b = GraphBuilder::new();
+    let c = b.constant(
+        "c",
+        Shape::new(vec![64]),
+        (0..64).map(|i| i as f32 * 0.1).collect(),
+    );
+    let n1 = b.exp("n1", c);
+    let n2 = b.relu("n2", n1);
+    let x = b.input("x", &[Dim::sym("n")], DType::F32);
+    let y = b.add_("y", x, n2);
+    b.output(y);
+    let g = b.build().unwrap();
+    let xs: Vec<f32> = (0..64).map(|i| 1.0 - i as f32 * 0.03).collect();
+    let expected = reference::evaluate(&g, &[("x", Shape::new(vec![64]), xs.clone())]).unwrap();
+    // Planner off and inputs in usm_device (as on GL and the web): n1 and n2 come from the
+    // pool, where x could find n1's record.
+    let opts = NetworkOptions {
+        planner: false,
+        io_kind: Some(dynrt::memory::AllocKind::UsmDevice),
+        ..NetworkOptions::default()
+    };
+    let net = Network::compile(&engine, g, opts).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::None)).unwrap();
+    for _ in 0..3 {
+        let out = req
+            .infer_blocking(
+                &[("x", &HostTensor::f32(Shape::new(vec![64]), &xs))],
+                &["y"],
+            )
+            .unwrap();
+        assert!(max_err(&out[0].to_f32(), &expected[0].1) <= 1e-4);
+    }
+}
