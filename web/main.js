@@ -83,7 +83,7 @@ function svgEl(name, attrs, text) {
 }
 
 /**
- * Draws `points` ([{step, bytes_in_use: {kind: n}, reallocations: [{kind, ...}]}]) into
+ * Draws `points` ([{step, bytes_in_use: {kind: n}, reallocations: n}]) into
  * #chart. `totalSteps` fixes the x axis so the chart grows left to right while running.
  */
 export function drawChart(points, totalSteps) {
@@ -123,20 +123,27 @@ export function drawChart(points, totalSteps) {
     svg.append(svgEl('path', { d, fill: 'none', stroke: KIND_COLOURS[k], 'stroke-width': 2, class: `series series-${k}` }));
   }
 
-  // Reallocations: a dashed line at the step and a marker on the kind's line.
+  // Reallocations: a dashed line at every step that made real allocations, and a marker on
+  // the line of the kind whose bytes grew most in that step (the runtime counts them per step).
   let nMarks = 0;
-  for (const p of points) {
-    for (const r of p.reallocations ?? []) {
-      const k = r.kind;
-      const cx = x(p.step);
-      const cy = y(p.bytes_in_use[k] ?? 0);
-      svg.append(svgEl('line', { x1: cx, x2: cx, y1: M.top, y2: M.top + plotH, stroke: '#c62828', 'stroke-opacity': 0.25, 'stroke-dasharray': '3 3' }));
-      const mark = svgEl('circle', { cx, cy, r: 4, fill: '#c62828', stroke: '#fff', class: 'realloc' });
-      mark.append(svgEl('title', {}, `step ${p.step}: ${k} reallocation${r.to_bytes ? ` to ${formatBytes(r.to_bytes)}` : ''}`));
-      svg.append(mark);
-      nMarks += 1;
+  points.forEach((p, i) => {
+    const n = p.reallocations ?? 0;
+    if (n === 0) return;
+    const prev = i > 0 ? points[i - 1].bytes_in_use : {};
+    let k = used[0] ?? KINDS[0];
+    let growth = -Infinity;
+    for (const kind of used) {
+      const g = (p.bytes_in_use[kind] ?? 0) - (prev[kind] ?? 0);
+      if (g > growth) { growth = g; k = kind; }
     }
-  }
+    const cx = x(p.step);
+    const cy = y(p.bytes_in_use[k] ?? 0);
+    svg.append(svgEl('line', { x1: cx, x2: cx, y1: M.top, y2: M.top + plotH, stroke: '#c62828', 'stroke-opacity': 0.25, 'stroke-dasharray': '3 3' }));
+    const mark = svgEl('circle', { cx, cy, r: 3 + Math.min(4, n), fill: '#c62828', stroke: '#fff', class: 'realloc' });
+    mark.append(svgEl('title', {}, `step ${p.step}: ${n} allocation${n === 1 ? '' : 's'} (${k} grew by ${formatBytes(Math.max(0, growth))})`));
+    svg.append(mark);
+    nMarks += n;
+  });
 
   // Legend.
   let lx = M.left + 8;
@@ -146,7 +153,7 @@ export function drawChart(points, totalSteps) {
     lx += 110;
   }
   svg.append(svgEl('circle', { cx: lx + 6, cy: M.top + 12, r: 4, fill: '#c62828' }));
-  svg.append(svgEl('text', { x: lx + 14, y: M.top + 16, 'font-size': 12, fill: '#333' }, `reallocation (${nMarks})`));
+  svg.append(svgEl('text', { x: lx + 14, y: M.top + 16, 'font-size': 12, fill: '#333' }, `real allocations (${nMarks})`));
 
   host.replaceChildren(svg);
   host.dataset.points = String(points.length);
@@ -224,8 +231,9 @@ async function runDemo(event) {
       drawChart(points, steps);
       setRunState('running', `step ${point.step + 1} / ${steps} (${policy})…`);
     }
-    const report = JSON.parse(await demo.finish());
-    showReport(report, demo.tolerance());
+    const report = JSON.parse(demo.finish());
+    demo.free();
+    showReport(report, wasm.WebDemo.tolerance());
     setRunState('done', `done: ${report.steps} steps, ${report.reallocations} reallocations`);
   } catch (e) {
     console.error(e);
