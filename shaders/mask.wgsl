@@ -71,7 +71,7 @@ fn mask_causal(
     let q = (i / cm.t) % cm.s;
     var v = x[cm.x_offset + i];
     if j > cm.past + q {
-        v = -3.40282347e38;
+        v = -3.4028234663852886e38;
     }
     dst[cm.out_offset + i] = v;
 }

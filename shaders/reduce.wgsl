@@ -81,7 +81,7 @@ fn reduce_softmax(
     let xb = p.x_offset + row * p.d;
     let ob = p.out_offset + row * p.d;
     // Lowest finite f32: a row of masked scores (all -3.4e38) still gives a finite maximum.
-    var m = -3.40282347e38;
+    var m = -3.4028234663852886e38;
     for (var i = lid; i < p.d; i += WG) {
         m = max(m, x[xb + i]);
     }
