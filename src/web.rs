@@ -292,6 +292,9 @@ impl WebDemo {
     /// # Errors
     /// Rejects with the runtime's error, or when called again before the previous step
     /// resolved.
+    // The borrow is held across the step's await on purpose: it is the lock that makes a
+    // second `step()` before the first resolves an error (try_borrow_mut), never a panic.
+    #[allow(clippy::await_holding_refcell_ref)]
     pub fn step(&self) -> js_sys::Promise {
         let demo = self.demo.clone();
         wasm_bindgen_futures::future_to_promise(async move {
