@@ -283,6 +283,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             2.0 * 768.0 * 2304.0 / secs / 1e9,
             secs * 1e3
         );
+        host_per_dispatch(&mut b)?;
+        // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
+        // adapter's per-dispatch floor, which dominates a small model's decode step.
+        let tiny = Shape::new(vec![1024]);
+        let secs = time_op(
+            &mut b,
+            &Op::Binary(BinaryOp::Add),
+            &[tiny.clone(), tiny.clone()],
+            &tiny,
+            200,
+        )?;
+        println!(
+            "add of 1024 elements, 200 per submit: {:.1} us per dispatch (host + device)",
+            secs * 1e6
+        );
         let st = b.kernels.stats();
         println!("pipelines: {} compiled, {} cache hits", st.misses, st.hits);
     }
@@ -472,5 +487,107 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
             s / inv * 1e9
         );
     }
+    Ok(())
+}
+
+/// Host time to encode one small add through [`Kernels::encode`] (uniform slot, bind group,
+/// pipeline lookup, uniform flush) against the floor: a raw add pipeline dispatched with one
+/// bind group made beforehand. Recording and `finish` only; nothing is submitted.
+fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
+    let n = 1024u64;
+    let shape = Shape::new(vec![n]);
+    let mut rng = SplitMix64::new(3);
+    let bufs = (0..3)
+        .map(|i| filled(&b.engine, &format!("host {i}"), n, &mut rng))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    fn operand<'a>(buf: &'a dynrt::gpu::Buffer, shape: &'a Shape) -> Operand<'a> {
+        Operand {
+            tensor: TensorRef {
+                buffer: buf.raw(),
+                offset_bytes: 0,
+                size_bytes: buf.size_bytes(),
+            },
+            shape,
+            dtype: DType::F32,
+        }
+    }
+    let ins = [operand(&bufs[0], &shape), operand(&bufs[1], &shape)];
+    let out = operand(&bufs[2], &shape);
+    let op = Op::Binary(BinaryOp::Add);
+    let dev = b.gpu.device();
+    let mut uniforms = UniformArena::new(dev);
+    let count = 2000u32;
+    let mut best = [f64::INFINITY; 2];
+    for _ in 0..3 {
+        let mut enc = dev.create_command_encoder(&Default::default());
+        uniforms.reset();
+        let t0 = Instant::now();
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..count {
+                b.kernels
+                    .encode(&mut pass, &mut uniforms, &op, &ins, &out)?;
+            }
+        }
+        uniforms.flush(b.gpu.queue());
+        drop(enc.finish());
+        best[0] = best[0].min(t0.elapsed().as_secs_f64());
+    }
+    // The floor: a raw add pipeline, its bind group made once.
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("host floor"),
+        source: wgpu::ShaderSource::Wgsl(
+            "@group(0) @binding(0) var<storage, read_write> a: array<f32>;\n\
+             @group(0) @binding(1) var<storage, read_write> b: array<f32>;\n\
+             @group(0) @binding(2) var<storage, read_write> c: array<f32>;\n\
+             @compute @workgroup_size(256) fn main(@builtin(global_invocation_id) i: vec3<u32>) {\n\
+               if i.x < arrayLength(&c) { c[i.x] = a[i.x] + b[i.x]; }\n\
+             }\n"
+            .into(),
+        ),
+    });
+    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("host floor"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let bgl = pipe.get_bind_group_layout(0);
+    let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.raw().as_entire_binding(),
+        })
+        .collect();
+    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("host floor"),
+        layout: &bgl,
+        entries: &entries,
+    });
+    for _ in 0..3 {
+        let mut enc = dev.create_command_encoder(&Default::default());
+        let t0 = Instant::now();
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..count {
+                pass.set_pipeline(&pipe);
+                pass.set_bind_group(0, &bg, &[]);
+                pass.dispatch_workgroups(4, 1, 1);
+            }
+        }
+        drop(enc.finish());
+        best[1] = best[1].min(t0.elapsed().as_secs_f64());
+    }
+    let per = |s: f64| s / f64::from(count) * 1e6;
+    println!(
+        "host encode per dispatch: Kernels {:.2} us, pre-made bind group {:.2} us ({:.1}x)",
+        per(best[0]),
+        per(best[1]),
+        best[0] / best[1]
+    );
     Ok(())
 }
