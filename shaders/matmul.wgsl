@@ -1,11 +1,15 @@
 // Batched matrix multiplication, tiled through workgroup shared memory.
 //
 // Entry point:
-//   matmul_tiled  workgroup 16x16 invocations computes a 64x64 output tile; each invocation
-//                 owns a 4x4 register block. The K axis is walked in steps of 16: the workgroup
-//                 stages a 64x16 tile of A and a 16x64 tile of B in shared memory (4 loads per
+//   matmul_tiled  workgroup 8x8 invocations computes a 64x64 output tile; each invocation
+//                 owns an 8x8 register block. The K axis is walked in steps of 16: the workgroup
+//                 stages a 64x16 tile of A and a 16x64 tile of B in shared memory (16 loads per
 //                 invocation each, zero-filled outside the matrix), then every invocation does
-//                 16 x (4 + 4 loads, 16 FMAs). Output tiles of all batches are linearised over a
+//                 16 x (8 + 8 loads, 64 FMAs). Why 8x8 and not 4x4 on 16x16 invocations: on
+//                 llvmpipe/lavapipe every shared- or storage-memory load costs about the same
+//                 per invocation and per component (about 7 ns measured with
+//                 `dynrt bench kernels --probe`) while FMAs are cheap, so loads per FMA decide
+//                 the speed; 8x8 halves them (16 loads per 64 FMAs instead of 8 per 16). Output tiles of all batches are linearised over a
 //                 2-D grid (linear index wid.x + wid.y * num_workgroups.x) so that batch x tiles
 //                 may exceed max_compute_workgroups_per_dimension.
 //
@@ -70,7 +74,7 @@ const TK: u32 = 16u;
 var<workgroup> As: array<f32, 1024>;
 var<workgroup> Bs: array<f32, 1024>;
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size(8, 8, 1)
 fn matmul_tiled(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -103,16 +107,30 @@ fn matmul_tiled(
 
     let tx = lid.x;
     let ty = lid.y;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    // 8x8 register block: row r of the block is (c{r}0, c{r}1), columns tx*8 .. tx*8+7.
+    // Named accumulators, not an array, so every backend keeps them in registers.
+    var c00 = vec4<f32>(0.0);
+    var c01 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0);
+    var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0);
+    var c21 = vec4<f32>(0.0);
+    var c30 = vec4<f32>(0.0);
+    var c31 = vec4<f32>(0.0);
+    var c40 = vec4<f32>(0.0);
+    var c41 = vec4<f32>(0.0);
+    var c50 = vec4<f32>(0.0);
+    var c51 = vec4<f32>(0.0);
+    var c60 = vec4<f32>(0.0);
+    var c61 = vec4<f32>(0.0);
+    var c70 = vec4<f32>(0.0);
+    var c71 = vec4<f32>(0.0);
 
     let ktiles = (p.k + TK - 1u) / TK;
     for (var kt = 0u; kt < ktiles; kt++) {
         let k0 = kt * TK;
-        for (var r = 0u; r < 4u; r++) {
-            let idx = lidx + 256u * r;
+        for (var r = 0u; r < 16u; r++) {
+            let idx = lidx + 64u * r;
             // A: consecutive invocations walk k (contiguous in row-major A).
             let am = idx / TK;
             let ak = idx % TK;
@@ -136,37 +154,56 @@ fn matmul_tiled(
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            let ai = kk * TM + ty * 4u;
-            let bj = kk * TN + tx * 4u;
-            let bv = vec4<f32>(Bs[bj], Bs[bj + 1u], Bs[bj + 2u], Bs[bj + 3u]);
-            acc0 += As[ai] * bv;
-            acc1 += As[ai + 1u] * bv;
-            acc2 += As[ai + 2u] * bv;
-            acc3 += As[ai + 3u] * bv;
+            let ai = kk * TM + ty * 8u;
+            let bj = kk * TN + tx * 8u;
+            let a0 = vec4<f32>(As[ai], As[ai + 1u], As[ai + 2u], As[ai + 3u]);
+            let a1 = vec4<f32>(As[ai + 4u], As[ai + 5u], As[ai + 6u], As[ai + 7u]);
+            let b0 = vec4<f32>(Bs[bj], Bs[bj + 1u], Bs[bj + 2u], Bs[bj + 3u]);
+            let b1 = vec4<f32>(Bs[bj + 4u], Bs[bj + 5u], Bs[bj + 6u], Bs[bj + 7u]);
+            c00 += a0[0] * b0;
+            c01 += a0[0] * b1;
+            c10 += a0[1] * b0;
+            c11 += a0[1] * b1;
+            c20 += a0[2] * b0;
+            c21 += a0[2] * b1;
+            c30 += a0[3] * b0;
+            c31 += a0[3] * b1;
+            c40 += a1[0] * b0;
+            c41 += a1[0] * b1;
+            c50 += a1[1] * b0;
+            c51 += a1[1] * b1;
+            c60 += a1[2] * b0;
+            c61 += a1[2] * b1;
+            c70 += a1[3] * b0;
+            c71 += a1[3] * b1;
         }
         workgroupBarrier();
     }
 
     let out_base = p.out_offset + bi * p.m * p.n;
-    let gn0 = col0 + tx * 4u;
-    for (var i = 0u; i < 4u; i++) {
-        let gm = row0 + ty * 4u + i;
-        if gm >= p.m {
-            break;
+    let gn0 = col0 + tx * 8u;
+    store_row(out_base, row0 + ty * 8u + 0u, gn0, c00, c01);
+    store_row(out_base, row0 + ty * 8u + 1u, gn0, c10, c11);
+    store_row(out_base, row0 + ty * 8u + 2u, gn0, c20, c21);
+    store_row(out_base, row0 + ty * 8u + 3u, gn0, c30, c31);
+    store_row(out_base, row0 + ty * 8u + 4u, gn0, c40, c41);
+    store_row(out_base, row0 + ty * 8u + 5u, gn0, c50, c51);
+    store_row(out_base, row0 + ty * 8u + 6u, gn0, c60, c61);
+    store_row(out_base, row0 + ty * 8u + 7u, gn0, c70, c71);
+}
+
+// Stores one row of an 8x8 register block, skipping what lies outside the output.
+fn store_row(out_base: u32, gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if gm >= p.m {
+        return;
+    }
+    let base = out_base + gm * p.n;
+    for (var j = 0u; j < 4u; j++) {
+        if gn0 + j < p.n {
+            dst[base + gn0 + j] = lo[j];
         }
-        var v = acc0;
-        if i == 1u {
-            v = acc1;
-        } else if i == 2u {
-            v = acc2;
-        } else if i == 3u {
-            v = acc3;
-        }
-        for (var j = 0u; j < 4u; j++) {
-            let gn = gn0 + j;
-            if gn < p.n {
-                dst[out_base + gm * p.n + gn] = v[j];
-            }
+        if gn0 + 4u + j < p.n {
+            dst[base + gn0 + 4u + j] = hi[j];
         }
     }
 }

@@ -287,6 +287,12 @@ fn matmul_batched_broadcast_transposed() {
         run(&mut k, &mut rng, &[2, 3], &[3], 7, 33, 9, true); // broadcast batch, transposed B
         run(&mut k, &mut rng, &[4, 1], &[1, 5], 1, 64, 100, false); // decode-like M = 1
         run(&mut k, &mut rng, &[1], &[], 200, 100, 150, true);
+        // The tiled kernel's 8x8 register blocks at every edge offset: M = 9 (just above the
+        // small-M limit), N and M one past and seven past a multiple of 8, K past a multiple
+        // of the 16-wide K tile.
+        run(&mut k, &mut rng, &[], &[], 9, 31, 71, false);
+        run(&mut k, &mut rng, &[], &[], 71, 47, 9, true);
+        run(&mut k, &mut rng, &[2], &[2], 127, 16, 129, false);
         // Small M (decode): the small-M kernel, including N not a multiple of 4 or 256.
         run(&mut k, &mut rng, &[], &[], 1, 96, 300, false);
         run(&mut k, &mut rng, &[2, 2], &[2, 1], 8, 17, 257, true);

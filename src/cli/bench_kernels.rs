@@ -30,6 +30,10 @@ pub struct Args {
     /// Submits per measurement; the fastest counts.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
+    /// Also time hand-written add variants (workgroup size, vec4s per invocation, bounds
+    /// checks) and print them; for tuning the kernels.
+    #[arg(long)]
+    probe: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -174,6 +178,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         rounds: args.rounds,
     };
     let engine = b.engine.clone();
+    if args.probe {
+        probe2(&gpu, &engine, args.add_elements.max(1 << 16), args.rounds)?;
+        probe(&gpu, &engine, args.add_elements.max(1024), args.rounds)?;
+    }
     let adapter = format!(
         "{} ({:?})",
         gpu.adapter_info().name,
@@ -275,8 +283,311 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             2.0 * 768.0 * 2304.0 / secs / 1e9,
             secs * 1e3
         );
+        host_per_dispatch(&mut b)?;
+        // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
+        // adapter's per-dispatch floor, which dominates a small model's decode step.
+        let tiny = Shape::new(vec![1024]);
+        let secs = time_op(
+            &mut b,
+            &Op::Binary(BinaryOp::Add),
+            &[tiny.clone(), tiny.clone()],
+            &tiny,
+            200,
+        )?;
+        println!(
+            "add of 1024 elements, 200 per submit: {:.1} us per dispatch (host + device)",
+            secs * 1e6
+        );
         let st = b.kernels.stats();
         println!("pipelines: {} compiled, {} cache hits", st.misses, st.hits);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--probe`: hand-written add kernels outside [`Kernels`], to find what shape of kernel a
+/// software adapter streams fast (workgroup size, vec4s per invocation, runtime bounds checks).
+fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> {
+    let mut rng = SplitMix64::new(7);
+    let bufs = (0..3)
+        .map(|i| filled(engine, &format!("probe {i}"), n, &mut rng))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let moved = 3.0 * n as f64 * 4.0;
+    let dev = gpu.device();
+    let max_dim = dev.limits().max_compute_workgroups_per_dimension;
+    for checked in [true, false] {
+        for wg in [1u32, 64, 256] {
+            for per in [1u32, 4, 16, 256] {
+                if (wg == 1) != (per == 256) {
+                    continue;
+                }
+                let src = format!(
+                    "@group(0) @binding(0) var<storage, read_write> a: array<vec4<f32>>;\n\
+                     @group(0) @binding(1) var<storage, read_write> b: array<vec4<f32>>;\n\
+                     @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;\n\
+                     @compute @workgroup_size({wg}) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
+                     @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
+                       let g = wid.x + wid.y * nwg.x;\n\
+                       let n = arrayLength(&c);\n\
+                       for (var j = 0u; j < {per}u; j++) {{\n\
+                         let i = (g * {per}u + j) * {wg}u + lid;\n\
+                         if i < n {{ c[i] = a[i] + b[i]; }}\n\
+                       }}\n\
+                     }}\n"
+                );
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some("probe"),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                };
+                let module = if checked {
+                    dev.create_shader_module(desc)
+                } else {
+                    // SAFETY: every access is guarded by `i < arrayLength(&c)` and all three
+                    // bindings have the same length.
+                    unsafe {
+                        dev.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    }
+                };
+                let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("probe"),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                let bgl = pipe.get_bind_group_layout(0);
+                let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| wgpu::BindGroupEntry {
+                        binding: i as u32,
+                        resource: b.raw().as_entire_binding(),
+                    })
+                    .collect();
+                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("probe"),
+                    layout: &bgl,
+                    entries: &entries,
+                });
+                let groups = (n / 4).div_ceil(u64::from(wg * per)) as u32;
+                let (gx, gy) = if groups <= max_dim {
+                    (groups, 1)
+                } else {
+                    (max_dim, groups.div_ceil(max_dim))
+                };
+                let reps = 10;
+                let s = best_seconds(gpu, rounds, |enc| {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    pass.set_pipeline(&pipe);
+                    pass.set_bind_group(0, &bg, &[]);
+                    for _ in 0..reps {
+                        pass.dispatch_workgroups(gx, gy, 1);
+                    }
+                    Ok(())
+                })? / f64::from(reps);
+                println!(
+                    "probe add checked={checked} wg={wg} vec4/inv={per} groups={groups}: {:.2} GB/s ({:.3} ms)",
+                    moved / s / 1e9,
+                    s * 1e3
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--probe`: compute-only and read-only kernels (what limits a software adapter).
+fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> {
+    let mut rng = SplitMix64::new(7);
+    let a = filled(engine, "probe2 a", n, &mut rng)?;
+    let c = filled(engine, "probe2 c", n, &mut rng)?;
+    let dev = gpu.device();
+    let rw = "var<storage, read_write> a: array<vec4<f32>>;";
+    let ro = "var<storage, read> a: array<vec4<f32>>;";
+    let ro1 = "var<storage, read> a: array<f32>;";
+    let kernels = [
+        ("compute 1024 vec4 fma/inv", rw, "var x = vec4<f32>(f32(lid)); for (var j = 0u; j < 1024u; j++) { x = x * 1.0001 + vec4<f32>(0.5); } c[g * 64u + lid] = x;", 1024.0 * 8.0, 0.0),
+        ("read rw 16 vec4/inv", rw, "var x = vec4<f32>(0.0); for (var j = 0u; j < 16u; j++) { x += a[(g * 16u + j) * 64u + lid]; } c[g * 64u + lid] = x;", 0.0, 16.0 * 16.0),
+        ("read ro 16 vec4/inv", ro, "var x = vec4<f32>(0.0); for (var j = 0u; j < 16u; j++) { x += a[(g * 16u + j) * 64u + lid]; } c[g * 64u + lid] = x;", 0.0, 16.0 * 16.0),
+        ("read ro wg-uniform 16 vec4/inv", ro, "var x = vec4<f32>(0.0); for (var j = 0u; j < 16u; j++) { x += a[(g * 16u + j) * 64u]; } c[g * 64u + lid] = x;", 0.0, 16.0 * 16.0),
+        ("read ro scalar 64/inv", ro1, "var x = 0.0; for (var j = 0u; j < 64u; j++) { x += a[(g * 16u + j/4u) * 256u + lid * 4u + j % 4u]; } c[g * 64u + lid] = vec4<f32>(x);", 0.0, 64.0 * 4.0),
+        ("shared write+read 16 vec4/inv", rw, "for (var j = 0u; j < 16u; j++) { sh[j * 64u + lid] = vec4<f32>(f32(j)); } workgroupBarrier(); var x = vec4<f32>(0.0); for (var j = 0u; j < 16u; j++) { x += sh[((j + 1u) % 16u) * 64u + lid]; } c[g * 64u + lid] = x;", 0.0, 16.0 * 16.0),
+        ("uniform read 16 vec4/inv", rw, "var x = vec4<f32>(0.0); for (var j = 0u; j < 16u; j++) { x += u[(j * 64u + lid) % 1024u]; } c[g * 64u + lid] = x;", 0.0, 16.0 * 16.0),
+        ("write 16 vec4/inv", rw, "for (var j = 0u; j < 16u; j++) { c[(g * 16u + j) * 64u + lid] = vec4<f32>(f32(j)); }", 0.0, 16.0 * 16.0),
+        ("copy rw 16 vec4/inv", rw, "for (var j = 0u; j < 16u; j++) { let i = (g * 16u + j) * 64u + lid; c[i] = a[i]; }", 0.0, 32.0 * 16.0),
+        ("copy ro 16 vec4/inv", ro, "for (var j = 0u; j < 16u; j++) { let i = (g * 16u + j) * 64u + lid; c[i] = a[i]; }", 0.0, 32.0 * 16.0),
+    ];
+    let groups = (n / 4 / 16 / 64) as u32;
+    let ubuf = dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("probe2 u"),
+        size: 16384,
+        usage: wgpu::BufferUsages::UNIFORM,
+        mapped_at_creation: false,
+    });
+    for (name, decl, body, flops, bytes) in kernels {
+        let src = format!(
+            "@group(0) @binding(0) {decl}\n\
+             @group(0) @binding(1) var<storage, read_write> c: array<vec4<f32>>;\n\
+             var<workgroup> sh: array<vec4<f32>, 1024>;\n\
+             @group(0) @binding(2) var<uniform> u: array<vec4<f32>, 1024>;\n\
+             @compute @workgroup_size(64) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
+             @builtin(local_invocation_index) lid: u32) {{ let g = wid.x; if g == 0xffffffffu {{ c[0].x = f32(arrayLength(&a)) + u[0].x; }} {body} }}\n"
+        );
+        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("probe2"),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("probe2"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let bgl = pipe.get_bind_group_layout(0);
+        let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("probe2"),
+            layout: &bgl,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: a.raw().as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: c.raw().as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &ubuf,
+                        offset: 0,
+                        size: None,
+                    }),
+                },
+            ],
+        });
+        let s = best_seconds(gpu, rounds, |enc| {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipe);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups, 1, 1);
+            Ok(())
+        })?;
+        let inv = f64::from(groups) * 64.0;
+        println!(
+            "probe2 {name}: {:.3} ms, {:.2} GFLOP/s, {:.2} GB/s, {:.1} ns/invocation",
+            s * 1e3,
+            inv * flops / s / 1e9,
+            inv * bytes / s / 1e9,
+            s / inv * 1e9
+        );
+    }
+    Ok(())
+}
+
+/// Host time to encode one small add through [`Kernels::encode`] (uniform slot, bind group,
+/// pipeline lookup, uniform flush) against the floor: a raw add pipeline dispatched with one
+/// bind group made beforehand. Recording and `finish` only; nothing is submitted.
+fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
+    let n = 1024u64;
+    let shape = Shape::new(vec![n]);
+    let mut rng = SplitMix64::new(3);
+    let bufs = (0..3)
+        .map(|i| filled(&b.engine, &format!("host {i}"), n, &mut rng))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    fn operand<'a>(buf: &'a dynrt::gpu::Buffer, shape: &'a Shape) -> Operand<'a> {
+        Operand {
+            tensor: TensorRef {
+                buffer: buf.raw(),
+                offset_bytes: 0,
+                size_bytes: buf.size_bytes(),
+            },
+            shape,
+            dtype: DType::F32,
+        }
+    }
+    let ins = [operand(&bufs[0], &shape), operand(&bufs[1], &shape)];
+    let out = operand(&bufs[2], &shape);
+    let op = Op::Binary(BinaryOp::Add);
+    let dev = b.gpu.device();
+    let mut uniforms = UniformArena::new(dev);
+    let count = 2000u32;
+    let mut best = [f64::INFINITY; 2];
+    for _ in 0..3 {
+        let mut enc = dev.create_command_encoder(&Default::default());
+        uniforms.reset();
+        let t0 = Instant::now();
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..count {
+                b.kernels
+                    .encode(&mut pass, &mut uniforms, &op, &ins, &out)?;
+            }
+        }
+        uniforms.flush(b.gpu.queue());
+        drop(enc.finish());
+        best[0] = best[0].min(t0.elapsed().as_secs_f64());
+    }
+    // The floor: a raw add pipeline, its bind group made once.
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("host floor"),
+        source: wgpu::ShaderSource::Wgsl(
+            "@group(0) @binding(0) var<storage, read_write> a: array<f32>;\n\
+             @group(0) @binding(1) var<storage, read_write> b: array<f32>;\n\
+             @group(0) @binding(2) var<storage, read_write> c: array<f32>;\n\
+             @compute @workgroup_size(256) fn main(@builtin(global_invocation_id) i: vec3<u32>) {\n\
+               if i.x < arrayLength(&c) { c[i.x] = a[i.x] + b[i.x]; }\n\
+             }\n"
+            .into(),
+        ),
+    });
+    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("host floor"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let bgl = pipe.get_bind_group_layout(0);
+    let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.raw().as_entire_binding(),
+        })
+        .collect();
+    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("host floor"),
+        layout: &bgl,
+        entries: &entries,
+    });
+    for _ in 0..3 {
+        let mut enc = dev.create_command_encoder(&Default::default());
+        let t0 = Instant::now();
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..count {
+                pass.set_pipeline(&pipe);
+                pass.set_bind_group(0, &bg, &[]);
+                pass.dispatch_workgroups(4, 1, 1);
+            }
+        }
+        drop(enc.finish());
+        best[1] = best[1].min(t0.elapsed().as_secs_f64());
+    }
+    let per = |s: f64| s / f64::from(count) * 1e6;
+    println!(
+        "host encode per dispatch: Kernels {:.2} us, pre-made bind group {:.2} us ({:.1}x)",
+        per(best[0]),
+        per(best[1]),
+        best[0] / best[1]
+    );
+    Ok(())
 }
