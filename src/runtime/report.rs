@@ -214,7 +214,7 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
     let reallocs: u32 = trace.samples.iter().map(|s| s.reallocations).sum();
     let _ = writeln!(
         s,
-        r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="red" stroke-opacity="0.5"/><text x="{:.1}" y="{:.1}">realloc ({reallocs})</text>"#,
+        r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="red" stroke-opacity="0.5"/><text x="{:.1}" y="{:.1}">step with real allocations ({reallocs} incl. prefill)</text>"#,
         left + plot_w + 18.0,
         legend_y,
         left + plot_w + 18.0,
