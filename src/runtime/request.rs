@@ -591,8 +591,13 @@ impl InferRequest {
             Mem::Pool(_) => {
                 self.pool
                     .release(self.net.inner.network_id, NodeId(k as u32));
+                // Cached bind groups must not keep released memory bound (or alive).
+                self.net.inner.kernels().forget_bind_groups();
             }
-            Mem::Own(b) => drop(b),
+            Mem::Own(b) => {
+                drop(b);
+                self.net.inner.kernels().forget_bind_groups();
+            }
             other => slot.mem = other,
         }
         if matches!(self.slots[k].mem, Mem::None) {
@@ -960,13 +965,19 @@ impl InferRequest {
         self.stats.iterations += 1;
         self.first_iteration = false;
         // Commit the states: the grown buffer replaces the old one (freed once the copies ran).
+        let mut replaced = false;
         for st in &mut self.states {
             if let Some(g) = st.grown.take() {
                 st.buffer = Some(g);
+                replaced = true;
             }
             st.valid_bytes += st.append_bytes;
             st.append_bytes = 0;
             st.shape = st.next_shape.clone();
+        }
+        if replaced {
+            // The old state buffers are dropped: forget the bind groups that bound them.
+            inner.kernels().forget_bind_groups();
         }
         Ok(())
     }
@@ -1326,6 +1337,14 @@ struct EncodeCtx<'a, 'g> {
     uniforms: &'a mut UniformArena,
     kernels: &'a mut std::sync::MutexGuard<'g, crate::gpu::kernels::Kernels>,
     host_uploads: &'a mut Vec<(usize, Vec<u8>)>,
+}
+
+impl Drop for InferRequest {
+    fn drop(&mut self) {
+        // The network (and its kernel cache) may outlive this request: its cached bind groups
+        // must not keep this request's buffers alive.
+        self.net.inner.kernels().forget_bind_groups();
+    }
 }
 
 fn inner_fixed(inner: &Inner) -> Vec<(String, u64)> {
