@@ -626,9 +626,21 @@ impl Kernels {
         }
         // Re-infer so a caller's shape mistake is an error, not a wrong dispatch.
         if !matches!(op, Op::Input { .. } | Op::Constant { .. } | Op::ReshapeTo) {
-            let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
+            // Up to 4 inputs on the stack: this runs for every dispatch (no heap on the hot
+            // path); only a wider concat collects into a Vec.
+            let mut few: [&Shape; 4] = [output.shape; 4];
+            let many: Vec<&Shape>;
+            let shapes: &[&Shape] = if inputs.len() <= few.len() {
+                for (s, o) in few.iter_mut().zip(inputs) {
+                    *s = o.shape;
+                }
+                &few[..inputs.len()]
+            } else {
+                many = inputs.iter().map(|o| o.shape).collect();
+                &many
+            };
             let expected = op
-                .infer(&shapes, &[])
+                .infer(shapes, &[])
                 .map_err(|source| KernelError::Infer { op: name, source })?;
             if &expected != output.shape {
                 return Err(KernelError::OutputShape {
