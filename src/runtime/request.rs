@@ -1238,18 +1238,34 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
-                let ins: Vec<Operand<'_>> = node
-                    .inputs
-                    .iter()
-                    .map(|&i| {
-                        self.tensor_of(i)
-                            .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
-                    })
-                    .collect::<Result<_, _>>()?;
+                let input = |i: NodeId| {
+                    self.tensor_of(i)
+                        .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
+                };
+                // Up to 4 operands on the stack (every dispatch of every iteration passes
+                // here); a wider node collects into a Vec.
+                let mut few: [Option<Operand<'_>>; 4] = [None; 4];
+                let many: Vec<Operand<'_>>;
+                let gathered: [Operand<'_>; 4];
+                let ins: &[Operand<'_>] = match node.inputs.as_slice() {
+                    [first, rest @ ..] if rest.len() < few.len() => {
+                        let first = input(*first)?;
+                        few[0] = Some(first);
+                        for (slot, &i) in few[1..].iter_mut().zip(rest) {
+                            *slot = Some(input(i)?);
+                        }
+                        gathered = few.map(|o| o.unwrap_or(first));
+                        &gathered[..node.inputs.len()]
+                    }
+                    all => {
+                        many = all.iter().map(|&i| input(i)).collect::<Result<_, _>>()?;
+                        &many
+                    }
+                };
                 let out = self
                     .tensor_of(c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
-                let n = encode_kernel(ctx, &node.op, &ins, &out).map_err(kernel_err)?;
+                let n = encode_kernel(ctx, &node.op, ins, &out).map_err(kernel_err)?;
                 self.stats.dispatches += n as u64;
             }
         }
