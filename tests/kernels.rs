@@ -761,6 +761,8 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
             .unwrap();
         }
         assert_eq!(u.slots_used(), 4);
+        // Four distinct (pipeline, ranges) combinations: four bind groups cached.
+        assert_eq!(k.cached_bind_groups(), 4);
         u.flush(queue);
         let staging = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
             label: Some("chain readback"),
@@ -787,6 +789,61 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-5, "{got:?} vs {want:?}");
         }
+    }
+}
+
+#[test]
+fn repeated_dispatches_reuse_their_bind_group_until_forgotten() {
+    for gpu in gpus("bind_group_cache") {
+        let device = gpu.device();
+        let mut k = Kernels::new(device);
+        let mut u = UniformArena::new(device);
+        let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
+            label: Some("bind group cache"),
+            size: 1024,
+            usage: dynrt::gpu::wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let xs = s(&[16]);
+        let relu = Op::Unary(UnaryOp::Relu);
+        let mut enc = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..3 {
+                k.encode(
+                    &mut pass,
+                    &mut u,
+                    &relu,
+                    &[opnd(&buf, 0, 64, &xs)],
+                    &opnd(&buf, 256, 64, &xs),
+                )
+                .unwrap();
+            }
+            assert_eq!(
+                u.slots_used(),
+                3,
+                "each dispatch keeps its own uniform slot"
+            );
+            assert_eq!(
+                k.cached_bind_groups(),
+                1,
+                "same buffers and ranges: one group"
+            );
+            // Another output range is another group.
+            k.encode(
+                &mut pass,
+                &mut u,
+                &relu,
+                &[opnd(&buf, 0, 64, &xs)],
+                &opnd(&buf, 512, 64, &xs),
+            )
+            .unwrap();
+            assert_eq!(k.cached_bind_groups(), 2);
+        }
+        k.forget_bind_groups();
+        assert_eq!(k.cached_bind_groups(), 0);
+        u.flush(gpu.queue());
+        gpu.queue().submit([enc.finish()]);
     }
 }
 

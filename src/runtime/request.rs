@@ -591,8 +591,13 @@ impl InferRequest {
             Mem::Pool(_) => {
                 self.pool
                     .release(self.net.inner.network_id, NodeId(k as u32));
+                // Cached bind groups must not keep released memory bound (or alive).
+                self.net.inner.kernels().forget_bind_groups();
             }
-            Mem::Own(b) => drop(b),
+            Mem::Own(b) => {
+                drop(b);
+                self.net.inner.kernels().forget_bind_groups();
+            }
             other => slot.mem = other,
         }
         if matches!(self.slots[k].mem, Mem::None) {
@@ -960,13 +965,19 @@ impl InferRequest {
         self.stats.iterations += 1;
         self.first_iteration = false;
         // Commit the states: the grown buffer replaces the old one (freed once the copies ran).
+        let mut replaced = false;
         for st in &mut self.states {
             if let Some(g) = st.grown.take() {
                 st.buffer = Some(g);
+                replaced = true;
             }
             st.valid_bytes += st.append_bytes;
             st.append_bytes = 0;
             st.shape = st.next_shape.clone();
+        }
+        if replaced {
+            // The old state buffers are dropped: forget the bind groups that bound them.
+            inner.kernels().forget_bind_groups();
         }
         Ok(())
     }
@@ -1227,18 +1238,34 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
-                let ins: Vec<Operand<'_>> = node
-                    .inputs
-                    .iter()
-                    .map(|&i| {
-                        self.tensor_of(i)
-                            .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
-                    })
-                    .collect::<Result<_, _>>()?;
+                let input = |i: NodeId| {
+                    self.tensor_of(i)
+                        .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
+                };
+                // Up to 4 operands on the stack (every dispatch of every iteration passes
+                // here); a wider node collects into a Vec.
+                let mut few: [Option<Operand<'_>>; 4] = [None; 4];
+                let many: Vec<Operand<'_>>;
+                let gathered: [Operand<'_>; 4];
+                let ins: &[Operand<'_>] = match node.inputs.as_slice() {
+                    [first, rest @ ..] if rest.len() < few.len() => {
+                        let first = input(*first)?;
+                        few[0] = Some(first);
+                        for (slot, &i) in few[1..].iter_mut().zip(rest) {
+                            *slot = Some(input(i)?);
+                        }
+                        gathered = few.map(|o| o.unwrap_or(first));
+                        &gathered[..node.inputs.len()]
+                    }
+                    all => {
+                        many = all.iter().map(|&i| input(i)).collect::<Result<_, _>>()?;
+                        &many
+                    }
+                };
                 let out = self
                     .tensor_of(c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
-                let n = encode_kernel(ctx, &node.op, &ins, &out).map_err(kernel_err)?;
+                let n = encode_kernel(ctx, &node.op, ins, &out).map_err(kernel_err)?;
                 self.stats.dispatches += n as u64;
             }
         }
@@ -1326,6 +1353,14 @@ struct EncodeCtx<'a, 'g> {
     uniforms: &'a mut UniformArena,
     kernels: &'a mut std::sync::MutexGuard<'g, crate::gpu::kernels::Kernels>,
     host_uploads: &'a mut Vec<(usize, Vec<u8>)>,
+}
+
+impl Drop for InferRequest {
+    fn drop(&mut self) {
+        // The network (and its kernel cache) may outlive this request: its cached bind groups
+        // must not keep this request's buffers alive.
+        self.net.inner.kernels().forget_bind_groups();
+    }
 }
 
 fn inner_fixed(inner: &Inner) -> Vec<(String, u64)> {

@@ -261,6 +261,22 @@ pub struct CacheStats {
     pub pipelines: usize,
 }
 
+/// Most storage bindings of one entry point (see `storage_bindings`).
+const MAX_STORAGE_BINDINGS: usize = 4;
+/// Bind groups cached at most; the cache is emptied when it would grow past this, so a
+/// caller that never calls [`Kernels::forget_bind_groups`] still holds a bounded number.
+const MAX_CACHED_BIND_GROUPS: usize = 4096;
+
+/// What a bind group is made of: the layout (through the pipeline key), the uniform chunk and
+/// the (buffer, offset, size) of every storage binding.
+#[derive(PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: PipelineKey,
+    uniform: wgpu::Buffer,
+    uniform_bytes: u64,
+    bound: [Option<(wgpu::Buffer, u64, u64)>; MAX_STORAGE_BINDINGS],
+}
+
 struct Bound<'a> {
     buffer: &'a wgpu::Buffer,
     offset: u64,
@@ -274,6 +290,12 @@ pub struct Kernels {
     layouts: HashMap<&'static [u32], (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     pipelines: HashMap<PipelineKey, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
     stats: CacheStats,
+    /// Bind groups made by earlier dispatches, reused while the same buffers are bound at the
+    /// same ranges (decode re-records identical dispatches every iteration). The key holds
+    /// clones of the bound buffers, so an identity can never be reused by a new buffer while
+    /// its entry exists; a cached group keeps its buffers alive, which is why callers that
+    /// free buffers call [`Kernels::forget_bind_groups`] and the map is capped.
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     max_workgroups_per_dim: u32,
     storage_align_bytes: u64,
     max_binding_bytes: u64,
@@ -354,6 +376,7 @@ impl Kernels {
             layouts: HashMap::new(),
             pipelines: HashMap::new(),
             stats: CacheStats::default(),
+            bind_groups: HashMap::new(),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
             storage_align_bytes: (limits.min_storage_buffer_offset_alignment as u64).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
@@ -513,33 +536,68 @@ impl Kernels {
         let (pipeline, bgl) = self.pipeline(&key);
         let (ubuf, uoffset) = uniforms.push(params);
         let storage = storage_bindings(key.family, key.entry);
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &ubuf,
-                offset: 0,
-                size: NonZeroU64::new(std::mem::size_of::<P>() as u64),
-            }),
-        }];
-        for (&b, r) in storage.iter().zip(bound) {
-            entries.push(wgpu::BindGroupEntry {
-                binding: b,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: r.buffer,
-                    offset: r.offset,
-                    size: NonZeroU64::new(r.size),
-                }),
-            });
+        let uniform_bytes = std::mem::size_of::<P>() as u64;
+        let mut bound_key: [Option<(wgpu::Buffer, u64, u64)>; MAX_STORAGE_BINDINGS] =
+            Default::default();
+        for (slot, r) in bound_key.iter_mut().zip(bound.iter().take(storage.len())) {
+            *slot = Some((r.buffer.clone(), r.offset, r.size));
         }
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(key.entry),
-            layout: &bgl,
-            entries: &entries,
-        });
+        let bind_key = BindKey {
+            pipeline: key,
+            uniform: ubuf,
+            uniform_bytes,
+            bound: bound_key,
+        };
+        let bg = match self.bind_groups.get(&bind_key) {
+            Some(bg) => bg.clone(),
+            None => {
+                let mut entries = Vec::with_capacity(1 + storage.len());
+                entries.push(wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &bind_key.uniform,
+                        offset: 0,
+                        size: NonZeroU64::new(uniform_bytes),
+                    }),
+                });
+                for (&b, r) in storage.iter().zip(bound) {
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: b,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: r.buffer,
+                            offset: r.offset,
+                            size: NonZeroU64::new(r.size),
+                        }),
+                    });
+                }
+                let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(bind_key.pipeline.entry),
+                    layout: &bgl,
+                    entries: &entries,
+                });
+                if self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
+                    self.bind_groups.clear();
+                }
+                self.bind_groups.insert(bind_key, bg.clone());
+                bg
+            }
+        };
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[uoffset]);
         pass.dispatch_workgroups(x as u32, y as u32, 1);
         Ok(())
+    }
+
+    /// Drops every cached bind group (and with them the references they hold to bound
+    /// buffers). Call after freeing or replacing buffers that dispatches bound, so freed
+    /// memory is not kept alive by the cache.
+    pub fn forget_bind_groups(&mut self) {
+        self.bind_groups.clear();
+    }
+
+    /// Bind groups currently cached.
+    pub fn cached_bind_groups(&self) -> usize {
+        self.bind_groups.len()
     }
 
     /// Records the dispatches computing `op` from `inputs` into `output` (shapes concrete,
@@ -568,9 +626,21 @@ impl Kernels {
         }
         // Re-infer so a caller's shape mistake is an error, not a wrong dispatch.
         if !matches!(op, Op::Input { .. } | Op::Constant { .. } | Op::ReshapeTo) {
-            let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
+            // Up to 4 inputs on the stack: this runs for every dispatch (no heap on the hot
+            // path); only a wider concat collects into a Vec.
+            let mut few: [&Shape; 4] = [output.shape; 4];
+            let many: Vec<&Shape>;
+            let shapes: &[&Shape] = if inputs.len() <= few.len() {
+                for (s, o) in few.iter_mut().zip(inputs) {
+                    *s = o.shape;
+                }
+                &few[..inputs.len()]
+            } else {
+                many = inputs.iter().map(|o| o.shape).collect();
+                &many
+            };
             let expected = op
-                .infer(&shapes, &[])
+                .infer(shapes, &[])
                 .map_err(|source| KernelError::Infer { op: name, source })?;
             if &expected != output.shape {
                 return Err(KernelError::OutputShape {

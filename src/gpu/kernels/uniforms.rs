@@ -16,6 +16,8 @@ const CHUNK_BYTES: u64 = 64 * 1024;
 struct Chunk {
     buffer: wgpu::Buffer,
     data: Vec<u8>,
+    /// What the last [`UniformArena::flush`] wrote to `buffer` (nothing else writes it).
+    written: Vec<u8>,
 }
 
 /// Uniform slots for the dispatches of one submit. Create once, [`UniformArena::reset`] per
@@ -55,6 +57,7 @@ impl UniformArena {
                 self.chunks.push(Chunk {
                     buffer,
                     data: Vec::with_capacity(CHUNK_BYTES as usize),
+                    written: Vec::with_capacity(CHUNK_BYTES as usize),
                 });
             }
             self.chunks[self.used_chunks].data.clear();
@@ -71,10 +74,16 @@ impl UniformArena {
 
     /// Writes every slot pushed since the last [`UniformArena::reset`] to the device. Call
     /// before submitting the command buffer that uses them.
+    ///
+    /// A chunk whose slots are byte for byte what the previous flush wrote is not written
+    /// again: the device copy already holds them (queue order: the earlier write landed before
+    /// any later submit). Decode with unchanged shapes re-records identical uniforms, and each
+    /// `write_buffer` costs a staging allocation and a copy.
     pub fn flush(&mut self, queue: &wgpu::Queue) {
-        for chunk in &self.chunks[..self.used_chunks] {
-            if !chunk.data.is_empty() {
+        for chunk in &mut self.chunks[..self.used_chunks] {
+            if !chunk.data.is_empty() && chunk.data != chunk.written {
                 queue.write_buffer(&chunk.buffer, 0, &chunk.data);
+                chunk.written.clone_from(&chunk.data);
             }
         }
     }
