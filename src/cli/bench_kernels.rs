@@ -350,28 +350,8 @@ fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> 
                         )
                     }
                 };
-                let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some("probe"),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-                let bgl = pipe.get_bind_group_layout(0);
-                let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| wgpu::BindGroupEntry {
-                        binding: i as u32,
-                        resource: b.raw().as_entire_binding(),
-                    })
-                    .collect();
-                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("probe"),
-                    layout: &bgl,
-                    entries: &entries,
-                });
+                let bufs: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
+                let (pipe, bg) = raw_pipeline(dev, &module, "probe", &bufs);
                 let groups = (n / 4).div_ceil(u64::from(wg * per)) as u32;
                 let (gx, gy) = if groups <= max_dim {
                     (groups, 1)
@@ -546,28 +526,8 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
             .into(),
         ),
     });
-    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("host floor"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let bgl = pipe.get_bind_group_layout(0);
-    let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: b.raw().as_entire_binding(),
-        })
-        .collect();
-    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("host floor"),
-        layout: &bgl,
-        entries: &entries,
-    });
+    let bufs: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
+    let (pipe, bg) = raw_pipeline(dev, &module, "host floor", &bufs);
     for _ in 0..3 {
         let mut enc = dev.create_command_encoder(&Default::default());
         let t0 = Instant::now();
@@ -590,4 +550,37 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
         best[0] / best[1]
     );
     Ok(())
+}
+
+/// A hand-written kernel's pipeline (layout from the shader) and one bind group over whole
+/// buffers, bound in order at bindings 0, 1, ...: the probes and the host-cost floor measure
+/// kernels outside [`dynrt::gpu::kernels::Kernels`], so they build these themselves, once.
+fn raw_pipeline(
+    dev: &wgpu::Device,
+    module: &wgpu::ShaderModule,
+    label: &str,
+    bufs: &[&dynrt::gpu::Buffer],
+) -> (wgpu::ComputePipeline, wgpu::BindGroup) {
+    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: None,
+        module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.raw().as_entire_binding(),
+        })
+        .collect();
+    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    (pipe, bg)
 }
