@@ -409,3 +409,76 @@ fn an_input_processed_late_never_shares_memory_with_an_earlier_node() {
         assert!(max_err(&out[0].to_f32(), &expected[0].1) <= 1e-4);
     }
 }
+
+#[test]
+fn unchanged_nodes_replay_their_dispatch_plans_and_changed_ones_record_afresh() {
+    // Static shapes between iterations: every kernel node replays the dispatches it recorded
+    // (new data each time, so a replay that read stale operands would be caught). A shape
+    // change makes every node record afresh; dropping the request frees everything the plans
+    // held.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    let engine = Engine::new(gpu);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("n")], DType::F32);
+    let c = b.constant("c", Shape::new(vec![1]), vec![0.5]);
+    let m = b.mul("m", x, c);
+    let e = b.exp("e", m);
+    let y = b.add_("y", e, x);
+    b.output(y);
+    let g = b.build().unwrap();
+    let net = Network::compile(
+        &engine,
+        g.clone(),
+        NetworkOptions {
+            planner: false,
+            ..NetworkOptions::default()
+        },
+    )
+    .unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::None)).unwrap();
+    let mut replayed_before = 0;
+    for (it, n) in [64u64, 64, 64, 32, 32, 64].into_iter().enumerate() {
+        let xs: Vec<f32> = (0..n).map(|i| (i as f32 - it as f32) * 0.05).collect();
+        let expected = reference::evaluate(&g, &[("x", Shape::new(vec![n]), xs.clone())]).unwrap();
+        let out = req
+            .infer_blocking(&[("x", &HostTensor::f32(Shape::new(vec![n]), &xs))], &["y"])
+            .unwrap();
+        assert!(
+            max_err(&out[0].to_f32(), &expected[0].1) <= 1e-5,
+            "iteration {it} (n = {n})"
+        );
+        let replayed = req.stats().dispatches_replayed;
+        let shape_changed = it == 0 || it == 3 || it == 5;
+        if shape_changed {
+            assert_eq!(
+                replayed, replayed_before,
+                "iteration {it} replayed a stale plan"
+            );
+        } else {
+            assert_eq!(
+                replayed,
+                replayed_before + 3,
+                "iteration {it} did not replay"
+            );
+        }
+        replayed_before = replayed;
+    }
+    assert_eq!(req.stats().dispatches, 18);
+    drop(req);
+    let st = engine.stats();
+    for kind in dynrt::memory::AllocKind::ALL {
+        // The network's constants stay; everything the request allocated is freed.
+        if kind != dynrt::memory::AllocKind::UsmDevice {
+            assert_eq!(st.current_bytes(kind), 0, "{kind:?} still allocated");
+        }
+    }
+    drop(net);
+    assert_eq!(
+        engine
+            .stats()
+            .current_bytes(dynrt::memory::AllocKind::UsmDevice),
+        0
+    );
+}

@@ -147,7 +147,8 @@ mod overhead {
 
     /// Dispatches per iteration and iterations timed.
     const CHAIN: usize = 64;
-    const ITERATIONS: usize = 200;
+    const ITERATIONS: usize = 1000;
+    const WARMUP: usize = 10;
     /// Elements per tensor: small, so the device time does not hide the host time.
     const ELEMENTS: u64 = 256;
 
@@ -159,6 +160,8 @@ mod overhead {
         pub ratio: f64,
         pub dispatches_per_iteration: usize,
         pub iterations: usize,
+        /// Runtime dispatches recorded again from their nodes' dispatch plans.
+        pub dispatches_replayed: u64,
     }
 
     const ADD_ONE: &str = r#"
@@ -172,52 +175,63 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
 
     /// The limit: pipeline, buffers and bind groups created once; an iteration only records
     /// the dispatches and submits.
-    fn handwritten(gpu: &Gpu) -> anyhow::Result<f64> {
-        let engine = Engine::new(gpu.clone());
-        let device = gpu.device();
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("bench add_one"),
-            source: wgpu::ShaderSource::Wgsl(ADD_ONE.into()),
-        });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("bench add_one"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        let bufs = (0..=CHAIN)
-            .map(|_| {
-                engine.allocate(&BufferDesc {
-                    label: "bench chain",
-                    size_bytes: ELEMENTS * 4,
-                    kind: AllocKind::UsmDevice,
+    struct Handwritten {
+        gpu: Gpu,
+        pipeline: wgpu::ComputePipeline,
+        groups: Vec<wgpu::BindGroup>,
+        /// Keeps the bound buffers (and their accounting) alive.
+        _buffers: Vec<dynrt::gpu::Buffer>,
+    }
+
+    impl Handwritten {
+        fn new(gpu: &Gpu, engine: &Engine) -> anyhow::Result<Self> {
+            let device = gpu.device();
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("bench add_one"),
+                source: wgpu::ShaderSource::Wgsl(ADD_ONE.into()),
+            });
+            let pipeline =
+                super::super::bench_kernels::auto_layout_pipeline(device, &module, "bench add_one");
+            let buffers = (0..=CHAIN)
+                .map(|_| {
+                    engine.allocate(&BufferDesc {
+                        label: "bench chain",
+                        size_bytes: ELEMENTS * 4,
+                        kind: AllocKind::UsmDevice,
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let layout = pipeline.get_bind_group_layout(0);
-        let groups: Vec<wgpu::BindGroup> = (0..CHAIN)
-            .map(|i| {
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("bench chain"),
-                    layout: &layout,
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: bufs[i].raw().as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 1,
-                            resource: bufs[i + 1].raw().as_entire_binding(),
-                        },
-                    ],
+                .collect::<Result<Vec<_>, _>>()?;
+            let layout = pipeline.get_bind_group_layout(0);
+            let groups: Vec<wgpu::BindGroup> = (0..CHAIN)
+                .map(|i| {
+                    device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("bench chain"),
+                        layout: &layout,
+                        entries: &[
+                            wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: buffers[i].raw().as_entire_binding(),
+                            },
+                            wgpu::BindGroupEntry {
+                                binding: 1,
+                                resource: buffers[i + 1].raw().as_entire_binding(),
+                            },
+                        ],
+                    })
                 })
+                .collect();
+            Ok(Handwritten {
+                gpu: gpu.clone(),
+                pipeline,
+                groups,
+                _buffers: buffers,
             })
-            .collect();
-        let groups_x = ELEMENTS.div_ceil(64) as u32;
-        let mut host = 0.0;
-        for it in 0..ITERATIONS + 10 {
+        }
+
+        /// One iteration; returns the host seconds (the wait for the device is not counted).
+        fn iteration(&self) -> f64 {
+            let groups_x = ELEMENTS.div_ceil(64) as u32;
+            let device = self.gpu.device();
             let t = Instant::now();
             let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("bench"),
@@ -227,26 +241,24 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                     label: None,
                     timestamp_writes: None,
                 });
-                pass.set_pipeline(&pipeline);
-                for g in &groups {
+                pass.set_pipeline(&self.pipeline);
+                for g in &self.groups {
                     pass.set_bind_group(0, g, &[]);
                     pass.dispatch_workgroups(groups_x, 1, 1);
                 }
             }
-            gpu.queue().submit([enc.finish()]);
-            if it >= 10 {
-                host += t.elapsed().as_secs_f64();
-            }
+            self.gpu.queue().submit([enc.finish()]);
+            let host = t.elapsed().as_secs_f64();
             // Keep the queue short, outside the timed region.
-            gpu.poll_wait();
+            self.gpu.poll_wait();
+            host
         }
-        Ok(host * 1e6 / (ITERATIONS * CHAIN) as f64)
     }
 
     /// The runtime on a chain of the same length (`x + 1` nodes on a constant): static shapes,
-    /// so after the first iteration every node skips update_shape and keeps its buffer.
-    fn runtime(gpu: &Gpu) -> anyhow::Result<f64> {
-        let engine = Engine::new(gpu.clone());
+    /// so after the first iteration every node skips update_shape, keeps its buffer and
+    /// replays its dispatch plan.
+    fn runtime_request(engine: &Engine) -> anyhow::Result<InferRequest> {
         let mut b = GraphBuilder::new();
         let x0 = b.constant(
             "x0",
@@ -259,38 +271,56 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
             x = b.add_(format!("add{i}"), x, one);
         }
         b.output(x);
-        let net = Network::compile(&engine, b.build()?, NetworkOptions::default())?;
-        let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive))?;
-        let mut host = 0.0;
-        for it in 0..ITERATIONS + 10 {
-            let t = Instant::now();
-            req.infer_blocking(&[], &[])?;
-            if it >= 10 {
-                host += t.elapsed().as_secs_f64();
-            }
-            gpu.poll_wait();
-        }
-        let dispatches = req.stats().dispatches as f64 / (ITERATIONS + 10) as f64;
-        anyhow::ensure!(
-            dispatches as usize == CHAIN,
-            "the runtime dispatched {dispatches} kernels per iteration, expected {CHAIN}"
-        );
-        Ok(host * 1e6 / (ITERATIONS * CHAIN) as f64)
+        let net = Network::compile(engine, b.build()?, NetworkOptions::default())?;
+        Ok(InferRequest::new(&net, RunOptions::new(Policy::Adaptive))?)
     }
 
-    /// Measures both (the hand-written loop first, then the runtime, then the loop again and
-    /// the faster of its two runs kept, so warm-up does not favour the runtime).
+    /// One runtime iteration; returns the host seconds (the wait for the device is not
+    /// counted).
+    fn runtime_iteration(gpu: &Gpu, req: &mut InferRequest) -> anyhow::Result<f64> {
+        let t = Instant::now();
+        req.infer_blocking(&[], &[])?;
+        let host = t.elapsed().as_secs_f64();
+        gpu.poll_wait();
+        Ok(host)
+    }
+
+    /// Measures both, interleaved: each round times one hand-written iteration and one
+    /// runtime iteration (in alternating order), so both see the same machine load; the first
+    /// 10 rounds are warm-up.
     pub fn measure(gpu: &Gpu) -> anyhow::Result<Overhead> {
-        let h1 = handwritten(gpu)?;
-        let r = runtime(gpu)?;
-        let h2 = handwritten(gpu)?;
-        let h = h1.min(h2);
+        let engine = Engine::new(gpu.clone());
+        let hand = Handwritten::new(gpu, &engine)?;
+        let mut req = runtime_request(&engine)?;
+        let (mut h, mut r) = (0.0, 0.0);
+        for it in 0..ITERATIONS + WARMUP {
+            let (hi, ri) = if it % 2 == 0 {
+                let hi = hand.iteration();
+                (hi, runtime_iteration(gpu, &mut req)?)
+            } else {
+                let ri = runtime_iteration(gpu, &mut req)?;
+                (hand.iteration(), ri)
+            };
+            if it >= WARMUP {
+                h += hi;
+                r += ri;
+            }
+        }
+        let stats = req.stats();
+        let rounds = (ITERATIONS + WARMUP) as u64;
+        anyhow::ensure!(
+            stats.dispatches == CHAIN as u64 * rounds,
+            "the runtime dispatched {} kernels in {rounds} iterations, expected {CHAIN} each",
+            stats.dispatches
+        );
+        let per_dispatch = |secs: f64| secs * 1e6 / (ITERATIONS * CHAIN) as f64;
         Ok(Overhead {
-            runtime_us_per_dispatch: r,
-            handwritten_us_per_dispatch: h,
+            runtime_us_per_dispatch: per_dispatch(r),
+            handwritten_us_per_dispatch: per_dispatch(h),
             ratio: r / h,
             dispatches_per_iteration: CHAIN,
             iterations: ITERATIONS,
+            dispatches_replayed: stats.dispatches_replayed,
         })
     }
 }

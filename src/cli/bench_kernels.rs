@@ -420,14 +420,7 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
             label: Some("probe2"),
             source: wgpu::ShaderSource::Wgsl(src.into()),
         });
-        let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("probe2"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipe = auto_layout_pipeline(dev, &module, "probe2");
         let bgl = pipe.get_bind_group_layout(0);
         let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("probe2"),
@@ -552,6 +545,22 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The pipeline of a hand-written kernel's `main`, its layout derived from the shader.
+pub(super) fn auto_layout_pipeline(
+    dev: &wgpu::Device,
+    module: &wgpu::ShaderModule,
+    label: &str,
+) -> wgpu::ComputePipeline {
+    dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: None,
+        module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
 /// A hand-written kernel's pipeline (layout from the shader) and one bind group over whole
 /// buffers, bound in order at bindings 0, 1, ...: the probes and the host-cost floor measure
 /// kernels outside [`dynrt::gpu::kernels::Kernels`], so they build these themselves, once.
@@ -561,14 +570,7 @@ fn raw_pipeline(
     label: &str,
     bufs: &[&dynrt::gpu::Buffer],
 ) -> (wgpu::ComputePipeline, wgpu::BindGroup) {
-    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some(label),
-        layout: None,
-        module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipe = auto_layout_pipeline(dev, module, label);
     let entries: Vec<wgpu::BindGroupEntry<'_>> = bufs
         .iter()
         .enumerate()

@@ -167,6 +167,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             summary.pipeline_cache.misses,
             summary.shape_updates_skipped
         );
+        let stats = demo.stats();
+        println!(
+            "dispatches     {} ({} replayed from their nodes' dispatch plans), {} copies, {} submits",
+            stats.dispatches, stats.dispatches_replayed, stats.copies, stats.submits
+        );
         println!(
             "time           {:.2} ms per decode step",
             summary.ms_per_step

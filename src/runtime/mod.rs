@@ -43,7 +43,14 @@
 //!    predicted size from the pool (or the engine with the pool off). A preallocation that
 //!    fails for lack of memory falls back to the exact size; a buffer is never smaller than
 //!    the actual output. The adaptive policy may also shrink a buffer that stays mostly empty.
-//! 4. `dispatch` — encode the kernel on the node's buffers with the actual byte ranges.
+//! 4. `dispatch` — encode the kernel on the node's buffers with the actual byte ranges. A
+//!    kernel node keeps what it recorded (pipeline, bind group, uniform bytes, workgroups) as
+//!    its *dispatch plan*; while update_shape skips the node and its operands are the same
+//!    buffer ranges, the plan is replayed (a uniform slot, `set_bind_group`, `dispatch`, and
+//!    `set_pipeline` only when the pass holds another pipeline), without the shape checks,
+//!    parameter computation and cache lookups ([`RunStats::dispatches_replayed`]; replayed
+//!    dispatches count as pipeline cache hits). Plans hold their buffers, so they are dropped
+//!    with the cached bind groups whenever the request frees or replaces a buffer.
 //!
 //! All dispatches of one iteration go into one command encoder and one submit. wgpu executes
 //! one queue in order and inserts the barriers between passes and copies, so a buffer that

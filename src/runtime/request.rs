@@ -3,7 +3,7 @@
 
 use super::network::{padded_bytes, Inner, Network, Role};
 use super::RunError;
-use crate::gpu::kernels::{Operand, TensorRef, UniformArena};
+use crate::gpu::kernels::{Operand, RecordedDispatch, Recorder, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
 use crate::gpu::{wgpu, AllocError, Buffer, BufferDesc, Engine};
 use crate::graph::{Bindings, NodeId, Op};
@@ -97,6 +97,9 @@ pub struct RunStats {
     pub state_growths: u64,
     /// Kernel dispatches encoded.
     pub dispatches: u64,
+    /// Of those, dispatches recorded again from a node's dispatch plan (shapes and operand
+    /// ranges unchanged: no shape checks, parameter computation or cache lookups).
+    pub dispatches_replayed: u64,
     /// Buffer copies encoded (reshapes, in-place appends, growth copies).
     pub copies: u64,
     /// Queue submits.
@@ -122,6 +125,7 @@ impl RunStats {
             reclaims: self.reclaims + o.reclaims,
             state_growths: self.state_growths + o.state_growths,
             dispatches: self.dispatches + o.dispatches,
+            dispatches_replayed: self.dispatches_replayed + o.dispatches_replayed,
             copies: self.copies + o.copies,
             submits: self.submits + o.submits,
             poison_fills: self.poison_fills + o.poison_fills,
@@ -213,6 +217,36 @@ struct Slot {
     poison: bool,
     /// Host value to upload this iteration ([`Role::HostValue`]).
     upload: Option<Vec<u8>>,
+    /// The dispatches a kernel node recorded last time, replayed while its shapes and
+    /// operand ranges stay the same (the node's dispatch plan).
+    plan: Option<DispatchPlan>,
+}
+
+/// What a kernel node recorded: its operands' buffer ranges (inputs then output) and its
+/// dispatches. Valid while the node's shapes are unchanged (cleared by update_shape), the
+/// operands are these ranges and the kernels' generation is the same. The buffers held here
+/// keep their identities from being reused; plans are dropped whenever the request frees a
+/// buffer, so they never keep freed memory alive.
+struct DispatchPlan {
+    operands: Vec<(wgpu::Buffer, u64, u64)>,
+    dispatches: Vec<RecordedDispatch>,
+    generation: u64,
+}
+
+impl DispatchPlan {
+    fn matches(&self, ins: &[Operand<'_>], out: &Operand<'_>, generation: u64) -> bool {
+        self.generation == generation
+            && self.operands.len() == ins.len() + 1
+            && ins
+                .iter()
+                .chain(std::iter::once(out))
+                .zip(&self.operands)
+                .all(|(o, (b, off, size))| {
+                    o.tensor.buffer == b
+                        && o.tensor.offset_bytes == *off
+                        && o.tensor.size_bytes == *size
+                })
+    }
 }
 
 struct StateSlot {
@@ -342,6 +376,7 @@ impl InferRequest {
                 _ => 0,
             };
             req.slots.push(Slot {
+                plan: None,
                 in_shapes: None,
                 poison: matches!(mem, Mem::Arena(_)),
                 mem,
@@ -405,6 +440,8 @@ impl InferRequest {
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.
     pub fn take_states(&mut self) -> KvStates {
+        // The buffers leave this request: its plans and cached bind groups must not keep them.
+        self.forget_bound_buffers();
         let states = self
             .states
             .iter_mut()
@@ -457,6 +494,8 @@ impl InferRequest {
                 ));
             }
         }
+        // The buffers replaced here are freed: nothing cached may keep them.
+        self.forget_bound_buffers();
         for (given, mine) in states.states.into_iter().zip(&mut self.states) {
             mine.buffer = given.buffer;
             mine.valid_bytes = given.valid_bytes;
@@ -585,18 +624,27 @@ impl InferRequest {
         }
     }
 
+    /// Drops every cached bind group and dispatch plan: they hold the buffers they bind, and a
+    /// buffer this request freed must really be freed.
+    fn forget_bound_buffers(&mut self) {
+        self.net.inner.kernels().forget_bind_groups();
+        for slot in &mut self.slots {
+            slot.plan = None;
+        }
+    }
+
     fn release_slot(&mut self, k: usize) {
         let slot = &mut self.slots[k];
         match std::mem::replace(&mut slot.mem, Mem::None) {
             Mem::Pool(_) => {
                 self.pool
                     .release(self.net.inner.network_id, NodeId(k as u32));
-                // Cached bind groups must not keep released memory bound (or alive).
-                self.net.inner.kernels().forget_bind_groups();
+                // Cached bind groups and plans must not keep released memory bound (or alive).
+                self.forget_bound_buffers();
             }
             Mem::Own(b) => {
                 drop(b);
-                self.net.inner.kernels().forget_bind_groups();
+                self.forget_bound_buffers();
             }
             other => slot.mem = other,
         }
@@ -752,6 +800,7 @@ impl InferRequest {
             for slot in &mut self.slots {
                 slot.in_shapes = None;
                 slot.upload = None;
+                slot.plan = None;
             }
         }
         result?;
@@ -865,6 +914,7 @@ impl InferRequest {
             self.shapes[id.index()] = shape;
             self.values[id.index()] = value;
             self.slots[k].in_shapes = Some(in_shapes);
+            self.slots[k].plan = None;
             if c.role == Role::HostValue {
                 self.queue_host_value(k, id);
             }
@@ -924,7 +974,8 @@ impl InferRequest {
         };
         uniforms.reset();
         let mut host_uploads: Vec<(usize, Vec<u8>)> = Vec::new();
-        let mut pass: Option<wgpu::ComputePass<'static>> = None;
+        let mut pass: Option<OpenPass> = None;
+        let mut offsets: Vec<u32> = Vec::new();
         let mut encoded = Ok(());
         {
             let mut kernels = inner.kernels();
@@ -932,6 +983,7 @@ impl InferRequest {
                 let mut ctx = EncodeCtx {
                     enc: &mut enc,
                     pass: &mut pass,
+                    offsets: &mut offsets,
                     uniforms: &mut uniforms,
                     kernels: &mut kernels,
                     host_uploads: &mut host_uploads,
@@ -976,8 +1028,9 @@ impl InferRequest {
             st.shape = st.next_shape.clone();
         }
         if replaced {
-            // The old state buffers are dropped: forget the bind groups that bound them.
-            inner.kernels().forget_bind_groups();
+            // The old state buffers are dropped: forget the bind groups and plans that bound
+            // them.
+            self.forget_bound_buffers();
         }
         Ok(())
     }
@@ -1265,8 +1318,36 @@ impl InferRequest {
                 let out = self
                     .tensor_of(c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
-                let n = encode_kernel(ctx, &node.op, ins, &out).map_err(kernel_err)?;
+                let generation = ctx.kernels.generation();
+                if let Some(plan) = &self.slots[k].plan {
+                    if plan.matches(ins, &out, generation) && replay(ctx, plan) {
+                        let n = plan.dispatches.len() as u64;
+                        ctx.kernels.count_replayed(n);
+                        self.stats.dispatches += n;
+                        self.stats.dispatches_replayed += n;
+                        return Ok(());
+                    }
+                }
+                let mut recorded = Vec::new();
+                let n =
+                    encode_recorded(ctx, &node.op, ins, &out, &mut recorded).map_err(kernel_err)?;
+                let operands = ins
+                    .iter()
+                    .chain(std::iter::once(&out))
+                    .map(|o| {
+                        (
+                            o.tensor.buffer.clone(),
+                            o.tensor.offset_bytes,
+                            o.tensor.size_bytes,
+                        )
+                    })
+                    .collect();
                 self.stats.dispatches += n as u64;
+                self.slots[k].plan = Some(DispatchPlan {
+                    operands,
+                    dispatches: recorded,
+                    generation,
+                });
             }
         }
         Ok(())
@@ -1325,6 +1406,28 @@ impl InferRequest {
     }
 }
 
+/// The open compute pass and the pipeline bound in it.
+struct OpenPass {
+    pass: wgpu::ComputePass<'static>,
+    pipeline: Option<wgpu::ComputePipeline>,
+}
+
+/// The open compute pass, opened if needed.
+fn open_pass<'c>(
+    enc: &mut wgpu::CommandEncoder,
+    pass: &'c mut Option<OpenPass>,
+) -> &'c mut OpenPass {
+    pass.get_or_insert_with(|| OpenPass {
+        pass: enc
+            .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("dynrt kernels"),
+                timestamp_writes: None,
+            })
+            .forget_lifetime(),
+        pipeline: None,
+    })
+}
+
 /// Records `op` into the open compute pass (opening one if needed); returns the dispatches.
 fn encode_kernel(
     ctx: &mut EncodeCtx<'_, '_>,
@@ -1332,24 +1435,64 @@ fn encode_kernel(
     ins: &[Operand<'_>],
     out: &Operand<'_>,
 ) -> Result<usize, String> {
-    let pass = ctx.pass.get_or_insert_with(|| {
-        ctx.enc
-            .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("dynrt kernels"),
-                timestamp_writes: None,
-            })
-            .forget_lifetime()
-    });
-    ctx.kernels
-        .encode(pass, ctx.uniforms, op, ins, out)
-        .map_err(|e| e.to_string())
+    encode_recorded(ctx, op, ins, out, &mut Vec::new())
+}
+
+/// [`encode_kernel`], appending the dispatches to `recorded` for a [`DispatchPlan`].
+fn encode_recorded(
+    ctx: &mut EncodeCtx<'_, '_>,
+    op: &Op,
+    ins: &[Operand<'_>],
+    out: &Operand<'_>,
+    recorded: &mut Vec<RecordedDispatch>,
+) -> Result<usize, String> {
+    let open = open_pass(ctx.enc, ctx.pass);
+    let mut recorder = Recorder {
+        current: open.pipeline.take(),
+        dispatches: std::mem::take(recorded),
+    };
+    let result = ctx
+        .kernels
+        .encode_recorded(&mut open.pass, ctx.uniforms, op, ins, out, &mut recorder)
+        .map_err(|e| e.to_string());
+    open.pipeline = recorder.current;
+    *recorded = recorder.dispatches;
+    result
+}
+
+/// Records a node's planned dispatches again: the same pipelines, bind groups, workgroups and
+/// uniform bytes in fresh slots. Returns false, recording nothing, when a slot lands in
+/// another uniform chunk than the bind group binds (the caller then encodes afresh; the slots
+/// taken stay unused).
+fn replay(ctx: &mut EncodeCtx<'_, '_>, plan: &DispatchPlan) -> bool {
+    ctx.offsets.clear();
+    for d in &plan.dispatches {
+        let (chunk, offset) = ctx.uniforms.push_bytes(&d.params);
+        if chunk != &d.uniform_chunk {
+            return false;
+        }
+        ctx.offsets.push(offset);
+    }
+    let open = open_pass(ctx.enc, ctx.pass);
+    for (d, &offset) in plan.dispatches.iter().zip(ctx.offsets.iter()) {
+        if open.pipeline.as_ref() != Some(&d.pipeline) {
+            open.pass.set_pipeline(&d.pipeline);
+            open.pipeline = Some(d.pipeline.clone());
+        }
+        open.pass.set_bind_group(0, &d.bind_group, &[offset]);
+        open.pass
+            .dispatch_workgroups(d.workgroups.0, d.workgroups.1, 1);
+    }
+    true
 }
 
 /// What recording one node needs besides the request.
 struct EncodeCtx<'a, 'g> {
     enc: &'a mut wgpu::CommandEncoder,
     /// The open compute pass, if any (closed before every copy).
-    pass: &'a mut Option<wgpu::ComputePass<'static>>,
+    pass: &'a mut Option<OpenPass>,
+    /// Dynamic offsets of a replay (kept to avoid an allocation per node).
+    offsets: &'a mut Vec<u32>,
     uniforms: &'a mut UniformArena,
     kernels: &'a mut std::sync::MutexGuard<'g, crate::gpu::kernels::Kernels>,
     host_uploads: &'a mut Vec<(usize, Vec<u8>)>,

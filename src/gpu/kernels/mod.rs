@@ -283,6 +283,29 @@ struct Bound<'a> {
     size: u64,
 }
 
+/// One dispatch as [`Kernels::encode_recorded`] recorded it: everything needed to record it
+/// again without the shape checks, the parameter computation and the cache lookups, as long
+/// as the operands are the same buffer ranges with the same shapes.
+pub(crate) struct RecordedDispatch {
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) bind_group: wgpu::BindGroup,
+    /// The uniform chunk the bind group binds; a replay must land its slot in this chunk.
+    pub(crate) uniform_chunk: wgpu::Buffer,
+    /// The uniform parameters (the bytes of the `#[repr(C)]` struct).
+    pub(crate) params: Vec<u8>,
+    /// Workgroups in x and y.
+    pub(crate) workgroups: (u32, u32),
+}
+
+/// What [`Kernels::encode_recorded`] reads and updates: the pipeline bound in the pass
+/// (`None` for a fresh pass; `set_pipeline` is skipped when a dispatch uses it) and the
+/// dispatches recorded so far.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    pub(crate) current: Option<wgpu::ComputePipeline>,
+    pub(crate) dispatches: Vec<RecordedDispatch>,
+}
+
 /// Shader modules, layouts and the pipeline cache of one device.
 pub struct Kernels {
     device: wgpu::Device,
@@ -296,6 +319,11 @@ pub struct Kernels {
     /// its entry exists; a cached group keeps its buffers alive, which is why callers that
     /// free buffers call [`Kernels::forget_bind_groups`] and the map is capped.
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// Set only inside [`Kernels::encode_recorded`].
+    recorder: Option<Recorder>,
+    /// Bumped whenever a setting that shapes dispatches changes: recordings of an older
+    /// generation must not be replayed.
+    generation: u64,
     max_workgroups_per_dim: u32,
     storage_align_bytes: u64,
     max_binding_bytes: u64,
@@ -377,6 +405,8 @@ impl Kernels {
             pipelines: HashMap::new(),
             stats: CacheStats::default(),
             bind_groups: HashMap::new(),
+            recorder: None,
+            generation: 0,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
             storage_align_bytes: (limits.min_storage_buffer_offset_alignment as u64).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
@@ -388,6 +418,39 @@ impl Kernels {
     pub fn set_max_workgroups_per_dim(&mut self, max: u32) {
         self.max_workgroups_per_dim =
             max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
+        self.generation += 1;
+    }
+
+    /// Changes whenever dispatches recorded earlier may no longer be what [`Kernels::encode`]
+    /// would record for the same operands.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Counts `n` dispatches a caller recorded again from [`Kernels::encode_recorded`]'s
+    /// output as pipeline cache hits (they reuse a cached pipeline without a lookup).
+    pub(crate) fn count_replayed(&mut self, n: u64) {
+        self.stats.hits += n;
+    }
+
+    /// [`Kernels::encode`], also appending every dispatch to `recorder.dispatches` so the
+    /// caller can record them again while the operands stay the same, and skipping
+    /// `set_pipeline` when `recorder.current` is already bound in `pass` (then updated).
+    pub(crate) fn encode_recorded(
+        &mut self,
+        pass: &mut wgpu::ComputePass<'_>,
+        uniforms: &mut UniformArena,
+        op: &Op,
+        inputs: &[Operand<'_>],
+        output: &Operand<'_>,
+        recorder: &mut Recorder,
+    ) -> Result<usize, KernelError> {
+        self.recorder = Some(std::mem::take(recorder));
+        let result = self.encode(pass, uniforms, op, inputs, output);
+        if let Some(r) = self.recorder.take() {
+            *recorder = r;
+        }
+        result
     }
 
     /// Pipeline cache counters.
@@ -544,7 +607,7 @@ impl Kernels {
         }
         let bind_key = BindKey {
             pipeline: key,
-            uniform: ubuf,
+            uniform: ubuf.clone(),
             uniform_bytes,
             bound: bound_key,
         };
@@ -582,8 +645,26 @@ impl Kernels {
                 bg
             }
         };
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[uoffset]);
+        match &mut self.recorder {
+            Some(r) => {
+                if r.current.as_ref() != Some(&pipeline) {
+                    pass.set_pipeline(&pipeline);
+                    r.current = Some(pipeline.clone());
+                }
+                pass.set_bind_group(0, &bg, &[uoffset]);
+                r.dispatches.push(RecordedDispatch {
+                    pipeline,
+                    bind_group: bg,
+                    uniform_chunk: ubuf,
+                    params: bytemuck::bytes_of(params).to_vec(),
+                    workgroups: (x as u32, y as u32),
+                });
+            }
+            None => {
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bg, &[uoffset]);
+            }
+        }
         pass.dispatch_workgroups(x as u32, y as u32, 1);
         Ok(())
     }

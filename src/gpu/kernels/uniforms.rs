@@ -45,7 +45,14 @@ impl UniformArena {
 
     /// Reserves a slot holding `value`; returns the chunk buffer and the dynamic offset.
     pub(crate) fn push<T: bytemuck::Pod>(&mut self, value: &T) -> (wgpu::Buffer, u32) {
-        let bytes = bytemuck::bytes_of(value);
+        let (buffer, offset) = self.push_bytes(bytemuck::bytes_of(value));
+        (buffer.clone(), offset)
+    }
+
+    /// Reserves a slot holding `bytes` (at most one slot long); returns the chunk buffer and
+    /// the dynamic offset.
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) -> (&wgpu::Buffer, u32) {
+        debug_assert!(bytes.len() as u64 <= self.slot_bytes);
         if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > CHUNK_BYTES {
             if self.used_chunks == self.chunks.len() {
                 let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -69,7 +76,7 @@ impl UniformArena {
         chunk.data.resize(offset as usize, 0);
         chunk.data.extend_from_slice(bytes);
         self.used_in_last += self.slot_bytes;
-        (chunk.buffer.clone(), offset as u32)
+        (&chunk.buffer, offset as u32)
     }
 
     /// Writes every slot pushed since the last [`UniformArena::reset`] to the device. Call
