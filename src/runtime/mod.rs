@@ -49,8 +49,8 @@
 //!    buffer ranges, the plan is replayed (a uniform slot, `set_bind_group`, `dispatch`, and
 //!    `set_pipeline` only when the pass holds another pipeline), without the shape checks,
 //!    parameter computation and cache lookups ([`RunStats::dispatches_replayed`]; replayed
-//!    dispatches count as pipeline cache hits). Plans hold their buffers, so they are dropped
-//!    with the cached bind groups whenever the request frees or replaces a buffer.
+//!    dispatches count as pipeline cache hits). Plans hold their buffers, so when the request
+//!    frees or replaces a buffer it drops the plans and cached bind groups that bind it.
 //!
 //! All dispatches of one iteration go into one command encoder and one submit. wgpu executes
 //! one queue in order and inserts the barriers between passes and copies, so a buffer that

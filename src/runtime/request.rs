@@ -225,8 +225,8 @@ struct Slot {
 /// What a kernel node recorded: its operands' buffer ranges (inputs then output) and its
 /// dispatches. Valid while the node's shapes are unchanged (cleared by update_shape), the
 /// operands are these ranges and the kernels' generation is the same. The buffers held here
-/// keep their identities from being reused; plans are dropped whenever the request frees a
-/// buffer, so they never keep freed memory alive.
+/// keep their identities from being reused; a plan is dropped when the request frees one of
+/// its buffers, so plans never keep freed memory alive.
 struct DispatchPlan {
     operands: Vec<(wgpu::Buffer, u64, u64)>,
     dispatches: Vec<RecordedDispatch>,
@@ -436,12 +436,21 @@ impl InferRequest {
         self.states.iter().map(|s| s.shape.clone()).collect()
     }
 
+    /// The states' buffers (their raw handles).
+    fn states_buffers(&self) -> Vec<wgpu::Buffer> {
+        self.states
+            .iter()
+            .filter_map(|s| s.buffer.as_ref().map(|b| b.raw().clone()))
+            .collect()
+    }
+
     /// Takes the KV cache out of this request (which then starts a new sequence) to continue
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.
     pub fn take_states(&mut self) -> KvStates {
         // The buffers leave this request: its plans and cached bind groups must not keep them.
-        self.forget_bound_buffers();
+        let leaving: Vec<wgpu::Buffer> = self.states_buffers();
+        self.forget_bound_buffers(&leaving);
         let states = self
             .states
             .iter_mut()
@@ -495,7 +504,8 @@ impl InferRequest {
             }
         }
         // The buffers replaced here are freed: nothing cached may keep them.
-        self.forget_bound_buffers();
+        let replaced: Vec<wgpu::Buffer> = self.states_buffers();
+        self.forget_bound_buffers(&replaced);
         for (given, mine) in states.states.into_iter().zip(&mut self.states) {
             mine.buffer = given.buffer;
             mine.valid_bytes = given.valid_bytes;
@@ -624,27 +634,40 @@ impl InferRequest {
         }
     }
 
-    /// Drops every cached bind group and dispatch plan: they hold the buffers they bind, and a
-    /// buffer this request freed must really be freed.
-    fn forget_bound_buffers(&mut self) {
-        self.net.inner.kernels().forget_bind_groups();
+    /// Drops the cached bind groups and dispatch plans that bind any of `gone`: they hold the
+    /// buffers they bind, and a buffer this request frees (or hands away) must really leave.
+    fn forget_bound_buffers(&mut self, gone: &[wgpu::Buffer]) {
+        if gone.is_empty() {
+            return;
+        }
+        self.net.inner.kernels().forget_bind_groups_binding(gone);
         for slot in &mut self.slots {
-            slot.plan = None;
+            let binds_gone = slot
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.operands.iter().any(|(b, _, _)| gone.contains(b)));
+            if binds_gone {
+                slot.plan = None;
+            }
         }
     }
 
     fn release_slot(&mut self, k: usize) {
         let slot = &mut self.slots[k];
         match std::mem::replace(&mut slot.mem, Mem::None) {
-            Mem::Pool(_) => {
+            Mem::Pool(view) => {
+                let raw = self.pool.buffer(&view).map(|b| b.raw().clone());
                 self.pool
                     .release(self.net.inner.network_id, NodeId(k as u32));
                 // Cached bind groups and plans must not keep released memory bound (or alive).
-                self.forget_bound_buffers();
+                if let Ok(raw) = raw {
+                    self.forget_bound_buffers(&[raw]);
+                }
             }
             Mem::Own(b) => {
+                let raw = b.raw().clone();
                 drop(b);
-                self.forget_bound_buffers();
+                self.forget_bound_buffers(&[raw]);
             }
             other => slot.mem = other,
         }
@@ -1017,21 +1040,19 @@ impl InferRequest {
         self.stats.iterations += 1;
         self.first_iteration = false;
         // Commit the states: the grown buffer replaces the old one (freed once the copies ran).
-        let mut replaced = false;
+        let mut replaced = Vec::new();
         for st in &mut self.states {
             if let Some(g) = st.grown.take() {
-                st.buffer = Some(g);
-                replaced = true;
+                if let Some(old) = st.buffer.replace(g) {
+                    replaced.push(old.raw().clone());
+                }
             }
             st.valid_bytes += st.append_bytes;
             st.append_bytes = 0;
             st.shape = st.next_shape.clone();
         }
-        if replaced {
-            // The old state buffers are dropped: forget the bind groups and plans that bound
-            // them.
-            self.forget_bound_buffers();
-        }
+        // The old state buffers are dropped: forget the bind groups and plans that bound them.
+        self.forget_bound_buffers(&replaced);
         Ok(())
     }
 

@@ -676,6 +676,17 @@ impl Kernels {
         self.bind_groups.clear();
     }
 
+    /// Drops the cached bind groups that bind any of `buffers` (call after freeing or
+    /// replacing them; groups of other buffers stay cached).
+    pub fn forget_bind_groups_binding(&mut self, buffers: &[wgpu::Buffer]) {
+        self.bind_groups.retain(|key, _| {
+            !key.bound
+                .iter()
+                .flatten()
+                .any(|(b, _, _)| buffers.contains(b))
+        });
+    }
+
     /// Bind groups currently cached.
     pub fn cached_bind_groups(&self) -> usize {
         self.bind_groups.len()
