@@ -54,17 +54,10 @@ fn main() -> anyhow::Result<()> {
         };
         let seq = new.len() as u64;
         let positions: Vec<i32> = (position..position + seq as i32).collect();
+        let ids = HostTensor::i32(Shape::new(vec![seq]), &new);
+        let pos = HostTensor::i32(Shape::new(vec![seq]), &positions);
         let out = request.infer_blocking(
-            &[
-                (
-                    labels::TOKENS,
-                    &HostTensor::i32(Shape::new(vec![seq]), &new),
-                ),
-                (
-                    labels::POSITIONS,
-                    &HostTensor::i32(Shape::new(vec![seq]), &positions),
-                ),
-            ],
+            &[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)],
             &[labels::LOGITS],
         )?;
         position += seq as i32;
@@ -96,6 +89,10 @@ fn main() -> anyhow::Result<()> {
     println!(
         "{} shape updates skipped, pipeline cache {hits} hits / {misses} misses, {} submits",
         s.shape_updates_skipped, s.submits
+    );
+    println!(
+        "{} dispatches, {} of them replayed from their nodes' dispatch plans",
+        s.dispatches, s.dispatches_replayed
     );
     Ok(())
 }
