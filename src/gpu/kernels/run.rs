@@ -143,6 +143,16 @@ pub fn run_op(
     if out_size == 0 {
         return Ok(Vec::new());
     }
+    Ok(from_device_bytes(
+        &read_back(device, &staging)?,
+        output_dtype,
+    ))
+}
+
+/// Maps a `MAP_READ` buffer whose copies were submitted, waits for the device, and returns
+/// its bytes (the buffer is unmapped again).
+fn read_back(device: &wgpu::Device, staging: &wgpu::Buffer) -> Result<Vec<u8>, RunOpError> {
+    let dev_err = |m: String| RunOpError::Device { message: m };
     let (tx, rx) = std::sync::mpsc::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {
         let _ = tx.send(r);
@@ -153,13 +163,12 @@ pub fn run_op(
     rx.recv()
         .map_err(|e| dev_err(e.to_string()))?
         .map_err(|e| dev_err(e.to_string()))?;
-    let view = staging
+    let bytes = staging
         .get_mapped_range(..)
-        .map_err(|e| dev_err(format!("{e:?}")))?;
-    let values = from_device_bytes(&view, output_dtype);
-    drop(view);
+        .map_err(|e| dev_err(format!("{e:?}")))?
+        .to_vec();
     staging.unmap();
-    Ok(values)
+    Ok(bytes)
 }
 
 /// Runs a whole graph on the GPU the simple way: every node's output gets its own range of one
@@ -283,19 +292,7 @@ pub fn run_graph(
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(dev_err(e.to_string()));
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
-        let _ = tx.send(r);
-    });
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| dev_err(e.to_string()))?;
-    rx.recv()
-        .map_err(|e| dev_err(e.to_string()))?
-        .map_err(|e| dev_err(e.to_string()))?;
-    let view = staging
-        .get_mapped_range(..)
-        .map_err(|e| dev_err(format!("{e:?}")))?;
+    let view = read_back(device, &staging)?;
     let mut out = Vec::new();
     let mut at = 0usize;
     for o in graph.outputs() {
@@ -306,8 +303,6 @@ pub fn run_graph(
         ));
         at += s.div_ceil(4) * 4;
     }
-    drop(view);
-    staging.unmap();
     Ok(out)
 }
 

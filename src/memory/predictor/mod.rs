@@ -530,6 +530,38 @@ fn percentage(current: &Shape, ratio: f32) -> Result<Option<Shape>, PredictorErr
     Ok(Some(Shape(dims)))
 }
 
+/// What the policies' unit tests share: feeding a shape sequence to a fresh predictor.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{Policy, PredictorOptions, ShapePredictor};
+    use crate::shape::Shape;
+
+    pub(crate) fn s(d: &[u64]) -> Shape {
+        Shape::new(d.to_vec())
+    }
+
+    /// Feeds `shapes` to a fresh `policy` predictor and returns the last answer.
+    pub(crate) fn last_with(
+        policy: Policy,
+        options: PredictorOptions,
+        shapes: &[&[u64]],
+        bits: u32,
+    ) -> (bool, Shape) {
+        let mut p = ShapePredictor::new(policy, options);
+        let mut out = (false, Shape::default());
+        for d in shapes {
+            out = p
+                .predict_preallocation_shape("n", &s(d), bits, false)
+                .unwrap();
+        }
+        out
+    }
+
+    pub(crate) fn defaults() -> PredictorOptions {
+        PredictorOptions::reference_defaults()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

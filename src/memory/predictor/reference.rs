@@ -68,24 +68,11 @@ mod tests {
     use crate::memory::predictor::{Policy, PredictorError, PredictorOptions, ShapePredictor};
     use crate::shape::Shape;
 
-    fn s(d: &[u64]) -> Shape {
-        Shape::new(d.to_vec())
-    }
+    use crate::memory::predictor::test_support::{defaults, last_with, s};
 
     /// Feeds `shapes` to a fresh reference predictor and returns the last answer.
     fn last(options: PredictorOptions, shapes: &[&[u64]], bits: u32) -> (bool, Shape) {
-        let mut p = ShapePredictor::new(Policy::Reference, options);
-        let mut out = (false, Shape::default());
-        for d in shapes {
-            out = p
-                .predict_preallocation_shape("n", &s(d), bits, false)
-                .unwrap();
-        }
-        out
-    }
-
-    fn defaults() -> PredictorOptions {
-        PredictorOptions::reference_defaults()
+        last_with(Policy::Reference, options, shapes, bits)
     }
 
     #[test]
