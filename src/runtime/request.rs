@@ -706,23 +706,38 @@ impl InferRequest {
             let kind = self.kind_of(k);
             return self.obtain(k, needed, needed, kind, true);
         }
-        let (predicted, pshape) = self
-            .predictor
-            .predict_preallocation_shape(label, shape, bits, false)?;
-        let mut size = needed;
-        if predicted {
-            let p = padded_bytes(&pshape, c.dtype)?;
-            // Never below the actual size; only when the device can take it (reference rule).
-            if p > needed {
-                if self.engine().can_preallocate(p) {
-                    size = p;
-                } else {
-                    self.stats.preallocations_refused += 1;
-                }
-            }
-        }
+        let size = self.preallocation_size(label, shape, c.dtype, needed)?;
         let kind = self.kind_of(k);
         self.obtain(k, size, needed, kind, true)
+    }
+
+    /// The size to allocate for an output of `shape` (`needed` bytes) that does not fit its
+    /// buffer: the predictor's shape when it predicts one larger than `needed` and
+    /// `can_preallocate` accepts it, else `needed` — never below the actual size (reference
+    /// rule). Records the shape in the predictor.
+    fn preallocation_size(
+        &mut self,
+        label: &str,
+        shape: &Shape,
+        dtype: DType,
+        needed: u64,
+    ) -> Result<u64, RunError> {
+        let (predicted, pshape) =
+            self.predictor
+                .predict_preallocation_shape(label, shape, dtype.bits(), false)?;
+        if !predicted {
+            return Ok(needed);
+        }
+        let p = padded_bytes(&pshape, dtype)?;
+        if p <= needed {
+            return Ok(needed);
+        }
+        if self.engine().can_preallocate(p) {
+            Ok(p)
+        } else {
+            self.stats.preallocations_refused += 1;
+            Ok(needed)
+        }
     }
 
     /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
@@ -744,20 +759,7 @@ impl InferRequest {
             self.stats.reuses += 1;
             return Ok(());
         }
-        let (predicted, pshape) = self
-            .predictor
-            .predict_preallocation_shape(label, new_shape, bits, false)?;
-        let mut size = needed;
-        if predicted {
-            let p = padded_bytes(&pshape, c.dtype)?;
-            if p > needed {
-                if self.engine().can_preallocate(p) {
-                    size = p;
-                } else {
-                    self.stats.preallocations_refused += 1;
-                }
-            }
-        }
+        let size = self.preallocation_size(label, new_shape, c.dtype, needed)?;
         let engine = self.engine().clone();
         let desc = |size_bytes| BufferDesc {
             label,
