@@ -1,5 +1,6 @@
 //! `dynrt bench decode`: every preallocation policy side by side on the decode demo, and the
-//! runtime's host overhead per dispatch against a hand-written wgpu loop.
+//! runtime's host overhead per dispatch against hand-written wgpu loops (the same work with the
+//! same bind-group layout, and a minimal 2-binding kernel).
 
 use super::demo::run_demo;
 use anyhow::Context;
@@ -125,12 +126,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     println!();
     println!(
-        "host overhead per dispatch: runtime {:.2} us, hand-written wgpu loop {:.2} us, ratio {:.2}x (target <= 1.15x) over {} dispatches x {} iterations",
+        "host overhead per dispatch over {} dispatches x {} iterations (target <= 1.15x):",
+        overhead.dispatches_per_iteration, overhead.iterations
+    );
+    println!(
+        "  runtime {:.2} us; hand-written wgpu loop, same kernel layout {:.2} us (ratio {:.2}x), minimal 2-binding kernel {:.2} us (ratio {:.2}x)",
         overhead.runtime_us_per_dispatch,
+        overhead.handwritten_same_layout_us_per_dispatch,
+        overhead.ratio_same_layout,
         overhead.handwritten_us_per_dispatch,
-        overhead.ratio,
-        overhead.dispatches_per_iteration,
-        overhead.iterations
+        overhead.ratio
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -156,8 +161,15 @@ mod overhead {
     #[derive(serde::Serialize)]
     pub struct Overhead {
         pub runtime_us_per_dispatch: f64,
+        /// The minimal loop: `x + 1.0` with the constant in the shader (2 storage bindings).
         pub handwritten_us_per_dispatch: f64,
+        /// Runtime over the minimal loop.
         pub ratio: f64,
+        /// The same work as the runtime's: `x + one` with `one` a tensor, the bind-group
+        /// layout of the runtime's kernel (a dynamic-offset uniform and 3 storage bindings).
+        pub handwritten_same_layout_us_per_dispatch: f64,
+        /// Runtime over the same-layout loop.
+        pub ratio_same_layout: f64,
         pub dispatches_per_iteration: usize,
         pub iterations: usize,
         /// Runtime dispatches recorded again from their nodes' dispatch plans.
@@ -173,26 +185,57 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
 }
 "#;
 
+    const ADD_TENSOR: &str = r#"
+struct Params { n: u32, pad0: u32, pad1: u32, pad2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> a: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    if (g.x < p.n) { out[g.x] = a[g.x] + b[0]; }
+}
+"#;
+
+    /// Uniform slot stride of the same-layout loop (`min_uniform_buffer_offset_alignment` is
+    /// at most 256).
+    const SLOT: u64 = 256;
+
+    /// Which hand-written loop.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Layout {
+        /// `x + 1.0`, 2 storage bindings, pipeline layout from the shader.
+        Minimal,
+        /// `x + one` with the runtime kernel's layout: binding 0 a uniform with a dynamic
+        /// offset (one slot per dispatch, written once), bindings 1-3 storage.
+        SameAsRuntime,
+    }
+
     /// The limit: pipeline, buffers and bind groups created once; an iteration only records
     /// the dispatches and submits.
     struct Handwritten {
         gpu: Gpu,
+        layout: Layout,
         pipeline: wgpu::ComputePipeline,
         groups: Vec<wgpu::BindGroup>,
         /// Keeps the bound buffers (and their accounting) alive.
         _buffers: Vec<dynrt::gpu::Buffer>,
+        _uniforms: Option<wgpu::Buffer>,
     }
 
     impl Handwritten {
-        fn new(gpu: &Gpu, engine: &Engine) -> anyhow::Result<Self> {
+        fn new(gpu: &Gpu, engine: &Engine, layout: Layout) -> anyhow::Result<Self> {
             let device = gpu.device();
+            let source = match layout {
+                Layout::Minimal => ADD_ONE,
+                Layout::SameAsRuntime => ADD_TENSOR,
+            };
             let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("bench add_one"),
-                source: wgpu::ShaderSource::Wgsl(ADD_ONE.into()),
+                label: Some("bench chain"),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
             });
-            let pipeline =
-                super::super::bench_kernels::auto_layout_pipeline(device, &module, "bench add_one");
-            let buffers = (0..=CHAIN)
+            // Chain tensors, then (same layout) the one-element addend.
+            let buffers = (0..=CHAIN + 1)
                 .map(|_| {
                     engine.allocate(&BufferDesc {
                         label: "bench chain",
@@ -201,36 +244,105 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let layout = pipeline.get_bind_group_layout(0);
-            let groups: Vec<wgpu::BindGroup> = (0..CHAIN)
+            let whole = |i: usize| buffers[i].raw().as_entire_binding();
+            let (pipeline, bgl, uniforms) = match layout {
+                Layout::Minimal => {
+                    let pipeline = super::super::bench_kernels::auto_layout_pipeline(
+                        device,
+                        &module,
+                        "bench add_one",
+                    );
+                    let bgl = pipeline.get_bind_group_layout(0);
+                    (pipeline, bgl, None)
+                }
+                Layout::SameAsRuntime => {
+                    let buffer_entry = |binding, ty, dynamic| wgpu::BindGroupLayoutEntry {
+                        binding,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty,
+                            has_dynamic_offset: dynamic,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    };
+                    let storage = wgpu::BufferBindingType::Storage { read_only: false };
+                    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some("bench same layout"),
+                        entries: &[
+                            buffer_entry(0, wgpu::BufferBindingType::Uniform, true),
+                            buffer_entry(1, storage, false),
+                            buffer_entry(2, storage, false),
+                            buffer_entry(3, storage, false),
+                        ],
+                    });
+                    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some("bench same layout"),
+                        bind_group_layouts: &[Some(&bgl)],
+                        immediate_size: 0,
+                    });
+                    let pipeline =
+                        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                            label: Some("bench add_tensor"),
+                            layout: Some(&pl),
+                            module: &module,
+                            entry_point: Some("main"),
+                            compilation_options: Default::default(),
+                            cache: None,
+                        });
+                    let uniforms = device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("bench same layout uniforms"),
+                        size: SLOT * CHAIN as u64,
+                        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    let mut slots = vec![0u8; (SLOT * CHAIN as u64) as usize];
+                    for slot in slots.chunks_mut(SLOT as usize) {
+                        slot[..4].copy_from_slice(&(ELEMENTS as u32).to_le_bytes());
+                    }
+                    gpu.queue().write_buffer(&uniforms, 0, &slots);
+                    (pipeline, bgl, Some(uniforms))
+                }
+            };
+            // Node i reads tensor i (and the addend, last) and writes tensor i + 1.
+            let groups = (0..CHAIN)
                 .map(|i| {
+                    let entry = |binding, resource| wgpu::BindGroupEntry { binding, resource };
+                    let entries = match &uniforms {
+                        None => vec![entry(0, whole(i)), entry(1, whole(i + 1))],
+                        Some(u) => vec![
+                            entry(
+                                0,
+                                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: u,
+                                    offset: 0,
+                                    size: std::num::NonZeroU64::new(16),
+                                }),
+                            ),
+                            entry(1, whole(i)),
+                            entry(2, whole(CHAIN + 1)),
+                            entry(3, whole(i + 1)),
+                        ],
+                    };
                     device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some("bench chain"),
-                        layout: &layout,
-                        entries: &[
-                            wgpu::BindGroupEntry {
-                                binding: 0,
-                                resource: buffers[i].raw().as_entire_binding(),
-                            },
-                            wgpu::BindGroupEntry {
-                                binding: 1,
-                                resource: buffers[i + 1].raw().as_entire_binding(),
-                            },
-                        ],
+                        layout: &bgl,
+                        entries: &entries,
                     })
                 })
                 .collect();
             Ok(Handwritten {
                 gpu: gpu.clone(),
+                layout,
                 pipeline,
                 groups,
                 _buffers: buffers,
+                _uniforms: uniforms,
             })
         }
 
         /// One iteration; returns the host seconds (the wait for the device is not counted).
         fn iteration(&self) -> f64 {
-            let groups_x = ELEMENTS.div_ceil(64) as u32;
             let device = self.gpu.device();
             let t = Instant::now();
             let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -242,9 +354,17 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                     timestamp_writes: None,
                 });
                 pass.set_pipeline(&self.pipeline);
-                for g in &self.groups {
-                    pass.set_bind_group(0, g, &[]);
-                    pass.dispatch_workgroups(groups_x, 1, 1);
+                for (i, g) in self.groups.iter().enumerate() {
+                    match self.layout {
+                        Layout::Minimal => {
+                            pass.set_bind_group(0, g, &[]);
+                            pass.dispatch_workgroups(ELEMENTS.div_ceil(64) as u32, 1, 1);
+                        }
+                        Layout::SameAsRuntime => {
+                            pass.set_bind_group(0, g, &[(i as u64 * SLOT) as u32]);
+                            pass.dispatch_workgroups(ELEMENTS.div_ceil(256) as u32, 1, 1);
+                        }
+                    }
                 }
             }
             self.gpu.queue().submit([enc.finish()]);
@@ -285,39 +405,55 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
         Ok(host)
     }
 
-    /// Measures both, interleaved: each round times one hand-written iteration and one
-    /// runtime iteration (in alternating order), so both see the same machine load; the first
-    /// 10 rounds are warm-up.
+    /// Measures the three loops, interleaved: each round times one iteration of each (the
+    /// order rotating from round to round), so all see the same machine load; the first 10
+    /// rounds are warm-up.
     pub fn measure(gpu: &Gpu) -> anyhow::Result<Overhead> {
         let engine = Engine::new(gpu.clone());
-        let hand = Handwritten::new(gpu, &engine)?;
+        let minimal = Handwritten::new(gpu, &engine, Layout::Minimal)?;
+        let same = Handwritten::new(gpu, &engine, Layout::SameAsRuntime)?;
         let mut req = runtime_request(&engine)?;
-        let (mut h, mut r) = (0.0, 0.0);
+        // Seconds of the minimal loop, the same-layout loop and the runtime.
+        let mut secs = [0.0f64; 3];
         for it in 0..ITERATIONS + WARMUP {
-            let (hi, ri) = if it % 2 == 0 {
-                let hi = hand.iteration();
-                (hi, runtime_iteration(gpu, &mut req)?)
-            } else {
-                let ri = runtime_iteration(gpu, &mut req)?;
-                (hand.iteration(), ri)
-            };
+            let mut round = [0.0f64; 3];
+            for j in 0..3 {
+                let side = (it + j) % 3;
+                round[side] = match side {
+                    0 => minimal.iteration(),
+                    1 => same.iteration(),
+                    _ => runtime_iteration(gpu, &mut req)?,
+                };
+            }
             if it >= WARMUP {
-                h += hi;
-                r += ri;
+                for (total, r) in secs.iter_mut().zip(round) {
+                    *total += r;
+                }
             }
         }
+        // What was timed computed the right thing: x0 = 0, plus 1 per node.
+        let out = req.infer_blocking(&[], &[&format!("add{}", CHAIN - 1)])?;
+        let values = out[0].to_f32();
+        anyhow::ensure!(
+            values.iter().all(|&v| v == CHAIN as f32),
+            "the runtime's chain computed {:?}, expected {CHAIN} everywhere",
+            &values[..4.min(values.len())]
+        );
         let stats = req.stats();
-        let rounds = (ITERATIONS + WARMUP) as u64;
+        let rounds = (ITERATIONS + WARMUP + 1) as u64;
         anyhow::ensure!(
             stats.dispatches == CHAIN as u64 * rounds,
             "the runtime dispatched {} kernels in {rounds} iterations, expected {CHAIN} each",
             stats.dispatches
         );
         let per_dispatch = |secs: f64| secs * 1e6 / (ITERATIONS * CHAIN) as f64;
+        let [h, hs, r] = secs;
         Ok(Overhead {
             runtime_us_per_dispatch: per_dispatch(r),
             handwritten_us_per_dispatch: per_dispatch(h),
             ratio: r / h,
+            handwritten_same_layout_us_per_dispatch: per_dispatch(hs),
+            ratio_same_layout: r / hs,
             dispatches_per_iteration: CHAIN,
             iterations: ITERATIONS,
             dispatches_replayed: stats.dispatches_replayed,
