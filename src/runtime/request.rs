@@ -1351,9 +1351,8 @@ impl InferRequest {
                         return Ok(());
                     }
                 }
-                let mut recorded = Vec::new();
-                let n =
-                    encode_recorded(ctx, &node.op, ins, &out, &mut recorded).map_err(kernel_err)?;
+                let (n, recorded) =
+                    encode_recorded(ctx, &node.op, ins, &out).map_err(kernel_err)?;
                 let operands = ins
                     .iter()
                     .chain(std::iter::once(&out))
@@ -1452,35 +1451,41 @@ fn open_pass<'c>(
 }
 
 /// Records `op` into the open compute pass (opening one if needed); returns the dispatches.
+/// Nothing is kept for a plan (copies and concatenations that fall back to a kernel).
 fn encode_kernel(
     ctx: &mut EncodeCtx<'_, '_>,
     op: &Op,
     ins: &[Operand<'_>],
     out: &Operand<'_>,
 ) -> Result<usize, String> {
-    encode_recorded(ctx, op, ins, out, &mut Vec::new())
+    let open = open_pass(ctx.enc, ctx.pass);
+    // `encode` sets its own pipelines: which one is bound afterwards is not tracked.
+    open.pipeline = None;
+    ctx.kernels
+        .encode(&mut open.pass, ctx.uniforms, op, ins, out)
+        .map_err(|e| e.to_string())
 }
 
-/// [`encode_kernel`], appending the dispatches to `recorded` for a [`DispatchPlan`].
+/// [`encode_kernel`] for a [`DispatchPlan`]: also returns the dispatches as recorded, and
+/// skips `set_pipeline` when the pass already holds the pipeline.
 fn encode_recorded(
     ctx: &mut EncodeCtx<'_, '_>,
     op: &Op,
     ins: &[Operand<'_>],
     out: &Operand<'_>,
-    recorded: &mut Vec<RecordedDispatch>,
-) -> Result<usize, String> {
+) -> Result<(usize, Vec<RecordedDispatch>), String> {
     let open = open_pass(ctx.enc, ctx.pass);
     let mut recorder = Recorder {
         current: open.pipeline.take(),
-        dispatches: std::mem::take(recorded),
+        dispatches: Vec::new(),
     };
-    let result = ctx
-        .kernels
-        .encode_recorded(&mut open.pass, ctx.uniforms, op, ins, out, &mut recorder)
-        .map_err(|e| e.to_string());
+    let result =
+        ctx.kernels
+            .encode_recorded(&mut open.pass, ctx.uniforms, op, ins, out, &mut recorder);
     open.pipeline = recorder.current;
-    *recorded = recorder.dispatches;
     result
+        .map(|n| (n, recorder.dispatches))
+        .map_err(|e| e.to_string())
 }
 
 /// Records a node's planned dispatches again: the same pipelines, bind groups, workgroups and
