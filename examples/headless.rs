@@ -116,6 +116,7 @@ fn main() -> anyhow::Result<()> {
     }
     let pick = engine.preferred_kind(&KindRequest {
         host_access: true,
+        kernel_access: false,
         kernel_io_bytes: 0,
     });
     println!("preferred kind for host-locked memory here: {pick}");

@@ -21,7 +21,7 @@
 //   2 storage read_write  input b        read_write: DESIGN.md §6)
 //   3 storage read_write  output         (unary: binding 2 is the output, binding 3 unused)
 //
-// Rust mirrors (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod):
+// Rust mirrors (src/gpu/kernels/elementwise.rs, #[repr(C)], bytemuck::Pod):
 //   struct BroadcastParams { numel: u32, rank: u32, out_offset: u32, flags: u32,
 //                            offsets: [u32; 4], shape: [[u32; 4]; 2],
 //                            strides0: [[u32; 4]; 2], strides1: [[u32; 4]; 2],

@@ -66,5 +66,6 @@ pub mod memory;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
+pub mod tensor;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub mod web;

@@ -57,9 +57,19 @@ fn every_kind_round_trips_and_frees() {
                 assert_eq!(
                     engine.preferred_kind(&KindRequest {
                         host_access: true,
+                        kernel_access: false,
                         kernel_io_bytes: 0
                     }),
                     AllocKind::UsmHost
+                );
+                // Memory a kernel binds cannot be usm_host on wgpu: device memory with staging.
+                assert_eq!(
+                    engine.preferred_kind(&KindRequest {
+                        host_access: true,
+                        kernel_access: true,
+                        kernel_io_bytes: 0
+                    }),
+                    AllocKind::UsmDevice
                 );
                 assert_eq!(engine.stats().kind(kind).allocations, 0);
                 continue;
@@ -343,6 +353,7 @@ fn preallocation_rule_and_kind_choice_follow_the_reference() {
         let pick = |host_access, kernel_io_bytes| {
             engine.preferred_kind(&KindRequest {
                 host_access,
+                kernel_access: false,
                 kernel_io_bytes,
             })
         };
@@ -350,6 +361,17 @@ fn preallocation_rule_and_kind_choice_follow_the_reference() {
         assert_eq!(pick(false, 6_000), AllocKind::UsmDevice); // exactly what is left
         assert_eq!(pick(false, 6_001), host_kind); // would not fit: host-reachable memory
         assert_eq!(pick(true, 0), host_kind);
+        let bindable_host = if gpu.supports_shared() {
+            AllocKind::UsmShared
+        } else {
+            AllocKind::UsmDevice
+        };
+        let io = engine.preferred_kind(&KindRequest {
+            host_access: true,
+            kernel_access: true,
+            kernel_io_bytes: 0,
+        });
+        assert_eq!(io, bindable_host);
         drop(held);
         assert_eq!(pick(false, 6_001), AllocKind::UsmDevice);
         assert_no_uncaptured(&gpu);

@@ -5,7 +5,15 @@ use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
 use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
 use crate::memory::AllocKind;
 use futures::FutureExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Identifies one [`Buffer`] for the life of the process (never reused), so caches can key
+/// by buffer without holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferUid(pub u64);
+
+static NEXT_BUFFER: AtomicU64 = AtomicU64::new(1);
 
 /// wgpu's copy alignment: copy offsets and sizes are multiples of 4 bytes, and buffers created
 /// `mapped_at_creation` must have a size that is a multiple of 4.
@@ -144,6 +152,10 @@ pub enum AllocError {
 pub struct KindRequest {
     /// The host must lock (map) this memory: network inputs and outputs the user touches.
     pub host_access: bool,
+    /// A kernel binds this memory. On wgpu `usm_host` is not bindable (unlike the reference's
+    /// USM host memory), so bindable memory the host reaches is `usm_shared` or, where that
+    /// is unsupported, `usm_device` with staging.
+    pub kernel_access: bool,
     /// Bytes of all inputs and outputs of the kernel that uses this memory (0 when not known);
     /// the reference puts the memory on the host when they would not fit in what the device
     /// has left.
@@ -183,6 +195,7 @@ impl std::fmt::Debug for Engine {
 /// release until submitted work that uses it has finished) and records the free.
 pub struct Buffer {
     raw: wgpu::Buffer,
+    uid: BufferUid,
     kind: AllocKind,
     size_bytes: u64,
     label: String,
@@ -212,6 +225,10 @@ impl Buffer {
     /// The label given at allocation.
     pub fn label(&self) -> &str {
         &self.label
+    }
+    /// The buffer's process-wide identity.
+    pub fn uid(&self) -> BufferUid {
+        self.uid
     }
     /// The wgpu usages the buffer was created with.
     pub fn usages(&self) -> wgpu::BufferUsages {
@@ -452,6 +469,7 @@ impl Engine {
     fn wrap(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
         Buffer {
             raw,
+            uid: BufferUid(NEXT_BUFFER.fetch_add(1, Ordering::Relaxed)),
             kind: desc.kind,
             size_bytes: size,
             label: desc.label.to_string(),
@@ -558,6 +576,25 @@ impl Engine {
             drop(staging);
         }
         Ok(())
+    }
+
+    /// Schedules a write of `data` at `offset_bytes` through the queue: it lands at the start of
+    /// the next submit, before every command of that submit (so never write a buffer that an
+    /// unsubmitted command still reads). wgpu stages the bytes in its own belt; the engine
+    /// counts them ([`MemoryStats::queue_write_bytes`]). Offset and length must be multiples
+    /// of 4 and inside the buffer (checked by wgpu; the runtime only writes what it sized).
+    pub fn queue_write(&self, buf: &Buffer, offset_bytes: u64, data: &[u8]) {
+        self.queue_write_raw(&buf.raw, offset_bytes, data);
+    }
+
+    pub(crate) fn queue_write_raw(&self, raw: &wgpu::Buffer, offset_bytes: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.inner
+            .accounting()
+            .record_queue_write(data.len() as u64);
+        self.inner.gpu.queue().write_buffer(raw, offset_bytes, data);
     }
 
     /// Copies `size_bytes` from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes` on
@@ -788,10 +825,14 @@ impl Engine {
     /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
     /// or `usm_host` where shared is unsupported; memory for a kernel whose inputs and outputs
     /// would not fit in what the device has left goes to host-reachable memory the same way;
-    /// everything else to `usm_device`.
+    /// everything else to `usm_device`. wgpu adds one rule: memory a kernel binds
+    /// ([`KindRequest::kernel_access`]) cannot be `usm_host`, so there the fallback is
+    /// `usm_device` (reached by staged copies).
     pub fn preferred_kind(&self, req: &KindRequest) -> AllocKind {
         let host_kind = if self.inner.gpu.supports_shared() {
             AllocKind::UsmShared
+        } else if req.kernel_access {
+            AllocKind::UsmDevice
         } else {
             AllocKind::UsmHost
         };

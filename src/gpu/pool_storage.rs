@@ -2,7 +2,7 @@
 //! [`Engine`], so the pool's allocations appear in the engine's accounting and history.
 
 use super::{AllocError, Buffer, BufferDesc, Engine};
-use crate::memory::pool::Storage;
+use crate::memory::pool::{Storage, StorageLimits};
 use crate::memory::AllocKind;
 
 /// [`Storage`] over an [`Engine`]. Cloning the engine is cheap; the storage owns nothing else.
@@ -42,5 +42,19 @@ impl Storage for EngineStorage {
 
     fn size_bytes(buffer: &Buffer) -> u64 {
         buffer.size_bytes()
+    }
+
+    fn id(buffer: &Buffer) -> u64 {
+        buffer.uid().0
+    }
+
+    /// The device's largest buffer, the engine's budget and its device bytes in use (the
+    /// numbers [`Engine::can_preallocate`] uses).
+    fn limits(&self) -> StorageLimits {
+        StorageLimits {
+            max_buffer_bytes: self.engine.max_buffer_size(),
+            budget_bytes: self.engine.memory_budget_bytes(),
+            in_use_bytes: self.engine.device_bytes_in_use(),
+        }
     }
 }

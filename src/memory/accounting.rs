@@ -276,6 +276,11 @@ pub struct KindStats {
 pub struct MemoryStats {
     /// Indexed by [`AllocKind::index`].
     pub per_kind: [KindStats; 4],
+    /// Bytes handed to `queue.write_buffer` ([`crate::gpu::Engine::queue_write`]): wgpu
+    /// stages them in its own belt, outside any buffer of the engine.
+    pub queue_write_bytes: u64,
+    /// Number of such writes.
+    pub queue_writes: u64,
 }
 
 impl MemoryStats {
@@ -381,6 +386,12 @@ impl Accounting {
             eprintln!("{e}");
         }
         self.history.push(e);
+    }
+
+    /// Counts a write of `bytes` through the queue (no buffer of ours is involved).
+    pub fn record_queue_write(&mut self, bytes: u64) {
+        self.stats.queue_write_bytes = self.stats.queue_write_bytes.saturating_add(bytes);
+        self.stats.queue_writes += 1;
     }
 
     /// A snapshot of the counters.

@@ -83,13 +83,19 @@
 //! reads bytes it did not write, or a range computed wrongly, then shows up as NaN in the
 //! outputs; correct code gives identical results with it on.
 
+mod compile;
 pub mod demo;
 mod error;
 pub mod model;
 mod network;
+mod options;
 pub mod report;
 mod request;
+mod session;
 
+pub use crate::tensor::HostTensor;
+pub use compile::{NetworkOptions, StateBinding};
 pub use error::RunError;
-pub use network::{Network, NetworkOptions, StateBinding};
-pub use request::{HostTensor, InferRequest, KvStates, RunOptions, RunStats};
+pub use network::Network;
+pub use options::{RunOptions, RunStats};
+pub use request::{InferRequest, KvStates};

@@ -242,7 +242,12 @@ pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, Pre
             line: r.line,
             reason,
         };
-        let bits = r.dtype.bits();
+        let Some(bits) = r.dtype.bits() else {
+            return Err(at_row(format!(
+                "{} is block-quantized: it has no bits per element to predict with",
+                r.dtype
+            )));
+        };
         let decision = match r.can_reuse {
             None => ledger
                 .realloc_if_needed(&mut predictor, &r.id, &r.shape, bits, &limits)
@@ -298,7 +303,13 @@ fn raw_row(
     can_reuse: bool,
     limits: &MemoryLimits,
 ) -> Result<Decision, PredictorError> {
-    let bits = r.dtype.bits();
+    let Some(bits) = r.dtype.bits() else {
+        return Err(PredictorError::TraceRow {
+            row: r.row,
+            line: r.line,
+            reason: format!("{} is block-quantized", r.dtype),
+        });
+    };
     let old_reserved = ledger.reserved_bytes(&r.id);
     let needed = r.needed_bytes;
     if can_reuse && needed > old_reserved {
@@ -358,7 +369,7 @@ mod tests {
             PredictorError::TraceRow {
                 row: 2,
                 line: 5,
-                reason: "unknown dtype `f64`: expected one of f32, f16, i32, u32, i8, u8".into()
+                reason: "unknown dtype `f64`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_1, q8_0".into()
             }
         );
         for (text, row) in [

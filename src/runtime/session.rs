@@ -1,0 +1,980 @@
+//! The device-free half of a request: shapes, sizing decisions and KV-cache bookkeeping.
+//!
+//! A [`Session`] runs `update_shape` and `realloc_if_needed` for every node of an iteration
+//! (DESIGN §3 steps 1 and 3) and keeps the KV-cache states (rows held, bytes valid, growth),
+//! over any [`Storage`]: the GPU executor ([`super::InferRequest`]) runs it on the engine's
+//! buffers, and its property tests run it on host storage. It never touches a device: it
+//! decides which buffer holds each node's output and how large, and tells the executor which
+//! buffers it freed (so dispatch plans and bind groups that bind them are dropped).
+
+use super::compile::{padded_bytes, Compiled, Role};
+use super::options::{RunOptions, RunStats};
+use super::RunError;
+use crate::graph::{ops, Bindings, Dim, NodeId, Op, Position};
+use crate::memory::pool::{MemoryPool, PoolRequest, PoolView, Storage};
+use crate::memory::predictor::{can_preallocate, ShapePredictor};
+use crate::memory::AllocKind;
+use crate::shape::{DType, Shape};
+use crate::tensor::{encode_i64, HostTensor};
+use std::sync::Arc;
+
+/// Where a node's output lives.
+pub(crate) enum Mem<B> {
+    None,
+    Pool(PoolView),
+    Own(B),
+    Arena(u64),
+    /// The state buffer (past inputs and in-place concats).
+    State(usize),
+    Constant,
+}
+
+pub(crate) struct Slot<B> {
+    /// Input shapes seen by the last `update_shape` (`None` before the first).
+    in_shapes: Option<Vec<Shape>>,
+    pub mem: Mem<B>,
+    pub capacity_bytes: u64,
+    /// Fill with NaN before the node writes (poison mode).
+    poison: bool,
+    /// Host value to upload this iteration ([`Role::HostValue`]).
+    upload: Option<Vec<u8>>,
+    /// update_shape ran for the node this iteration (its dispatch plan is stale).
+    pub reinferred: bool,
+}
+
+/// One KV-cache state of a request.
+pub(crate) struct StateSlot<B> {
+    /// Holds the past rows; `None` before the first append.
+    pub buffer: Option<B>,
+    /// Rows' bytes valid in `buffer` (the past).
+    pub valid_bytes: u64,
+    /// Shape of the past tensor.
+    pub shape: Shape,
+    /// A larger buffer allocated this iteration; the past is copied into it in order.
+    pub grown: Option<B>,
+    /// Bytes this iteration appends.
+    pub append_bytes: u64,
+    /// Shape after this iteration.
+    pub next_shape: Shape,
+}
+
+impl<B> StateSlot<B> {
+    /// The buffer the state is in after this iteration.
+    pub fn current(&self) -> Option<&B> {
+        self.grown.as_ref().or(self.buffer.as_ref())
+    }
+}
+
+/// One KV-cache tensor moving between requests: its buffer and the rows it holds.
+pub(crate) struct MovedState<B> {
+    pub buffer: Option<B>,
+    pub valid_bytes: u64,
+    pub shape: Shape,
+}
+
+/// What one try of [`Session::obtain`] got: the memory, its capacity, and the bytes of a
+/// fresh allocation (none when a pool record was reused).
+type Attempt<B> = Result<(Mem<B>, u64, Option<u64>), String>;
+
+/// A node's output as the executor binds it: a range of a storage buffer, its shape and type.
+pub(crate) struct View<'a, B> {
+    pub buffer: &'a B,
+    pub offset_bytes: u64,
+    pub size_bytes: u64,
+    pub shape: &'a Shape,
+    pub dtype: DType,
+}
+
+/// The device-free state of one stream of inferences (see the module docs).
+pub(crate) struct Session<S: Storage> {
+    pub compiled: Arc<Compiled>,
+    options: RunOptions,
+    predictor: ShapePredictor,
+    storage: S,
+    pool: MemoryPool<S>,
+    arena: Option<S::Buffer>,
+    slots: Vec<Slot<S::Buffer>>,
+    pub states: Vec<StateSlot<S::Buffer>>,
+    /// Output shape per node id (valid for nodes updated at least once).
+    shapes: Vec<Shape>,
+    /// Host values per node id (shape data).
+    values: Vec<Option<Vec<i64>>>,
+    stats: RunStats,
+    /// Whether the current iteration is the first (allocations then are not reallocations).
+    first_iteration: bool,
+    /// Ids of buffers freed since the executor last asked ([`Session::take_freed`]).
+    freed: Vec<u64>,
+}
+
+impl<S: Storage + Clone> Session<S> {
+    /// A session on `compiled` allocating from `storage`: the static arena (planner on) or the
+    /// static outputs from the pool in descending order of size (planner off).
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for a state whose rows are not fixed; allocation failures.
+    pub fn new(
+        compiled: Arc<Compiled>,
+        options: RunOptions,
+        storage: S,
+    ) -> Result<Session<S>, RunError> {
+        let n = compiled.graph.len();
+        let mut s = Session {
+            options,
+            predictor: ShapePredictor::new(options.policy, options.predictor),
+            pool: MemoryPool::new(storage.clone()),
+            storage,
+            arena: None,
+            slots: Vec::with_capacity(n),
+            states: Vec::new(),
+            shapes: vec![Shape::default(); n],
+            values: vec![None; n],
+            stats: RunStats::default(),
+            first_iteration: true,
+            freed: Vec::new(),
+            compiled,
+        };
+        let c = Arc::clone(&s.compiled);
+        for st in &c.states {
+            let Op::Input(ops::Input { dims, .. }) = &c.graph.node(st.past).op else {
+                continue;
+            };
+            // The past starts empty: axis 0 is 0, the other dimensions must be fixed.
+            let mut shape = vec![0u64];
+            for d in dims.iter().skip(1) {
+                match d {
+                    Dim::Fixed(v) => shape.push(*v),
+                    Dim::Sym(sym) => match c.fixed(sym) {
+                        Some(v) => shape.push(v),
+                        None => {
+                            return Err(RunError::BadState {
+                                past: c.graph.node(st.past).label.clone(),
+                                present: c.graph.node(st.present).label.clone(),
+                                reason: format!("dimension `{sym}` after axis 0 must be fixed"),
+                            })
+                        }
+                    },
+                }
+            }
+            s.states.push(StateSlot {
+                buffer: None,
+                valid_bytes: 0,
+                shape: Shape(shape.clone()),
+                grown: None,
+                append_bytes: 0,
+                next_shape: Shape(shape),
+            });
+        }
+        for node in &c.nodes {
+            let mem = match node.role {
+                Role::Constant => Mem::Constant,
+                Role::Input { state: Some(st) } | Role::StateConcat { state: st } => Mem::State(st),
+                _ => match node.arena_offset {
+                    Some(off) => Mem::Arena(off),
+                    None => Mem::None,
+                },
+            };
+            let capacity_bytes = match (&mem, &node.static_shape) {
+                (Mem::Arena(_), Some(shape)) => padded_bytes(shape, node.dtype)?,
+                _ => 0,
+            };
+            s.slots.push(Slot {
+                in_shapes: None,
+                poison: matches!(mem, Mem::Arena(_)),
+                mem,
+                capacity_bytes,
+                upload: None,
+                reinferred: false,
+            });
+        }
+        if c.arena_bytes > 0 {
+            let arena = s
+                .storage
+                .allocate(c.arena_bytes, AllocKind::UsmDevice, "dynrt static arena")
+                .map_err(|e| RunError::OutOfMemory {
+                    node: "static arena".into(),
+                    requested_bytes: c.arena_bytes,
+                    reason: e.to_string(),
+                })?;
+            s.count_allocation(S::size_bytes(&arena));
+            s.arena = Some(arena);
+        }
+        // Static outputs not in the arena: allocated now, largest first (the reference
+        // creates primitive_insts in descending output size for better reuse).
+        let mut statics: Vec<(u64, usize)> = Vec::new();
+        for (k, node) in c.nodes.iter().enumerate() {
+            let allocatable = matches!(node.role, Role::Kernel | Role::Copy | Role::ConcatCopy);
+            if let (true, None, Some(shape)) = (allocatable, node.arena_offset, &node.static_shape)
+            {
+                statics.push((padded_bytes(shape, node.dtype)?, k));
+            }
+        }
+        statics.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (size, k) in statics {
+            let kind = s.kind_of(k);
+            s.obtain(k, size.max(4), size.max(4), kind, false)?;
+        }
+        Ok(s)
+    }
+
+    /// The request's options.
+    pub fn options(&self) -> RunOptions {
+        self.options
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> RunStats {
+        self.stats
+    }
+
+    /// The counters, for the executor's own (dispatches, copies, submits).
+    pub fn stats_mut(&mut self) -> &mut RunStats {
+        &mut self.stats
+    }
+
+    /// Ids ([`Storage::id`]) of the buffers freed since the last call.
+    pub fn take_freed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.freed)
+    }
+
+    /// Rows currently held by each state.
+    pub fn state_shapes(&self) -> Vec<Shape> {
+        self.states.iter().map(|s| s.shape.clone()).collect()
+    }
+
+    /// Takes the KV cache out (the session then starts a new sequence).
+    pub fn take_states(&mut self) -> Vec<MovedState<S::Buffer>> {
+        let leaving: Vec<u64> = self
+            .states
+            .iter()
+            .filter_map(|s| s.buffer.as_ref().map(S::id))
+            .collect();
+        self.freed.extend(leaving);
+        self.states
+            .iter_mut()
+            .map(|s| {
+                let shape = s.shape.clone();
+                if let Some(d) = s.shape.0.first_mut() {
+                    *d = 0;
+                }
+                s.next_shape = s.shape.clone();
+                MovedState {
+                    buffer: s.buffer.take(),
+                    valid_bytes: std::mem::take(&mut s.valid_bytes),
+                    shape,
+                }
+            })
+            .collect()
+    }
+
+    /// Continues the sequence held in `states` (from [`Session::take_states`]).
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] when the number of states or their row shapes differ; the
+    /// session is unchanged then.
+    pub fn put_states(&mut self, states: Vec<MovedState<S::Buffer>>) -> Result<(), RunError> {
+        let c = &self.compiled;
+        let bad = |i: usize, reason: String| {
+            let s = &c.states[i.min(c.states.len().saturating_sub(1))];
+            RunError::BadState {
+                past: c.graph.node(s.past).label.clone(),
+                present: c.graph.node(s.present).label.clone(),
+                reason,
+            }
+        };
+        if states.len() != self.states.len() || self.states.is_empty() {
+            return Err(bad(
+                0,
+                format!(
+                    "{} states given, the network has {}",
+                    states.len(),
+                    self.states.len()
+                ),
+            ));
+        }
+        for (i, (given, mine)) in states.iter().zip(&self.states).enumerate() {
+            if given.shape.dims().get(1..) != mine.shape.dims().get(1..) {
+                return Err(bad(
+                    i,
+                    format!("rows of shape {} do not fit {}", given.shape, mine.shape),
+                ));
+            }
+        }
+        let replaced: Vec<u64> = self
+            .states
+            .iter()
+            .filter_map(|s| s.buffer.as_ref().map(S::id))
+            .collect();
+        self.freed.extend(replaced);
+        for (given, mine) in states.into_iter().zip(&mut self.states) {
+            mine.buffer = given.buffer;
+            mine.valid_bytes = given.valid_bytes;
+            mine.shape = given.shape;
+            mine.next_shape = mine.shape.clone();
+        }
+        Ok(())
+    }
+
+    /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
+    pub fn reset_states(&mut self) {
+        for s in &mut self.states {
+            s.valid_bytes = 0;
+            if let Some(d) = s.shape.0.first_mut() {
+                *d = 0;
+            }
+            s.next_shape = s.shape.clone();
+        }
+    }
+
+    fn count_allocation(&mut self, size_bytes: u64) {
+        self.stats.allocations += 1;
+        self.stats.bytes_allocated_total += size_bytes;
+        if !self.first_iteration {
+            self.stats.reallocations += 1;
+        }
+    }
+
+    /// Network inputs and outputs are host-reachable (`io_kind`); the rest is `usm_device`.
+    fn kind_of(&self, k: usize) -> AllocKind {
+        let node = &self.compiled.nodes[k];
+        if node.is_output || matches!(node.role, Role::Input { state: None }) {
+            self.compiled.io_kind
+        } else {
+            AllocKind::UsmDevice
+        }
+    }
+
+    /// Gives node `k` a buffer of `size_bytes` (at least `needed_bytes`): from the pool or the
+    /// storage. A preallocation that fails falls back to `needed_bytes`; when that fails too,
+    /// the node is left without memory and the error names it.
+    fn obtain(
+        &mut self,
+        k: usize,
+        size_bytes: u64,
+        needed_bytes: u64,
+        kind: AllocKind,
+        dynamic: bool,
+    ) -> Result<(), RunError> {
+        let c = Arc::clone(&self.compiled);
+        let node = &c.nodes[k];
+        let label = &c.graph.node(node.id).label;
+        // The old buffer is dead (this node recomputes its output), so it is released first:
+        // the pool may then hand its record to someone else, and peak memory stays lower.
+        self.release_slot(k);
+        // Network inputs and host values are written by the host before the submit (their
+        // writes land before every command of it), so they must never share memory with a
+        // node that runs earlier in the same submit: they own their buffers.
+        let pooled =
+            self.options.pool && !matches!(node.role, Role::HostValue | Role::Input { .. });
+        let mut attempt = |size: u64| -> Attempt<S::Buffer> {
+            if pooled {
+                let req = PoolRequest {
+                    size_bytes: size,
+                    kind,
+                    network: c.network_id,
+                    requester: Position(k as u32),
+                    restrictions: &node.restrictions,
+                    dynamic,
+                };
+                let view = self.pool.acquire(&req).map_err(|e| match e {
+                    crate::memory::pool::PoolError::Allocate { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                })?;
+                let rec = self
+                    .pool
+                    .buffer(&view)
+                    .map(|b| S::size_bytes(b))
+                    .unwrap_or(size);
+                let fresh = (!view.reused).then_some(rec);
+                Ok((Mem::Pool(view), rec, fresh))
+            } else {
+                let buf = self
+                    .storage
+                    .allocate(size, kind, label)
+                    .map_err(|e| e.to_string())?;
+                let s = S::size_bytes(&buf);
+                Ok((Mem::Own(buf), s, Some(s)))
+            }
+        };
+        let result = match attempt(size_bytes) {
+            Ok(r) => {
+                if size_bytes > needed_bytes {
+                    self.stats.preallocations += 1;
+                }
+                Ok(r)
+            }
+            Err(_) if size_bytes > needed_bytes => {
+                self.stats.preallocation_fallbacks += 1;
+                attempt(needed_bytes)
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((mem, capacity, fresh)) => {
+                if let Some(bytes) = fresh {
+                    self.count_allocation(bytes);
+                }
+                let slot = &mut self.slots[k];
+                slot.mem = mem;
+                slot.capacity_bytes = capacity;
+                slot.poison = true;
+                Ok(())
+            }
+            Err(reason) => Err(RunError::OutOfMemory {
+                node: label.clone(),
+                requested_bytes: needed_bytes,
+                reason,
+            }),
+        }
+    }
+
+    fn release_slot(&mut self, k: usize) {
+        let slot = &mut self.slots[k];
+        match std::mem::replace(&mut slot.mem, Mem::None) {
+            Mem::Pool(view) => {
+                if let Ok(b) = self.pool.buffer(&view) {
+                    self.freed.push(S::id(b));
+                }
+                self.pool
+                    .release(self.compiled.network_id, Position(k as u32));
+            }
+            Mem::Own(b) => {
+                self.freed.push(S::id(&b));
+                drop(b);
+            }
+            other => slot.mem = other,
+        }
+        if matches!(self.slots[k].mem, Mem::None) {
+            self.slots[k].capacity_bytes = 0;
+        }
+    }
+
+    /// `realloc_if_needed` for an ordinary node (DESIGN §3 step 3).
+    fn realloc_if_needed(&mut self, k: usize, shape: &Shape) -> Result<(), RunError> {
+        let c = Arc::clone(&self.compiled);
+        let node = &c.nodes[k];
+        if node.static_shape.is_some() && !matches!(self.slots[k].mem, Mem::None) {
+            return Ok(()); // allocated at creation with its final size
+        }
+        let label = &c.graph.node(node.id).label;
+        let needed = padded_bytes(shape, node.dtype)?.max(4);
+        let slot = &self.slots[k];
+        let has_mem = !matches!(slot.mem, Mem::None);
+        if has_mem && slot.capacity_bytes >= needed {
+            // Record the shape even though the buffer is reused (reference semantics).
+            if let Some(bits) = node.dtype.bits() {
+                self.predictor
+                    .predict_preallocation_shape(label, shape, bits, true)?;
+            }
+            if !self
+                .predictor
+                .should_reclaim(label, needed, slot.capacity_bytes)
+            {
+                self.stats.reuses += 1;
+                if self.options.poison {
+                    self.slots[k].poison = true;
+                }
+                return Ok(());
+            }
+            self.stats.reclaims += 1;
+            let kind = self.kind_of(k);
+            return self.obtain(k, needed, needed, kind, true);
+        }
+        let size = self.preallocation_size(label, shape, node.dtype, needed)?;
+        let kind = self.kind_of(k);
+        self.obtain(k, size, needed, kind, true)
+    }
+
+    /// The size to allocate for an output of `shape` (`needed` bytes) that does not fit its
+    /// buffer: the predictor's shape when it predicts one larger than `needed` and
+    /// `can_preallocate` accepts it, else `needed` — never below the actual size (reference
+    /// rule). Records the shape in the predictor. Block-quantized outputs have no bits per
+    /// element: they get exactly what they need.
+    fn preallocation_size(
+        &mut self,
+        label: &str,
+        shape: &Shape,
+        dtype: DType,
+        needed: u64,
+    ) -> Result<u64, RunError> {
+        let Some(bits) = dtype.bits() else {
+            return Ok(needed);
+        };
+        let (predicted, pshape) = self
+            .predictor
+            .predict_preallocation_shape(label, shape, bits, false)?;
+        if !predicted {
+            return Ok(needed);
+        }
+        let p = padded_bytes(&pshape, dtype)?;
+        if p <= needed {
+            return Ok(needed);
+        }
+        let limits = self.storage.limits();
+        if can_preallocate(
+            p,
+            limits.max_buffer_bytes,
+            limits.in_use_bytes,
+            limits.budget_bytes,
+        ) {
+            Ok(p)
+        } else {
+            self.stats.preallocations_refused += 1;
+            Ok(needed)
+        }
+    }
+
+    /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
+    /// past. A larger buffer is taken from the storage; the past is copied into it in order.
+    fn realloc_state(&mut self, k: usize, s: usize, new_shape: &Shape) -> Result<(), RunError> {
+        let c = Arc::clone(&self.compiled);
+        let node = &c.nodes[k];
+        let label = &c.graph.node(node.id).label;
+        let needed = padded_bytes(new_shape, node.dtype)?.max(4);
+        let st = &self.states[s];
+        let capacity = st.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
+        let past_bytes = st.valid_bytes;
+        self.states[s].append_bytes = needed.saturating_sub(past_bytes);
+        self.states[s].next_shape = new_shape.clone();
+        if capacity >= needed {
+            if let Some(bits) = node.dtype.bits() {
+                self.predictor
+                    .predict_preallocation_shape(label, new_shape, bits, true)?;
+            }
+            self.stats.reuses += 1;
+            return Ok(());
+        }
+        let size = self.preallocation_size(label, new_shape, node.dtype, needed)?;
+        let oom = |reason: String| RunError::OutOfMemory {
+            node: label.clone(),
+            requested_bytes: needed,
+            reason,
+        };
+        let buf = match self.storage.allocate(size, AllocKind::UsmDevice, label) {
+            Ok(b) => {
+                if size > needed {
+                    self.stats.preallocations += 1;
+                }
+                b
+            }
+            Err(_) if size > needed => {
+                self.stats.preallocation_fallbacks += 1;
+                self.storage
+                    .allocate(needed, AllocKind::UsmDevice, label)
+                    .map_err(|e| oom(e.to_string()))?
+            }
+            Err(e) => return Err(oom(e.to_string())),
+        };
+        self.count_allocation(S::size_bytes(&buf));
+        if self.states[s].buffer.is_some() {
+            self.stats.state_growths += 1;
+        }
+        self.states[s].grown = Some(buf);
+        Ok(())
+    }
+
+    /// Phase 1 of an iteration: checks the given inputs, binds the symbols, then for every
+    /// node in processing order `update_shape` (skipped when no input shape changed) and
+    /// `realloc_if_needed`. Marks the nodes re-inferred (their dispatch plans are stale).
+    ///
+    /// # Errors
+    /// [`RunError::BadInput`] / [`RunError::Graph`] for inputs that do not fit the graph;
+    /// [`RunError::OutOfMemory`] naming the node whose output cannot be allocated.
+    pub fn prepare(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<(), RunError> {
+        let c = Arc::clone(&self.compiled);
+        let graph = &c.graph;
+        for st in &mut self.states {
+            st.append_bytes = 0;
+            st.next_shape = st.shape.clone();
+        }
+        for slot in &mut self.slots {
+            slot.reinferred = false;
+        }
+        // Bind the symbols from the given inputs and the states' pasts.
+        let mut given: Vec<(&str, &Shape)> = Vec::new();
+        for &(label, t) in inputs {
+            let id = graph.find(label).ok_or_else(|| RunError::BadInput {
+                input: label.to_string(),
+                reason: "not an input of the network".into(),
+            })?;
+            if !matches!(c.node(c.pos(id)).role, Role::Input { state: None }) {
+                return Err(RunError::BadInput {
+                    input: label.to_string(),
+                    reason:
+                        "not a network input the caller gives (state pasts are kept by the request)"
+                            .into(),
+                });
+            }
+            let dtype = graph.node(id).dtype;
+            let expect = t.shape.size_bytes(dtype)?;
+            if t.dtype != dtype || t.bytes.len() as u64 != expect {
+                return Err(RunError::BadInput {
+                    input: label.to_string(),
+                    reason: format!(
+                        "expected {expect} bytes of {dtype} for shape {}, got {} bytes of {}",
+                        t.shape,
+                        t.bytes.len(),
+                        t.dtype
+                    ),
+                });
+            }
+            given.push((label, &t.shape));
+        }
+        for (si, s) in c.states.iter().enumerate() {
+            given.push((graph.node(s.past).label.as_str(), &self.states[si].shape));
+        }
+        let mut bindings: Bindings = graph.bind(&given)?;
+        for (k, v) in &c.fixed {
+            bindings.entry(k.clone()).or_insert(*v);
+        }
+
+        for k in 0..c.nodes.len() {
+            let node = &c.nodes[k];
+            let id = node.id;
+            let gn = graph.node(id);
+            // update_shape: skip when no input shape changed (data-dependent values such as
+            // ShapeOf results are functions of shapes, so they cannot change either). Compared
+            // in place: this runs for every node of every iteration.
+            let input_shape = match &gn.op {
+                Op::Input(_) => Some(graph.input_shape(id, &bindings)?),
+                _ => None,
+            };
+            let changed = match (&self.slots[k].in_shapes, &input_shape) {
+                (None, _) => true,
+                (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
+                (Some(prev), None) => {
+                    prev.len() != gn.inputs.len()
+                        || gn
+                            .inputs
+                            .iter()
+                            .zip(prev)
+                            .any(|(i, p)| &self.shapes[i.index()] != p)
+                }
+            };
+            if !changed {
+                self.stats.shape_updates_skipped += 1;
+                if node.role == Role::HostValue && self.options.poison {
+                    self.queue_host_value(k, id);
+                }
+                continue;
+            }
+            let in_shapes: Vec<Shape> = match input_shape {
+                Some(s) => vec![s],
+                None => gn
+                    .inputs
+                    .iter()
+                    .map(|i| self.shapes[i.index()].clone())
+                    .collect(),
+            };
+            self.stats.shape_updates += 1;
+            let (shape, value) = graph.infer_node(id, &bindings, &self.shapes, &self.values)?;
+            // update_impl happens when the dispatch is recorded (module docs).
+            match node.role {
+                Role::Constant | Role::ShapeOnly | Role::Input { state: Some(_) } => {}
+                Role::StateConcat { state } => self.realloc_state(k, state, &shape)?,
+                Role::Input { state: None }
+                | Role::Copy
+                | Role::ConcatCopy
+                | Role::Kernel
+                | Role::HostValue => self.realloc_if_needed(k, &shape)?,
+            }
+            self.shapes[id.index()] = shape;
+            self.values[id.index()] = value;
+            let slot = &mut self.slots[k];
+            slot.in_shapes = Some(in_shapes);
+            slot.reinferred = true;
+            if node.role == Role::HostValue {
+                self.queue_host_value(k, id);
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_host_value(&mut self, k: usize, id: NodeId) {
+        let dtype = self.compiled.nodes[k].dtype;
+        if let Some(v) = &self.values[id.index()] {
+            self.slots[k].upload = encode_i64(dtype, v).ok();
+        }
+    }
+
+    /// After a successful submit: the grown buffers replace the old ones (freed once the
+    /// copies ran), the appended rows become the past.
+    pub fn commit(&mut self) {
+        self.stats.iterations += 1;
+        self.first_iteration = false;
+        for st in &mut self.states {
+            if let Some(g) = st.grown.take() {
+                if let Some(old) = st.buffer.replace(g) {
+                    self.freed.push(S::id(&old));
+                }
+            }
+            st.valid_bytes += st.append_bytes;
+            st.append_bytes = 0;
+            st.shape = st.next_shape.clone();
+        }
+    }
+
+    /// After a failed iteration (nothing was submitted): forget the growths prepared for it,
+    /// and make the next iteration infer every node again (some took new shapes and buffers).
+    pub fn abort(&mut self) {
+        for st in &mut self.states {
+            if let Some(g) = st.grown.take() {
+                self.freed.push(S::id(&g));
+            }
+            st.append_bytes = 0;
+            st.next_shape = st.shape.clone();
+        }
+        for slot in &mut self.slots {
+            slot.in_shapes = None;
+            slot.upload = None;
+            slot.reinferred = true;
+        }
+    }
+
+    /// Whether node `k` is to be filled with NaN before it writes (poison mode), clearing the
+    /// flag.
+    pub fn take_poison(&mut self, k: usize) -> bool {
+        std::mem::take(&mut self.slots[k].poison)
+    }
+
+    /// The host value node `k` uploads this iteration, if any.
+    pub fn take_upload(&mut self, k: usize) -> Option<Vec<u8>> {
+        self.slots[k].upload.take()
+    }
+
+    /// Whether update_shape ran for node `k` this iteration.
+    pub fn reinferred(&self, k: usize) -> bool {
+        self.slots[k].reinferred
+    }
+
+    /// Bytes node `k` may use from its offset.
+    pub fn capacity(&self, k: usize) -> u64 {
+        self.slots[k].capacity_bytes
+    }
+
+    /// The largest range a poison fill may need now (slots marked, grown states).
+    pub fn poison_need(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.poison)
+            .map(|s| s.capacity_bytes)
+            .chain(
+                self.states
+                    .iter()
+                    .filter_map(|s| s.grown.as_ref().map(|b| S::size_bytes(b))),
+            )
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The buffer and offset node `k`'s output lives at (constants are the network's: the
+    /// executor resolves them).
+    pub fn slot_buffer(&self, k: usize) -> Option<(&S::Buffer, u64)> {
+        match &self.slots[k].mem {
+            Mem::None | Mem::Constant => None,
+            Mem::Pool(v) => self.pool.buffer(v).ok().map(|b| (b, v.offset_bytes)),
+            Mem::Own(b) => Some((b, 0)),
+            Mem::Arena(off) => self.arena.as_ref().map(|a| (a, *off)),
+            Mem::State(s) => self.states[*s].current().map(|b| (b, 0)),
+        }
+    }
+
+    /// Whether node `k`'s output is a constant of the network.
+    pub fn is_constant(&self, k: usize) -> bool {
+        matches!(self.slots[k].mem, Mem::Constant)
+    }
+
+    /// The shape of node `id`'s output this iteration.
+    pub fn shape(&self, id: NodeId) -> &Shape {
+        &self.shapes[id.index()]
+    }
+
+    /// Node `id`'s output as a kernel or a copy reads or writes it (constants: `None`).
+    pub fn view(&self, id: NodeId) -> Option<View<'_, S::Buffer>> {
+        let c = &self.compiled;
+        let k = c.pos(id).index();
+        // A state's past is read from the buffer that holds it now; the append of this
+        // iteration goes to the same (or the grown) buffer after it.
+        let (buffer, offset_bytes) = match (&self.slots[k].mem, c.nodes[k].role) {
+            (Mem::State(s), Role::Input { .. }) => (self.states[*s].buffer.as_ref()?, 0),
+            _ => self.slot_buffer(k)?,
+        };
+        let available = S::size_bytes(buffer).saturating_sub(offset_bytes);
+        let size_bytes = match self.slots[k].mem {
+            Mem::Arena(_) | Mem::Pool(_) => self.slots[k].capacity_bytes.min(available),
+            _ => available,
+        };
+        Some(View {
+            buffer,
+            offset_bytes,
+            size_bytes,
+            shape: &self.shapes[id.index()],
+            dtype: c.nodes[k].dtype,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Graph;
+    use crate::memory::pool::HostStorage;
+    use crate::memory::predictor::Policy;
+    use crate::runtime::compile::{NetworkOptions, StateBinding, Target};
+    use crate::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn decoder() -> (Graph, Vec<StateBinding>) {
+        let config = DecoderConfig {
+            layers: 1,
+            heads: 2,
+            dim: 8,
+            vocab: 16,
+            max_positions: 256,
+            seed: 1,
+        };
+        let g = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+        let states = g
+            .states
+            .iter()
+            .map(|(p, q)| StateBinding {
+                past: p.clone(),
+                present: q.clone(),
+            })
+            .collect();
+        (g.graph, states)
+    }
+
+    fn step_inputs(seq: u64, at: u64) -> (HostTensor, HostTensor) {
+        let ids: Vec<i32> = (0..seq as i32).map(|i| i % 16).collect();
+        let pos: Vec<i32> = (at as i32..(at + seq) as i32).collect();
+        (
+            HostTensor::i32(Shape::new(vec![seq]), &ids),
+            HostTensor::i32(Shape::new(vec![seq]), &pos),
+        )
+    }
+
+    /// Checks what the executor relies on after `prepare`: every output the device writes
+    /// has a buffer range at least as large as its shape, nodes that must not share memory
+    /// do not share a pool record, and the states' bookkeeping adds up.
+    fn check_prepared(s: &Session<HostStorage>) -> Result<(), TestCaseError> {
+        let c = Arc::clone(&s.compiled);
+        let mut record_of: BTreeMap<usize, crate::memory::pool::RecordId> = BTreeMap::new();
+        for (k, node) in c.nodes.iter().enumerate() {
+            let needed = s.shape(node.id).size_bytes(node.dtype).unwrap();
+            match node.role {
+                Role::Kernel | Role::Copy | Role::ConcatCopy | Role::HostValue => {
+                    let v = s
+                        .view(node.id)
+                        .ok_or_else(|| TestCaseError::fail(format!("node {k} has no buffer")))?;
+                    prop_assert!(
+                        v.size_bytes >= needed,
+                        "node {k}: {} < {needed}",
+                        v.size_bytes
+                    );
+                    prop_assert!(
+                        v.offset_bytes + needed <= v.buffer.data.len() as u64,
+                        "node {k} runs past its buffer"
+                    );
+                }
+                Role::StateConcat { state } => {
+                    let st = &s.states[state];
+                    let cap = st.current().map_or(0, |b| b.data.len() as u64);
+                    prop_assert!(cap >= needed, "state {state}: capacity {cap} < {needed}");
+                    prop_assert_eq!(st.valid_bytes + st.append_bytes, needed.div_ceil(4) * 4);
+                }
+                _ => {}
+            }
+            if let Mem::Pool(v) = &s.slots[k].mem {
+                record_of.insert(k, v.record);
+            }
+        }
+        for (&k, r) in &record_of {
+            for p in &c.nodes[k].restrictions {
+                if let Some(r2) = record_of.get(&p.index()) {
+                    prop_assert!(
+                        r != r2,
+                        "positions {k} and {} conflict but share a record",
+                        p
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn sessions_on_host_storage_size_every_output_and_keep_the_kv_cache(
+            chunks in prop::collection::vec(1u64..6, 1..12),
+            policy in prop::sample::select(vec![Policy::None, Policy::Reference, Policy::Adaptive]),
+            pool in any::<bool>(),
+            planner in any::<bool>(),
+            fixed_seq in any::<bool>(),
+        ) {
+            let (graph, states) = decoder();
+            let mut fixed = Bindings::new();
+            let chunks: Vec<u64> = if fixed_seq {
+                fixed.insert("seq".into(), 1);
+                chunks.iter().map(|_| 1).collect()
+            } else {
+                chunks
+            };
+            let options = NetworkOptions { planner, fixed, states, io_kind: None };
+            let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice };
+            let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
+            let storage = HostStorage::new();
+            let mut run = RunOptions::new(policy);
+            run.pool = pool;
+            let mut s = Session::new(compiled, run, storage.clone()).unwrap();
+            let mut rows = 0u64;
+            for &seq in &chunks {
+                let (ids, pos) = step_inputs(seq, rows);
+                s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)]).unwrap();
+                check_prepared(&s)?;
+                s.commit();
+                rows += seq;
+                for shape in s.state_shapes() {
+                    prop_assert_eq!(shape.dims(), &[rows, 8]);
+                }
+            }
+            prop_assert!(storage.bytes_in_use() > 0);
+            drop(s);
+            prop_assert_eq!(storage.bytes_in_use(), 0, "dropping the session frees everything");
+        }
+    }
+
+    #[test]
+    fn a_failed_step_leaves_the_states_as_they_were() {
+        let (graph, states) = decoder();
+        let options = NetworkOptions {
+            states,
+            ..NetworkOptions::default()
+        };
+        let target = Target {
+            align_bytes: 256,
+            io_kind: AllocKind::UsmDevice,
+        };
+        let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
+        // A host budget that holds a short prefill but not a long one.
+        let storage = HostStorage::with_budget(200_000);
+        let mut s = Session::new(compiled, RunOptions::new(Policy::Reference), storage).unwrap();
+        let (ids, pos) = step_inputs(4, 0);
+        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
+            .unwrap();
+        s.commit();
+        let (ids, pos) = step_inputs(200, 4);
+        let e = s
+            .prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
+            .unwrap_err();
+        assert!(matches!(e, RunError::OutOfMemory { .. }), "{e}");
+        s.abort();
+        assert!(s.state_shapes().iter().all(|sh| sh.dims() == [4, 8]));
+        let (ids, pos) = step_inputs(1, 4);
+        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
+            .unwrap();
+        s.commit();
+        assert!(s.state_shapes().iter().all(|sh| sh.dims() == [5, 8]));
+    }
+}
