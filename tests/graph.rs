@@ -437,3 +437,84 @@ fn evaluator_checks_input_lengths_and_byte_sizes_overflow() {
         GraphError::ConstantLength { .. }
     ));
 }
+
+#[test]
+fn dtype_rules_refuse_at_build_time_naming_the_node_and_constants_keep_their_bits() {
+    use dynrt::tensor::ConstData;
+    // Float maths on f16 or mixed types is refused when the graph is built.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::Fixed(2), Dim::Fixed(2)], DType::F16);
+    let w = b.constant("w", s(&[2, 2]), vec![1.0; 4]);
+    b.matmul("mm", x, w, false);
+    let e = b.build().unwrap_err();
+    assert!(
+        matches!(&e, GraphError::DType { node, input: 0, got: DType::F16, .. } if node == "mm"),
+        "{e}"
+    );
+    let mut b = GraphBuilder::new();
+    let i = b.input("i", &[Dim::Fixed(2)], DType::I32);
+    let f = b.input("f", &[Dim::Fixed(2)], DType::F32);
+    b.add_("mixed", i, f);
+    assert!(b.build().unwrap_err().to_string().contains("node `mixed`"));
+    // A constant's byte length must match its type: 3 i64 values are 24 bytes.
+    let mut b = GraphBuilder::new();
+    b.constant_bytes("c", s(&[3]), DType::I64, ConstData::from_i32(&[1, 2, 3]));
+    assert!(matches!(
+        b.build().unwrap_err(),
+        GraphError::ConstantLength {
+            expected: 24,
+            got: 12,
+            ..
+        }
+    ));
+    // i64 constants keep values beyond f32's exact range; the reference and the host
+    // evaluator both see them exactly.
+    let big = (1i64 << 40) + 1;
+    let mut b = GraphBuilder::new();
+    let c = b.constant_bytes("c", s(&[2]), DType::I64, ConstData::from_i64(&[big, 3]));
+    let two = b.constant_bytes("two", s(&[1]), DType::I64, ConstData::from_i64(&[2]));
+    let m = b.mul("m", c, two);
+    b.output(m);
+    let g = b.build().unwrap();
+    let r = g.infer_shapes(&Bindings::new()).unwrap();
+    assert_eq!(r.values[m.index()], Some(vec![2 * big, 6]));
+    let all = reference::evaluate_tensors(&g, &[]).unwrap();
+    assert_eq!(
+        all[m.index()].values,
+        reference::Values::Int(vec![2 * big, 6])
+    );
+    // f16 constants are 2 bytes per element, decoded exactly by the reference.
+    let halves = dynrt::tensor::encode_f32(DType::F16, &[0.5, -2.0]).unwrap();
+    assert_eq!(halves.len(), 4);
+    let mut b = GraphBuilder::new();
+    let h = b.constant_bytes("h", s(&[2]), DType::F16, ConstData::from_vec(halves));
+    b.output(h);
+    let g = b.build().unwrap();
+    let out = reference::evaluate(&g, &[]).unwrap();
+    assert_eq!(out[0].1, vec![0.5, -2.0]);
+}
+
+#[test]
+fn host_values_and_the_reference_agree_on_shape_chains() {
+    // shape_of -> slice -> reshape_to: the host evaluator feeds shape inference and the
+    // reference recomputes the same integers independently; they agree on a correct graph.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("n"), Dim::Fixed(4)], DType::F32);
+    let shp = b.shape_of("shape", x);
+    let rev = b.slice("last", shp, &[0], &[1], &[2], &[1]);
+    let n = b.slice("first", shp, &[0], &[0], &[1], &[1]);
+    let t = b.concat("t", &[rev, n], 0);
+    let y = b.reshape_to("y", x, t);
+    b.output(y);
+    let g = b.build().unwrap();
+    let all = reference::evaluate_tensors(
+        &g,
+        &[(
+            "x",
+            reference::RefTensor::from_f32(s(&[3, 4]), DType::F32, vec![0.0; 12]),
+        )],
+    )
+    .unwrap();
+    assert_eq!(all[y.index()].shape, s(&[4, 3]));
+    assert_eq!(all[t.index()].values, reference::Values::Int(vec![4, 3]));
+}

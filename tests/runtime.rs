@@ -482,3 +482,50 @@ fn unchanged_nodes_replay_their_dispatch_plans_and_changed_ones_record_afresh() 
         0
     );
 }
+
+#[test]
+fn nodes_without_a_kernel_for_their_types_are_refused_when_the_network_compiles() {
+    // An i32 add the device would have to compute: its kernel is f32 only, so compiling
+    // refuses it naming the node, before anything is allocated (never float maths on
+    // integer bits). The same add on shape data only runs on the host and compiles.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    let engine = Engine::new(gpu);
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", &[Dim::Fixed(4)], DType::I32);
+    let c = b.constant_i32("c", Shape::new(vec![4]), &[1, 2, 3, 4]);
+    let sum = b.add_("int_sum", a, c);
+    b.output(sum);
+    let before = engine.stats().total_current_bytes();
+    let err = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, RunError::UnsupportedDType { node, op: "add", .. } if node == "int_sum"),
+        "{err}"
+    );
+    assert_eq!(engine.stats().total_current_bytes(), before);
+
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("n"), Dim::Fixed(4)], DType::F32);
+    let shp = b.shape_of("shape", x);
+    let n = b.slice("n", shp, &[0], &[0], &[1], &[1]);
+    let two = b.constant_i32("two", Shape::new(vec![1]), &[2]);
+    let doubled = b.mul("doubled", n, two);
+    let target = b.concat("target", &[doubled, two], 0);
+    let y = b.reshape_to("y", x, target);
+    let z = b.relu("z", y);
+    b.output(z);
+    let g = b.build().unwrap();
+    let net = Network::compile(&engine, g, NetworkOptions::default()).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+    let xs: Vec<f32> = (0..12).map(|v| v as f32 - 6.0).collect();
+    let out = req
+        .infer_blocking(
+            &[("x", &HostTensor::f32(Shape::new(vec![3, 4]), &xs))],
+            &["z"],
+        )
+        .unwrap();
+    assert_eq!(out[0].shape, Shape::new(vec![6, 2]));
+    let want: Vec<f32> = xs.iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(out[0].to_f32(), want);
+}
