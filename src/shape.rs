@@ -283,9 +283,12 @@ impl fmt::Display for Shape {
 
 impl std::str::FromStr for Shape {
     type Err = ShapeError;
-    /// Parses `1x32x128x64`.
+    /// Parses `1x32x128x64` (and `scalar`, what a rank-0 shape prints).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let text = s.trim();
+        if text == "scalar" {
+            return Ok(Shape(Vec::new()));
+        }
         if text.is_empty() {
             return Err(ShapeError::Malformed {
                 text: s.to_string(),

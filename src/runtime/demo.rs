@@ -26,7 +26,9 @@
 //! ```
 
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
-use super::report::{BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, TraceSample};
+use super::report::{
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, SizingCounts, TraceSample,
+};
 use super::{
     HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
 };
@@ -248,6 +250,30 @@ impl Demo {
         &self.generated
     }
 
+    /// The request running the sequence now (decode once it started, else prefill).
+    fn current(&self) -> Option<&InferRequest> {
+        self.decode.as_ref().or(self.prefill.as_ref())
+    }
+
+    /// The sizer's decisions over the run (the decode request continues the prefill's).
+    pub fn sizing(&self) -> SizingCounts {
+        let s = self.current().map(|r| r.sizing()).unwrap_or_default();
+        SizingCounts {
+            rows: s.rows as u64,
+            reallocations: s.reallocations,
+            reclaims: s.reclaims,
+            peak_reserved_bytes: s.peak_reserved_bytes,
+            peak_needed_bytes: s.peak_needed_bytes,
+        }
+    }
+
+    /// The run's shape trace (`id,dtype,shape` CSV of every sizing decision), when the
+    /// configuration's [`RunOptions::trace`] is on: `dynrt predict` replays it to the same
+    /// [`Demo::sizing`] numbers.
+    pub fn sizing_trace(&self) -> Option<&str> {
+        self.current().and_then(|r| r.sizing_trace())
+    }
+
     /// The memory trace so far, one sample per step.
     pub fn trace(&self) -> &MemoryTrace {
         &self.trace
@@ -443,6 +469,7 @@ impl Demo {
             pipeline_cache: CacheCounts { hits, misses },
             shape_updates_skipped: rs.shape_updates_skipped,
             ms_per_step,
+            sizing: self.sizing(),
         }
     }
 

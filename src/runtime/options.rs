@@ -16,6 +16,9 @@ pub struct RunOptions {
     /// Fill every buffer handed out for reuse or preallocation with NaN before use
     /// (`DYNRT_POISON=1`).
     pub poison: bool,
+    /// Record every sizing decision as a shape-trace row (`dynrt demo --trace-out`; replay
+    /// it with `dynrt predict`).
+    pub trace: bool,
 }
 
 impl RunOptions {
@@ -26,6 +29,7 @@ impl RunOptions {
             predictor: PredictorOptions::reference_defaults(),
             pool: true,
             poison: false,
+            trace: false,
         }
     }
 

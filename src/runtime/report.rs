@@ -63,6 +63,22 @@ pub struct CacheCounts {
     pub misses: u64,
 }
 
+/// What the requests' sizer decided over a run: replaying the run's shape trace
+/// (`dynrt demo --trace-out`) with `dynrt predict` gives the same numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SizingCounts {
+    /// Sizing decisions (trace rows).
+    pub rows: u64,
+    /// Decisions that (re)allocated a buffer, first allocations included.
+    pub reallocations: u64,
+    /// Of those, reclaims (shrinks).
+    pub reclaims: u64,
+    /// Largest sum of the sized buffers, bytes.
+    pub peak_reserved_bytes: u64,
+    /// Largest sum of what their shapes needed, bytes.
+    pub peak_needed_bytes: u64,
+}
+
 /// The object `dynrt demo --json` prints (field names and order are the issue's contract).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DemoSummary {
@@ -90,8 +106,11 @@ pub struct DemoSummary {
     pub pipeline_cache: CacheCounts,
     /// Node shape updates skipped because no input shape changed.
     pub shape_updates_skipped: u64,
-    /// Wall-clock milliseconds per decode step (host and device, readback included).
+    /// Wall-clock milliseconds per decode step (host and device, readback included; the CPU
+    /// check excluded).
     pub ms_per_step: f64,
+    /// The sizer's decisions over the run.
+    pub sizing: SizingCounts,
 }
 
 /// Colours of the four kinds in the picture (same order as [`AllocKind::ALL`]).
@@ -302,11 +321,18 @@ mod tests {
             pipeline_cache: CacheCounts { hits: 5, misses: 6 },
             shape_updates_skipped: 7,
             ms_per_step: 1.25,
+            sizing: SizingCounts {
+                rows: 8,
+                reallocations: 9,
+                reclaims: 1,
+                peak_reserved_bytes: 10,
+                peak_needed_bytes: 11,
+            },
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(
             json,
-            r#"{"adapter":"a","backend":"vulkan","policy":"adaptive","steps":2,"tokens":[1,2],"max_abs_err":0.5,"allocations":3,"reallocations":1,"bytes_allocated_total":10,"peak_bytes":{"usm_device":1,"usm_host":2,"usm_shared":3,"cl_mem":4},"pipeline_cache":{"hits":5,"misses":6},"shape_updates_skipped":7,"ms_per_step":1.25}"#
+            r#"{"adapter":"a","backend":"vulkan","policy":"adaptive","steps":2,"tokens":[1,2],"max_abs_err":0.5,"allocations":3,"reallocations":1,"bytes_allocated_total":10,"peak_bytes":{"usm_device":1,"usm_host":2,"usm_shared":3,"cl_mem":4},"pipeline_cache":{"hits":5,"misses":6},"shape_updates_skipped":7,"ms_per_step":1.25,"sizing":{"rows":8,"reallocations":9,"reclaims":1,"peak_reserved_bytes":10,"peak_needed_bytes":11}}"#
         );
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(12), "12 B");

@@ -12,6 +12,7 @@ use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
 use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, Engine, Frame};
 use crate::graph::{ops, NodeId, Op};
+use crate::memory::predictor::{Sizer, SizingSummary};
 use crate::memory::AllocKind;
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 /// buffers.
 pub struct KvStates {
     states: Vec<MovedState<Buffer>>,
+    /// The sizer of the sequence (its history goes on in the request that continues it).
+    sizer: Sizer,
 }
 
 impl std::fmt::Debug for KvStates {
@@ -143,6 +146,18 @@ impl InferRequest {
         self.session.options()
     }
 
+    /// The sizing decisions of this request (and of the sequence it continues): what
+    /// `dynrt predict` gives when it replays [`InferRequest::sizing_trace`].
+    pub fn sizing(&self) -> SizingSummary {
+        self.session.sizer().summary()
+    }
+
+    /// The shape trace of every sizing decision (`id,dtype,shape` CSV), when
+    /// [`RunOptions::trace`] is on.
+    pub fn sizing_trace(&self) -> Option<&str> {
+        self.session.sizer().trace()
+    }
+
     /// Rows currently held by each state (the past length of the KV cache).
     pub fn state_shapes(&self) -> Vec<Shape> {
         self.session.state_shapes()
@@ -152,18 +167,20 @@ impl InferRequest {
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.
     pub fn take_states(&mut self) -> KvStates {
-        let states = self.session.take_states();
+        let (states, sizer) = self.session.take_states();
         self.forget_freed();
-        KvStates { states }
+        KvStates { states, sizer }
     }
 
-    /// Continues the sequence held in `states` (from [`InferRequest::take_states`]).
+    /// Continues the sequence held in `states` (from [`InferRequest::take_states`]). A
+    /// request that has not run yet also continues the sequence's sizing: its predictor
+    /// history, ledger, summary and trace ([`InferRequest::sizing`]).
     ///
     /// # Errors
     /// [`RunError::BadState`] when the number of states or their row shapes differ; the
     /// request is unchanged then.
     pub fn put_states(&mut self, states: KvStates) -> Result<(), RunError> {
-        self.session.put_states(states.states)?;
+        self.session.put_states(states.states, states.sizer)?;
         self.forget_freed();
         Ok(())
     }

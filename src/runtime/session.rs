@@ -12,7 +12,7 @@ use super::options::{RunOptions, RunStats};
 use super::RunError;
 use crate::graph::{ops, Bindings, Dim, NodeId, Op, Position};
 use crate::memory::pool::{MemoryPool, PoolRequest, PoolView, Storage};
-use crate::memory::predictor::{can_preallocate, ShapePredictor};
+use crate::memory::predictor::{MemoryLimits, Sizer};
 use crate::memory::AllocKind;
 use crate::shape::{DType, Shape};
 use crate::tensor::{encode_i64, HostTensor};
@@ -89,7 +89,8 @@ pub(crate) struct View<'a, B> {
 pub(crate) struct Session<S: Storage> {
     pub compiled: Arc<Compiled>,
     options: RunOptions,
-    predictor: ShapePredictor,
+    /// The one sizing path (`dynrt predict` replays the same code).
+    sizer: Sizer,
     storage: S,
     pool: MemoryPool<S>,
     arena: Option<S::Buffer>,
@@ -120,7 +121,7 @@ impl<S: Storage + Clone> Session<S> {
         let n = compiled.graph.len();
         let mut s = Session {
             options,
-            predictor: ShapePredictor::new(options.policy, options.predictor),
+            sizer: Self::fresh_sizer(&options),
             pool: MemoryPool::new(storage.clone()),
             storage,
             arena: None,
@@ -221,6 +222,32 @@ impl<S: Storage + Clone> Session<S> {
         self.options
     }
 
+    fn fresh_sizer(options: &RunOptions) -> Sizer {
+        let mut sizer = Sizer::new(options.policy, options.predictor);
+        if options.trace {
+            sizer.record_trace();
+        }
+        sizer
+    }
+
+    /// The sizer: its decisions' summary and, when recording, their trace.
+    pub fn sizer(&self) -> &Sizer {
+        &self.sizer
+    }
+
+    /// What the sizer may assume about memory: the storage's limits, with what this
+    /// session's own sized buffers hold counted once (the ledger adds its own).
+    fn limits(&self) -> MemoryLimits {
+        let l = self.storage.limits();
+        MemoryLimits {
+            max_buffer_bytes: l.max_buffer_bytes,
+            budget_bytes: l.budget_bytes,
+            other_in_use_bytes: l
+                .in_use_bytes
+                .saturating_sub(self.sizer.ledger().total_reserved_bytes()),
+        }
+    }
+
     /// Counters since creation.
     pub fn stats(&self) -> RunStats {
         self.stats
@@ -241,15 +268,18 @@ impl<S: Storage + Clone> Session<S> {
         self.states.iter().map(|s| s.shape.clone()).collect()
     }
 
-    /// Takes the KV cache out (the session then starts a new sequence).
-    pub fn take_states(&mut self) -> Vec<MovedState<S::Buffer>> {
+    /// Takes the KV cache out with the sizer that sized it (the session then starts a new
+    /// sequence, with a fresh sizer).
+    pub fn take_states(&mut self) -> (Vec<MovedState<S::Buffer>>, Sizer) {
+        let sizer = std::mem::replace(&mut self.sizer, Self::fresh_sizer(&self.options));
         let leaving: Vec<u64> = self
             .states
             .iter()
             .filter_map(|s| s.buffer.as_ref().map(S::id))
             .collect();
         self.freed.extend(leaving);
-        self.states
+        let states = self
+            .states
             .iter_mut()
             .map(|s| {
                 let shape = s.shape.clone();
@@ -263,15 +293,23 @@ impl<S: Storage + Clone> Session<S> {
                     shape,
                 }
             })
-            .collect()
+            .collect();
+        (states, sizer)
     }
 
-    /// Continues the sequence held in `states` (from [`Session::take_states`]).
+    /// Continues the sequence held in `states` (from [`Session::take_states`]). A session
+    /// that has not sized anything yet adopts the sequence's `sizer` (its predictor history,
+    /// ledger, summary and trace continue); one that has keeps its own and records the
+    /// states' buffers in its ledger.
     ///
     /// # Errors
     /// [`RunError::BadState`] when the number of states or their row shapes differ; the
     /// session is unchanged then.
-    pub fn put_states(&mut self, states: Vec<MovedState<S::Buffer>>) -> Result<(), RunError> {
+    pub fn put_states(
+        &mut self,
+        states: Vec<MovedState<S::Buffer>>,
+        sizer: Sizer,
+    ) -> Result<(), RunError> {
         let c = &self.compiled;
         let bad = |i: usize, reason: String| {
             let s = &c.states[i.min(c.states.len().saturating_sub(1))];
@@ -305,11 +343,21 @@ impl<S: Storage + Clone> Session<S> {
             .filter_map(|s| s.buffer.as_ref().map(S::id))
             .collect();
         self.freed.extend(replaced);
-        for (given, mine) in states.into_iter().zip(&mut self.states) {
+        let adopt = self.sizer.summary().rows == 0;
+        for (si, (given, mine)) in states.into_iter().zip(&mut self.states).enumerate() {
+            if !adopt {
+                let present = &c.graph.node(c.states[si].present).label;
+                let capacity = given.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
+                self.sizer
+                    .correct(present, &given.shape, given.valid_bytes, capacity)?;
+            }
             mine.buffer = given.buffer;
             mine.valid_bytes = given.valid_bytes;
             mine.shape = given.shape;
             mine.next_shape = mine.shape.clone();
+        }
+        if adopt {
+            self.sizer = sizer;
         }
         Ok(())
     }
@@ -448,7 +496,8 @@ impl<S: Storage + Clone> Session<S> {
         }
     }
 
-    /// `realloc_if_needed` for an ordinary node (DESIGN §3 step 3).
+    /// `realloc_if_needed` for an ordinary node (DESIGN §3 step 3): the sizer decides
+    /// (reuse, predicted growth, reclaim), the storage provides.
     fn realloc_if_needed(&mut self, k: usize, shape: &Shape) -> Result<(), RunError> {
         let c = Arc::clone(&self.compiled);
         let node = &c.nodes[k];
@@ -457,70 +506,51 @@ impl<S: Storage + Clone> Session<S> {
         }
         let label = &c.graph.node(node.id).label;
         let needed = padded_bytes(shape, node.dtype)?.max(4);
+        let limits = self.limits();
+        let d = self
+            .sizer
+            .realloc_if_needed(label, shape, node.dtype, &limits)?;
+        self.count_prediction(&d, node.dtype)?;
         let slot = &self.slots[k];
-        let has_mem = !matches!(slot.mem, Mem::None);
-        if has_mem && slot.capacity_bytes >= needed {
-            // Record the shape even though the buffer is reused (reference semantics).
-            if let Some(bits) = node.dtype.bits() {
-                self.predictor
-                    .predict_preallocation_shape(label, shape, bits, true)?;
+        if !d.reallocated && !matches!(slot.mem, Mem::None) && slot.capacity_bytes >= needed {
+            self.stats.reuses += 1;
+            if self.options.poison {
+                self.slots[k].poison = true;
             }
-            if !self
-                .predictor
-                .should_reclaim(label, needed, slot.capacity_bytes)
-            {
-                self.stats.reuses += 1;
-                if self.options.poison {
-                    self.slots[k].poison = true;
-                }
-                return Ok(());
-            }
-            self.stats.reclaims += 1;
-            let kind = self.kind_of(k);
-            return self.obtain(k, needed, needed, kind, true);
+            return Ok(());
         }
-        let size = self.preallocation_size(label, shape, node.dtype, needed)?;
+        // A reallocation as decided; or no buffer yet for a shape the ledger already holds
+        // room for (a size-0 output, a sequence adopted from another request): exactly.
+        let size = if d.reallocated {
+            self.stats.reclaims += u64::from(d.reclaimed);
+            d.reserved_bytes.div_ceil(4).saturating_mul(4).max(needed)
+        } else {
+            needed
+        };
         let kind = self.kind_of(k);
-        self.obtain(k, size, needed, kind, true)
+        self.obtain(k, size, needed, kind, true)?;
+        if d.reallocated && self.slots[k].capacity_bytes < d.reserved_bytes {
+            // The decided size could not be had: the exact size was taken.
+            self.sizer
+                .correct(label, shape, d.needed_bytes, self.slots[k].capacity_bytes)?;
+        }
+        Ok(())
     }
 
-    /// The size to allocate for an output of `shape` (`needed` bytes) that does not fit its
-    /// buffer: the predictor's shape when it predicts one larger than `needed` and
-    /// `can_preallocate` accepts it, else `needed` — never below the actual size (reference
-    /// rule). Records the shape in the predictor. Block-quantized outputs have no bits per
-    /// element: they get exactly what they need.
-    fn preallocation_size(
+    /// Counts a prediction `can_preallocate` refused (the decision fell back to the need).
+    fn count_prediction(
         &mut self,
-        label: &str,
-        shape: &Shape,
+        d: &crate::memory::predictor::Decision,
         dtype: DType,
-        needed: u64,
-    ) -> Result<u64, RunError> {
-        let Some(bits) = dtype.bits() else {
-            return Ok(needed);
-        };
-        let (predicted, pshape) = self
-            .predictor
-            .predict_preallocation_shape(label, shape, bits, false)?;
-        if !predicted {
-            return Ok(needed);
-        }
-        let p = padded_bytes(&pshape, dtype)?;
-        if p <= needed {
-            return Ok(needed);
-        }
-        let limits = self.storage.limits();
-        if can_preallocate(
-            p,
-            limits.max_buffer_bytes,
-            limits.in_use_bytes,
-            limits.budget_bytes,
-        ) {
-            Ok(p)
-        } else {
+    ) -> Result<(), RunError> {
+        if d.reallocated
+            && d.predicted
+            && d.reserved_bytes == d.needed_bytes
+            && d.prediction.size_bytes(dtype)? > d.needed_bytes
+        {
             self.stats.preallocations_refused += 1;
-            Ok(needed)
         }
+        Ok(())
     }
 
     /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
@@ -535,15 +565,21 @@ impl<S: Storage + Clone> Session<S> {
         let past_bytes = st.valid_bytes;
         self.states[s].append_bytes = needed.saturating_sub(past_bytes);
         self.states[s].next_shape = new_shape.clone();
-        if capacity >= needed {
-            if let Some(bits) = node.dtype.bits() {
-                self.predictor
-                    .predict_preallocation_shape(label, new_shape, bits, true)?;
-            }
+        let limits = self.limits();
+        let d = self
+            .sizer
+            .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
+        self.count_prediction(&d, node.dtype)?;
+        if !d.reallocated && capacity >= needed {
             self.stats.reuses += 1;
             return Ok(());
         }
-        let size = self.preallocation_size(label, new_shape, node.dtype, needed)?;
+        let size = if d.reallocated {
+            self.stats.reclaims += u64::from(d.reclaimed);
+            d.reserved_bytes.div_ceil(4).saturating_mul(4).max(needed)
+        } else {
+            needed
+        };
         let oom = |reason: String| RunError::OutOfMemory {
             node: label.clone(),
             requested_bytes: needed,
@@ -558,9 +594,13 @@ impl<S: Storage + Clone> Session<S> {
             }
             Err(_) if size > needed => {
                 self.stats.preallocation_fallbacks += 1;
-                self.storage
+                let b = self
+                    .storage
                     .allocate(needed, AllocKind::UsmDevice, label)
-                    .map_err(|e| oom(e.to_string()))?
+                    .map_err(|e| oom(e.to_string()))?;
+                self.sizer
+                    .correct(label, new_shape, d.needed_bytes, S::size_bytes(&b))?;
+                b
             }
             Err(e) => return Err(oom(e.to_string())),
         };

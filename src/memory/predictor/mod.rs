@@ -18,8 +18,9 @@
 //!
 //! [`can_preallocate`] is the one place of the "is there room for it" rule; the gpu engine
 //! calls it with its own numbers. [`Ledger`] sizes every buffer of a request
-//! (`realloc_if_needed`). [`replay()`] runs a shape trace through a policy (the
-//! `dynrt predict` command and the benchmarks use it).
+//! (`realloc_if_needed`), and [`Sizer`] (predictor + ledger + summary + trace) is the one
+//! sizing path: the runtime's requests call it, and [`replay()`] runs a shape trace through
+//! it (the `dynrt predict` command and the benchmarks use it).
 //!
 //! ```
 //! use dynrt::memory::predictor::{Policy, PredictorOptions, ShapePredictor};
@@ -42,6 +43,7 @@ pub mod adaptive;
 pub mod ledger;
 mod reference;
 pub mod replay;
+pub mod sizer;
 
 use crate::shape::{Shape, ShapeError};
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +51,7 @@ use std::fmt;
 
 pub use ledger::{Decision, Ledger, MemoryLimits};
 pub use replay::{replay, ReplayConfig, ReplayOutcome, ReplaySummary, RowOutcome, Trace, TraceRow};
+pub use sizer::{Sizer, SizingSummary};
 
 /// Name of the environment variable that overrides the predictor options
 /// (`"ITERATIONS MAX_PER_ITER_BYTES MAX_PER_DIM_DIFF RATIO"`, e.g. `"10 16384 2 1.1"`).
