@@ -220,7 +220,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
         groups: Vec<wgpu::BindGroup>,
         /// Keeps the bound buffers (and their accounting) alive.
         _buffers: Vec<dynrt::gpu::Buffer>,
-        _uniforms: Option<wgpu::Buffer>,
+        _uniforms: Option<dynrt::gpu::Buffer>,
     }
 
     impl Handwritten {
@@ -290,17 +290,17 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                             compilation_options: Default::default(),
                             cache: None,
                         });
-                    let uniforms = device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("bench same layout uniforms"),
-                        size: SLOT * CHAIN as u64,
-                        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                        mapped_at_creation: false,
-                    });
+                    // Through the engine like every buffer (cl_mem is the kind with UNIFORM).
+                    let uniforms = engine.allocate(&BufferDesc {
+                        label: "bench same layout uniforms",
+                        size_bytes: SLOT * CHAIN as u64,
+                        kind: AllocKind::ClMem,
+                    })?;
                     let mut slots = vec![0u8; (SLOT * CHAIN as u64) as usize];
                     for slot in slots.chunks_mut(SLOT as usize) {
                         slot[..4].copy_from_slice(&(ELEMENTS as u32).to_le_bytes());
                     }
-                    gpu.queue().write_buffer(&uniforms, 0, &slots);
+                    engine.queue_write(&uniforms, 0, &slots);
                     (pipeline, bgl, Some(uniforms))
                 }
             };
@@ -314,7 +314,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                             entry(
                                 0,
                                 wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: u,
+                                    buffer: u.raw(),
                                     offset: 0,
                                     size: std::num::NonZeroU64::new(16),
                                 }),

@@ -401,12 +401,11 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
         ("copy ro 16 vec4/inv", ro, "for (var j = 0u; j < 16u; j++) { let i = (g * 16u + j) * 64u + lid; c[i] = a[i]; }", 0.0, 32.0 * 16.0),
     ];
     let groups = (n / 4 / 16 / 64) as u32;
-    let ubuf = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("probe2 u"),
-        size: 16384,
-        usage: wgpu::BufferUsages::UNIFORM,
-        mapped_at_creation: false,
-    });
+    let ubuf = engine.allocate(&BufferDesc {
+        label: "probe2 u",
+        size_bytes: 16384,
+        kind: AllocKind::ClMem,
+    })?;
     for (name, decl, body, flops, bytes) in kernels {
         let src = format!(
             "@group(0) @binding(0) {decl}\n\
@@ -437,7 +436,7 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
                 wgpu::BindGroupEntry {
                     binding: 2,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &ubuf,
+                        buffer: ubuf.raw(),
                         offset: 0,
                         size: None,
                     }),

@@ -789,9 +789,26 @@ impl Engine {
         self.inner.accounting().stats()
     }
 
-    /// The Allocate/Free history, oldest first.
+    /// The recorded Allocate/Free events, oldest first: empty unless
+    /// [`Engine::record_history`] is on (the counters of [`Engine::stats`] are always kept).
     pub fn history(&self) -> Vec<AllocEvent> {
-        self.inner.accounting().history().to_vec()
+        self.inner.accounting().history()
+    }
+
+    /// Keeps the last `capacity` Allocate/Free events from now on (0 stops): a bounded
+    /// recorder, so a long-running process does not grow a history.
+    pub fn record_history(&self, capacity: usize) {
+        self.inner.accounting().record_history(capacity);
+    }
+
+    /// Events the recorder dropped because it was full.
+    pub fn history_dropped(&self) -> u64 {
+        self.inner.accounting().history_dropped()
+    }
+
+    /// Heap bytes the recorded events take (0 without a recorder).
+    pub fn history_heap_bytes(&self) -> usize {
+        self.inner.accounting().history_heap_bytes()
     }
 
     /// Bytes in use of the kinds that count against the budget (all but `usm_host`).

@@ -35,7 +35,6 @@ use super::{
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
-use crate::memory::accounting::AllocOp;
 use crate::memory::predictor::Policy;
 use crate::memory::AllocKind;
 use crate::rng::SplitMix64;
@@ -438,7 +437,6 @@ impl Demo {
     pub fn summary(&self) -> DemoSummary {
         let info = self.engine.gpu().adapter_info();
         let stats = self.engine.stats();
-        let history = self.engine.history();
         let mut peak = [0u64; 4];
         for k in AllocKind::ALL {
             peak[k.index()] = stats.peak_bytes(k);
@@ -458,13 +456,9 @@ impl Demo {
             steps: self.generated.len() as u32,
             tokens: self.generated.clone(),
             max_abs_err: self.max_abs_err,
-            allocations: total_allocations(&self.engine),
+            allocations: stats.allocations_total(),
             reallocations: rs.reallocations,
-            bytes_allocated_total: history
-                .iter()
-                .filter(|e| e.op == AllocOp::Allocate)
-                .map(|e| e.size_bytes)
-                .sum(),
+            bytes_allocated_total: stats.bytes_allocated_total(),
             peak_bytes: PeakBytes::from_array(peak),
             pipeline_cache: CacheCounts { hits, misses },
             shape_updates_skipped: rs.shape_updates_skipped,
@@ -481,9 +475,4 @@ impl Demo {
     pub fn step_blocking(&mut self) -> Result<StepReport, RunError> {
         pollster::block_on(self.step())
     }
-}
-
-fn total_allocations(engine: &Engine) -> u64 {
-    let s = engine.stats();
-    AllocKind::ALL.iter().map(|&k| s.kind(k).allocations).sum()
 }
