@@ -27,7 +27,8 @@
 
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use super::report::{
-    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, SizingCounts, TraceSample,
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
+    TraceSample,
 };
 use super::{
     HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
@@ -381,9 +382,14 @@ impl Demo {
         let allocs = self.stats().allocations;
         let reallocations = allocs.saturating_sub(self.last_allocs) as u32;
         self.last_allocs = allocs;
+        let mut region_bytes = [0u64; 3];
+        for (r, s) in region_bytes.iter_mut().zip(&stats.regions) {
+            *r = s.current_bytes;
+        }
         self.trace.samples.push(TraceSample {
             step,
             bytes_in_use,
+            region_bytes,
             reallocations,
         });
         self.step += 1;
@@ -464,6 +470,7 @@ impl Demo {
             shape_updates_skipped: rs.shape_updates_skipped,
             ms_per_step,
             sizing: self.sizing(),
+            regions: RegionReport::from_stats(&stats),
         }
     }
 

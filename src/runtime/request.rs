@@ -13,6 +13,7 @@ use crate::gpu::pool_storage::EngineStorage;
 use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, Engine, Frame};
 use crate::graph::{ops, NodeId, Op};
 use crate::memory::predictor::{Sizer, SizingSummary};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
@@ -95,12 +96,12 @@ fn tensor_of<'a>(
     if !session.is_constant(k) {
         return None;
     }
-    let buffer = inner.constants[id.index()].as_ref()?;
+    let (buffer, offset_bytes, size_bytes) = inner.data.constant(id)?;
     Some(Operand {
         tensor: TensorRef {
             buffer,
-            offset_bytes: 0,
-            size_bytes: buffer.size_bytes(),
+            offset_bytes,
+            size_bytes,
         },
         shape: session.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
@@ -119,7 +120,9 @@ impl InferRequest {
         let session = Session::new(
             Arc::clone(&inner.compiled),
             options,
-            EngineStorage::new(engine.clone()),
+            EngineStorage::new(engine.clone()).in_region(Region::Internal),
+            EngineStorage::new(engine.clone()).in_region(Region::Placeholders),
+            Arc::clone(&inner.placeholders),
         )?;
         let n = inner.compiled.nodes.len();
         Ok(InferRequest {
@@ -337,14 +340,18 @@ impl InferRequest {
         // All bits set is a quiet NaN in f32 (and -1 in i32): any read of unwritten bytes shows.
         let buf = self
             .engine()
-            .allocate_init(
+            .allocate_in(
+                Region::Internal,
                 &BufferDesc {
                     label: "dynrt poison source",
                     size_bytes: size,
                     kind: AllocKind::UsmDevice,
                 },
-                &vec![0xFFu8; size as usize],
             )
+            .map_err(alloc_err("poison source"))?;
+        // All bits set: written through staging (the buffer is in order before any fill).
+        self.engine()
+            .write(&buf, 0, &vec![0xFFu8; size as usize])
             .map_err(alloc_err("poison source"))?;
         self.nan_source = Some(buf);
         Ok(())

@@ -9,6 +9,7 @@
 
 use super::compile::{padded_bytes, Compiled, Role};
 use super::options::{RunOptions, RunStats};
+use super::placeholders::{Lease, PlaceholderPool};
 use super::RunError;
 use crate::graph::{ops, Bindings, Dim, NodeId, Op, Position};
 use crate::memory::pool::{MemoryPool, PoolRequest, PoolView, Storage};
@@ -16,12 +17,17 @@ use crate::memory::predictor::{MemoryLimits, Sizer};
 use crate::memory::AllocKind;
 use crate::shape::{DType, Shape};
 use crate::tensor::{encode_i64, HostTensor};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A network family's placeholder pool, shared by its requests.
+pub(crate) type SharedPlaceholders<B> = Arc<Mutex<PlaceholderPool<B>>>;
 
 /// Where a node's output lives.
 pub(crate) enum Mem<B> {
     None,
     Pool(PoolView),
+    /// A placeholder slot (network inputs and outputs).
+    Placeholder(Lease<B>),
     Own(B),
     Arena(u64),
     /// The state buffer (past inputs and in-place concats).
@@ -72,6 +78,24 @@ pub(crate) struct MovedState<B> {
     pub shape: Shape,
 }
 
+/// The placeholder pool (a poisoned lock only means a panic elsewhere; the pool's state is
+/// consistent between statements).
+fn lock<B>(p: &SharedPlaceholders<B>) -> MutexGuard<'_, PlaceholderPool<B>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<S: Storage> Drop for Session<S> {
+    /// Gives the placeholder slots back to the network's pool for its next requests.
+    fn drop(&mut self) {
+        let mut pool = lock(&self.placeholders);
+        for slot in &mut self.slots {
+            if let Mem::Placeholder(lease) = std::mem::replace(&mut slot.mem, Mem::None) {
+                self.freed.extend(pool.release(&self.io_storage, lease));
+            }
+        }
+    }
+}
+
 /// What one try of [`Session::obtain`] got: the memory, its capacity, and the bytes of a
 /// fresh allocation (none when a pool record was reused).
 type Attempt<B> = Result<(Mem<B>, u64, Option<u64>), String>;
@@ -91,7 +115,13 @@ pub(crate) struct Session<S: Storage> {
     options: RunOptions,
     /// The one sizing path (`dynrt predict` replays the same code).
     sizer: Sizer,
+    /// Allocations of the internal region (activations, the arena, host values).
     storage: S,
+    /// Allocations of the placeholders region (placeholder buffers, KV-cache in-outs).
+    io_storage: S,
+    /// The network family's placeholder pool and this session's inference in it.
+    placeholders: SharedPlaceholders<S::Buffer>,
+    inference: u32,
     pool: MemoryPool<S>,
     arena: Option<S::Buffer>,
     slots: Vec<Slot<S::Buffer>>,
@@ -117,13 +147,19 @@ impl<S: Storage + Clone> Session<S> {
         compiled: Arc<Compiled>,
         options: RunOptions,
         storage: S,
+        io_storage: S,
+        placeholders: SharedPlaceholders<S::Buffer>,
     ) -> Result<Session<S>, RunError> {
         let n = compiled.graph.len();
+        let inference = lock(&placeholders).begin_inference();
         let mut s = Session {
             options,
             sizer: Self::fresh_sizer(&options),
             pool: MemoryPool::new(storage.clone()),
             storage,
+            io_storage,
+            placeholders,
+            inference,
             arena: None,
             slots: Vec::with_capacity(n),
             states: Vec::new(),
@@ -408,13 +444,29 @@ impl<S: Storage + Clone> Session<S> {
         // The old buffer is dead (this node recomputes its output), so it is released first:
         // the pool may then hand its record to someone else, and peak memory stays lower.
         self.release_slot(k);
-        // Network inputs and host values are written by the host before the submit (their
-        // writes land before every command of it), so they must never share memory with a
-        // node that runs earlier in the same submit: they own their buffers.
-        let pooled =
-            self.options.pool && !matches!(node.role, Role::HostValue | Role::Input { .. });
+        // Network inputs and outputs are placeholders: slots of the network's placeholder
+        // pool, never shared with another node of the same inference. Host values are written
+        // by the host before the submit (their writes land before every command of it), so
+        // they must never share memory with a node that runs earlier in the same submit: they
+        // own their buffers.
+        let io = node.is_output || matches!(node.role, Role::Input { .. });
+        let pooled = self.options.pool && !io && node.role != Role::HostValue;
+        let placeholders = Arc::clone(&self.placeholders);
+        let inference = self.inference;
         let mut attempt = |size: u64| -> Attempt<S::Buffer> {
-            if pooled {
+            if io {
+                let lease = lock(&placeholders).acquire(
+                    &mut self.io_storage,
+                    c.network_id,
+                    inference,
+                    size,
+                    kind,
+                    label,
+                )?;
+                let cap = lease.size_bytes;
+                // A slot taken from the pool's free copies is no new allocation.
+                Ok((Mem::Placeholder(lease), cap, Some(cap)))
+            } else if pooled {
                 let req = PoolRequest {
                     size_bytes: size,
                     kind,
@@ -488,6 +540,10 @@ impl<S: Storage + Clone> Session<S> {
             Mem::Own(b) => {
                 self.freed.push(S::id(&b));
                 drop(b);
+            }
+            Mem::Placeholder(lease) => {
+                let freed = lock(&self.placeholders).release(&self.io_storage, lease);
+                self.freed.extend(freed);
             }
             other => slot.mem = other,
         }
@@ -585,7 +641,7 @@ impl<S: Storage + Clone> Session<S> {
             requested_bytes: needed,
             reason,
         };
-        let buf = match self.storage.allocate(size, AllocKind::UsmDevice, label) {
+        let buf = match self.io_storage.allocate(size, AllocKind::UsmDevice, label) {
             Ok(b) => {
                 if size > needed {
                     self.stats.preallocations += 1;
@@ -595,7 +651,7 @@ impl<S: Storage + Clone> Session<S> {
             Err(_) if size > needed => {
                 self.stats.preallocation_fallbacks += 1;
                 let b = self
-                    .storage
+                    .io_storage
                     .allocate(needed, AllocKind::UsmDevice, label)
                     .map_err(|e| oom(e.to_string()))?;
                 self.sizer
@@ -813,6 +869,7 @@ impl<S: Storage + Clone> Session<S> {
             Mem::None | Mem::Constant => None,
             Mem::Pool(v) => self.pool.buffer(v).ok().map(|b| (b, v.offset_bytes)),
             Mem::Own(b) => Some((b, 0)),
+            Mem::Placeholder(l) => Some((&*l.buffer, l.offset_bytes)),
             Mem::Arena(off) => self.arena.as_ref().map(|a| (a, *off)),
             Mem::State(s) => self.states[*s].current().map(|b| (b, 0)),
         }
@@ -840,7 +897,9 @@ impl<S: Storage + Clone> Session<S> {
         };
         let available = S::size_bytes(buffer).saturating_sub(offset_bytes);
         let size_bytes = match self.slots[k].mem {
-            Mem::Arena(_) | Mem::Pool(_) => self.slots[k].capacity_bytes.min(available),
+            Mem::Arena(_) | Mem::Pool(_) | Mem::Placeholder(_) => {
+                self.slots[k].capacity_bytes.min(available)
+            }
             _ => available,
         };
         Some(View {
@@ -883,6 +942,23 @@ mod tests {
             })
             .collect();
         (g.graph, states)
+    }
+
+    // Host storage counts through an Rc (single-threaded); production pools hold engine
+    // buffers, which are Send and Sync on native targets.
+    #[allow(clippy::arc_with_non_send_sync)]
+    fn host_session(
+        compiled: Arc<Compiled>,
+        run: RunOptions,
+        storage: HostStorage,
+    ) -> Session<HostStorage> {
+        let pool = Arc::new(Mutex::new(PlaceholderPool::new(
+            None,
+            AllocKind::UsmDevice,
+            256,
+            2,
+        )));
+        Session::new(compiled, run, storage.clone(), storage, pool).unwrap()
     }
 
     fn step_inputs(seq: u64, at: u64) -> (HostTensor, HostTensor) {
@@ -961,13 +1037,13 @@ mod tests {
             } else {
                 chunks
             };
-            let options = NetworkOptions { planner, fixed, states, io_kind: None };
+            let options = NetworkOptions { planner, fixed, states, io_kind: None, inflight: 2 };
             let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice };
             let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
             let storage = HostStorage::new();
             let mut run = RunOptions::new(policy);
             run.pool = pool;
-            let mut s = Session::new(compiled, run, storage.clone()).unwrap();
+            let mut s = host_session(compiled, run, storage.clone());
             let mut rows = 0u64;
             for &seq in &chunks {
                 let (ids, pos) = step_inputs(seq, rows);
@@ -999,7 +1075,7 @@ mod tests {
         let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
         // A host budget that holds a short prefill but not a long one.
         let storage = HostStorage::with_budget(200_000);
-        let mut s = Session::new(compiled, RunOptions::new(Policy::Reference), storage).unwrap();
+        let mut s = host_session(compiled, RunOptions::new(Policy::Reference), storage);
         let (ids, pos) = step_inputs(4, 0);
         s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
             .unwrap();
