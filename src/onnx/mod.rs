@@ -63,6 +63,8 @@ mod schemas;
 mod tensor;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testdata;
+#[cfg(test)]
+mod tests;
 
 pub use error::OnnxError;
 pub use external::{ExternalData, ExternalDataError, ExternalRef};
