@@ -33,7 +33,11 @@ fn seeds() -> Vec<Vec<u8>> {
     for p in names {
         seeds.push(std::fs::read(p).unwrap());
     }
-    assert!(seeds.len() >= 4, "fixtures/onnx has {} seed files", seeds.len());
+    assert!(
+        seeds.len() >= 4,
+        "fixtures/onnx has {} seed files",
+        seeds.len()
+    );
     let node = testdata::default_dir();
     if let Ok(cases) = testdata::list_cases(&node) {
         let step = (cases.len() / 200).max(1);
@@ -54,7 +58,13 @@ fn mutate(rng: &mut SplitMix64, seeds: &[Vec<u8>]) -> Vec<u8> {
     let rounds = 1 + rng.range(0, 4);
     for _ in 0..rounds {
         let len = b.len() as u64;
-        let at = |rng: &mut SplitMix64| if len == 0 { 0 } else { rng.range(0, len) as usize };
+        let at = |rng: &mut SplitMix64| {
+            if len == 0 {
+                0
+            } else {
+                rng.range(0, len) as usize
+            }
+        };
         match rng.range(0, 9) {
             0 if len > 0 => {
                 let i = at(rng);
@@ -74,7 +84,9 @@ fn mutate(rng: &mut SplitMix64, seeds: &[Vec<u8>]) -> Vec<u8> {
             3 => b.truncate(at(rng)),
             4 => {
                 let i = at(rng);
-                let extra: Vec<u8> = (0..rng.range(1, 17)).map(|_| rng.next_u64() as u8).collect();
+                let extra: Vec<u8> = (0..rng.range(1, 17))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
                 b.splice(i..i, extra);
             }
             5 if len > 1 => {
