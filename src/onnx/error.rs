@@ -155,4 +155,74 @@ pub enum OnnxError {
         /// What is wrong.
         reason: String,
     },
+    /// An `--input` argument that is not `NAME=PATH`.
+    #[error("input argument `{arg}` is not NAME=FILE.npy")]
+    InputArg {
+        /// The argument.
+        arg: String,
+    },
+    /// A fed input the model does not declare.
+    #[error("the model has no input `{input}`")]
+    UnknownInput {
+        /// The name fed.
+        input: String,
+    },
+    /// An input fed twice.
+    #[error("input `{input}` is given twice")]
+    DuplicateInput {
+        /// The input.
+        input: String,
+    },
+    /// A required input not fed.
+    #[error("input `{input}` is required but not given")]
+    MissingInput {
+        /// The input.
+        input: String,
+    },
+    /// An input of the wrong element type (or a tensor for a non-tensor input).
+    #[error("input `{input}` must be {expected}, is {actual}")]
+    InputType {
+        /// The input.
+        input: String,
+        /// The declared type.
+        expected: String,
+        /// What was given.
+        actual: String,
+    },
+    /// An input of the wrong rank.
+    #[error("input `{input}` must have rank {expected}, has rank {actual}")]
+    InputRank {
+        /// The input.
+        input: String,
+        /// Declared rank.
+        expected: usize,
+        /// Given rank.
+        actual: usize,
+    },
+    /// A fixed dimension that differs.
+    #[error("input `{input}` dimension {index} must be {expected}, is {actual}")]
+    InputDim {
+        /// The input.
+        input: String,
+        /// The dimension.
+        index: usize,
+        /// Declared extent.
+        expected: u64,
+        /// Given extent.
+        actual: u64,
+    },
+    /// One symbol bound to two extents.
+    #[error("dimension `{symbol}` is {first_value} in input `{first_input}` but {value} in input `{input}`")]
+    SymbolConflict {
+        /// The symbol (`dim_param`).
+        symbol: String,
+        /// The input that bound it first.
+        first_input: String,
+        /// Its extent there.
+        first_value: u64,
+        /// The input that disagrees.
+        input: String,
+        /// Its extent there.
+        value: u64,
+    },
 }

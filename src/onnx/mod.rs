@@ -24,6 +24,8 @@
 //! * [`external`]: external data (`location`/`offset`/`length`), paths kept inside the
 //!   model's folder, and the [`external::ExternalData`] resolvers: files (native), bytes
 //!   handed over (wasm32).
+//! * [`bind_inputs`] / [`parse_input_arg`] (`feeds`): a run's inputs checked against the
+//!   model (names, element types, ranks, fixed dims) and its symbolic dims bound.
 //! * [`ops`]: the op types the importer maps and the opsets it accepts.
 //! * [`InspectReport`] (`inspect`): what `dynrt inspect` prints.
 //! * [`testdata`]: the ONNX backend node tests (`model.onnx` + `test_data_set_N/*.pb`).
@@ -55,6 +57,7 @@
 
 mod error;
 pub mod external;
+mod feeds;
 mod inspect;
 mod model;
 pub mod ops;
@@ -68,6 +71,7 @@ mod tests;
 
 pub use error::OnnxError;
 pub use external::{ExternalData, ExternalDataError, ExternalRef};
+pub use feeds::{bind_inputs, parse_input_arg};
 pub use inspect::{
     DTypeBytes, ExternalFile, InitializerSummary, InspectReport, OpCount, UnsupportedNode,
 };

@@ -514,3 +514,62 @@ fn external_data_through_a_bytes_resolver() {
         }
     ));
 }
+
+#[test]
+fn feeds_are_checked_and_bind_symbols() {
+    let mut m = model();
+    graph_mut(&mut m)
+        .input
+        .push(value("past", 1, &["batch", "3", "past_len", "2"]));
+    let loaded = load(&m).unwrap();
+    let g = &loaded.graph;
+    let f32s = |dims: &[u64]| {
+        let n = dims.iter().product::<u64>() as usize;
+        HostTensor::from_f32(dims.to_vec(), &vec![0.0; n]).unwrap()
+    };
+    let ok = [
+        ("x".to_string(), f32s(&[2, 4])),
+        ("past".to_string(), f32s(&[2, 3, 0, 2])),
+    ];
+    let symbols = bind_inputs(g, &ok).unwrap();
+    assert_eq!(symbols.get("batch"), Some(&2));
+    assert_eq!(symbols.get("past_len"), Some(&0));
+    let err = |feeds: &[(String, HostTensor)]| bind_inputs(g, feeds).unwrap_err();
+    assert!(matches!(err(&ok[..1]), OnnxError::MissingInput { input } if input == "past"));
+    let conflict = [ok[0].clone(), ("past".to_string(), f32s(&[3, 3, 0, 2]))];
+    assert!(
+        matches!(err(&conflict), OnnxError::SymbolConflict { symbol, first_value: 2, value: 3, .. } if symbol == "batch")
+    );
+    let fixed = [("x".to_string(), f32s(&[2, 5])), ok[1].clone()];
+    assert!(matches!(
+        err(&fixed),
+        OnnxError::InputDim {
+            index: 1,
+            expected: 4,
+            actual: 5,
+            ..
+        }
+    ));
+    let rank = [("x".to_string(), f32s(&[8])), ok[1].clone()];
+    assert!(matches!(
+        err(&rank),
+        OnnxError::InputRank {
+            expected: 2,
+            actual: 1,
+            ..
+        }
+    ));
+    let ids = HostTensor::from_i64(vec![2, 4], &[0; 8]).unwrap();
+    let dtype = [("x".to_string(), ids), ok[1].clone()];
+    assert!(matches!(err(&dtype), OnnxError::InputType { input, .. } if input == "x"));
+    let unknown = [ok[0].clone(), ok[1].clone(), ("y".to_string(), f32s(&[1]))];
+    assert!(matches!(err(&unknown), OnnxError::UnknownInput { input } if input == "y"));
+    let twice = [ok[0].clone(), ok[0].clone()];
+    assert!(matches!(err(&twice), OnnxError::DuplicateInput { .. }));
+    assert_eq!(
+        parse_input_arg("input_ids=a=b.npy").unwrap(),
+        ("input_ids".into(), "a=b.npy".into())
+    );
+    assert!(parse_input_arg("no_equals").is_err());
+    assert!(parse_input_arg("=x.npy").is_err());
+}
