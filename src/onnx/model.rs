@@ -1103,11 +1103,11 @@ pub(crate) fn convert_type(t: &proto::TypeProto, value: &str) -> Result<ValueTyp
             .transpose()
     };
     match &t.value {
-        Some(TypeValue::TensorType(tt)) => Ok(ValueType::Tensor(tensor_type(tt)?)),
-        Some(TypeValue::SparseTensorType(tt)) => Ok(ValueType::SparseTensor(tensor_type(tt)?)),
-        Some(TypeValue::SequenceType(s)) => Ok(ValueType::Sequence(inner(&s.elem_type)?)),
-        Some(TypeValue::OptionalType(o)) => Ok(ValueType::Optional(inner(&o.elem_type)?)),
-        Some(TypeValue::MapType(m)) => Ok(ValueType::Map {
+        Some(TypeValue::Tensor(tt)) => Ok(ValueType::Tensor(tensor_type(tt)?)),
+        Some(TypeValue::SparseTensor(tt)) => Ok(ValueType::SparseTensor(tensor_type(tt)?)),
+        Some(TypeValue::Sequence(s)) => Ok(ValueType::Sequence(inner(&s.elem_type)?)),
+        Some(TypeValue::Optional(o)) => Ok(ValueType::Optional(inner(&o.elem_type)?)),
+        Some(TypeValue::Map(m)) => Ok(ValueType::Map {
             key: dtype(m.key_type)?.ok_or_else(|| err("map without key type".to_string()))?,
             value: inner(&m.value_type)?,
         }),

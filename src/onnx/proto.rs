@@ -267,19 +267,19 @@ pub struct TypeProto {
     pub denotation: String,
 }
 
-/// The `value` oneof of `TypeProto`.
+/// The `value` oneof of `TypeProto` (`tensor_type`, `sequence_type`, ... on the wire).
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum TypeValue {
     #[prost(message, tag = "1")]
-    TensorType(TypeProtoTensor),
+    Tensor(TypeProtoTensor),
     #[prost(message, tag = "4")]
-    SequenceType(Box<TypeProtoSequence>),
+    Sequence(Box<TypeProtoSequence>),
     #[prost(message, tag = "5")]
-    MapType(Box<TypeProtoMap>),
+    Map(Box<TypeProtoMap>),
     #[prost(message, tag = "9")]
-    OptionalType(Box<TypeProtoOptional>),
+    Optional(Box<TypeProtoOptional>),
     #[prost(message, tag = "8")]
-    SparseTensorType(TypeProtoTensor),
+    SparseTensor(TypeProtoTensor),
 }
 
 /// `TypeProto.Tensor` (also the layout of `TypeProto.SparseTensor`).
