@@ -64,7 +64,6 @@ pub mod ops;
 pub(crate) mod proto;
 mod schemas;
 mod tensor;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod testdata;
 #[cfg(test)]
 mod tests;

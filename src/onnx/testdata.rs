@@ -1,17 +1,21 @@
-//! The ONNX backend node tests as data (native only): one case is a folder with `model.onnx`
+//! The ONNX backend node tests as data: one case is a folder with `model.onnx`
 //! and `test_data_set_N/` folders of `input_K.pb` / `output_K.pb` protobuf files.
 //!
 //! `scripts/fetch_onnx_tests.sh` puts the 1765 cases of `onnx==1.22.0` (the last release that
 //! ships them) under [`default_dir`]. A data file is a `TensorProto` when the graph's value
 //! is a tensor; for sequence, optional and map values it is a `SequenceProto`,
 //! `OptionalProto` or `MapProto` (`onnx-data.proto`), chosen by the declared type of the
-//! graph input or output at the same position.
+//! graph input or output at the same position. Decoding works from bytes everywhere; the
+//! folder walking ([`load_case`], [`list_cases`], [`default_dir`]) is native only.
 
 use bytes::Bytes;
 use prost::Message;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
-use super::model::{LoadOptions, OnnxModel, ValueType};
+#[cfg(not(target_arch = "wasm32"))]
+use super::model::LoadOptions;
+use super::model::{OnnxModel, ValueType};
 use super::proto::{self, value_kind};
 use super::tensor::{self, HostTensor, TensorDType};
 use super::OnnxError;
@@ -20,6 +24,7 @@ use super::OnnxError;
 /// `scripts/fetch_onnx_tests.sh`).
 pub const DIR_ENV: &str = "DYNRT_ONNX_TESTS_DIR";
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Where the node tests are: `$DYNRT_ONNX_TESTS_DIR/node`, by default
 /// `target/onnx-tests/node` in the crate's folder (where `scripts/fetch_onnx_tests.sh` puts
 /// them).
@@ -73,6 +78,7 @@ pub struct NodeTestCase {
     pub data_sets: Vec<TestDataSet>,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// The case folders under `dir` (those containing a `model.onnx`), sorted by name.
 ///
 /// # Errors
@@ -93,6 +99,7 @@ pub fn list_cases(dir: &Path) -> Result<Vec<PathBuf>, OnnxError> {
     Ok(cases)
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn read(path: &Path) -> Result<Bytes, OnnxError> {
     std::fs::read(path)
         .map(Bytes::from)
@@ -102,6 +109,7 @@ fn read(path: &Path) -> Result<Bytes, OnnxError> {
         })
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Files `prefix_K.pb` of a folder, in order of K (0, 1, ... until one is missing).
 fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     (0..)
@@ -110,6 +118,7 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Loads a case folder: the model (with `options`) and every data set, each file decoded by
 /// the declared type of the graph value at its position.
 ///
