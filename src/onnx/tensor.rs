@@ -510,12 +510,12 @@ impl HostTensor {
     }
 }
 
-/// Appends each value's little-endian bytes, keeping the low `width` bytes (for the narrower
-/// types ONNX stores in `int32_data`).
-fn le_bytes_i32(values: &[i32], width: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * width);
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes()[..width]);
+/// Each value's bytes, concatenated (the narrower types ONNX stores in `int32_data` keep
+/// their low bytes).
+fn le<T: Copy, const N: usize>(values: &[T], bytes: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * N);
+    for &v in values {
+        out.extend_from_slice(&bytes(v));
     }
     out
 }
@@ -540,66 +540,88 @@ pub(crate) fn decode_inline(t: &proto::TensorProto) -> Result<HostTensor, Tensor
     // The number of values the typed field must hold: packed types store bytes in int32_data,
     // complex types two floats per element.
     let packed = |per_byte: u64| n.div_ceil(per_byte);
-    let (field, count, bytes): (&'static str, u64, Vec<u8>) = match dtype {
+    let (field, count, actual, bytes): (&'static str, u64, usize, Vec<u8>) = match dtype {
         F32 => (
             "float_data",
             n,
-            t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.float_data.len(),
+            le(&t.float_data, f32::to_le_bytes),
         ),
         Complex64 => (
             "float_data",
             n.saturating_mul(2),
-            t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.float_data.len(),
+            le(&t.float_data, f32::to_le_bytes),
         ),
         F64 => (
             "double_data",
             n,
-            t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.double_data.len(),
+            le(&t.double_data, f64::to_le_bytes),
         ),
         Complex128 => (
             "double_data",
             n.saturating_mul(2),
-            t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.double_data.len(),
+            le(&t.double_data, f64::to_le_bytes),
         ),
         I64 => (
             "int64_data",
             n,
-            t.int64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.int64_data.len(),
+            le(&t.int64_data, i64::to_le_bytes),
         ),
         U64 => (
             "uint64_data",
             n,
-            t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            t.uint64_data.len(),
+            le(&t.uint64_data, u64::to_le_bytes),
         ),
         U32 => (
             "uint64_data",
             n,
-            t.uint64_data
-                .iter()
-                .flat_map(|&v| (v as u32).to_le_bytes())
-                .collect(),
+            t.uint64_data.len(),
+            le(&t.uint64_data, |v| (v as u32).to_le_bytes()),
         ),
-        I32 => ("int32_data", n, le_bytes_i32(&t.int32_data, 4)),
-        I16 | U16 | F16 | BF16 => ("int32_data", n, le_bytes_i32(&t.int32_data, 2)),
+        I32 => (
+            "int32_data",
+            n,
+            t.int32_data.len(),
+            le(&t.int32_data, i32::to_le_bytes),
+        ),
+        I16 | U16 | F16 | BF16 => (
+            "int32_data",
+            n,
+            t.int32_data.len(),
+            le(&t.int32_data, |v| (v as u16).to_le_bytes()),
+        ),
         Bool => (
             "int32_data",
             n,
-            t.int32_data.iter().map(|&v| (v != 0) as u8).collect(),
+            t.int32_data.len(),
+            le(&t.int32_data, |v| [(v != 0) as u8]),
         ),
-        I8 | U8 | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F8E8M0 => {
-            ("int32_data", n, le_bytes_i32(&t.int32_data, 1))
-        }
-        U4 | I4 | F4E2M1 => ("int32_data", packed(2), le_bytes_i32(&t.int32_data, 1)),
-        U2 | I2 => ("int32_data", packed(4), le_bytes_i32(&t.int32_data, 1)),
+        I8 | U8 | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F8E8M0 => (
+            "int32_data",
+            n,
+            t.int32_data.len(),
+            le(&t.int32_data, |v| [v as u8]),
+        ),
+        U4 | I4 | F4E2M1 => (
+            "int32_data",
+            packed(2),
+            t.int32_data.len(),
+            le(&t.int32_data, |v| [v as u8]),
+        ),
+        U2 | I2 => (
+            "int32_data",
+            packed(4),
+            t.int32_data.len(),
+            le(&t.int32_data, |v| [v as u8]),
+        ),
         String => unreachable!("handled above"),
     };
-    let actual = match field {
-        "float_data" => t.float_data.len(),
-        "double_data" => t.double_data.len(),
-        "int64_data" => t.int64_data.len(),
-        "uint64_data" => t.uint64_data.len(),
-        _ => t.int32_data.len(),
-    } as u64;
+    let actual = actual as u64;
     if actual != count {
         return Err(TensorError::DataLength {
             dtype,
