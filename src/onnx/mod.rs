@@ -36,7 +36,7 @@
 //! # Why prost with hand-written messages
 //!
 //! The protobuf decoding is `prost` (the Tokio project's protobuf crate) with the message
-//! structs of `onnx.proto` written out with `#[derive(prost::Message)]` in [`proto`]
+//! structs of `onnx.proto` written out with `#[derive(prost::Message)]` in `src/onnx/proto.rs`
 //! (crate-private). Against the alternatives, as of this writing:
 //!
 //! * *Size and build*: prost + bytes are small and pure Rust; no `protoc` or build script at
