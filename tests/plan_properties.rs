@@ -7,6 +7,20 @@ use dynrt::memory::planner::{
 use proptest::prelude::*;
 use std::time::Duration;
 
+/// Buffers `b0, b1, ...` from (lower, lifetime length, size, alignment).
+fn to_buffers(v: Vec<(u64, u64, u64, u64)>) -> Vec<PlanBuffer> {
+    v.into_iter()
+        .enumerate()
+        .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
+            id: format!("b{i}"),
+            lower,
+            upper: lower + len,
+            size_bytes,
+            align_bytes,
+        })
+        .collect()
+}
+
 fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
     prop::collection::vec(
         (
@@ -17,18 +31,7 @@ fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
         ),
         1..40,
     )
-    .prop_map(|v| {
-        v.into_iter()
-            .enumerate()
-            .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
-                id: format!("b{i}"),
-                lower,
-                upper: lower + len,
-                size_bytes,
-                align_bytes,
-            })
-            .collect()
-    })
+    .prop_map(to_buffers)
 }
 
 /// Many buffers (more than the 1024 the planner places between two looks at the clock), so a
@@ -43,18 +46,7 @@ fn many_buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
         ),
         1100..2500,
     )
-    .prop_map(|v| {
-        v.into_iter()
-            .enumerate()
-            .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
-                id: format!("b{i}"),
-                lower,
-                upper: lower + len,
-                size_bytes,
-                align_bytes,
-            })
-            .collect()
-    })
+    .prop_map(to_buffers)
 }
 
 /// The greedy baseline written out plainly: by decreasing size (ties: earlier start, then
