@@ -206,25 +206,29 @@ impl Index {
 /// with touching ones joined.
 fn union_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
     let (mut x, mut y) = (0, 0);
-    let mut cur: Option<(u64, u64)> = None;
-    while x < a.len() || y < b.len() {
-        let r = if y >= b.len() || (x < a.len() && a[x].0 <= b[y].0) {
+    let mut next = || {
+        if x < a.len() && (y >= b.len() || a[x].0 <= b[y].0) {
             x += 1;
-            a[x - 1]
-        } else {
+            Some(a[x - 1])
+        } else if y < b.len() {
             y += 1;
-            b[y - 1]
-        };
-        cur = match cur {
-            Some((s, e)) if r.0 <= e => Some((s, e.max(r.1))),
-            Some(c) => {
-                out.push(c);
-                Some(r)
-            }
-            None => Some(r),
-        };
+            Some(b[y - 1])
+        } else {
+            None
+        }
+    };
+    let Some((mut start, mut end)) = next() else {
+        return;
+    };
+    while let Some((s, e)) = next() {
+        if s <= end {
+            end = end.max(e);
+        } else {
+            out.push((start, end));
+            (start, end) = (s, e);
+        }
     }
-    out.extend(cur);
+    out.push((start, end));
 }
 
 /// Buffers reused by [`Index::for_each_gap`].
