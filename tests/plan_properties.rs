@@ -34,7 +34,7 @@ fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
     .prop_map(to_buffers)
 }
 
-/// Many buffers (more than the 1024 the planner places between two looks at the clock), so a
+/// Many buffers (far more than the 256 the greedy places between two looks at the clock), so a
 /// tiny time limit really cuts phases short.
 fn many_buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
     prop::collection::vec(

@@ -254,7 +254,8 @@ pub(crate) fn best_fit(
     let mut offsets = vec![0u64; p.len()];
     let mut scratch = GapScratch::default();
     for (k, &i) in order.iter().enumerate() {
-        if k % 1024 == 1023 && deadline.is_some_and(|d| Instant::now() >= d) {
+        // 256 placements are about 1 ms of CPU on Y_1: a cut phase overruns by little.
+        if k % 256 == 255 && deadline.is_some_and(|d| Instant::now() >= d) {
             return None;
         }
         let (size, align) = (p.size[i], p.align[i]);
