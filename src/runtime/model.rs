@@ -5,7 +5,7 @@
 //! LayerNorm and a separate LM head (a head tied to the token embedding makes greedy decoding
 //! of random weights echo its input token forever: the residual stream is dominated by that
 //! token's embedding). Weights come from
-//! [`SplitMix64`](crate::rng::SplitMix64) seeded with `seed`, so native and browser runs
+//! [`SplitMix64`] seeded with `seed`, so native and browser runs
 //! produce the same numbers.
 //!
 //! The KV cache is laid out sequence-major, `[t, dim]` per layer, so that appending a step is a
