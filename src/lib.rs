@@ -60,11 +60,15 @@
 // them natively (Engine, Gpu, Network) trip this lint there; the single-threaded target is why.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fetch;
+pub mod gguf;
 pub mod gpu;
 pub mod graph;
 pub mod memory;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
+pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub mod web;

