@@ -82,6 +82,60 @@ pub fn dequantize(label: &str, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Res
     Ok(())
 }
 
+/// Quantizes `src` to `ty` (`Q8_0`, `Q4_1`, `F16` or `F32`) with ggml's reference rounding,
+/// for building test models and checking kernels; `src.len()` must be a whole number of
+/// blocks. Returns the blocks' bytes.
+///
+/// # Errors
+/// [`GgufError::UnsupportedTensorType`], [`GgufError::PartialBlock`].
+pub fn quantize(label: &str, ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, GgufError> {
+    let bl = ty.block_len() as usize;
+    if src.len() % bl != 0 {
+        return Err(GgufError::PartialBlock {
+            tensor: label.to_owned(),
+            ty,
+            row_len: src.len() as u64,
+            block_len: bl as u64,
+        });
+    }
+    let mut out = Vec::with_capacity(src.len() / bl * ty.block_bytes() as usize);
+    match ty {
+        GgmlType::F32 => src.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        GgmlType::F16 => src
+            .iter()
+            .for_each(|&x| out.extend(f16::from_f32(x).to_le_bytes())),
+        GgmlType::Q8_0 => {
+            for block in src.chunks_exact(32) {
+                let amax = block.iter().fold(0f32, |a, x| a.max(x.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(block.iter().map(|&x| (x * id).round() as i8 as u8));
+            }
+        }
+        GgmlType::Q4_1 => {
+            for block in src.chunks_exact(32) {
+                let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16::from_f32(d).to_le_bytes());
+                out.extend(f16::from_f32(min).to_le_bytes());
+                let q = |x: f32| (((x - min) * id + 0.5) as u8).min(15);
+                out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+            }
+        }
+        _ => {
+            return Err(GgufError::UnsupportedTensorType {
+                tensor: label.to_owned(),
+                ty,
+                supported: DEQUANTIZE_TYPES,
+            })
+        }
+    }
+    Ok(out)
+}
+
 impl Gguf {
     /// The whole tensor `name` dequantized to `f32`, in file order (row-major, innermost dim
     /// contiguous). Allocates `4 * num_elements` bytes, freed when the `Vec` is dropped.
@@ -160,6 +214,27 @@ mod tests {
         for (j, o) in out.iter().enumerate() {
             assert_eq!(*o, 0.25 * (j as f32 - 16.0));
         }
+    }
+
+    #[test]
+    fn quantize_then_dequantize_is_close() {
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 64) as f32 - 31.5) / 8.0)
+            .collect();
+        // Half a quantization step (amax/127 and range/15 over 2), plus the f16 rounding of
+        // the scale and the minimum.
+        for (ty, tol) in [(GgmlType::Q8_0, 0.02), (GgmlType::Q4_1, 0.27)] {
+            let q = quantize("x", ty, &x).unwrap();
+            let mut y = vec![0f32; 64];
+            dequantize("x", ty, &q, &mut y).unwrap();
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() <= tol, "{ty}: {a} vs {b}");
+            }
+        }
+        assert!(matches!(
+            quantize("x", GgmlType::Q4_1, &x[..33]),
+            Err(GgufError::PartialBlock { .. })
+        ));
     }
 
     #[test]

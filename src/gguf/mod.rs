@@ -6,7 +6,7 @@
 //! tensor (name, [`GgmlType`], dims, byte range). Tensor bytes stay in the caller's slice;
 //! [`Gguf::tensor_bytes`] borrows them and [`dequantize`] expands them to `f32` on the CPU.
 //! [`LlamaConfig::from_gguf`] reads a llama model's hyper-parameters from the metadata and
-//! checks its tensors' shapes.
+//! checks its tensors' shapes. [`GgufBuilder`] writes files (tiny models, fixtures).
 //!
 //! Everything a file says is validated before it is used (see [`Gguf::parse`]), and every
 //! problem is a [`GgufError`] that names the key, tensor or byte offset: no input panics,
@@ -36,14 +36,20 @@ mod error;
 mod file;
 #[cfg(not(target_arch = "wasm32"))]
 mod mapped;
+#[cfg(test)]
+mod tests;
+mod tiny;
 mod types;
 mod value;
+mod writer;
 
 pub use config::LlamaConfig;
-pub use dequant::{dequantize, DEQUANTIZE_TYPES};
+pub use dequant::{dequantize, quantize, DEQUANTIZE_TYPES};
 pub use error::GgufError;
 pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX_DIMS};
 #[cfg(not(target_arch = "wasm32"))]
 pub use mapped::MappedGguf;
+pub use tiny::{TinyLlama, CHATML_TEMPLATE, TINY_SPECIAL_TOKENS};
 pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};
+pub use writer::GgufBuilder;

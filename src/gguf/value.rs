@@ -54,6 +54,25 @@ impl ValueType {
         })
     }
 
+    /// The type's id in a file.
+    pub fn id(self) -> u32 {
+        match self {
+            ValueType::U8 => 0,
+            ValueType::I8 => 1,
+            ValueType::U16 => 2,
+            ValueType::I16 => 3,
+            ValueType::U32 => 4,
+            ValueType::I32 => 5,
+            ValueType::F32 => 6,
+            ValueType::Bool => 7,
+            ValueType::Str => 8,
+            ValueType::Array => 9,
+            ValueType::U64 => 10,
+            ValueType::I64 => 11,
+            ValueType::F64 => 12,
+        }
+    }
+
     /// The fewest bytes one value of this type takes in a file (a string: its `u64` length;
     /// an array: its element type and count). Never zero, so a count can be checked against
     /// the bytes left before anything is allocated.

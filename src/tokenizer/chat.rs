@@ -138,7 +138,7 @@ impl ChatTemplate {
 mod tests {
     use super::*;
 
-    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+    use crate::gguf::CHATML_TEMPLATE as CHATML;
 
     #[test]
     fn renders_chatml_with_default_system_prompt() {
