@@ -337,11 +337,12 @@ def cmd_write_test_gguf(a):
     w.write_tensors_to_file()
     w.close()
 
-    def jsonable(v):
-        return v if not isinstance(v, float) or np.isfinite(v) else str(v)
+    def stored(v, ty):
+        """The value as the file holds it (an f32 key holds the float rounded to f32)."""
+        return float(np.float32(v)) if ty == V.FLOAT32 else v
 
     expect = {
-        "scalars": [{"key": k, "type": ty.name, "value": jsonable(v)} for k, v, ty in scalars],
+        "scalars": [{"key": k, "type": ty.name, "value": stored(v, ty)} for k, v, ty in scalars],
         "arrays": [{"key": k, "type": ty.name, "value": v} for k, v, ty in arrays],
         "nested": nested,
         "alignment": 64,

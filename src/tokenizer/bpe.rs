@@ -76,20 +76,23 @@ struct Symbol {
 const NONE: usize = usize::MAX;
 
 /// Applies `merges` to the one-byte tokens of `word` (`byte_ids[b]` is the token of byte
-/// `b`) and appends the resulting ids to `out`. `O(n log n)` in the word's length, so a
-/// megabyte without a space costs no more than it should.
+/// `b`; a byte without one is dropped, and its neighbours become adjacent, as in the Python
+/// `tokenizers` package and llama.cpp) and appends the resulting ids to `out`.
+/// `O(n log n)` in the word's length, so a megabyte without a space costs no more than it
+/// should.
 pub fn merge_word(
     word: &[u8],
-    byte_ids: &[u32; 256],
+    byte_ids: &[Option<u32>; 256],
     merges: &HashMap<(u32, u32), Merge>,
     out: &mut Vec<u32>,
 ) {
-    let n = word.len();
-    let mut symbols: Vec<Symbol> = word
+    let ids: Vec<u32> = word.iter().filter_map(|&b| byte_ids[b as usize]).collect();
+    let n = ids.len();
+    let mut symbols: Vec<Symbol> = ids
         .iter()
         .enumerate()
-        .map(|(i, &b)| Symbol {
-            id: byte_ids[b as usize],
+        .map(|(i, &id)| Symbol {
+            id,
             prev: if i == 0 { NONE } else { i - 1 },
             next: if i + 1 == n { NONE } else { i + 1 },
             len: 1,
@@ -159,10 +162,11 @@ mod tests {
     #[test]
     fn merges_lowest_rank_first_then_leftmost() {
         // Tokens: bytes are their own ids; 300 = "aa", 301 = "ab", 302 = "aab".
-        let mut byte_ids = [0u32; 256];
+        let mut byte_ids = [None; 256];
         for (b, id) in byte_ids.iter_mut().enumerate() {
-            *id = b as u32;
+            *id = Some(b as u32);
         }
+        byte_ids[usize::from(b'-')] = None;
         let a = u32::from(b'a');
         let b = u32::from(b'b');
         let mut merges = HashMap::new();
@@ -180,5 +184,7 @@ mod tests {
         // "aaab": "aa" (rank 0) beats "ab" (rank 1), then "aa" + "ab" has no rule.
         assert_eq!(run("aaab"), vec![300, 301]);
         assert_eq!(run(""), Vec::<u32>::new());
+        // A byte without a token is dropped and its neighbours merge across it.
+        assert_eq!(run("a-a-b"), vec![302]);
     }
 }

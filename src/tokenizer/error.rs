@@ -59,14 +59,6 @@ pub enum TokenizerError {
         /// The first character that is not in the table.
         ch: char,
     },
-    /// The vocabulary lacks the one-byte token of a byte, so some text could not be encoded.
-    #[error("the vocabulary has no normal token for byte {byte:#04x} (`{symbol}`)")]
-    MissingByteToken {
-        /// The byte.
-        byte: u8,
-        /// Its byte-level character.
-        symbol: char,
-    },
     /// A merge rule that is malformed or names tokens outside the vocabulary.
     #[error("merge #{index} `{merge}`: {reason}")]
     BadMerge {

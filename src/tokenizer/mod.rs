@@ -130,7 +130,8 @@ pub struct Tokenizer {
     token_bytes: Vec<Vec<u8>>,
     kinds: Vec<TokenKind>,
     text_to_id: HashMap<String, u32>,
-    byte_ids: [u32; 256],
+    /// The one-byte token of each byte; `None` for bytes the vocabulary lacks.
+    byte_ids: [Option<u32>; 256],
     merges: HashMap<(u32, u32), Merge>,
     pre: PreTokenizer,
     /// Control and user-defined tokens, for [`Special::Allow`].
@@ -228,15 +229,15 @@ impl Tokenizer {
     }
 
     /// Builds a tokenizer from its pieces and checks them: token types known, normal
-    /// tokens byte-level text, a normal token for each of the 256 bytes, merges of two
-    /// known tokens into a known token, BOS/EOS inside the vocabulary. A token text that
-    /// appears twice maps to its first id; a merge rule that appears twice keeps its first
-    /// rank (as llama.cpp).
+    /// tokens byte-level text, merges of two known tokens into a known token, BOS/EOS
+    /// inside the vocabulary. A token text that appears twice maps to its first id; a merge
+    /// rule that appears twice keeps its first rank (as llama.cpp). Bytes without a
+    /// one-byte token are dropped when encoding ([`missing_bytes`](Self::missing_bytes)).
     ///
     /// # Errors
     /// [`TokenizerError::BadVocabularySize`], [`TokenizerError::LengthMismatch`],
     /// [`TokenizerError::UnknownTokenType`], [`TokenizerError::NotByteLevel`],
-    /// [`TokenizerError::MissingByteToken`], [`TokenizerError::BadMerge`],
+    /// [`TokenizerError::BadMerge`],
     /// [`TokenizerError::SpecialIdOutOfRange`].
     pub fn from_parts(parts: TokenizerParts) -> Result<Tokenizer, TokenizerError> {
         let n = parts.tokens.len();
@@ -303,17 +304,12 @@ impl Tokenizer {
         }
 
         let table = bpe::byte_to_char_table();
-        let mut byte_ids = [0u32; 256];
-        for (b, slot) in byte_ids.iter_mut().enumerate() {
-            let symbol = table[b];
+        let mut byte_ids = [None; 256];
+        for (slot, symbol) in byte_ids.iter_mut().zip(table) {
             *slot = text_to_id
                 .get(symbol.encode_utf8(&mut [0; 4]) as &str)
                 .copied()
-                .filter(|&id| kinds[id as usize] == TokenKind::Normal)
-                .ok_or(TokenizerError::MissingByteToken {
-                    byte: b as u8,
-                    symbol,
-                })?;
+                .filter(|&id| kinds[id as usize] == TokenKind::Normal);
         }
 
         let mut merges = HashMap::with_capacity(parts.merges.len());
@@ -428,6 +424,16 @@ impl Tokenizer {
             })
     }
 
+    /// The bytes that have no one-byte token and so are dropped by [`encode`](Self::encode)
+    /// (the Python `tokenizers` package and llama.cpp drop them too). SmolLM2 lacks 21:
+    /// six control characters (`0x04 0x06 0x13 0x14 0x16 0x1d`), the UTF-8 lead bytes
+    /// `0xf1 0xf2` (characters U+40000 to U+BFFFF) and bytes that never occur in UTF-8.
+    pub fn missing_bytes(&self) -> Vec<u8> {
+        (0..=255u8)
+            .filter(|&b| self.byte_ids[b as usize].is_none())
+            .collect()
+    }
+
     /// The chat template, if the model has one.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.chat_template.as_ref()
@@ -449,7 +455,8 @@ impl Tokenizer {
             .render(messages, add_generation_prompt)
     }
 
-    /// Encodes `text` into token ids. Never fails: every byte has a token.
+    /// Encodes `text` into token ids. Never fails; bytes in
+    /// [`missing_bytes`](Self::missing_bytes) are dropped.
     pub fn encode(&self, text: &str, special: Special) -> Vec<u32> {
         let matcher = match special {
             Special::Allow => &self.all_special,
@@ -559,7 +566,8 @@ mod tests {
     fn stream_decoder_holds_partial_characters() {
         let t = toy();
         let emoji = "😀".as_bytes(); // four bytes: four one-byte tokens
-        let ids: Vec<u32> = emoji.iter().map(|&b| t.byte_ids[b as usize]).collect();
+        let byte = |b: u8| t.byte_ids[b as usize].unwrap();
+        let ids: Vec<u32> = emoji.iter().map(|&b| byte(b)).collect();
         let mut s = t.stream_decoder(false);
         assert_eq!(s.push(ids[0]).unwrap(), "");
         assert_eq!(s.push(ids[1]).unwrap(), "");
@@ -567,7 +575,7 @@ mod tests {
         assert_eq!(s.pending_bytes(), 3);
         assert_eq!(s.push(ids[3]).unwrap(), "😀");
         // An invalid byte comes out as U+FFFD at once; a dangling lead byte at finish.
-        assert_eq!(s.push(t.byte_ids[0xFF]).unwrap(), "\u{FFFD}");
+        assert_eq!(s.push(byte(0xFF)).unwrap(), "\u{FFFD}");
         assert_eq!(s.push(ids[0]).unwrap(), "");
         assert_eq!(s.finish(), "\u{FFFD}");
         let mut skip = t.stream_decoder(true);
@@ -588,11 +596,13 @@ mod tests {
             chat_template: None,
         };
         let mut p = base();
-        p.tokens.remove(10);
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::MissingByteToken { .. })
-        ));
+        p.tokens[usize::from(b'\n')] = "<nl>".into();
+        let t = Tokenizer::from_parts(p).unwrap();
+        assert_eq!(t.missing_bytes(), [b'\n']);
+        assert_eq!(
+            t.encode("a\nb", Special::Plain),
+            [u32::from(b'a'), u32::from(b'b')]
+        );
         let mut p = base();
         p.merges = vec!["a b".into()];
         assert!(matches!(
