@@ -21,6 +21,10 @@
 //!   inference and a CPU reference ([`graph::reference`]); [`gpu::kernels`] — the WGSL kernels.
 //! * [`runtime::Network`] (compiled once) and [`runtime::InferRequest`] (one per request): the
 //!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`.
+//! * [`gguf::Gguf`] — a validating GGUF parser over bytes (memory-mapped natively by
+//!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
+//!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
+//!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
 //!
 //! # Example
 //!

@@ -151,10 +151,9 @@ fn mutate(rng: &mut SplitMix64, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
                     _ => rng.range(0, 64),
                 };
                 let width = if rng.range(0, 2) == 0 { 4 } else { 8 };
-                let bytes = v.to_le_bytes();
-                for k in 0..width {
+                for (k, &byte) in v.to_le_bytes()[..width].iter().enumerate() {
                     if let Some(b) = input.get_mut(i + k) {
-                        *b = bytes[k];
+                        *b = byte;
                     }
                 }
             }
@@ -340,7 +339,7 @@ fn random_text(rng: &mut SplitMix64) -> String {
     let n = rng.range(0, 24);
     for _ in 0..n {
         match rng.range(0, 6) {
-            0 => s.push_str(*pick::<&str>(rng, &PIECES)),
+            0 => s.push_str(pick::<&str>(rng, &PIECES)),
             1 => {
                 // Any scalar value (surrogates skipped by from_u32).
                 let c = char::from_u32(rng.range(0, 0x11_0000) as u32).unwrap_or('?');

@@ -106,8 +106,9 @@ impl ValueType {
     }
 }
 
-/// One metadata value.
-#[derive(Debug, Clone, PartialEq)]
+/// One metadata value. Serializes (serde) as the bare value: `42`, `"llama"`, `[1, 2]`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 #[non_exhaustive]
 pub enum MetaValue {
     /// `u8`.
@@ -139,8 +140,9 @@ pub enum MetaValue {
 }
 
 /// A metadata array: one element type, stored unboxed (the 49152 token strings of a
-/// vocabulary are one `Vec<String>`, not 49152 values).
-#[derive(Debug, Clone, PartialEq)]
+/// vocabulary are one `Vec<String>`, not 49152 values). Serializes as a bare list.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 #[non_exhaustive]
 pub enum MetaArray {
     /// `u8` elements.
