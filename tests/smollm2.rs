@@ -633,3 +633,58 @@ fn the_reference_answers_paris() {
         assert_eq!(argmax as u32, generated[step], "step {step}");
     }
 }
+
+#[test]
+fn the_reference_runs_the_tiny_model_and_tokenises_as_dynrt() {
+    let test = "the_reference_runs_the_tiny_model";
+    let Some(py) = common::python_or_skip(test) else {
+        return;
+    };
+    let dir = common::scratch(test);
+    let file = dir.join("tiny.gguf");
+    std::fs::write(&file, dynrt::gguf::TinyLlama::default().build(9).unwrap()).unwrap();
+    let out = dir.join("tiny.json");
+    let prompt = "the other 42 in the theater";
+    common::run_reference(
+        &py,
+        &[
+            "generate",
+            "--model",
+            &file.display().to_string(),
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--dtype",
+            "float32",
+            "--out",
+            &out.display().to_string(),
+        ],
+    );
+    let r = common::read_json(&out);
+    let bytes = std::fs::read(&file).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let ours = tok.encode(prompt, Special::Allow);
+    let theirs: Vec<u32> = r["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(ours, theirs);
+    assert!(
+        ours.contains(&tok.token_id("Ġthe").unwrap()),
+        "the merges apply: {ours:?}"
+    );
+    let generated = r["generated_ids"].as_array().unwrap();
+    assert_eq!(generated.len(), 6, "--ignore-eos generates them all");
+    assert!(generated
+        .iter()
+        .all(|v| (v.as_u64().unwrap() as usize) < tok.vocab_size()));
+    let c = LlamaConfig::from_gguf(&g).unwrap();
+    assert_eq!(r["config"]["heads"], c.num_heads);
+    assert_eq!(r["config"]["kv_heads"], c.num_kv_heads);
+    assert_eq!(r["config"]["vocab"], c.vocab_size);
+}
