@@ -172,22 +172,10 @@ fn dequantization_equals_the_gguf_package_bit_for_bit() {
             r["type"].as_u64().unwrap(),
             "{name}"
         );
-        let dims: Vec<u64> = r["dims"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap())
-            .collect();
+        let dims = common::json_u64s(&r["dims"]);
         assert_eq!(info.dims(), dims, "{name}");
         let values = m.dequantize_tensor(name).unwrap();
-        // JSON carries the f32 values as shortest decimal strings; serde_json's f64 parse
-        // may miss by an ulp of f64, which the cast to f32 absorbs.
-        let first: Vec<f32> = r["first"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as f32)
-            .collect();
+        let first = common::json_f32s(&r["first"]);
         assert_eq!(values[..first.len()], first, "{name}: first values");
         let mut h = Sha256::new();
         for v in &values {
@@ -258,21 +246,11 @@ fn a_file_the_gguf_package_writes_parses_to_what_it_wrote() {
             u64::from(info.ggml_type().id()),
             t["type"].as_u64().unwrap()
         );
-        let dims: Vec<u64> = t["dims"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap())
-            .collect();
+        let dims = common::json_u64s(&t["dims"]);
         assert_eq!(info.dims(), dims, "{name}");
         assert_eq!(info.offset_bytes() % 64, 0);
         let ours = g.dequantize_tensor(&bytes, name).unwrap();
-        let theirs: Vec<f32> = t["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as f32)
-            .collect();
+        let theirs = common::json_f32s(&t["values"]);
         assert_eq!(ours, theirs, "{name}");
     }
     // ggml's type table: every id the package knows, dynrt knows with the same sizes.
@@ -497,13 +475,7 @@ fn tokenizer_equals_the_tokenizers_package() {
         ],
     );
     let r = common::read_json(&out);
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
+    let ids = common::json_ids;
     let missing = tok.missing_bytes();
     assert_eq!(missing.len(), 21);
     let mut mismatches = Vec::new();
@@ -552,6 +524,10 @@ fn tokenizer_equals_the_tokenizers_package() {
         round_trips >= 300,
         "only {round_trips} strings round-tripped"
     );
+    eprintln!(
+        "{} strings: ids equal the tokenizers package's in both modes; {round_trips} round trips",
+        texts.len()
+    );
     let chat = tok
         .apply_chat_template(&[ChatMessage::user("What is the capital of France?")], true)
         .unwrap();
@@ -594,22 +570,12 @@ fn the_reference_answers_paris() {
         text.starts_with("The capital of France is Paris."),
         "{text:?}"
     );
-    let prompt: Vec<u32> = r["prompt_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let prompt = common::json_ids(&r["prompt_ids"]);
     assert_eq!(
         prompt, FRANCE_PROMPT_IDS,
         "the reference tokenises the chat as dynrt does"
     );
-    let generated: Vec<u32> = r["generated_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let generated = common::json_ids(&r["generated_ids"]);
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
     let mut stream = tok.stream_decoder(true);
     let mut ours = String::new();
@@ -667,12 +633,7 @@ fn the_reference_runs_the_tiny_model_and_tokenises_as_dynrt() {
     let g = Gguf::parse(&bytes).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     let ours = tok.encode(prompt, Special::Allow);
-    let theirs: Vec<u32> = r["prompt_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let theirs = common::json_ids(&r["prompt_ids"]);
     assert_eq!(ours, theirs);
     assert!(
         ours.contains(&tok.token_id("Ġthe").unwrap()),

@@ -67,3 +67,25 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// A JSON array of integers as `u64`s (panics on anything else: the reference wrote it).
+pub fn json_u64s(v: &serde_json::Value) -> Vec<u64> {
+    let a = v.as_array().unwrap_or_else(|| panic!("not an array: {v}"));
+    a.iter()
+        .map(|x| x.as_u64().unwrap_or_else(|| panic!("not a u64: {x}")))
+        .collect()
+}
+
+/// A JSON array of token ids.
+pub fn json_ids(v: &serde_json::Value) -> Vec<u32> {
+    json_u64s(v).into_iter().map(|x| x as u32).collect()
+}
+
+/// A JSON array of f32 values. JSON carries them as shortest decimal strings; serde_json's
+/// f64 parse may miss by an ulp of f64, which the cast to f32 absorbs.
+pub fn json_f32s(v: &serde_json::Value) -> Vec<f32> {
+    let a = v.as_array().unwrap_or_else(|| panic!("not an array: {v}"));
+    a.iter()
+        .map(|x| x.as_f64().unwrap_or_else(|| panic!("not a number: {x}")) as f32)
+        .collect()
+}
