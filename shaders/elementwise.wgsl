@@ -11,7 +11,7 @@
 //   elementwise_unary4        one vec4<f32> per invocation (same conditions as flat4)
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
-// 2 mul, 3 div; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp), so each op gets its own
+// 2 mul, 3 div, 4 silu_mul = a / (1 + exp(-a)) * b, the SwiGLU gate; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
 // pipeline serves all shapes.
 //
@@ -75,6 +75,7 @@ fn binary_op(a: f32, b: f32) -> f32 {
         case 1u: { return a - b; }
         case 2u: { return a * b; }
         case 3u: { return a / b; }
+        case 4u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }
@@ -84,6 +85,7 @@ fn binary_op4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
         case 1u: { return a - b; }
         case 2u: { return a * b; }
         case 3u: { return a / b; }
+        case 4u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }

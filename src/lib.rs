@@ -25,6 +25,8 @@
 //!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
 //!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
 //!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
+//! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that
+//!   each keep their own KV cache, greedy or sampled generation streamed as text.
 //!
 //! # Example
 //!
@@ -69,6 +71,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod gpu;
 pub mod graph;
+pub mod llm;
 pub mod memory;
 pub mod npy;
 pub mod onnx;

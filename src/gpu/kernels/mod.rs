@@ -21,9 +21,11 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`]; [`layout`] (the
-//! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
+//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`], [`attention`];
+//! [`layout`] (the kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans),
+//! [`uniforms`].
 
+pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
@@ -73,12 +75,13 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 5] = [
+pub const FAMILIES: [&Family; 6] = [
     &elementwise::FAMILY,
     &matmul::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
+    &attention::FAMILY,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -101,6 +104,8 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::Rope(o) => o,
+        Op::Attention(o) => o,
     })
 }
 
@@ -291,6 +296,14 @@ pub enum KernelError {
         workgroups: u64,
         /// `max_compute_workgroups_per_dimension`.
         max: u32,
+    },
+    /// The kernel does not handle these parameters (named, with the limit).
+    #[error("op `{op}`: {reason}")]
+    Unsupported {
+        /// The op name.
+        op: &'static str,
+        /// What is beyond the kernel, with the numbers.
+        reason: String,
     },
     /// A uniform chunk could not be allocated.
     #[error("uniform slots: {0}")]

@@ -17,8 +17,10 @@
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
-//! gather, shape_of), [`mask`] (causal mask, where).
+//! gather, shape_of), [`mask`] (causal mask, where), [`attention`] (RoPE, grouped-query
+//! attention over a KV cache).
 
+pub mod attention;
 pub mod elementwise;
 pub mod mask;
 pub mod matmul;
@@ -30,6 +32,7 @@ use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 use std::fmt;
 
+pub use attention::{rope_table, Attention, Rope};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
@@ -107,6 +110,15 @@ pub enum InferError {
     CausalMask {
         /// The input shape.
         shape: Shape,
+    },
+    /// An op's parameters do not fit its inputs (a head size that does not divide a width,
+    /// ...).
+    #[error("{op}: {reason}")]
+    Invalid {
+        /// The op name.
+        op: &'static str,
+        /// What is wrong, with the numbers.
+        reason: String,
     },
     /// An op that needs at least one input got none.
     #[error("op needs at least one input")]
@@ -278,6 +290,10 @@ registry! {
     CausalMask(mask::CausalMask),
     /// The shape of its input as an i32 tensor. Inputs: x.
     ShapeOf(movement::ShapeOf),
+    /// Rotary position embedding on adjacent pairs. Inputs: x, positions, cos/sin table.
+    Rope(attention::Rope),
+    /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
+    Attention(attention::Attention),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that
