@@ -506,6 +506,20 @@ impl Session {
         pollster::block_on(self.generate(prompt, params, on_text))
     }
 
+    /// [`Session::generate_ids`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Session::generate_ids`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate_ids_blocking(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        pollster::block_on(self.generate_ids(prompt, params, on_text))
+    }
+
     /// [`Session::chat`], blocking (native only).
     ///
     /// # Errors
