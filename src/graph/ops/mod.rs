@@ -16,10 +16,12 @@
 //! an op" in the crate docs.
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
+//! [`linear`] (`x · wᵀ` on quantized weights),
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
 //! gather, shape_of), [`mask`] (causal mask, where).
 
 pub mod elementwise;
+pub mod linear;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -31,6 +33,7 @@ use crate::shape::{DType, Shape};
 use std::fmt;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use linear::Linear;
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
 pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -250,6 +253,8 @@ registry! {
     Constant(source::Constant),
     /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
     MatMul(matmul::MatMul),
+    /// `x · wᵀ` with the weight in its stored format (q4_1, q8_0, f16, f32). Inputs: x, w.
+    Linear(linear::Linear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.
