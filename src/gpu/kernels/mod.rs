@@ -21,7 +21,8 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`], [`attention`];
+//! Files: [`elementwise`], [`matmul`], [`quant`] (linear and gather on quantized weights),
+//! [`reduce`], [`movement`], [`mask`], [`attention`] (RoPE, grouped-query attention);
 //! [`layout`] (the kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans),
 //! [`uniforms`].
 
@@ -33,6 +34,7 @@ pub mod mask;
 pub mod matmul;
 pub mod movement;
 pub mod plan;
+pub mod quant;
 pub mod reduce;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
@@ -75,9 +77,10 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 6] = [
+pub const FAMILIES: [&Family; 7] = [
     &elementwise::FAMILY,
     &matmul::FAMILY,
+    &quant::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
@@ -90,6 +93,7 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
     Some(match op {
         Op::Input(_) | Op::Constant(_) => return None,
         Op::MatMul(o) => o,
+        Op::Linear(o) => o,
         Op::Binary(o) => o,
         Op::Unary(o) => o,
         Op::Softmax(o) => o,
@@ -304,6 +308,19 @@ pub enum KernelError {
         op: &'static str,
         /// What is beyond the kernel, with the numbers.
         reason: String,
+    },
+    /// A block-quantized weight whose rows do not hold whole blocks (every GGUF tensor
+    /// does; the kernels read whole blocks).
+    #[error("{what}: K = {k} is not a multiple of the {dtype} block of {block} elements")]
+    PartialBlock {
+        /// Which operand.
+        what: &'static str,
+        /// The weight's element type.
+        dtype: DType,
+        /// The row length.
+        k: u64,
+        /// Elements per block.
+        block: u32,
     },
     /// A uniform chunk could not be allocated.
     #[error("uniform slots: {0}")]

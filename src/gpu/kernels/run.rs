@@ -100,7 +100,8 @@ pub fn run_op(
             tensor: TensorRef {
                 buffer: &buf,
                 offset_bytes: off,
-                size_bytes: t.bytes.len() as u64,
+                // The padded length written above, as the runtime places constants.
+                size_bytes: (t.bytes.len() as u64).div_ceil(4) * 4,
             },
             shape: &t.shape,
             dtype: t.dtype,
@@ -190,7 +191,8 @@ pub fn run_graph(
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: offsets[id.index()],
-            size_bytes: sizes[id.index()],
+            // Padded to whole words as written (a q8_0 weight may end mid-word).
+            size_bytes: sizes[id.index()].div_ceil(4) * 4,
         },
         shape: &inferred.shapes[id.index()],
         dtype: graph.node(id).dtype,

@@ -16,12 +16,14 @@
 //! an op" in the crate docs.
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
+//! [`linear`] (`x · wᵀ` on quantized weights),
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
 //! gather, shape_of), [`mask`] (causal mask, where), [`attention`] (RoPE, grouped-query
 //! attention over a KV cache).
 
 pub mod attention;
 pub mod elementwise;
+pub mod linear;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -34,6 +36,7 @@ use std::fmt;
 
 pub use attention::{rope_table, Attention, Rope};
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use linear::Linear;
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
 pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -262,6 +265,8 @@ registry! {
     Constant(source::Constant),
     /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
     MatMul(matmul::MatMul),
+    /// `x · wᵀ` with the weight in its stored format (q4_1, q8_0, f16, f32). Inputs: x, w.
+    Linear(linear::Linear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.
