@@ -57,6 +57,12 @@ pub mod labels {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WeightFormat {
+    /// As stored in the file (Q4_1, Q8_0, F16, F32): the bytes of the memory map go to the
+    /// device unchanged, the `linear` kernels dequantize blocks as they read them, the
+    /// embedding rows are gathered from the quantized table, and the tied head is a
+    /// `linear` on that same table. Device bytes for weights equal the file's tensor bytes
+    /// (plus the RoPE table).
+    Native,
     /// Dequantized to f32 on the host once, at load (4 bytes per weight on the device: about
     /// 5.6x the Q4_1 bytes). Projections run through the tiled `matmul` with a transposed
     /// right side.
@@ -106,21 +112,17 @@ impl Builder<'_> {
             ggml_type: ty.name(),
         })?;
         let bytes = self.gguf.tensor_bytes((**self.backing).as_ref(), name)?;
-        let node = if dtype == DType::F32 {
-            // Already f32: the file's bytes, referenced.
+        let node = if dtype == DType::F32 || self.format == WeightFormat::Native {
+            // The file's bytes, referenced (no copy): f32 norms, or every weight as stored.
             let r = info.byte_range();
             let data = ConstData::slice(self.backing.clone(), r.start as usize..r.end as usize)?;
             self.weight_bytes += data.len() as u64;
-            self.b.constant_bytes(name, shape, DType::F32, data)
+            self.b.constant_bytes(name, shape, dtype, data)
         } else {
-            match self.format {
-                WeightFormat::F32 => {
-                    let mut values = vec![0f32; info.num_elements() as usize];
-                    crate::gguf::dequantize(name, ty, bytes, &mut values)?;
-                    self.weight_bytes += values.len() as u64 * 4;
-                    self.b.constant(name, shape, values)
-                }
-            }
+            let mut values = vec![0f32; info.num_elements() as usize];
+            crate::gguf::dequantize(name, ty, bytes, &mut values)?;
+            self.weight_bytes += values.len() as u64 * 4;
+            self.b.constant(name, shape, values)
         };
         Ok(node)
     }
@@ -128,15 +130,14 @@ impl Builder<'_> {
     /// `x · wᵀ` for `w` `[n_out, n_in]`.
     fn project(&mut self, label: String, x: NodeId, w: NodeId) -> NodeId {
         match self.format {
+            WeightFormat::Native => self.b.linear(label, x, w),
             WeightFormat::F32 => self.b.matmul(label, x, w, true),
         }
     }
 
-    /// Rows `ids` of the embedding table.
+    /// Rows `ids` of the embedding table (f32 out whatever the table's format).
     fn embed(&mut self, table: NodeId, ids: NodeId) -> NodeId {
-        match self.format {
-            WeightFormat::F32 => self.b.gather("embed", table, ids),
-        }
+        self.b.gather("embed", table, ids)
     }
 }
 

@@ -67,7 +67,7 @@ pub struct ModelOptions {
 impl Default for ModelOptions {
     fn default() -> Self {
         ModelOptions {
-            format: WeightFormat::F32,
+            format: WeightFormat::Native,
             planner: true,
         }
     }
