@@ -4,12 +4,11 @@
 use anyhow::Context;
 use dynrt::fetch::{self, FetchError, FetchOptions, SMOLLM2_135M_INSTRUCT};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
-use dynrt::llm::{GenerateParams, Generation, Model, ModelOptions, SamplingParams, Session};
+use dynrt::llm::{GenerateParams, GenerationReport, Model, ModelOptions, SamplingParams};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
-use dynrt::runtime::report::{human_bytes, render_svg, PeakBytes, RegionReport};
+use dynrt::runtime::report::{human_bytes, render_svg};
 use dynrt::runtime::RunOptions;
-use serde_json::json;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -147,46 +146,6 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
     Ok((engine, model, run))
 }
 
-/// The memory and speed figures of a session after a generation (the JSON of `generate`).
-pub fn summary(
-    engine: &Engine,
-    session: &Session,
-    g: &Generation,
-    policy: &str,
-) -> serde_json::Value {
-    let stats = engine.stats();
-    let mut peak = [0u64; 4];
-    for k in AllocKind::ALL {
-        peak[k.index()] = stats.peak_bytes(k);
-    }
-    let info = engine.gpu().adapter_info();
-    let model = session.model();
-    let ss = session.stats();
-    let (reserved, needed) = (session.kv_reserved_bytes(), session.kv_needed_bytes());
-    json!({
-        "adapter": info.name,
-        "backend": format!("{:?}", info.backend).to_lowercase(),
-        "policy": policy,
-        "tokens": g.tokens,
-        "text": g.text,
-        "stop": g.stop,
-        "prompt_tokens": g.prompt_tokens,
-        "prefill_ms": g.prefill_ms,
-        "prefill_tokens_per_s": g.prefill_tokens_per_s(),
-        "decode_steps": g.decode_ms.len(),
-        "decode_ms_per_token": g.decode_ms_per_token(),
-        "peak_bytes": PeakBytes::from_array(peak),
-        "regions": RegionReport::from_stats(&stats),
-        "allocations": ss.run.allocations,
-        "reallocations": ss.run.reallocations,
-        "kv_reserved_bytes": reserved,
-        "kv_needed_bytes": needed,
-        "kv_reserved_over_needed": if needed > 0 { reserved as f64 / needed as f64 } else { 0.0 },
-        "weights_device_bytes": model.weight_bytes(),
-        "weights_file_bytes": model.file_tensor_bytes(),
-    })
-}
-
 /// Runs `dynrt generate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (engine, model, run) = open(&args.model)?;
@@ -220,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string(&summary(&engine, &session, &g, &args.model.policy))?
+            serde_json::to_string(&GenerationReport::new(&session, &g, &args.model.policy))?
         );
     } else {
         println!();

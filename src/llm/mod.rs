@@ -38,13 +38,15 @@
 
 mod error;
 pub mod graph;
+mod report;
 pub mod sample;
 mod session;
 
 pub use error::LlmError;
 pub use graph::{build_llama_graph, LlamaGraph, WeightFormat};
+pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
-pub use session::{GenerateParams, Generation, Session, SessionStats, StopReason};
+pub use session::{GenerateParams, Generation, Session, SessionStats, StopReason, TokenEvent};
 
 use crate::gguf::{Gguf, LlamaConfig};
 use crate::gpu::Engine;

@@ -48,6 +48,33 @@ pub enum StopReason {
     ContextFull,
 }
 
+/// One generated token, reported while the generation runs
+/// ([`Session::generate_ids_observed`], [`Session::chat_observed`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TokenEvent<'a> {
+    /// Position of the token in this generation (0 for the first).
+    pub index: usize,
+    /// The token id.
+    pub token: u32,
+    /// Its text: complete UTF-8 only, so empty while a character is incomplete and for
+    /// control tokens; the last token's text also carries what the decoder still held.
+    pub text: &'a str,
+    /// Milliseconds of the forward pass whose logits chose this token: the prefill for the
+    /// first token, then one decode step (readback and sampling included).
+    pub forward_ms: f64,
+    /// Memory after that forward pass (the session's [`Session::trace`] sample).
+    pub memory: Option<&'a TraceSample>,
+}
+
+/// Adapts a text callback to the token events (pieces that are empty are not passed on).
+fn text_only<'f>(on_text: &'f mut dyn FnMut(&str)) -> impl FnMut(&TokenEvent<'_>) + 'f {
+    move |e| {
+        if !e.text.is_empty() {
+            on_text(e.text);
+        }
+    }
+}
+
 /// What one generation produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -369,6 +396,22 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, LlmError> {
+        self.generate_ids_observed(prompt, params, &mut text_only(on_text))
+            .await
+    }
+
+    /// [`Session::generate_ids`], calling `on_token` once per generated token, in order,
+    /// with its text and the memory after the forward pass that chose it (what a live
+    /// chart draws: the page in `web/` does).
+    ///
+    /// # Errors
+    /// As [`Session::generate_ids`].
+    pub async fn generate_ids_observed(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_token: &mut dyn FnMut(&TokenEvent<'_>),
+    ) -> Result<Generation, LlmError> {
         let mut sampler = Sampler::new(params.sampling)?;
         let mut feed: Vec<u32> = self.pending.into_iter().collect();
         feed.extend_from_slice(prompt);
@@ -385,7 +428,7 @@ impl Session {
         let mut decoder = model.tokenizer().stream_decoder(true);
         let mut tokens = Vec::new();
         let mut text = String::new();
-        let mut decode_ms = Vec::new();
+        let mut decode_ms: Vec<f64> = Vec::new();
         let mut kept = Vec::new();
         let stop = loop {
             let t = Instant::now();
@@ -394,31 +437,35 @@ impl Session {
                 kept.push(std::mem::take(&mut logits));
             }
             tokens.push(token);
-            let piece = decoder.push(token)?;
-            if !piece.is_empty() {
-                on_text(&piece);
-                text.push_str(&piece);
+            let mut piece = decoder.push(token)?;
+            let stop = if params.stop_at_eos && model.stop_ids().contains(&token) {
+                Some(StopReason::Eos)
+            } else if tokens.len() >= params.max_tokens {
+                Some(StopReason::MaxTokens)
+            } else if self.cached.len() >= context {
+                Some(StopReason::ContextFull)
+            } else {
+                None
+            };
+            if stop.is_some() {
+                // The last token: whatever the decoder still holds is flushed with it.
+                piece.push_str(&decoder.finish());
             }
-            if params.stop_at_eos && model.stop_ids().contains(&token) {
+            on_token(&TokenEvent {
+                index: tokens.len() - 1,
+                token,
+                text: &piece,
+                forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
+                memory: self.trace.samples.last(),
+            });
+            text.push_str(&piece);
+            if let Some(stop) = stop {
                 self.pending = Some(token);
-                break StopReason::Eos;
-            }
-            if tokens.len() >= params.max_tokens {
-                self.pending = Some(token);
-                break StopReason::MaxTokens;
-            }
-            if self.cached.len() >= context {
-                self.pending = Some(token);
-                break StopReason::ContextFull;
+                break stop;
             }
             logits = self.forward(&[token]).await?;
             decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
         };
-        let tail = decoder.finish();
-        if !tail.is_empty() {
-            on_text(&tail);
-            text.push_str(&tail);
-        }
         Ok(Generation {
             tokens,
             text,
@@ -459,6 +506,20 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, LlmError> {
+        self.chat_observed(user, params, &mut text_only(on_text))
+            .await
+    }
+
+    /// [`Session::chat`], reporting each token as [`Session::generate_ids_observed`] does.
+    ///
+    /// # Errors
+    /// As [`Session::chat`].
+    pub async fn chat_observed(
+        &mut self,
+        user: &str,
+        params: &GenerateParams,
+        on_token: &mut dyn FnMut(&TokenEvent<'_>),
+    ) -> Result<Generation, LlmError> {
         let tokenizer = self.model.tokenizer().clone();
         let mut messages = self.messages.clone();
         messages.push(ChatMessage::user(user));
@@ -484,7 +545,7 @@ impl Session {
                 tokenizer.encode(&rendered, Special::Allow)
             }
         };
-        let reply = self.generate_ids(&ids, params, on_text).await?;
+        let reply = self.generate_ids_observed(&ids, params, on_token).await?;
         messages.push(ChatMessage::new("assistant", reply.text.clone()));
         self.chat_text = rendered;
         self.chat_text.push_str(&reply.text);
