@@ -622,3 +622,48 @@ fn placeholders_share_the_data_region_where_inputs_and_outputs_are_device_memory
     assert_eq!(created_after, created, "the freed slots were reused");
     assert!(reused >= 3);
 }
+
+#[test]
+fn a_constant_larger_than_one_storage_binding_is_refused_before_anything_is_allocated() {
+    // Kernels bind a constant whole, so one above `max_storage_buffer_binding_size` (128 MiB
+    // on lavapipe and by default in browsers, while a buffer may be larger) could be placed
+    // in the constants region but never read: compiling refuses it, naming it, with nothing
+    // allocated or uploaded.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::gpu::AllocError;
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    use dynrt::tensor::{Backing, ConstData};
+    let limits = gpu.limits().clone();
+    let bytes = limits.max_storage_buffer_binding_size + 4;
+    if bytes > limits.max_buffer_size {
+        eprintln!("runtime: skipped, one binding may be as large as one buffer on this adapter");
+        return;
+    }
+    let engine = Engine::new(gpu);
+    let n = usize::try_from(bytes).unwrap();
+    // Zeroed pages are not touched until read: the test costs no real memory.
+    let backing: Backing = std::sync::Arc::new(vec![0u8; n]);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::Fixed(bytes / 4)], DType::F32);
+    let w = b.constant_bytes(
+        "huge",
+        Shape::new(vec![bytes / 4]),
+        DType::F32,
+        ConstData::slice(backing, 0..n).unwrap(),
+    );
+    let y = b.add_("y", x, w);
+    b.output(y);
+    let before = engine.stats().total_current_bytes();
+    let err = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RunError::Alloc { what, source: AllocError::BindingTooLarge { size_bytes, max_bytes } }
+                if what.contains("huge") && *size_bytes == bytes
+                    && *max_bytes == limits.max_storage_buffer_binding_size
+        ),
+        "{err}"
+    );
+    assert_eq!(engine.stats().total_current_bytes(), before);
+}

@@ -212,6 +212,18 @@ impl Network {
             .count()
     }
 
+    /// Sizes in bytes of the buffers of the network family's data region (the constants,
+    /// and where they share it the placeholders' room): each at most the device's
+    /// `max_buffer_size`, so a model larger than one buffer takes several.
+    pub fn data_region_buffers(&self) -> Vec<u64> {
+        self.inner
+            .data
+            .segments
+            .iter()
+            .map(|b| b.size_bytes())
+            .collect()
+    }
+
     /// Placeholder pool counters of the network family: `(slots created, slots reused, slots
     /// that would have collided with the constants in the data region)`.
     pub fn placeholder_counts(&self) -> (u64, u64, u64) {
@@ -306,14 +318,28 @@ fn build_data_region(
     // Pack into segments of at most the largest buffer.
     let mut segs: Vec<BidirectionalAllocator> = Vec::new();
     let mut placed: Vec<Option<(usize, u64, u64)>> = (0..graph.len()).map(|_| None).collect();
+    // Kernels bind a constant whole: one larger than a storage binding could be placed but
+    // never read, so it is refused here, before anything is allocated (the browser's default
+    // `maxStorageBufferBindingSize` is 128 MiB, half its default `maxBufferSize`).
+    let max_binding = gpu.limits().max_storage_buffer_binding_size;
     for &(id, size) in &wanted {
-        if size > max_seg {
+        let too_large = if size > max_seg {
+            Some(AllocError::TooLarge {
+                requested_bytes: size,
+                max_bytes: max_seg,
+            })
+        } else if size > max_binding {
+            Some(AllocError::BindingTooLarge {
+                size_bytes: size,
+                max_bytes: max_binding,
+            })
+        } else {
+            None
+        };
+        if let Some(source) = too_large {
             return Err(RunError::Alloc {
                 what: format!("constant `{}`", graph.node(id).label),
-                source: AllocError::TooLarge {
-                    requested_bytes: size,
-                    max_bytes: max_seg,
-                },
+                source,
             });
         }
         let fits = segs
