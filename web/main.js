@@ -1,8 +1,12 @@
-// The demo page: checks for WebGPU, loads the wasm package built by web/build.sh, runs the
-// decode demo step by step and draws bytes in use per memory kind as it goes.
+// The page: checks for WebGPU, loads the wasm package built by web/build.sh, then
+//  - SmolLM2: downloads the GGUF from this server (streamed, with a progress bar) into wasm
+//    memory, loads it on WebGPU and generates text, streamed as tokens come, with bytes in
+//    use per memory kind and per region drawn after every forward pass;
+//  - the synthetic decode demo, step by step, with the same charts.
 //
 // Everything the test (web/test.mjs) reads is in the DOM: #gpu-status[data-state],
-// #run-state[data-state], #result-json (the final report as JSON), #chart[data-points].
+// #load-state[data-state], #gen-state[data-state], #llm-result-json, #output,
+// #run-state[data-state], #result-json (the demo's report), the charts' data-points.
 
 const KINDS = ['usm_device', 'usm_host', 'usm_shared', 'cl_mem'];
 const KIND_COLOURS = {
@@ -11,6 +15,16 @@ const KIND_COLOURS = {
   usm_shared: '#2ca02c',
   cl_mem: '#9467bd',
 };
+const REGIONS = ['constants', 'placeholders', 'internal'];
+const REGION_COLOURS = { constants: '#8c564b', placeholders: '#17becf', internal: '#bcbd22' };
+
+/** Chart series: bytes in use per kind (one shared axis). */
+const KIND_SERIES = KINDS.map((k) => ({ key: k, colour: KIND_COLOURS[k], value: (p) => p.bytes_in_use?.[k] ?? 0 }));
+/** Chart series: bytes per device region (one panel each: weights dwarf the KV cache). */
+const REGION_SERIES = REGIONS.map((r) => ({ key: r, colour: REGION_COLOURS[r], value: (p) => p.region_bytes?.[r] ?? 0 }));
+
+/** Where the page downloads the model: web/serve.mjs serves the `dynrt fetch` cache here. */
+const MODEL_URL = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
 
 const $ = (id) => document.getElementById(id);
 
@@ -21,11 +35,16 @@ function setGpuStatus(state, html) {
   el.innerHTML = html;
 }
 
-function setRunState(state, text) {
-  const el = $('run-state');
+/** Sets a status line's `data-state` (what the test waits on) and text. */
+function setState(id, state, text) {
+  const el = $(id);
   el.dataset.state = state;
   el.textContent = text;
   el.className = state === 'error' ? 'fail' : 'muted';
+}
+
+function setRunState(state, text) {
+  setState('run-state', state, text);
 }
 
 function escapeHtml(s) {
@@ -83,87 +102,107 @@ function svgEl(name, attrs, text) {
 }
 
 /**
- * Draws `points` ([{step, bytes_in_use: {kind: n}, reallocations: n}]) into
- * #chart. `totalSteps` fixes the x axis so the chart grows left to right while running.
+ * Draws one panel at (`left`, `top`) of `width` x `height` into `svg`: `series` (objects
+ * {key, colour, value(point)}) against the step, with every step that made real allocations
+ * marked (a dashed line, and a dot on the series that grew most). Returns the marks drawn.
  */
-export function drawChart(points, totalSteps) {
-  const host = $('chart');
-  const W = 900;
-  const H = 320;
-  const M = { left: 80, right: 20, top: 16, bottom: 44 };
-  const plotW = W - M.left - M.right;
-  const plotH = H - M.top - M.bottom;
-  const svg = svgEl('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'bytes in use per memory kind over the decode steps' });
-
-  const xMax = Math.max(1, totalSteps - 1, ...points.map((p) => p.step));
+function drawPanel(svg, box, points, series, xMax, title) {
+  const M = { left: 78, right: 12, top: title ? 34 : 16, bottom: 36 };
+  const plotW = box.width - M.left - M.right;
+  const plotH = box.height - M.top - M.bottom;
+  const X0 = box.left + M.left;
+  const Y0 = box.top + M.top;
   let yMax = 1;
-  for (const p of points) for (const k of KINDS) yMax = Math.max(yMax, p.bytes_in_use[k] ?? 0);
+  for (const p of points) for (const s of series) yMax = Math.max(yMax, s.value(p));
   yMax *= 1.08;
-  const x = (step) => M.left + (step / xMax) * plotW;
-  const y = (b) => M.top + plotH - (b / yMax) * plotH;
+  const x = (step) => X0 + (step / xMax) * plotW;
+  const y = (b) => Y0 + plotH - (b / yMax) * plotH;
 
-  // Axes and grid.
-  svg.append(svgEl('rect', { x: M.left, y: M.top, width: plotW, height: plotH, fill: '#fff', stroke: '#ccc' }));
+  if (title) svg.append(svgEl('text', { x: X0, y: box.top + 14, 'font-size': 13, 'font-weight': 600, fill: '#333' }, title));
+  svg.append(svgEl('rect', { x: X0, y: Y0, width: plotW, height: plotH, fill: '#fff', stroke: '#ccc' }));
   for (let i = 0; i <= 4; i += 1) {
     const b = (yMax / 1.08) * (i / 4);
-    svg.append(svgEl('line', { x1: M.left, x2: M.left + plotW, y1: y(b), y2: y(b), stroke: '#eee' }));
-    svg.append(svgEl('text', { x: M.left - 6, y: y(b) + 4, 'text-anchor': 'end', 'font-size': 11, fill: '#555' }, formatBytes(Math.round(b))));
+    svg.append(svgEl('line', { x1: X0, x2: X0 + plotW, y1: y(b), y2: y(b), stroke: '#eee' }));
+    svg.append(svgEl('text', { x: X0 - 6, y: y(b) + 4, 'text-anchor': 'end', 'font-size': 11, fill: '#555' }, formatBytes(Math.round(b))));
   }
   const xTicks = Math.min(8, xMax);
   for (let i = 0; i <= xTicks; i += 1) {
     const s = Math.round((xMax * i) / xTicks);
-    svg.append(svgEl('text', { x: x(s), y: M.top + plotH + 16, 'text-anchor': 'middle', 'font-size': 11, fill: '#555' }, String(s)));
+    svg.append(svgEl('text', { x: x(s), y: Y0 + plotH + 16, 'text-anchor': 'middle', 'font-size': 11, fill: '#555' }, String(s)));
   }
-  svg.append(svgEl('text', { x: M.left + plotW / 2, y: H - 8, 'text-anchor': 'middle', 'font-size': 12, fill: '#333' }, 'step'));
+  svg.append(svgEl('text', { x: X0 + plotW / 2, y: box.top + box.height - 6, 'text-anchor': 'middle', 'font-size': 12, fill: '#333' }, 'step'));
 
-  // One line per kind that was ever non-zero.
-  const used = KINDS.filter((k) => points.some((p) => (p.bytes_in_use[k] ?? 0) > 0));
-  for (const k of used) {
-    const d = points.map((p, i) => `${i ? 'L' : 'M'}${x(p.step).toFixed(1)},${y(p.bytes_in_use[k] ?? 0).toFixed(1)}`).join('');
-    svg.append(svgEl('path', { d, fill: 'none', stroke: KIND_COLOURS[k], 'stroke-width': 2, class: `series series-${k}` }));
+  for (const s of series) {
+    const d = points.map((p, i) => `${i ? 'L' : 'M'}${x(p.step).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join('');
+    svg.append(svgEl('path', { d, fill: 'none', stroke: s.colour, 'stroke-width': 2, class: `series series-${s.key}` }));
   }
 
-  // Reallocations: a dashed line at every step that made real allocations, and a marker on
-  // the line of the kind whose bytes grew most in that step (the runtime counts them per step).
   let nMarks = 0;
   points.forEach((p, i) => {
     const n = p.reallocations ?? 0;
     if (n === 0) return;
-    const prev = i > 0 ? points[i - 1].bytes_in_use : {};
-    let k = used[0] ?? KINDS[0];
+    const prev = i > 0 ? points[i - 1] : null;
+    let s = series[0];
     let growth = -Infinity;
-    for (const kind of used) {
-      const g = (p.bytes_in_use[kind] ?? 0) - (prev[kind] ?? 0);
-      if (g > growth) { growth = g; k = kind; }
+    for (const c of series) {
+      const g = c.value(p) - (prev ? c.value(prev) : 0);
+      if (g > growth) { growth = g; s = c; }
     }
     const cx = x(p.step);
-    const cy = y(p.bytes_in_use[k] ?? 0);
-    svg.append(svgEl('line', { x1: cx, x2: cx, y1: M.top, y2: M.top + plotH, stroke: '#c62828', 'stroke-opacity': 0.25, 'stroke-dasharray': '3 3' }));
+    const cy = y(s.value(p));
+    svg.append(svgEl('line', { x1: cx, x2: cx, y1: Y0, y2: Y0 + plotH, stroke: '#c62828', 'stroke-opacity': 0.25, 'stroke-dasharray': '3 3' }));
     const mark = svgEl('circle', { cx, cy, r: 3 + Math.min(4, n), fill: '#c62828', stroke: '#fff', class: 'realloc' });
-    mark.append(svgEl('title', {}, `step ${p.step}: ${n} allocation${n === 1 ? '' : 's'} (${k} grew by ${formatBytes(Math.max(0, growth))})`));
+    mark.append(svgEl('title', {}, `step ${p.step}: ${n} allocation${n === 1 ? '' : 's'} (${s.key} grew by ${formatBytes(Math.max(0, growth))})`));
     svg.append(mark);
     nMarks += n;
   });
+  return { nMarks, legendX: X0 + 8, legendY: Y0 + 12 };
+}
 
-  // Legend.
-  let lx = M.left + 8;
-  for (const k of used) {
-    svg.append(svgEl('line', { x1: lx, x2: lx + 18, y1: M.top + 12, y2: M.top + 12, stroke: KIND_COLOURS[k], 'stroke-width': 3 }));
-    svg.append(svgEl('text', { x: lx + 22, y: M.top + 16, 'font-size': 12, fill: '#333' }, k));
-    lx += 110;
-  }
-  svg.append(svgEl('circle', { cx: lx + 6, cy: M.top + 12, r: 4, fill: '#c62828' }));
-  svg.append(svgEl('text', { x: lx + 14, y: M.top + 16, 'font-size': 12, fill: '#333' }, `real allocations (${nMarks})`));
-
+/**
+ * Draws `points` ([{step, bytes_in_use: {kind: n}, region_bytes: {region: n},
+ * reallocations: n}]) into `host`: `series` on one shared axis, or with `separate` one
+ * panel per series, each on its own axis. `totalSteps` fixes the x axis so the chart grows
+ * left to right while running. Series that stay at zero are left out.
+ */
+export function drawChart(host, points, totalSteps, series, { separate = false, label = 'bytes' } = {}) {
+  const used = series.filter((s) => points.some((p) => s.value(p) > 0));
+  const shown = used.length ? used : series.slice(0, 1);
+  const W = 900;
+  const panelH = separate ? 200 : 320;
+  const panels = separate ? shown.map((s) => [s]) : [shown];
+  const H = panelH * panels.length;
+  const svg = svgEl('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${label} over the steps` });
+  const xMax = Math.max(1, totalSteps - 1, ...points.map((p) => p.step));
+  let nMarks = 0;
+  panels.forEach((panel, i) => {
+    const r = drawPanel(svg, { left: 0, top: i * panelH, width: W, height: panelH }, points, panel, xMax, separate ? panel[0].key : '');
+    if (i === 0) nMarks = r.nMarks;
+    if (separate) return;
+    let lx = r.legendX;
+    for (const s of panel) {
+      svg.append(svgEl('line', { x1: lx, x2: lx + 18, y1: r.legendY, y2: r.legendY, stroke: s.colour, 'stroke-width': 3 }));
+      svg.append(svgEl('text', { x: lx + 22, y: r.legendY + 4, 'font-size': 12, fill: '#333' }, s.key));
+      lx += 110;
+    }
+    svg.append(svgEl('circle', { cx: lx + 6, cy: r.legendY, r: 4, fill: '#c62828' }));
+    svg.append(svgEl('text', { x: lx + 14, y: r.legendY + 4, 'font-size': 12, fill: '#333' }, `real allocations (${r.nMarks})`));
+  });
   host.replaceChildren(svg);
   host.dataset.points = String(points.length);
   host.dataset.reallocMarks = String(nMarks);
 }
 
+/** The two charts of a run: per kind into `kindsHost`, per region into `regionsHost`. */
+function drawMemory(kindsHost, regionsHost, points, totalSteps) {
+  drawChart(kindsHost, points, totalSteps, KIND_SERIES, { label: 'bytes in use per memory kind' });
+  drawChart(regionsHost, points, totalSteps, REGION_SERIES, { separate: true, label: 'bytes per device region' });
+}
+
 // ---------------------------------------------------------------------------------------
 // Result table.
 
-function showSummary(rows) {
+function showSummary(tableId, rows) {
   const tbody = document.createElement('tbody');
   for (const [name, value] of rows) {
     const tr = document.createElement('tr');
@@ -175,14 +214,14 @@ function showSummary(rows) {
     tr.append(th, td);
     tbody.append(tr);
   }
-  $('summary').replaceChildren(tbody);
+  $(tableId).replaceChildren(tbody);
 }
 
 function showReport(report, tolerance) {
   const errOk = report.max_abs_err <= tolerance;
   const peak = KINDS.filter((k) => report.peak_bytes?.[k] > 0)
     .map((k) => `${k} ${formatBytes(report.peak_bytes[k])}`).join(', ') || '—';
-  showSummary([
+  showSummary('summary', [
     ['adapter', `${escapeHtml(report.adapter)} (${escapeHtml(report.backend)})`],
     ['policy', escapeHtml(report.policy)],
     ['steps', report.steps],
@@ -222,13 +261,13 @@ async function runDemo(event) {
     if (!Number.isInteger(steps) || steps < 1) throw new Error('steps must be a whole number ≥ 1');
     if (!Number.isInteger(seed) || seed < 0) throw new Error('seed must be a whole number ≥ 0');
     const demo = await wasm.WebDemo.create(JSON.stringify({ steps, policy, seed }));
-    drawChart(points, steps);
+    drawMemory($('chart'), $('chart-regions'), points, steps);
     for (;;) {
       const json = await demo.step();
       if (json === undefined || json === null) break;
       const point = JSON.parse(json);
       points.push(point);
-      drawChart(points, steps);
+      drawMemory($('chart'), $('chart-regions'), points, steps);
       setRunState('running', `step ${point.step + 1} / ${steps} (${policy})…`);
     }
     const report = JSON.parse(demo.finish());
@@ -241,6 +280,172 @@ async function runDemo(event) {
   } finally {
     running = false;
     $('run').disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// SmolLM2: download, load, generate.
+
+let model = null;
+let generating = false;
+/** The browser's name for the adapter (wgpu's WebGPU backend reports none). */
+let adapterLabel = '';
+
+/** Lets the browser paint (the load itself runs without yielding). */
+const nextFrame = () => new Promise((ok) => requestAnimationFrame(() => setTimeout(ok, 0)));
+
+function showDownload(received, total) {
+  const bar = $('download-progress');
+  bar.max = total > 0 ? total : Math.max(1, received);
+  bar.value = received;
+  bar.dataset.received = String(received);
+  bar.dataset.total = String(total);
+  const pct = total > 0 ? ` (${Math.floor((100 * received) / total)}%)` : '';
+  setState('load-state', 'downloading', `downloading ${formatBytes(received)}${total > 0 ? ` of ${formatBytes(total)}` : ''}${pct}…`);
+}
+
+/**
+ * Downloads the GGUF with a streamed fetch, chunk by chunk into wasm memory (a
+ * ModelDownload), then loads it on WebGPU. Resolves to the WebModel and the download time.
+ */
+async function downloadAndLoad(url) {
+  const t0 = performance.now();
+  let response;
+  try {
+    response = await fetch(url, { cache: 'no-store' });
+  } catch (e) {
+    throw new Error(`could not download ${url}: ${e?.message ?? e}`);
+  }
+  if (!response.ok) {
+    throw new Error(`could not download ${url}: HTTP ${response.status} ${response.statusText}. `
+      + 'Fetch the model once with `cargo run --release -- fetch` and serve this page with '
+      + '`node web/serve.mjs`, which serves the model cache under /models/.');
+  }
+  const total = Number(response.headers.get('content-length') ?? 0);
+  const download = new wasm.ModelDownload(total);
+  try {
+    const reader = response.body.getReader();
+    let received = 0;
+    let shown = 0;
+    showDownload(0, total);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      download.push(value);
+      received += value.length;
+      // Redraw the bar every MiB, not every chunk.
+      if (received - shown >= 1 << 20) {
+        showDownload(received, total);
+        shown = received;
+      }
+    }
+    showDownload(received, total);
+  } catch (e) {
+    download.free();
+    throw new Error(`the download of ${url} failed: ${e?.message ?? e}`);
+  }
+  const downloadMs = performance.now() - t0;
+  setState('load-state', 'loading', 'parsing the GGUF and uploading the weights…');
+  await nextFrame();
+  // load() consumes the download, also when it fails.
+  const loaded = await download.load();
+  return { loaded, downloadMs };
+}
+
+async function loadModel(event) {
+  event.preventDefault();
+  if (model) return;
+  $('load').disabled = true;
+  try {
+    const { loaded, downloadMs } = await downloadAndLoad(MODEL_URL);
+    model = loaded;
+    const info = JSON.parse(model.info());
+    info.download_ms = downloadMs;
+    $('model-info').dataset.info = JSON.stringify(info);
+    showSummary('model-info', [
+      ['model', `${escapeHtml(info.architecture)}: ${info.layers} layers, width ${info.width}, ${info.heads} query / ${info.kv_heads} KV heads, context ${info.context}, vocabulary ${info.vocabulary}`],
+      ['file', `${formatBytes(info.file_bytes)}, of which tensors ${formatBytes(info.weights_file_bytes)}`],
+      ['weights on the device', `${formatBytes(info.weights_device_bytes)} (${(info.weights_device_bytes / info.weights_file_bytes).toFixed(3)}x the file's tensor bytes: block formats kept)`],
+      ['constants region', `${formatBytes(info.constants_region_bytes)} of weights in ${info.data_region_buffers.length} buffer${info.data_region_buffers.length === 1 ? '' : 's'} (${info.data_region_buffers.map(formatBytes).join(', ')}; inputs and outputs share its high end)`],
+      ['adapter limits', `maxBufferSize ${formatBytes(info.max_buffer_size)}, maxStorageBufferBindingSize ${formatBytes(info.max_storage_buffer_binding_size)}`],
+      ['download', `${(downloadMs / 1000).toFixed(2)} s`],
+      ['load (parse, compile, upload)', `${(info.load_ms / 1000).toFixed(2)} s`],
+    ]);
+    setState('load-state', 'ready', 'loaded');
+    $('generate').disabled = false;
+    setState('gen-state', 'idle', 'ready');
+  } catch (e) {
+    console.warn(e);
+    setState('load-state', 'error', `failed: ${e?.message ?? e}`);
+    $('load').disabled = false;
+  }
+}
+
+function showGeneration(report) {
+  const peak = KINDS.filter((k) => report.peak_bytes?.[k] > 0)
+    .map((k) => `${k} ${formatBytes(report.peak_bytes[k])}`).join(', ') || '—';
+  const regions = REGIONS.map((r) => `${r} ${formatBytes(report.regions[r].peak_bytes)}`).join(', ');
+  showSummary('gen-summary', [
+    ['adapter', `${escapeHtml(report.adapter || adapterLabel)} (${escapeHtml(report.backend)})`],
+    ['policy', escapeHtml(report.policy)],
+    ['tokens', `${report.prompt_tokens} prompt, ${report.tokens.length} generated (stop: ${escapeHtml(report.stop)})`],
+    ['prefill', `${report.prefill_ms.toFixed(0)} ms, ${report.prefill_tokens_per_s.toFixed(1)} tokens/s`],
+    ['decode', report.decode_steps > 0 ? `${report.decode_ms_per_token.toFixed(1)} ms/token, ${(1000 / report.decode_ms_per_token).toFixed(2)} tokens/s` : '—'],
+    ['KV cache', `${formatBytes(report.kv_reserved_bytes)} reserved for ${formatBytes(report.kv_needed_bytes)} needed (${report.kv_reserved_over_needed.toFixed(2)}x)`],
+    ['allocations', `${report.allocations} (${report.reallocations} reallocations)`],
+    ['peak bytes per kind', peak],
+    ['peak bytes per region', regions],
+  ]);
+  const tokens = $('llm-tokens');
+  tokens.textContent = report.tokens.join(' ');
+  tokens.className = 'mono';
+  $('llm-result-json').textContent = JSON.stringify(report, null, 2);
+}
+
+async function generate(event) {
+  event.preventDefault();
+  if (!model || generating) return;
+  generating = true;
+  $('generate').disabled = true;
+  const options = {
+    prompt: $('prompt').value,
+    chat: $('chat').checked,
+    max_tokens: Number($('max-tokens').value),
+    policy: $('llm-policy').value,
+    temperature: Number($('temperature').value),
+    seed: Number($('llm-seed').value),
+  };
+  const output = $('output');
+  output.textContent = '';
+  output.className = '';
+  $('llm-result-json').textContent = '';
+  const points = [];
+  const decodeMs = [];
+  drawMemory($('llm-chart-kinds'), $('llm-chart-regions'), points, options.max_tokens);
+  setState('gen-state', 'running', 'prefill…');
+  try {
+    if (!Number.isInteger(options.max_tokens) || options.max_tokens < 1) throw new Error('max tokens must be a whole number ≥ 1');
+    if (!Number.isInteger(options.seed) || options.seed < 0) throw new Error('seed must be a whole number ≥ 0');
+    const onToken = (json) => {
+      const e = JSON.parse(json);
+      output.append(e.text);
+      if (e.index > 0) decodeMs.push(e.forward_ms);
+      if (e.memory) points.push({ ...e.memory, token: e.token });
+      drawMemory($('llm-chart-kinds'), $('llm-chart-regions'), points, options.max_tokens);
+      const mean = decodeMs.reduce((a, b) => a + b, 0) / Math.max(1, decodeMs.length);
+      setState('gen-state', 'running', e.index === 0
+        ? `prefill took ${e.forward_ms.toFixed(0)} ms; decoding…`
+        : `${e.index + 1} tokens, ${mean.toFixed(1)} ms/token (${(1000 / mean).toFixed(2)} tokens/s)…`);
+    };
+    const report = JSON.parse(await model.generate(JSON.stringify(options), onToken));
+    showGeneration(report);
+    setState('gen-state', 'done', `done: ${report.tokens.length} tokens; prefill ${report.prefill_tokens_per_s.toFixed(1)} tokens/s, decode ${report.decode_ms_per_token.toFixed(1)} ms/token`);
+  } catch (e) {
+    console.warn(e);
+    setState('gen-state', 'error', `failed: ${e?.message ?? e}`);
+  } finally {
+    generating = false;
+    $('generate').disabled = false;
   }
 }
 
@@ -264,12 +469,19 @@ async function main() {
     setGpuStatus('error', `<strong>WebGPU is present but dynrt could not open a device:</strong> ${escapeHtml(e?.message ?? e)}`);
     return;
   }
+  adapterLabel = info.name || detected.label || '';
   const check = info.self_check;
   setGpuStatus('ok', `<strong>WebGPU adapter:</strong> ${escapeHtml(info.name || detected.label || '(unnamed)')} · backend ${escapeHtml(info.backend)} · ${escapeHtml(info.device_type)}`
     + (info.driver ? ` · driver ${escapeHtml(info.driver)}` : '')
     + ` · dynrt ${escapeHtml(wasm.version())}`
     + (check ? `<br><span class="${check.passed ? 'pass' : 'fail'}">GPU self-check ${check.passed ? 'passed' : 'FAILED'}</span>: ${escapeHtml(check.detail)}` : ''));
   document.body.dataset.selfCheck = check ? String(check.passed) : 'absent';
+
+  $('model-url').textContent = MODEL_URL;
+  $('load-form').addEventListener('submit', loadModel);
+  $('llm-controls').addEventListener('submit', generate);
+  $('load').disabled = false;
+  setState('load-state', 'idle', 'about 98 MB from this server');
 
   if (typeof wasm.WebDemo !== 'function') {
     setRunState('unavailable', 'the decode demo is not in this wasm build yet (only the GPU self-check above)');

@@ -1,24 +1,35 @@
-// The browser test: the demo page in real headless Chromium (WebGPU on SwiftShader), checked
+// The browser test: the page in real headless Chromium (WebGPU on SwiftShader), checked
 // against the native binary.
 //
-//   web/build.sh && cargo build --release && node web/test.mjs
+//   web/build.sh && cargo build --release && cargo run --release -- fetch && node web/test.mjs
 //
-// Starts its own static server on a free localhost port, launches /usr/bin/chromium through
-// playwright-core with a fresh profile and no network, and checks:
+// Starts its own static server on a free localhost port (serving the model cache under
+// /models/), launches /usr/bin/chromium through playwright-core with a fresh profile and no
+// network, and checks:
 //   - a browser without WebGPU gets the clear message (navigator.gpu removed by an init script);
+//   - a failed model download (the server answering 404) is an error on the page;
 //   - with WebGPU: the adapter is shown and the wasm GPU self-check (through dynrt's Engine)
-//     passes, with no console errors;
+//     passes;
+//   - SmolLM2: the page downloads the GGUF (progress bar to the full size), loads it with
+//     the weights in their block formats, generates greedily for a fixed prompt, and its
+//     tokens equal the native `dynrt generate --json` run's for the same prompt, max tokens
+//     and policy; the streamed text equals the final text; both memory charts rendered;
 //   - the decode demo, per policy, with a fixed seed: tokens equal the native
 //     `dynrt demo --json` tokens for the same arguments, max error within tolerance, the
 //     reallocation counts order the policies as the native run does, the chart rendered;
-// and saves a screenshot to $CARGO_TARGET_DIR/web-demo.png (default target/).
-// Environment: DYNRT_WEB_STEPS (default 24), DYNRT_WEB_SEED (default 7),
-// CHROMIUM (default /usr/bin/chromium). Exits non-zero when any check fails.
+//   - no console errors;
+// and saves screenshots to $CARGO_TARGET_DIR/web-llm.png and web-demo.png (default target/).
+// Environment: DYNRT_WEB_STEPS (default 24), DYNRT_WEB_SEED (default 7) for the demo;
+// DYNRT_WEB_PROMPT (default "What is the capital of France?", in the chat template),
+// DYNRT_WEB_TOKENS (default 16), DYNRT_WEB_POLICY (default adaptive) for SmolLM2;
+// CHROMIUM (default /usr/bin/chromium). Without the fetched model the SmolLM2 checks are
+// skipped, unless DYNRT_REQUIRE_MODEL=1 or DYNRT_REQUIRE_GPU=1 (then they fail).
+// Exits non-zero when any check fails.
 import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from './serve.mjs';
 
@@ -30,6 +41,14 @@ const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const steps = Number(process.env.DYNRT_WEB_STEPS ?? 24);
 const seed = Number(process.env.DYNRT_WEB_SEED ?? 7);
 const POLICIES = ['none', 'reference', 'adaptive'];
+const llm = {
+  prompt: process.env.DYNRT_WEB_PROMPT ?? 'What is the capital of France?',
+  maxTokens: Number(process.env.DYNRT_WEB_TOKENS ?? 16),
+  policy: process.env.DYNRT_WEB_POLICY ?? 'adaptive',
+};
+const requireModel = process.env.DYNRT_REQUIRE_MODEL === '1' || process.env.DYNRT_REQUIRE_GPU === '1';
+// The page's model URL (web/main.js MODEL_URL) and the file `dynrt fetch` puts in the cache.
+const MODEL_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 // The page and the native binary run the same f32 kernels (WGSL) on different GPUs
 // (SwiftShader vs lavapipe/llvmpipe), each checked against the same f64-free CPU reference.
 const MAX_ABS_ERR = 1e-3;
@@ -41,6 +60,24 @@ function check(name, ok, detail = '') {
   else failed += 1;
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name}${detail ? `: ${detail}` : ''}`);
   return ok;
+}
+
+/** The fetched model's path (`dynrt fetch --check`: never downloads), or null. */
+function fetchedModel() {
+  try {
+    const out = execFileSync(nativeBin, ['fetch', '--check'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000 });
+    const path = out.trim().split('\n').pop();
+    return path && existsSync(path) ? path : null;
+  } catch {
+    return null;
+  }
+}
+
+function nativeGenerate(modelPath) {
+  const args = ['generate', '--json', '--model', modelPath, '--chat', llm.prompt,
+    '--max-tokens', String(llm.maxTokens), '--policy', llm.policy];
+  const out = execFileSync(nativeBin, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 600_000 });
+  return JSON.parse(out);
 }
 
 function nativeDemo(policy) {
@@ -79,7 +116,15 @@ async function main() {
   const haveChromium = existsSync(chromiumPath);
   if (!check(`chromium at ${chromiumPath}`, haveChromium, haveChromium ? '' : 'apt-get install chromium, or set CHROMIUM')) return;
 
-  const server = await serve(webDir, 0);
+  const modelPath = existsSync(nativeBin) ? fetchedModel() : null;
+  if (!modelPath) {
+    const why = `no fetched model (\`${nativeBin} fetch --check\` failed): run \`cargo run --release -- fetch\``;
+    if (requireModel) check('the fetched model for the SmolLM2 checks', false, why);
+    else console.log(`     (SmolLM2 checks skipped: ${why})`);
+  } else if (basename(modelPath) !== MODEL_FILE) {
+    check(`the fetched model is ${MODEL_FILE}`, false, modelPath);
+  }
+  const server = await serve(webDir, 0, modelPath ? dirname(modelPath) : join(targetDir, 'no-models'));
   const url = `http://localhost:${server.address().port}/`;
   const profile = mkdtempSync(join(tmpdir(), 'dynrt-chromium-'));
   const context = await chromium.launchPersistentContext(profile, {
@@ -97,7 +142,8 @@ async function main() {
   });
   try {
     await testNoWebGpu(context, url);
-    await testWithWebGpu(context, url);
+    await testFailedDownload(context, url);
+    await testWithWebGpu(context, url, modelPath);
   } finally {
     await context.close();
     server.close();
@@ -117,10 +163,25 @@ async function testNoWebGpu(context, url) {
   const text = await page.$eval('#gpu-status', (el) => el.textContent);
   check('no WebGPU: clear message on the page', state === 'error' && text.includes('no WebGPU'), `${state}: ${text.trim().slice(0, 120)}`);
   check('no WebGPU: run button stays disabled', await page.$eval('#run', (b) => b.disabled));
+  check('no WebGPU: load button stays disabled', await page.$eval('#load', (b) => b.disabled));
   await page.close();
 }
 
-async function testWithWebGpu(context, url) {
+async function testFailedDownload(context, url) {
+  const page = await context.newPage();
+  // The server answers 404 for the model, as it does when it was never fetched.
+  await page.route(`**/models/${MODEL_FILE}`, (route) => route.fulfill({ status: 404, body: 'not found' }));
+  await page.goto(url);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.state !== 'pending', null, { timeout: 120_000 });
+  await page.click('#load');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.getElementById('load-state').dataset.state), null, { timeout: 60_000 });
+  const state = await page.$eval('#load-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  check('failed download: error shown on the page', state.state === 'error' && state.text.includes('HTTP 404') && state.text.includes('fetch'), `${state.state}: ${state.text.slice(0, 160)}`);
+  check('failed download: generate stays disabled', await page.$eval('#generate', (b) => b.disabled));
+  await page.close();
+}
+
+async function testWithWebGpu(context, url, modelPath) {
   const page = await context.newPage();
   const consoleErrors = [];
   page.on('console', (m) => {
@@ -134,6 +195,8 @@ async function testWithWebGpu(context, url) {
   check('WebGPU adapter found and dynrt device opened', status.state === 'ok', status.text.trim());
   const selfCheck = await page.evaluate(() => document.body.dataset.selfCheck);
   check('GPU self-check in wasm passed', selfCheck === 'true', `self_check=${selfCheck}`);
+
+  if (modelPath) await testLlm(page, modelPath);
 
   const runState = await page.$eval('#run-state', (el) => el.dataset.state);
   const pageHasDemo = runState !== 'unavailable';
@@ -150,6 +213,57 @@ async function testWithWebGpu(context, url) {
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`     screenshot: ${shot}`);
   await page.close();
+}
+
+async function testLlm(page, modelPath) {
+  const fileBytes = statSync(modelPath).size;
+  const t0 = Date.now();
+  await page.click('#load');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.getElementById('load-state').dataset.state), null, { timeout: 600_000 });
+  const load = await page.$eval('#load-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  if (!check('SmolLM2: downloaded and loaded on the page', load.state === 'ready', `${load.text} (${((Date.now() - t0) / 1000).toFixed(1)} s)`)) return;
+  const bar = await page.$eval('#download-progress', (el) => ({ received: Number(el.dataset.received), total: Number(el.dataset.total), value: el.value, max: el.max }));
+  check('SmolLM2: progress bar reached the file size', bar.total === fileBytes && bar.received === fileBytes && bar.value === bar.max, JSON.stringify(bar));
+  const info = JSON.parse(await page.$eval('#model-info', (el) => el.dataset.info));
+  const ratio = info.weights_device_bytes / info.weights_file_bytes;
+  check('SmolLM2: weights on the device in their block formats (within 1.05x of the file\'s tensor bytes)', ratio >= 1 && ratio <= 1.05, `${info.weights_device_bytes} / ${info.weights_file_bytes} = ${ratio.toFixed(4)}`);
+  check('SmolLM2: the data region within the adapter\'s buffer limit', info.data_region_buffers.length > 0
+    && info.data_region_buffers.every((b) => b <= info.max_buffer_size)
+    && info.data_region_buffers.reduce((a, b) => a + b, 0) >= info.constants_region_bytes,
+  `buffers [${info.data_region_buffers}], max ${info.max_buffer_size}`);
+  console.log(`     download ${(info.download_ms / 1000).toFixed(2)} s, load ${(info.load_ms / 1000).toFixed(2)} s; constants region ${info.constants_region_bytes} bytes, data region buffers [${info.data_region_buffers}]; adapter maxBufferSize ${info.max_buffer_size}, maxStorageBufferBindingSize ${info.max_storage_buffer_binding_size}`);
+
+  const native = nativeGenerate(modelPath);
+  await page.fill('#prompt', llm.prompt);
+  await page.setChecked('#chat', true);
+  await page.fill('#max-tokens', String(llm.maxTokens));
+  await page.selectOption('#llm-policy', llm.policy);
+  await page.fill('#temperature', '0');
+  await page.click('#generate');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('gen-state').dataset.state), null, { timeout: 600_000 });
+  const gen = await page.$eval('#gen-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  if (!check('SmolLM2: generation on the page finished', gen.state === 'done', gen.text)) return;
+  const w = JSON.parse(await page.$eval('#llm-result-json', (el) => el.textContent));
+  check(`SmolLM2: ${w.tokens.length} greedy tokens equal the native run's`, w.tokens.length === native.tokens.length && w.tokens.every((t, i) => t === native.tokens[i]),
+    `web [${w.tokens}] ${JSON.stringify(w.text)} native [${native.tokens}] ${JSON.stringify(native.text)}`);
+  check('SmolLM2: same prompt tokens as the native run', w.prompt_tokens === native.prompt_tokens, `web ${w.prompt_tokens} native ${native.prompt_tokens}`);
+  const streamed = await page.$eval('#output', (el) => el.textContent);
+  check('SmolLM2: streamed text equals the final text', streamed === w.text && w.text.length > 0, JSON.stringify(streamed));
+  const charts = await page.evaluate(() => Object.fromEntries(['llm-chart-kinds', 'llm-chart-regions'].map((id) => {
+    const el = document.getElementById(id);
+    return [id, { points: Number(el.dataset.points), marks: Number(el.dataset.reallocMarks), series: el.querySelectorAll('path.series').length }];
+  })));
+  const k = charts['llm-chart-kinds'];
+  const r = charts['llm-chart-regions'];
+  check('SmolLM2: memory charts rendered (per kind and per region, one point per token, reallocations marked)',
+    k.points === w.tokens.length && r.points === w.tokens.length && k.series > 0 && r.series === 3 && k.marks > 0 && w.trace.length === w.tokens.length,
+    JSON.stringify(charts));
+  console.log(`     SmolLM2 on the page: ${w.prompt_tokens} prompt tokens at ${w.prefill_tokens_per_s.toFixed(2)} tokens/s (prefill ${w.prefill_ms.toFixed(0)} ms), ${w.decode_ms_per_token.toFixed(1)} ms per decode token; text ${JSON.stringify(w.text)}`);
+  console.log(`     native (${native.adapter}): ${native.prefill_tokens_per_s.toFixed(2)} prompt tokens/s, ${native.decode_ms_per_token.toFixed(1)} ms per decode token`);
+  mkdirSync(targetDir, { recursive: true });
+  const shot = join(targetDir, 'web-llm.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  console.log(`     screenshot: ${shot}`);
 }
 
 async function runOnPage(page, policy) {
