@@ -388,7 +388,7 @@ fn bad_model_files_are_typed_errors_and_leave_nothing_allocated() {
             before,
             "bytes in use after a failed load"
         );
-        r.err().expect("the load must fail")
+        r.expect_err("the load must fail")
     };
     // Truncated: in the header, in the tensor infos, in the data.
     for cut in [10, 400, good.len() - 1] {
