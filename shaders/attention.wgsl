@@ -131,6 +131,44 @@ var<workgroup> m_sh: array<f32, 64>;
 var<workgroup> l_sh: array<f32, 64>;
 var<workgroup> acc_sh: array<f32, 2048>;
 
+// Merges the 64 partial softmaxes of a workgroup (each invocation's running max m and sum
+// l): returns this invocation's rescale factor exp(m - max) and 1 / (the rescaled total).
+// Called by every invocation in uniform control flow.
+fn merge_softmax(lid: u32, m: f32, l: f32) -> vec2<f32> {
+    m_sh[lid] = m;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if lid < stride {
+            m_sh[lid] = max(m_sh[lid], m_sh[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let f = exp(m - m_sh[0]);
+    l_sh[lid] = l * f;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if lid < stride {
+            l_sh[lid] += l_sh[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    return vec2<f32>(f, 1.0 / l_sh[0]);
+}
+
+// After every invocation wrote its rescaled accumulators of dims c..c+32 to acc_sh: sums
+// each dim over the 64 invocations into the output row at ob, scaled by inv.
+fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
+    workgroupBarrier();
+    if lid < 32u && c + lid < hd {
+        var sum = 0.0;
+        for (var i = 0u; i < WG; i++) {
+            sum += acc_sh[i * 32u + lid];
+        }
+        dst[ob + c + lid] = sum * inv;
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(64)
 fn attention_gqa(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -182,42 +220,15 @@ fn attention_gqa(
         }
     }
 
-    // Merge the 64 partial softmaxes: the global max, then each part rescaled to it.
-    m_sh[lid] = m;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if lid < stride {
-            m_sh[lid] = max(m_sh[lid], m_sh[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    let mx = m_sh[0];
-    let f = exp(m - mx);
-    l_sh[lid] = l * f;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if lid < stride {
-            l_sh[lid] += l_sh[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / l_sh[0];
+    let fi = merge_softmax(lid, m, l);
     let ob = gp.out_offset + s * gp.heads * hd + h * hd;
     for (var c = 0u; c < hd; c += 32u) {
         for (var e = 0u; e < 32u; e++) {
             if c + e < hd {
-                acc_sh[lid * 32u + e] = acc[c + e] * f;
+                acc_sh[lid * 32u + e] = acc[c + e] * fi.x;
             }
         }
-        workgroupBarrier();
-        if lid < 32u && c + lid < hd {
-            var sum = 0.0;
-            for (var i = 0u; i < WG; i++) {
-                sum += acc_sh[i * 32u + lid];
-            }
-            dst[ob + c + lid] = sum * inv;
-        }
-        workgroupBarrier();
+        store_dims(lid, c, hd, ob, fi.y);
     }
 }
 
@@ -271,45 +282,20 @@ fn attention_gqa4(
         }
     }
 
-    m_sh[lid] = m;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if lid < stride {
-            m_sh[lid] = max(m_sh[lid], m_sh[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    let f = exp(m - m_sh[0]);
-    l_sh[lid] = l * f;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if lid < stride {
-            l_sh[lid] += l_sh[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / l_sh[0];
+    let fi = merge_softmax(lid, m, l);
     let hd = gp.head_dim;
     let ob = gp.out_offset + s * gp.heads * hd + h * hd;
     for (var c = 0u; c < hd; c += 32u) {
         for (var e = 0u; e < 8u; e++) {
             let i4 = c / 4u + e;
             if i4 < hd4 {
-                let a = acc[i4] * f;
+                let a = acc[i4] * fi.x;
                 acc_sh[lid * 32u + e * 4u] = a.x;
                 acc_sh[lid * 32u + e * 4u + 1u] = a.y;
                 acc_sh[lid * 32u + e * 4u + 2u] = a.z;
                 acc_sh[lid * 32u + e * 4u + 3u] = a.w;
             }
         }
-        workgroupBarrier();
-        if lid < 32u && c + lid < hd {
-            var sum = 0.0;
-            for (var i = 0u; i < WG; i++) {
-                sum += acc_sh[i * 32u + lid];
-            }
-            dst[ob + c + lid] = sum * inv;
-        }
-        workgroupBarrier();
+        store_dims(lid, c, hd, ob, fi.y);
     }
 }
