@@ -514,6 +514,14 @@ fn bad_prompts_and_parameters_are_typed_errors_and_the_session_goes_on() {
         session.generate_ids_blocking(&[5, 6], &bad, &mut |_| {}),
         Err(LlmError::BadParameter { name: "top_p", .. })
     ));
+    bad = greedy(0);
+    assert!(matches!(
+        session.generate_ids_blocking(&[5, 6], &bad, &mut |_| {}),
+        Err(LlmError::BadParameter {
+            name: "max_tokens",
+            ..
+        })
+    ));
     assert!(session.cached_tokens().is_empty(), "nothing ran");
     // The session still works, and a prompt that fills the context stops there.
     let g = session
