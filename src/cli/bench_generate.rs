@@ -6,10 +6,11 @@
 //! * **Decode**, once per preallocation policy, each on a fresh engine (so peaks are the
 //!   policy's own): a 16-token prompt, then greedy decode steps until the largest context,
 //!   every step timed (the forward pass, readback and argmax). Reported: ms per token around
-//!   each context (the mean of the 16 steps ending there), reallocations, KV growths, peak
-//!   device bytes by kind and region against weights + the KV cache needed, and the
-//!   **step-up check**: for every step at which the KV cache was reallocated, the mean of
-//!   the 8 following steps over the 8 before it. A bucket cache whose buckets run out shows
+//!   each context (the median of the 16 steps ending there: medians, because other jobs on
+//!   a shared machine add spikes of seconds), reallocations, KV growths, peak device bytes by
+//!   kind and region against weights + the KV cache needed, and the **step-up check**: for
+//!   every step at which the KV cache was reallocated, the median of the 8 following steps
+//!   over the median of the 8 before it. A bucket cache whose buckets run out shows
 //!   a staircase (a lasting jump at each boundary); a curve that only follows attention's
 //!   linear growth keeps that ratio near 1.
 //! * **Kernels per token** (`--profile`): every kernel of one decode step at the largest
@@ -83,7 +84,7 @@ struct ContextRow {
 struct StepUp {
     /// KV reallocations seen (steps whose KV reserve changed).
     kv_growths: usize,
-    /// Largest mean(8 steps after) / mean(8 steps before) over those steps.
+    /// Largest median(8 steps after) / median(8 steps before) over those steps.
     max_ratio: f64,
     /// Median of the same ratios.
     median_ratio: f64,
@@ -265,7 +266,7 @@ fn decode_run(
                 .collect();
             ContextRow {
                 context: c,
-                ms_per_token: window.iter().sum::<f64>() / window.len().max(1) as f64,
+                ms_per_token: median(&window),
             }
         })
         .collect();
@@ -305,9 +306,20 @@ fn decode_run(
     })
 }
 
+/// The median of `v` (0 when empty).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// The step-up check over the steps at which the KV reserve changed.
 fn step_up(steps: &[Step]) -> StepUp {
-    let mean = |s: &[Step]| s.iter().map(|x| x.ms).sum::<f64>() / s.len().max(1) as f64;
+    let middle = |s: &[Step]| median(&s.iter().map(|x| x.ms).collect::<Vec<_>>());
     let mut ratios: Vec<(f64, usize)> = Vec::new();
     let mut growths = 0;
     for i in 1..steps.len() {
@@ -316,8 +328,8 @@ fn step_up(steps: &[Step]) -> StepUp {
         }
         growths += 1;
         if i >= 8 && i + 9 <= steps.len() {
-            let before = mean(&steps[i - 8..i]);
-            let after = mean(&steps[i + 1..i + 9]);
+            let before = middle(&steps[i - 8..i]);
+            let after = middle(&steps[i + 1..i + 9]);
             ratios.push((after / before, steps[i].context));
         }
     }
@@ -659,4 +671,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(ms: &[f64], grow_at: &[usize]) -> Vec<Step> {
+        let mut reserved = 100;
+        ms.iter()
+            .enumerate()
+            .map(|(i, &ms)| {
+                if grow_at.contains(&i) {
+                    reserved += 10;
+                }
+                Step {
+                    context: i + 16,
+                    ms,
+                    kv_reserved: reserved,
+                    kv_needed: 1,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn step_up_sees_a_staircase_and_not_a_spike() {
+        // Flat at 10 ms, a lasting jump to 20 ms at the growth at step 20: ratio 2.
+        let mut ms = vec![10.0; 40];
+        ms[21..].iter_mut().for_each(|m| *m = 20.0);
+        let s = step_up(&steps(&ms, &[20]));
+        assert_eq!(s.kv_growths, 1);
+        assert_eq!(s.max_ratio, 2.0);
+        assert_eq!(s.max_at_context, 36);
+        // One spike of 5 s after a growth (another job on the machine): medians ignore it.
+        let mut ms = vec![10.0; 40];
+        ms[22] = 5000.0;
+        assert_eq!(step_up(&steps(&ms, &[20])).max_ratio, 1.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
 }
