@@ -1128,15 +1128,18 @@ fn grouped_query_attention_over_a_growing_cache() {
             } else {
                 tol
             };
-            check(
-                &gpu,
-                &mut k,
-                &op,
-                &[q, kk, v],
-                tol,
-                &format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}"),
-            );
+            // Twice: aligned (the vec4 entry point) and skewed by one element (the scalar
+            // one); `check` skews by the context's length mod 3.
+            let mut ctx = format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}");
+            while ctx.len() % 3 != 0 {
+                ctx.push(' ');
+            }
+            let ins = [q, kk, v];
+            check(&gpu, &mut k, &op, &ins, tol, &ctx);
+            check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
         }
+        // Both entry points ran.
+        assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
         // A head beyond the kernel's registers is a typed error, not a wrong answer.
         let op = Op::Attention(ops::Attention {
             num_heads: 1,

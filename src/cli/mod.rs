@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_decode;
+mod bench_generate;
 mod bench_kernels;
 mod demo;
 mod fetch;
