@@ -6,6 +6,7 @@ use std::process::ExitCode;
 mod bench;
 mod bench_decode;
 mod bench_kernels;
+mod bench_linear;
 mod demo;
 mod fetch;
 mod info;
