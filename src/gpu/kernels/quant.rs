@@ -5,7 +5,7 @@
 //! constant.
 //!
 //! The `linear` op (`y = x · wᵀ`) has a matrix-vector kernel for decode (M <=
-//! [`MATVEC_M_MAX`] rows of x: each invocation owns several output rows, so every loaded x
+//! [`QuantLayout::matvec_max_m`] rows of x: each invocation owns several output rows, so every loaded x
 //! value serves all of them and every weight word is loaded once) and two prefill kernels,
 //! picked by [`QuantLayout`]: on software adapters a register-tiled kernel without workgroup
 //! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
@@ -35,9 +35,6 @@ pub const FAMILY: Family = Family {
     },
 };
 
-/// Largest M (rows of x) served by the matrix-vector kernel; more rows take a prefill kernel.
-pub const MATVEC_M_MAX: u64 = 8;
-
 /// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).
 pub const ROWS_MAX: u64 = 64;
 
@@ -65,6 +62,17 @@ pub enum QuantLayout {
 }
 
 impl QuantLayout {
+    /// Largest M (rows of x) served by the matrix-vector kernel, which reads the weight once
+    /// per row of x; more rows take a prefill kernel, which reads it once per 8 (software
+    /// adapters: measured faster from 4 rows on llvmpipe) or 64 rows (hardware GPUs: below 9
+    /// rows a 64-row tile would mostly compute padding).
+    pub fn matvec_max_m(self) -> u64 {
+        match self {
+            QuantLayout::Cpu { .. } => 3,
+            QuantLayout::Gpu => 8,
+        }
+    }
+
     /// The layout for an adapter of `device_type`.
     pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
         if device_type == wgpu::DeviceType::Cpu {
@@ -214,7 +222,8 @@ impl Kernel for Linear {
         };
         // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
         // each weight block across many rows of x.
-        let (entry, workgroups) = match (m <= MATVEC_M_MAX, e.kernels.quant_layout) {
+        let layout = e.kernels.quant_layout;
+        let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
             (true, QuantLayout::Cpu { threads }) => {
                 let rows = rows_per_lane(n, 8 * u64::from(threads));
                 p.rows = rows as u32;
