@@ -362,6 +362,7 @@ pub struct Kernels {
     /// generation must not be replayed.
     generation: u64,
     pub(crate) max_workgroups_per_dim: u32,
+    pub(crate) quant_layout: quant::QuantLayout,
     pub(crate) storage_align_bytes: u64,
     pub(crate) max_binding_bytes: u64,
 }
@@ -380,6 +381,7 @@ impl Kernels {
             bind_groups: HashMap::new(),
             generation: 0,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            quant_layout: quant::QuantLayout::for_device(gpu.adapter_info().device_type),
             storage_align_bytes: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
         }
@@ -391,6 +393,18 @@ impl Kernels {
         self.max_workgroups_per_dim =
             max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
         self.generation += 1;
+    }
+
+    /// Overrides how the quantized-weight kernels spread their work (chosen from the adapter's
+    /// device type by [`Kernels::new`]); tests use it to run both layouts on one adapter.
+    pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
+        self.quant_layout = layout;
+        self.generation += 1;
+    }
+
+    /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).
+    pub fn quant_layout(&self) -> quant::QuantLayout {
+        self.quant_layout
     }
 
     /// Changes whenever dispatches recorded earlier may no longer be what [`Kernels::encode`]
