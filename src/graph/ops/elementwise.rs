@@ -133,6 +133,8 @@ pub enum UnaryOp {
     Silu,
     /// `exp(x)`
     Exp,
+    /// `sqrt(x)` (NaN below 0)
+    Sqrt,
 }
 
 impl UnaryOp {
@@ -143,6 +145,7 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::Silu => "silu",
             UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
         }
     }
 
@@ -162,6 +165,7 @@ impl UnaryOp {
             }
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
             UnaryOp::Exp => x.exp(),
+            UnaryOp::Sqrt => x.sqrt(),
         };
         y as f32
     }
@@ -186,6 +190,17 @@ impl OpDef for UnaryOp {
     fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
         let x = inputs[0].floats(UnaryOp::name(*self))?;
         Ok(Values::F32(x.iter().map(|&v| self.apply(v)).collect()))
+    }
+}
+
+impl crate::graph::GraphBuilder {
+    /// `sqrt(x)` ([`UnaryOp::Sqrt`]).
+    pub fn sqrt(
+        &mut self,
+        label: impl Into<String>,
+        x: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.unary(label, UnaryOp::Sqrt, x)
     }
 }
 
@@ -250,6 +265,8 @@ mod tests {
         assert!((UnaryOp::Gelu.apply(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(UnaryOp::Relu.apply(-2.0), 0.0);
         assert!((UnaryOp::Silu.apply(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert_eq!(UnaryOp::Sqrt.apply(2.25), 1.5);
+        assert!(UnaryOp::Sqrt.apply(-1.0).is_nan());
     }
 
     #[test]
