@@ -120,7 +120,7 @@ pub fn run_op(
         frame.abandon();
         return Err(e.into());
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let bytes = engine
         .read_blocking(&buf, out_off, out_size)
@@ -210,7 +210,7 @@ pub fn run_graph(
             });
         }
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let mut out = Vec::new();
     for o in graph.outputs() {
