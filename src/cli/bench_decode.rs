@@ -168,9 +168,7 @@ mod dynamic {
     use dynrt::memory::predictor::{Policy, PredictorOptions};
     use dynrt::memory::AllocKind;
     use dynrt::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
-    use dynrt::runtime::{
-        HostTensor, InferRequest, Network, NetworkOptions, RunOptions, StateBinding,
-    };
+    use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunOptions};
     use dynrt::shape::Shape;
     use web_time::Instant;
 
@@ -301,14 +299,7 @@ mod dynamic {
         };
         config.validate()?;
         let model = build_graph(&config, &DecoderWeights::generate(&config))?;
-        let states: Vec<StateBinding> = model
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
+        let states = model.state_bindings();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };

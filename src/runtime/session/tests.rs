@@ -20,14 +20,7 @@ fn decoder() -> (Graph, Vec<StateBinding>) {
         seed: 1,
     };
     let g = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
-    let states = g
-        .states
-        .iter()
-        .map(|(p, q)| StateBinding {
-            past: p.clone(),
-            present: q.clone(),
-        })
-        .collect();
+    let states = g.state_bindings();
     (g.graph, states)
 }
 
