@@ -29,6 +29,8 @@ fn main() -> anyhow::Result<()> {
         }
     );
     let engine = Engine::new(gpu.clone());
+    // Keep the events for the printout below (the counters are kept anyway).
+    engine.record_history(4096);
     let bytes = u64::from(LEN) * 4;
 
     // The output the kernel writes: preallocated usm_device.
@@ -116,6 +118,7 @@ fn main() -> anyhow::Result<()> {
     }
     let pick = engine.preferred_kind(&KindRequest {
         host_access: true,
+        kernel_access: false,
         kernel_io_bytes: 0,
     });
     println!("preferred kind for host-locked memory here: {pick}");

@@ -11,7 +11,7 @@
 //   elementwise_unary4        one vec4<f32> per invocation (same conditions as flat4)
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
-// 2 mul, 3 div; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp), so each op gets its own
+// 2 mul, 3 div; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp, 4 sqrt), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
 // pipeline serves all shapes.
 //
@@ -21,7 +21,7 @@
 //   2 storage read_write  input b        read_write: DESIGN.md §6)
 //   3 storage read_write  output         (unary: binding 2 is the output, binding 3 unused)
 //
-// Rust mirrors (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod):
+// Rust mirrors (src/gpu/kernels/elementwise.rs, #[repr(C)], bytemuck::Pod):
 //   struct BroadcastParams { numel: u32, rank: u32, out_offset: u32, flags: u32,
 //                            offsets: [u32; 4], shape: [[u32; 4]; 2],
 //                            strides0: [[u32; 4]; 2], strides1: [[u32; 4]; 2],
@@ -104,6 +104,7 @@ fn unary_op(x: f32) -> f32 {
         }
         case 2u: { return x / (1.0 + exp(-x)); }
         case 3u: { return exp(x); }
+        case 4u: { return sqrt(x); }
         default: { return max(x, 0.0); }
     }
 }

@@ -16,7 +16,7 @@
 //   3 storage read_write  b (where)
 //   4 storage read_write  dst
 //
-// Rust mirrors (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod):
+// Rust mirrors (src/gpu/kernels/mask.rs; BroadcastParams in elementwise.rs; #[repr(C)], bytemuck::Pod):
 //   struct CausalParams { numel: u32, s: u32, t: u32, past: u32,
 //                         x_offset: u32, out_offset: u32, _pad: [u32; 2] }    // 32 bytes
 //   struct BroadcastParams { ... }  as in elementwise.wgsl (offsets.x/y/z = cond/a/b)

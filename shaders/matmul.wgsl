@@ -30,7 +30,7 @@
 //   2 storage read_write  b    [..., K, N] (or [..., N, K])
 //   3 storage read_write  out  [batch..., M, N], contiguous
 //
-// Rust mirror (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod), 112 bytes:
+// Rust mirror (src/gpu/kernels/matmul.rs, #[repr(C)], bytemuck::Pod), 112 bytes:
 //   struct MatMulParams { m: u32, k: u32, n: u32, batch: u32,
 //                         tiles_m: u32, tiles_n: u32, batch_rank: u32, _pad0: u32,
 //                         a_offset: u32, b_offset: u32, out_offset: u32, _pad1: u32,

@@ -19,7 +19,7 @@
 //   2 storage read_write  ids (gather)
 //   3 storage read_write  dst (copy, gather, fill)
 //
-// Rust mirrors (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod):
+// Rust mirrors (src/gpu/kernels/movement.rs, #[repr(C)], bytemuck::Pod):
 //   struct CopyParams { numel: u32, rank: u32, in_offset: u32, out_offset: u32,
 //                       shape: [[u32; 4]; 2], in_strides: [[u32; 4]; 2],
 //                       out_strides: [[u32; 4]; 2] }                        // 112 bytes

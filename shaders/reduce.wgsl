@@ -15,7 +15,7 @@
 //   3 storage read_write  beta   [d]   (layer_norm)
 //   4 storage read_write  out    [rows, d]
 //
-// Rust mirror (src/gpu/kernels/params.rs, #[repr(C)], bytemuck::Pod), 32 bytes:
+// Rust mirror (src/gpu/kernels/reduce.rs, #[repr(C)], bytemuck::Pod), 32 bytes:
 //   struct RowParams { rows: u32, d: u32, x_offset: u32, out_offset: u32,
 //                      gamma_offset: u32, beta_offset: u32, eps: f32, _pad: u32 }
 // Offsets are in f32 elements from the start of each binding.

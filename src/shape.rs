@@ -18,7 +18,7 @@ pub enum ShapeError {
         bits: u32,
     },
     /// An element type name was not recognised.
-    #[error("unknown dtype `{name}`: expected one of f32, f16, i32, u32, i8, u8")]
+    #[error("unknown dtype `{name}`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_1, q8_0")]
     UnknownDType {
         /// The name as given.
         name: String,
@@ -33,14 +33,29 @@ pub enum ShapeError {
     },
 }
 
-/// Element type of a tensor.
+/// How many elements a block-quantized format packs into how many bytes (ggml's Q4_1: 32
+/// elements in 20 bytes, Q8_0: 32 in 34). Blocks run along the last dimension of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockLayout {
+    /// Elements per block.
+    pub elements: u32,
+    /// Bytes per block (scales and packed integers).
+    pub bytes: u32,
+}
+
+/// Element type of a tensor: a plain element of a whole number of bits, or a block-quantized
+/// format whose size is counted in blocks ([`DType::block`]), never in bits per element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     /// 32-bit float.
     F32,
-    /// 16-bit float.
+    /// 16-bit IEEE float.
     F16,
+    /// 16-bit brain float (the top half of an f32).
+    BF16,
+    /// 64-bit signed integer (ONNX shape tensors; computed on the host).
+    I64,
     /// 32-bit signed integer.
     I32,
     /// 32-bit unsigned integer.
@@ -49,27 +64,90 @@ pub enum DType {
     I8,
     /// 8-bit unsigned integer.
     U8,
+    /// Boolean, one byte per element (0 or 1), as ONNX stores it.
+    Bool,
+    /// ggml Q4_1: blocks of 32 elements in 20 bytes (f16 scale, f16 minimum, 16 bytes of
+    /// 4-bit values: element `i` is the low nibble of byte `i` for `i < 16`, else the high
+    /// nibble of byte `i - 16`; value = scale * q + minimum).
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    /// ggml Q8_0: blocks of 32 elements in 34 bytes (f16 scale, 32 signed bytes; value =
+    /// scale * q).
+    #[serde(rename = "q8_0")]
+    Q8_0,
 }
 
 impl DType {
-    /// Width of one element in bits.
-    pub fn bits(self) -> u32 {
+    /// Every element type, in the order error messages list them.
+    pub const ALL: [DType; 11] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::I32,
+        DType::U32,
+        DType::I8,
+        DType::U8,
+        DType::Bool,
+        DType::Q4_1,
+        DType::Q8_0,
+    ];
+
+    /// Width of one element in bits; `None` for block-quantized formats, whose size is only
+    /// defined per block ([`DType::block`]).
+    pub fn bits(self) -> Option<u32> {
         match self {
-            DType::F32 | DType::I32 | DType::U32 => 32,
-            DType::F16 => 16,
-            DType::I8 | DType::U8 => 8,
+            DType::I64 => Some(64),
+            DType::F32 | DType::I32 | DType::U32 => Some(32),
+            DType::F16 | DType::BF16 => Some(16),
+            DType::I8 | DType::U8 | DType::Bool => Some(8),
+            DType::Q4_1 | DType::Q8_0 => None,
         }
     }
 
-    /// Lower-case name (`f32`, ...), as used in traces and on the CLI.
+    /// The block layout of a block-quantized format; `None` for plain element types.
+    pub fn block(self) -> Option<BlockLayout> {
+        match self {
+            DType::Q4_1 => Some(BlockLayout {
+                elements: 32,
+                bytes: 20,
+            }),
+            DType::Q8_0 => Some(BlockLayout {
+                elements: 32,
+                bytes: 34,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether values are floating point (f32, f16, bf16, and the block formats, whose
+    /// values dequantize to floats).
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            DType::F32 | DType::F16 | DType::BF16 | DType::Q4_1 | DType::Q8_0
+        )
+    }
+
+    /// Whether values are integers (bool included).
+    pub fn is_int(self) -> bool {
+        !self.is_float()
+    }
+
+    /// Lower-case name (`f32`, `q4_1`, ...), as used in traces and on the CLI.
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I64 => "i64",
             DType::I32 => "i32",
             DType::U32 => "u32",
             DType::I8 => "i8",
             DType::U8 => "u8",
+            DType::Bool => "bool",
+            DType::Q4_1 => "q4_1",
+            DType::Q8_0 => "q8_0",
         }
     }
 }
@@ -83,19 +161,13 @@ impl fmt::Display for DType {
 impl std::str::FromStr for DType {
     type Err = ShapeError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s.trim() {
-            "f32" => DType::F32,
-            "f16" => DType::F16,
-            "i32" => DType::I32,
-            "u32" => DType::U32,
-            "i8" => DType::I8,
-            "u8" => DType::U8,
-            other => {
-                return Err(ShapeError::UnknownDType {
-                    name: other.to_string(),
-                })
-            }
-        })
+        let name = s.trim();
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| ShapeError::UnknownDType {
+                name: name.to_string(),
+            })
     }
 }
 
@@ -151,12 +223,33 @@ impl Shape {
             })
     }
 
-    /// Bytes taken by this shape with elements of `dtype`.
+    /// Bytes taken by this shape with elements of `dtype`: `ceil(elements * bits / 8)` for
+    /// plain types; for block-quantized types, blocks along the last dimension, a partial
+    /// block counting whole (`rows * ceil(last / block elements) * block bytes`, a scalar
+    /// being one row of one element).
     ///
     /// # Errors
     /// [`ShapeError::Overflow`] when the size does not fit in `u64`.
     pub fn size_bytes(&self, dtype: DType) -> Result<u64, ShapeError> {
-        self.size_bytes_for_bits(dtype.bits())
+        let Some(block) = dtype.block() else {
+            return self.size_bytes_for_bits(dtype.bits().unwrap_or(8));
+        };
+        let overflow = || ShapeError::Overflow {
+            shape: self.to_string(),
+            bits: 0,
+        };
+        let (rows, last) = match self.0.split_last() {
+            Some((&last, rest)) => (
+                rest.iter()
+                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                    .ok_or_else(overflow)?,
+                last,
+            ),
+            None => (1, 1),
+        };
+        rows.checked_mul(last.div_ceil(u64::from(block.elements)))
+            .and_then(|blocks| blocks.checked_mul(u64::from(block.bytes)))
+            .ok_or_else(overflow)
     }
 }
 
@@ -190,9 +283,12 @@ impl fmt::Display for Shape {
 
 impl std::str::FromStr for Shape {
     type Err = ShapeError;
-    /// Parses `1x32x128x64`.
+    /// Parses `1x32x128x64` (and `scalar`, what a rank-0 shape prints).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let text = s.trim();
+        if text == "scalar" {
+            return Ok(Shape(Vec::new()));
+        }
         if text.is_empty() {
             return Err(ShapeError::Malformed {
                 text: s.to_string(),
@@ -227,6 +323,29 @@ mod tests {
     }
 
     #[test]
+    fn block_formats_are_sized_in_blocks_never_in_bits() {
+        assert_eq!(DType::Q4_1.bits(), None);
+        // 2 rows of 64: 2 blocks each, 20 bytes per Q4_1 block, 34 per Q8_0 block.
+        assert_eq!(Shape::new(vec![2, 64]).size_bytes(DType::Q4_1).unwrap(), 80);
+        assert_eq!(
+            Shape::new(vec![2, 64]).size_bytes(DType::Q8_0).unwrap(),
+            136
+        );
+        // A partial block counts whole; a scalar is one block.
+        assert_eq!(
+            Shape::new(vec![3, 33]).size_bytes(DType::Q8_0).unwrap(),
+            3 * 2 * 34
+        );
+        assert_eq!(Shape::new(vec![]).size_bytes(DType::Q4_1).unwrap(), 20);
+        assert_eq!(Shape::new(vec![0, 64]).size_bytes(DType::Q4_1).unwrap(), 0);
+        assert!(Shape::new(vec![u64::MAX, 64])
+            .size_bytes(DType::Q8_0)
+            .is_err());
+        assert_eq!(Shape::new(vec![3]).size_bytes(DType::Bool).unwrap(), 3);
+        assert_eq!(Shape::new(vec![3]).size_bytes(DType::I64).unwrap(), 24);
+    }
+
+    #[test]
     fn shape_text_round_trips() {
         let s: Shape = "1x32x128x64".parse().unwrap();
         assert_eq!(s.dims(), &[1, 32, 128, 64]);
@@ -234,6 +353,9 @@ mod tests {
         assert!("1x-2".parse::<Shape>().is_err());
         assert!("".parse::<Shape>().is_err());
         assert!("f64".parse::<DType>().is_err());
-        assert_eq!("i8".parse::<DType>().unwrap().bits(), 8);
+        assert_eq!("i8".parse::<DType>().unwrap().bits(), Some(8));
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
     }
 }

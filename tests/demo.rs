@@ -137,10 +137,25 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
         "pipeline_cache",
         "shape_updates_skipped",
         "ms_per_step",
+        "sizing",
+        "regions",
     ] {
         assert!(keys.contains(&k), "missing {k} in {line}");
     }
-    assert_eq!(keys.len(), 13, "{line}");
+    assert_eq!(keys.len(), 15, "{line}");
+    // Every region was used: the weights, the inputs/outputs and KV cache, the activations.
+    for (name, r) in [
+        ("constants", v["regions"]["constants"].clone()),
+        ("placeholders", v["regions"]["placeholders"].clone()),
+        ("internal", v["regions"]["internal"].clone()),
+    ] {
+        let (bytes, buffers, peak) = (
+            r["bytes"].as_u64().unwrap(),
+            r["buffers"].as_u64().unwrap(),
+            r["peak_bytes"].as_u64().unwrap(),
+        );
+        assert!(bytes > 0 && buffers > 0 && peak >= bytes, "{name}: {r}");
+    }
     let s: DemoSummary = serde_json::from_str(line).unwrap();
     assert_eq!(
         (s.policy.as_str(), s.steps, s.tokens.len()),
@@ -158,4 +173,65 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
         .expect("run dynrt");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of heads"));
+}
+
+/// The runtime and `dynrt predict` run one sizing path: the shape trace a demo run writes
+/// replays to the run's own reallocation count and peak reserved bytes, for every policy.
+#[test]
+fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
+    let Some(_gpu) = testing::gpu_or_skip("demo trace replay") else {
+        return;
+    };
+    for policy in ["none", "reference", "adaptive"] {
+        let csv = std::env::temp_dir().join(format!(
+            "dynrt-demo-trace-{policy}-{}.csv",
+            std::process::id()
+        ));
+        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+            .args(["demo", "--steps", "40", "--json", "--policy", policy])
+            .arg("--trace-out")
+            .arg(&csv)
+            .output()
+            .expect("run dynrt demo");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with('{')).expect("json");
+        let run: DemoSummary = serde_json::from_str(line).unwrap();
+        assert!(run.sizing.rows > 100, "{policy}: {:?}", run.sizing);
+        assert!(run.sizing.reallocations > 0, "{policy}: {:?}", run.sizing);
+        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+            .args(["predict", "--json", "--policy", policy])
+            .arg(&csv)
+            .output()
+            .expect("run dynrt predict");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().expect("summary line");
+        let v: serde_json::Value = serde_json::from_str(last).unwrap();
+        let s = &v["summary"];
+        assert_eq!(
+            s["rows"].as_u64(),
+            Some(run.sizing.rows),
+            "{policy}: {last}"
+        );
+        assert_eq!(
+            s["reallocations"].as_u64(),
+            Some(run.sizing.reallocations),
+            "{policy}: {last}"
+        );
+        assert_eq!(
+            s["peak_reserved_bytes"].as_u64(),
+            Some(run.sizing.peak_reserved_bytes),
+            "{policy}: {last}"
+        );
+        let _ = std::fs::remove_file(&csv);
+    }
 }

@@ -2,7 +2,8 @@
 //! shape-data dependencies, and the CPU evaluator on small graphs. No GPU needed.
 
 use dynrt::graph::{
-    ops::MASK_VALUE, reference, Bindings, Dim, Graph, GraphBuilder, GraphError, Node, NodeId, Op,
+    ops::{self, MASK_VALUE},
+    reference, Bindings, Dim, Graph, GraphBuilder, GraphError, Node, NodeId, Op, Position,
 };
 use dynrt::shape::{DType, Shape};
 
@@ -25,21 +26,25 @@ fn node(label: &str, op: Op, inputs: &[u32]) -> Node {
 
 #[test]
 fn cycles_dangling_inputs_and_duplicates_are_named() {
-    let x = Op::Input {
+    let x = Op::Input(ops::Input {
         dims: vec![Dim::Fixed(2)],
-    };
+        dtype: DType::F32,
+    });
     let e = Graph::from_nodes(
         vec![
             node("x", x.clone(), &[]),
-            node("a", Op::Softmax, &[2]),
-            node("b", Op::Softmax, &[1]),
+            node("a", Op::Softmax(ops::Softmax), &[2]),
+            node("b", Op::Softmax(ops::Softmax), &[1]),
         ],
         vec![],
     )
     .unwrap_err();
     assert_eq!(e, GraphError::Cycle { node: "a".into() });
     let e = Graph::from_nodes(
-        vec![node("x", x.clone(), &[]), node("a", Op::Softmax, &[7])],
+        vec![
+            node("x", x.clone(), &[]),
+            node("a", Op::Softmax(ops::Softmax), &[7]),
+        ],
         vec![],
     )
     .unwrap_err();
@@ -48,7 +53,10 @@ fn cycles_dangling_inputs_and_duplicates_are_named() {
         "node `a` has input n7 which is not a node of the graph"
     );
     let e = Graph::from_nodes(
-        vec![node("x", x.clone(), &[]), node("x", Op::Softmax, &[0])],
+        vec![
+            node("x", x.clone(), &[]),
+            node("x", Op::Softmax(ops::Softmax), &[0]),
+        ],
         vec![],
     )
     .unwrap_err();
@@ -56,7 +64,7 @@ fn cycles_dangling_inputs_and_duplicates_are_named() {
     let e = Graph::from_nodes(
         vec![
             node("x", x, &[]),
-            node("m", Op::MatMul { transpose_b: false }, &[0]),
+            node("m", Op::MatMul(ops::MatMul { transpose_b: false }), &[0]),
         ],
         vec![],
     )
@@ -72,19 +80,20 @@ fn processing_order_puts_inputs_first() {
             node("relu", Op::Unary(dynrt::graph::UnaryOp::Relu), &[2]),
             node(
                 "x",
-                Op::Input {
+                Op::Input(ops::Input {
                     dims: vec![Dim::Fixed(2)],
-                },
+                    dtype: DType::F32,
+                }),
                 &[],
             ),
-            node("sm", Op::Softmax, &[1]),
+            node("sm", Op::Softmax(ops::Softmax), &[1]),
         ],
         vec![NodeId(0)],
     )
     .unwrap();
     assert_eq!(g.order(), &[NodeId(1), NodeId(2), NodeId(0)]);
     let (inputs, is_output) = g.dag_in_order();
-    assert_eq!(inputs, vec![vec![], vec![NodeId(0)], vec![NodeId(1)]]);
+    assert_eq!(inputs, vec![vec![], vec![Position(0)], vec![Position(1)]]);
     assert_eq!(is_output, vec![false, false, true]);
     let dg = g.dep_graph();
     assert_eq!(dg.inputs, inputs);
@@ -153,16 +162,23 @@ fn every_op_infers_and_reports_both_shapes() {
     use dynrt::graph::{BinaryOp, UnaryOp};
     assert_eq!(
         infer_one(
-            Op::MatMul { transpose_b: false },
+            Op::MatMul(ops::MatMul { transpose_b: false }),
             &[&[2, 1, 3, 4], &[5, 4, 6]]
         ),
         Ok(s(&[2, 5, 3, 6]))
     );
     assert_eq!(
-        infer_one(Op::MatMul { transpose_b: true }, &[&[3, 4], &[6, 4]]),
+        infer_one(
+            Op::MatMul(ops::MatMul { transpose_b: true }),
+            &[&[3, 4], &[6, 4]]
+        ),
         Ok(s(&[3, 6]))
     );
-    let e = infer_one(Op::MatMul { transpose_b: false }, &[&[3, 4], &[5, 6]]).unwrap_err();
+    let e = infer_one(
+        Op::MatMul(ops::MatMul { transpose_b: false }),
+        &[&[3, 4], &[5, 6]],
+    )
+    .unwrap_err();
     assert_eq!(
         e,
         "node `the_op` (matmul): matmul inner dimensions differ: 3x4 vs 5x6"
@@ -181,94 +197,110 @@ fn every_op_infers_and_reports_both_shapes() {
     for op in [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp] {
         assert_eq!(infer_one(Op::Unary(op), &[&[0, 3]]), Ok(s(&[0, 3])));
     }
-    assert_eq!(infer_one(Op::Softmax, &[&[2, 5]]), Ok(s(&[2, 5])));
-    assert!(infer_one(Op::Softmax, &[&[]]).is_err());
     assert_eq!(
-        infer_one(Op::LayerNorm { eps: 1e-5 }, &[&[2, 8], &[8], &[8]]),
-        Ok(s(&[2, 8]))
+        infer_one(Op::Softmax(ops::Softmax), &[&[2, 5]]),
+        Ok(s(&[2, 5]))
     );
-    assert!(
-        infer_one(Op::LayerNorm { eps: 1e-5 }, &[&[2, 8], &[8], &[7]])
-            .unwrap_err()
-            .contains("2x8 vs 7")
-    );
-    assert_eq!(
-        infer_one(Op::RmsNorm { eps: 1e-5 }, &[&[2, 8], &[8]]),
-        Ok(s(&[2, 8]))
-    );
-    assert!(infer_one(Op::RmsNorm { eps: 1e-5 }, &[&[2, 8], &[2, 8]]).is_err());
+    assert!(infer_one(Op::Softmax(ops::Softmax), &[&[]]).is_err());
     assert_eq!(
         infer_one(
-            Op::Reshape {
+            Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
+            &[&[2, 8], &[8], &[8]]
+        ),
+        Ok(s(&[2, 8]))
+    );
+    assert!(infer_one(
+        Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
+        &[&[2, 8], &[8], &[7]]
+    )
+    .unwrap_err()
+    .contains("2x8 vs 7"));
+    assert_eq!(
+        infer_one(Op::RmsNorm(ops::RmsNorm { eps: 1e-5 }), &[&[2, 8], &[8]]),
+        Ok(s(&[2, 8]))
+    );
+    assert!(infer_one(Op::RmsNorm(ops::RmsNorm { eps: 1e-5 }), &[&[2, 8], &[2, 8]]).is_err());
+    assert_eq!(
+        infer_one(
+            Op::Reshape(ops::Reshape {
                 target: vec![0, -1]
-            },
+            }),
             &[&[2, 3, 4]]
         ),
         Ok(s(&[2, 12]))
     );
     assert!(infer_one(
-        Op::Reshape {
+        Op::Reshape(ops::Reshape {
             target: vec![5, -1]
-        },
+        }),
         &[&[2, 3, 4]]
     )
     .unwrap_err()
     .contains("cannot reshape 2x3x4"));
     assert_eq!(
         infer_one(
-            Op::Transpose {
+            Op::Transpose(ops::Transpose {
                 perm: vec![1, 0, 2]
-            },
+            }),
             &[&[2, 3, 4]]
         ),
         Ok(s(&[3, 2, 4]))
     );
     assert!(infer_one(
-        Op::Transpose {
+        Op::Transpose(ops::Transpose {
             perm: vec![1, 1, 2]
-        },
+        }),
         &[&[2, 3, 4]]
     )
     .is_err());
     assert_eq!(
         infer_one(
-            Op::Concat { axis: 2 },
+            Op::Concat(ops::Concat { axis: 2 }),
             &[&[1, 2, 3], &[1, 2, 5], &[1, 2, 0]]
         ),
         Ok(s(&[1, 2, 8]))
     );
-    assert!(infer_one(Op::Concat { axis: 2 }, &[&[1, 2, 3], &[1, 3, 5]])
-        .unwrap_err()
-        .contains("1x2x3 vs 1x3x5"));
-    assert!(infer_one(Op::Concat { axis: 3 }, &[&[1, 2, 3]]).is_err());
-    let sl = Op::Slice {
+    assert!(infer_one(
+        Op::Concat(ops::Concat { axis: 2 }),
+        &[&[1, 2, 3], &[1, 3, 5]]
+    )
+    .unwrap_err()
+    .contains("1x2x3 vs 1x3x5"));
+    assert!(infer_one(Op::Concat(ops::Concat { axis: 3 }), &[&[1, 2, 3]]).is_err());
+    let sl = Op::Slice(ops::Slice {
         axes: vec![1],
         starts: vec![-2],
         ends: vec![i64::MAX],
         steps: vec![1],
-    };
+    });
     assert_eq!(infer_one(sl, &[&[4, 6]]), Ok(s(&[4, 2])));
-    let sl = Op::Slice {
+    let sl = Op::Slice(ops::Slice {
         axes: vec![0],
         starts: vec![0],
         ends: vec![4],
         steps: vec![-1],
-    };
+    });
     assert!(infer_one(sl, &[&[4, 6]])
         .unwrap_err()
         .contains("steps must be at least 1"));
-    assert_eq!(infer_one(Op::CausalMask, &[&[2, 1, 9]]), Ok(s(&[2, 1, 9])));
-    assert!(infer_one(Op::CausalMask, &[&[2, 9, 1]])
+    assert_eq!(
+        infer_one(Op::CausalMask(ops::CausalMask), &[&[2, 1, 9]]),
+        Ok(s(&[2, 1, 9]))
+    );
+    assert!(infer_one(Op::CausalMask(ops::CausalMask), &[&[2, 9, 1]])
         .unwrap_err()
         .contains("keys >= queries"));
-    assert_eq!(infer_one(Op::ShapeOf, &[&[2, 9, 1]]), Ok(s(&[3])));
     assert_eq!(
-        infer_one(Op::Where, &[&[1, 4], &[3, 1], &[4]]),
+        infer_one(Op::ShapeOf(ops::ShapeOf), &[&[2, 9, 1]]),
+        Ok(s(&[3]))
+    );
+    assert_eq!(
+        infer_one(Op::Where(ops::Where), &[&[1, 4], &[3, 1], &[4]]),
         Ok(s(&[3, 4]))
     );
-    assert!(infer_one(Op::Where, &[&[2, 4], &[3, 1], &[4]]).is_err());
+    assert!(infer_one(Op::Where(ops::Where), &[&[2, 4], &[3, 1], &[4]]).is_err());
     // Gather wants integer ids: f32 ids are a dtype error naming the node.
-    let e = infer_one(Op::Gather, &[&[10, 4], &[3]]).unwrap_err();
+    let e = infer_one(Op::Gather(ops::Gather), &[&[10, 4], &[3]]).unwrap_err();
     assert!(e.contains("node `the_op` input 1 is f32"), "{e}");
 }
 
@@ -297,7 +329,7 @@ fn shape_of_feeds_reshape_through_host_values() {
     let y = b.reshape_to("split", x, target);
     b.output(y);
     let g = b.build().unwrap();
-    assert_eq!(Op::ReshapeTo.shape_data_inputs(), &[1]);
+    assert_eq!(Op::ReshapeTo(ops::ReshapeTo).shape_data_inputs(), &[1]);
     assert!(
         g.is_shape_only(shp)
             && g.is_shape_only(target)
@@ -404,4 +436,85 @@ fn evaluator_checks_input_lengths_and_byte_sizes_overflow() {
         b.build().unwrap_err(),
         GraphError::ConstantLength { .. }
     ));
+}
+
+#[test]
+fn dtype_rules_refuse_at_build_time_naming_the_node_and_constants_keep_their_bits() {
+    use dynrt::tensor::ConstData;
+    // Float maths on f16 or mixed types is refused when the graph is built.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::Fixed(2), Dim::Fixed(2)], DType::F16);
+    let w = b.constant("w", s(&[2, 2]), vec![1.0; 4]);
+    b.matmul("mm", x, w, false);
+    let e = b.build().unwrap_err();
+    assert!(
+        matches!(&e, GraphError::DType { node, input: 0, got: DType::F16, .. } if node == "mm"),
+        "{e}"
+    );
+    let mut b = GraphBuilder::new();
+    let i = b.input("i", &[Dim::Fixed(2)], DType::I32);
+    let f = b.input("f", &[Dim::Fixed(2)], DType::F32);
+    b.add_("mixed", i, f);
+    assert!(b.build().unwrap_err().to_string().contains("node `mixed`"));
+    // A constant's byte length must match its type: 3 i64 values are 24 bytes.
+    let mut b = GraphBuilder::new();
+    b.constant_bytes("c", s(&[3]), DType::I64, ConstData::from_i32(&[1, 2, 3]));
+    assert!(matches!(
+        b.build().unwrap_err(),
+        GraphError::ConstantLength {
+            expected: 24,
+            got: 12,
+            ..
+        }
+    ));
+    // i64 constants keep values beyond f32's exact range; the reference and the host
+    // evaluator both see them exactly.
+    let big = (1i64 << 40) + 1;
+    let mut b = GraphBuilder::new();
+    let c = b.constant_bytes("c", s(&[2]), DType::I64, ConstData::from_i64(&[big, 3]));
+    let two = b.constant_bytes("two", s(&[1]), DType::I64, ConstData::from_i64(&[2]));
+    let m = b.mul("m", c, two);
+    b.output(m);
+    let g = b.build().unwrap();
+    let r = g.infer_shapes(&Bindings::new()).unwrap();
+    assert_eq!(r.values[m.index()], Some(vec![2 * big, 6]));
+    let all = reference::evaluate_tensors(&g, &[]).unwrap();
+    assert_eq!(
+        all[m.index()].values,
+        reference::Values::Int(vec![2 * big, 6])
+    );
+    // f16 constants are 2 bytes per element, decoded exactly by the reference.
+    let halves = dynrt::tensor::encode_f32(DType::F16, &[0.5, -2.0]).unwrap();
+    assert_eq!(halves.len(), 4);
+    let mut b = GraphBuilder::new();
+    let h = b.constant_bytes("h", s(&[2]), DType::F16, ConstData::from_vec(halves));
+    b.output(h);
+    let g = b.build().unwrap();
+    let out = reference::evaluate(&g, &[]).unwrap();
+    assert_eq!(out[0].1, vec![0.5, -2.0]);
+}
+
+#[test]
+fn host_values_and_the_reference_agree_on_shape_chains() {
+    // shape_of -> slice -> reshape_to: the host evaluator feeds shape inference and the
+    // reference recomputes the same integers independently; they agree on a correct graph.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("n"), Dim::Fixed(4)], DType::F32);
+    let shp = b.shape_of("shape", x);
+    let rev = b.slice("last", shp, &[0], &[1], &[2], &[1]);
+    let n = b.slice("first", shp, &[0], &[0], &[1], &[1]);
+    let t = b.concat("t", &[rev, n], 0);
+    let y = b.reshape_to("y", x, t);
+    b.output(y);
+    let g = b.build().unwrap();
+    let all = reference::evaluate_tensors(
+        &g,
+        &[(
+            "x",
+            reference::RefTensor::from_f32(s(&[3, 4]), DType::F32, vec![0.0; 12]),
+        )],
+    )
+    .unwrap();
+    assert_eq!(all[y.index()].shape, s(&[4, 3]));
+    assert_eq!(all[t.index()].values, reference::Values::Int(vec![4, 3]));
 }

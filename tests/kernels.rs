@@ -6,17 +6,54 @@
 //! Tolerances (|gpu - ref| <= atol + rtol * |ref|, ref computed with f64 intermediates):
 //! * add, sub, mul, relu, data movement, gather, where, causal mask, shape_of: exact
 //! * div: rtol 1e-6 (WGSL allows 2.5 ULP)
-//! * exp, gelu, silu: atol 1e-6, rtol 1e-5
+//! * exp, gelu, silu, sqrt: atol 1e-6, rtol 1e-5
 //! * matmul (inputs in [-1, 1)): atol 1e-6 * K + 1e-5 (f32 accumulation over K terms)
 //! * softmax: atol 2e-6, rtol 1e-4; layer_norm, rms_norm: atol 1e-4, rtol 1e-4
 
-use dynrt::gpu::kernels::run::{run_op, HostTensor, RunOpError};
+use dynrt::gpu::kernels::run::{run_op, RunOpError};
 use dynrt::gpu::kernels::{KernelError, Kernels, Operand, TensorRef, UniformArena};
-use dynrt::gpu::{testing, Gpu};
-use dynrt::graph::ops::MASK_VALUE;
-use dynrt::graph::{reference, BinaryOp, Op, UnaryOp};
+use dynrt::gpu::{testing, Buffer, BufferDesc, Engine, Gpu};
+use dynrt::graph::ops::{self, MASK_VALUE};
+use dynrt::graph::reference::{self, RefTensor};
+use dynrt::graph::{BinaryOp, Op, UnaryOp};
+use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
+use dynrt::tensor::ConstData;
+
+/// A test tensor: values carried as f32 (integers exact), typed on the way to the device and
+/// the reference.
+#[derive(Debug, Clone)]
+struct HostTensor {
+    shape: Shape,
+    dtype: DType,
+    values: Vec<f32>,
+}
+
+impl HostTensor {
+    fn typed(&self) -> dynrt::tensor::HostTensor {
+        dynrt::tensor::HostTensor::from_f32_values(self.shape.clone(), self.dtype, &self.values)
+            .unwrap()
+    }
+    fn reference(&self) -> RefTensor {
+        RefTensor::from_f32(self.shape.clone(), self.dtype, self.values.clone())
+    }
+}
+
+/// `run_op` on the engine of `gpu`, returning f32 carriers.
+fn run(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    out: &Shape,
+    dtype: DType,
+    skew: u64,
+) -> Result<Vec<f32>, RunOpError> {
+    let engine = Engine::new(gpu.clone());
+    let typed: Vec<_> = inputs.iter().map(HostTensor::typed).collect();
+    run_op(&engine, k, op, &typed, out, dtype, skew).map(|t| t.to_f32())
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Tol {
@@ -61,24 +98,17 @@ fn check(
     let out_shape = op
         .infer(&shapes, &[])
         .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    let refs: Vec<(&Shape, &[f32])> = inputs
-        .iter()
-        .map(|t| (&t.shape, t.values.as_slice()))
-        .collect();
-    let want = reference::eval_op(op, &refs, &out_shape);
-    let dtype = op.output_dtype(&inputs.iter().map(|t| t.dtype).collect::<Vec<_>>());
+    let refs: Vec<RefTensor> = inputs.iter().map(HostTensor::reference).collect();
+    let ref_refs: Vec<&RefTensor> = refs.iter().collect();
+    let want = reference::eval_op(op, &ref_refs, &out_shape)
+        .unwrap_or_else(|e| panic!("{ctx}: reference: {e}"))
+        .to_f32();
+    let dtype = op
+        .output_dtype(&inputs.iter().map(|t| t.dtype).collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("{ctx}: dtype {e:?}"));
     let skew = (ctx.len() as u64 % 3) * 4;
-    let got = run_op(
-        gpu.device(),
-        gpu.queue(),
-        k,
-        op,
-        inputs,
-        &out_shape,
-        dtype,
-        skew,
-    )
-    .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()));
+    let got = run(gpu, k, op, inputs, &out_shape, dtype, skew)
+        .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()));
     assert_eq!(got.len(), want.len(), "{ctx}: length");
     for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
         let ok = if w.is_nan() {
@@ -126,7 +156,7 @@ fn broadcast_partner(rng: &mut SplitMix64, a: &[u64]) -> Vec<u64> {
 #[test]
 fn binary_ops_with_broadcasting() {
     for gpu in gpus("binary_ops_with_broadcasting") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(1);
         let mut cases = 0;
         for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
@@ -188,9 +218,15 @@ fn binary_ops_with_broadcasting() {
 #[test]
 fn unary_ops() {
     for gpu in gpus("unary_ops") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(2);
-        for op in [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp] {
+        for op in [
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::Silu,
+            UnaryOp::Exp,
+            UnaryOp::Sqrt,
+        ] {
             let tol = if op == UnaryOp::Relu {
                 EXACT
             } else {
@@ -232,6 +268,13 @@ fn unary_ops() {
                 tol,
                 &format!("{} extremes", op.name()),
             );
+            if op == UnaryOp::Sqrt {
+                // Random values are half negative (NaN on both sides): positives too.
+                let mut t = f32_tensor(&mut rng, &[4, 65]);
+                t.values.iter_mut().for_each(|v| *v = v.abs() * 100.0);
+                let out = check(&gpu, &mut k, &Op::Unary(op), &[t], tol, "sqrt positives");
+                assert!(out.iter().all(|v| v.is_finite()));
+            }
             for i in 0..6 {
                 let dims = rand_shape(&mut rng, 4, 20);
                 let t = f32_tensor(&mut rng, &dims);
@@ -251,7 +294,7 @@ fn unary_ops() {
 #[test]
 fn matmul_batched_broadcast_transposed() {
     for gpu in gpus("matmul_batched_broadcast_transposed") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(3);
         let run = |k: &mut Kernels,
                    rng: &mut SplitMix64,
@@ -273,7 +316,7 @@ fn matmul_batched_broadcast_transposed() {
             check(
                 &gpu,
                 k,
-                &Op::MatMul { transpose_b: tb },
+                &Op::MatMul(ops::MatMul { transpose_b: tb }),
                 &[ta, tbt],
                 tol,
                 &format!("matmul {a:?} x {b:?} tb={tb}"),
@@ -310,7 +353,7 @@ fn matmul_batched_broadcast_transposed() {
 #[test]
 fn softmax_layer_norm_rms_norm() {
     for gpu in gpus("softmax_layer_norm_rms_norm") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(4);
         let sm = Tol {
             atol: 2e-6,
@@ -337,7 +380,7 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Softmax,
+                &Op::Softmax(ops::Softmax),
                 &[xs],
                 sm,
                 &format!("softmax {dims:?}"),
@@ -347,7 +390,7 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::LayerNorm { eps: 1e-5 },
+                &Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
                 &[x.clone(), g.clone(), b],
                 nt,
                 &format!("layer_norm {dims:?}"),
@@ -355,7 +398,7 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::RmsNorm { eps: 1e-6 },
+                &Op::RmsNorm(ops::RmsNorm { eps: 1e-6 }),
                 &[x, g],
                 nt,
                 &format!("rms_norm {dims:?}"),
@@ -366,7 +409,14 @@ fn softmax_layer_norm_rms_norm() {
         for v in x.values.iter_mut().skip(1) {
             *v = MASK_VALUE;
         }
-        let out = check(&gpu, &mut k, &Op::Softmax, &[x], sm, "softmax masked");
+        let out = check(
+            &gpu,
+            &mut k,
+            &Op::Softmax(ops::Softmax),
+            &[x],
+            sm,
+            "softmax masked",
+        );
         assert!((out[0] - 1.0).abs() < 1e-6 && out.iter().all(|v| v.is_finite()));
     }
 }
@@ -374,7 +424,7 @@ fn softmax_layer_norm_rms_norm() {
 #[test]
 fn data_movement_ops() {
     for gpu in gpus("data_movement_ops") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(5);
         for i in 0..10 {
             let dims = rand_shape(&mut rng, 5, 6);
@@ -383,7 +433,7 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Reshape { target: vec![-1] },
+                &Op::Reshape(ops::Reshape { target: vec![-1] }),
                 std::slice::from_ref(&x),
                 EXACT,
                 &format!("reshape #{i} {dims:?}"),
@@ -396,7 +446,7 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Transpose { perm: perm.clone() },
+                &Op::Transpose(ops::Transpose { perm: perm.clone() }),
                 std::slice::from_ref(&x),
                 EXACT,
                 &format!("transpose #{i} {dims:?} {perm:?}"),
@@ -414,12 +464,12 @@ fn data_movement_ops() {
                 rng.range(0, d as u64 + 2) as i64
             };
             let step = rng.range(1, 4) as i64;
-            let op = Op::Slice {
+            let op = Op::Slice(ops::Slice {
                 axes: vec![axis],
                 starts: vec![start],
                 ends: vec![end],
                 steps: vec![step],
-            };
+            });
             check(
                 &gpu,
                 &mut k,
@@ -439,7 +489,7 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Concat { axis },
+                &Op::Concat(ops::Concat { axis }),
                 &parts,
                 EXACT,
                 &format!("concat #{i} {dims:?} axis {axis}"),
@@ -459,7 +509,7 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Gather,
+                &Op::Gather(ops::Gather),
                 &[table, ids],
                 EXACT,
                 &format!("gather {dtype}"),
@@ -474,14 +524,21 @@ fn data_movement_ops() {
         check(
             &gpu,
             &mut k,
-            &Op::Gather,
+            &Op::Gather(ops::Gather),
             &[table, ids],
             EXACT,
             "gather no ids",
         );
         // ShapeOf writes the shape as i32 through the uniform.
         let x = f32_tensor(&mut rng, &[2, 3, 0, 7]);
-        let out = check(&gpu, &mut k, &Op::ShapeOf, &[x], EXACT, "shape_of");
+        let out = check(
+            &gpu,
+            &mut k,
+            &Op::ShapeOf(ops::ShapeOf),
+            &[x],
+            EXACT,
+            "shape_of",
+        );
         assert_eq!(out, vec![2.0, 3.0, 0.0, 7.0]);
         // Integer tensors move as bits (shape tensors are i32).
         let t = HostTensor {
@@ -492,7 +549,7 @@ fn data_movement_ops() {
         let out = check(
             &gpu,
             &mut k,
-            &Op::Transpose { perm: vec![1, 0] },
+            &Op::Transpose(ops::Transpose { perm: vec![1, 0] }),
             &[t],
             EXACT,
             "transpose i32",
@@ -504,7 +561,7 @@ fn data_movement_ops() {
 #[test]
 fn causal_mask_and_where() {
     for gpu in gpus("causal_mask_and_where") {
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(6);
         // Prefill (past 0), decode (one query over a long past), chunked (several queries).
         for dims in [[2, 4, 4], [2, 1, 37], [3, 5, 12], [1, 300, 300]] {
@@ -512,7 +569,7 @@ fn causal_mask_and_where() {
             let out = check(
                 &gpu,
                 &mut k,
-                &Op::CausalMask,
+                &Op::CausalMask(ops::CausalMask),
                 &[x],
                 EXACT,
                 &format!("causal {dims:?}"),
@@ -547,7 +604,7 @@ fn causal_mask_and_where() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Where,
+                &Op::Where(ops::Where),
                 &[cond, a, b],
                 EXACT,
                 &format!("where #{i} {c_dims:?} {dims:?} {b_dims:?}"),
@@ -561,7 +618,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
     for gpu in gpus("two_dimensional_grids") {
         // A limit of 3 workgroups per dimension forces 2-D grids on small tensors for every
         // family (the kernels linearise wid.x + wid.y * num_workgroups.x).
-        let mut k = Kernels::new(gpu.device());
+        let mut k = Kernels::new(&gpu);
         k.set_max_workgroups_per_dim(3);
         let mut rng = SplitMix64::new(7);
         let x = f32_tensor(&mut rng, &[5, 300]); // 1500 elements: 6 workgroups of 256
@@ -585,7 +642,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         check(
             &gpu,
             &mut k,
-            &Op::Softmax,
+            &Op::Softmax(ops::Softmax),
             std::slice::from_ref(&x),
             Tol {
                 atol: 2e-6,
@@ -596,7 +653,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         check(
             &gpu,
             &mut k,
-            &Op::Transpose { perm: vec![1, 0] },
+            &Op::Transpose(ops::Transpose { perm: vec![1, 0] }),
             std::slice::from_ref(&x),
             EXACT,
             "grid transpose",
@@ -604,7 +661,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         check(
             &gpu,
             &mut k,
-            &Op::CausalMask,
+            &Op::CausalMask(ops::CausalMask),
             &[f32_tensor(&mut rng, &[2, 10, 40])],
             EXACT,
             "grid causal",
@@ -616,7 +673,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         check(
             &gpu,
             &mut k,
-            &Op::MatMul { transpose_b: false },
+            &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[a, b],
             Tol {
                 atol: 1e-4,
@@ -627,9 +684,8 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         // 3 x 3 = 9 workgroups is the most this grid holds: more is an error, not a wrong run.
         // (An odd count takes the scalar path: one element per invocation, 11 workgroups.)
         let big = f32_tensor(&mut rng, &[10 * 256 + 1]);
-        let err = run_op(
-            gpu.device(),
-            gpu.queue(),
+        let err = run(
+            &gpu,
             &mut k,
             &Op::Unary(UnaryOp::Relu),
             &[big],
@@ -669,10 +725,9 @@ fn elementwise_beyond_65535_workgroups_on_the_real_limit() {
         dtype: DType::F32,
         values,
     };
-    let mut k = Kernels::new(gpu.device());
-    let out = run_op(
-        gpu.device(),
-        gpu.queue(),
+    let mut k = Kernels::new(&gpu);
+    let out = run(
+        &gpu,
         &mut k,
         &Op::Unary(UnaryOp::Relu),
         &[x],
@@ -691,9 +746,10 @@ fn elementwise_beyond_65535_workgroups_on_the_real_limit() {
 #[test]
 fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
     for gpu in gpus("one_pass_chain") {
-        let (device, queue) = (gpu.device(), gpu.queue());
-        let mut k = Kernels::new(device);
-        let mut u = UniformArena::new(device);
+        let device = gpu.device();
+        let engine = Engine::new(gpu.clone());
+        let mut k = Kernels::new(&gpu);
+        let mut u = UniformArena::new(&engine);
         // x [3, 5] -> relu -> add row bias -> softmax -> mul by x, all in one pass of one
         // buffer, each step reading the previous step's output.
         let mut rng = SplitMix64::new(8);
@@ -701,16 +757,11 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
         let bs = s(&[5]);
         let x = rand_values(&mut rng, &xs);
         let bias = rand_values(&mut rng, &bs);
-        let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
-            label: Some("chain"),
-            size: 4096,
-            usage: dynrt::gpu::wgpu::BufferUsages::STORAGE
-                | dynrt::gpu::wgpu::BufferUsages::COPY_DST
-                | dynrt::gpu::wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        queue.write_buffer(&buf, 0, bytemuck::cast_slice(&x));
-        queue.write_buffer(&buf, 256, bytemuck::cast_slice(&bias));
+        let buf = device_buffer(&engine, "chain", 4096);
+        engine.write(&buf, 0, bytemuck::cast_slice(&x)).unwrap();
+        engine
+            .write(&buf, 256, bytemuck::cast_slice(&bias))
+            .unwrap();
         let t = |off: u64, shape: &'static Shape| Operand {
             tensor: TensorRef {
                 buffer: &buf,
@@ -746,7 +797,7 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
             k.encode(
                 &mut pass,
                 &mut u,
-                &Op::Softmax,
+                &Op::Softmax(ops::Softmax),
                 &[t(1024, xs_)],
                 &t(1536, xs_),
             )
@@ -763,29 +814,18 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
         assert_eq!(u.slots_used(), 4);
         // Four distinct (pipeline, ranges) combinations: four bind groups cached.
         assert_eq!(k.cached_bind_groups(), 4);
-        u.flush(queue);
-        let staging = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
-            label: Some("chain readback"),
-            size: 60,
-            usage: dynrt::gpu::wgpu::BufferUsages::MAP_READ
-                | dynrt::gpu::wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        enc.copy_buffer_to_buffer(&buf, 2048, &staging, 0, 60);
-        queue.submit([enc.finish()]);
-        staging.map_async(dynrt::gpu::wgpu::MapMode::Read, .., |r| r.unwrap());
-        device
-            .poll(dynrt::gpu::wgpu::PollType::wait_indefinitely())
-            .unwrap();
-        let got: Vec<f32> = bytemuck::cast_slice(&staging.get_mapped_range(..).unwrap()).to_vec();
-        // Reference.
-        let r = x
-            .iter()
-            .map(|&v| UnaryOp::Relu.apply(v))
-            .collect::<Vec<_>>();
-        let r = reference::broadcast_binary(&r, &xs, &bias, &bs, &xs, |a, b| a + b);
-        let r = reference::softmax(&r, &xs);
-        let want: Vec<f32> = r.iter().zip(&x).map(|(a, b)| a * b).collect();
+        u.flush();
+        gpu.queue().submit([enc.finish()]);
+        let got: Vec<f32> =
+            bytemuck::cast_slice(&engine.read_blocking(&buf, 2048, 60).unwrap()).to_vec();
+        // Reference, op by op.
+        let ev = |op: Op, ins: &[&RefTensor]| reference::eval_op(&op, ins, &ins[0].shape).unwrap();
+        let xr = RefTensor::from_f32(xs.clone(), DType::F32, x.clone());
+        let br = RefTensor::from_f32(bs.clone(), DType::F32, bias.clone());
+        let r = ev(Op::Unary(UnaryOp::Relu), &[&xr]);
+        let r = ev(Op::Binary(BinaryOp::Add), &[&r, &br]);
+        let r = ev(Op::Softmax(ops::Softmax), &[&r]);
+        let want = ev(Op::Binary(BinaryOp::Mul), &[&r, &xr]).to_f32();
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-5, "{got:?} vs {want:?}");
         }
@@ -796,14 +836,10 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
 fn repeated_dispatches_reuse_their_bind_group_until_forgotten() {
     for gpu in gpus("bind_group_cache") {
         let device = gpu.device();
-        let mut k = Kernels::new(device);
-        let mut u = UniformArena::new(device);
-        let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
-            label: Some("bind group cache"),
-            size: 1024,
-            usage: dynrt::gpu::wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
+        let engine = Engine::new(gpu.clone());
+        let mut k = Kernels::new(&gpu);
+        let mut u = UniformArena::new(&engine);
+        let buf = device_buffer(&engine, "bind group cache", 1024);
         let xs = s(&[16]);
         let relu = Op::Unary(UnaryOp::Relu);
         let mut enc = device.create_command_encoder(&Default::default());
@@ -842,7 +878,7 @@ fn repeated_dispatches_reuse_their_bind_group_until_forgotten() {
         }
         k.forget_bind_groups();
         assert_eq!(k.cached_bind_groups(), 0);
-        u.flush(gpu.queue());
+        u.flush();
         gpu.queue().submit([enc.finish()]);
     }
 }
@@ -853,14 +889,10 @@ fn bad_operands_are_typed_errors() {
         return;
     };
     let (device, queue) = (gpu.device(), gpu.queue());
-    let mut k = Kernels::new(device);
-    let mut u = UniformArena::new(device);
-    let buf = device.create_buffer(&dynrt::gpu::wgpu::BufferDescriptor {
-        label: Some("bad"),
-        size: 256,
-        usage: dynrt::gpu::wgpu::BufferUsages::STORAGE,
-        mapped_at_creation: false,
-    });
+    let engine = Engine::new(gpu.clone());
+    let mut k = Kernels::new(&gpu);
+    let mut u = UniformArena::new(&engine);
+    let buf = device_buffer(&engine, "bad", 256);
     let (a, wrong) = (s(&[4, 4]), s(&[4, 5]));
     let op = |off: u64, size: u64, shape| opnd(&buf, off, size, shape);
     let mut enc = device.create_command_encoder(&Default::default());
@@ -907,14 +939,49 @@ fn bad_operands_are_typed_errors() {
             .encode(&mut pass, &mut u, &relu, &[op(0, 64, &a)], &op(224, 64, &a))
             .unwrap_err();
         assert!(matches!(e, KernelError::TooSmall { .. }), "{e}");
-        let c = Op::Constant {
+        let c = Op::Constant(ops::Constant {
             shape: a.clone(),
-            data: std::sync::Arc::new(vec![0.0; 16]),
-        };
+            dtype: DType::F32,
+            data: ConstData::from_f32(&[0.0; 16]),
+        });
         let e = k
             .encode(&mut pass, &mut u, &c, &[], &op(0, 64, &a))
             .unwrap_err();
         assert!(matches!(e, KernelError::NotAKernel { .. }), "{e}");
+        // A kernel refuses element types it was not written for: an i32 add would be float
+        // maths on integer bits.
+        let mut int = op(0, 64, &a);
+        int.dtype = DType::I32;
+        let mut int_out = op(64, 64, &a);
+        int_out.dtype = DType::I32;
+        let e = k
+            .encode(
+                &mut pass,
+                &mut u,
+                &Op::Binary(BinaryOp::Add),
+                &[int, int],
+                &int_out,
+            )
+            .unwrap_err();
+        assert!(matches!(e, KernelError::DType { .. }), "{e}");
+        // A usm_host buffer cannot be bound.
+        let host = engine
+            .allocate(&BufferDesc {
+                label: "host",
+                size_bytes: 256,
+                kind: AllocKind::UsmHost,
+            })
+            .unwrap();
+        let e = k
+            .encode(
+                &mut pass,
+                &mut u,
+                &relu,
+                &[opnd(&host, 0, 64, &a)],
+                &op(64, 64, &a),
+            )
+            .unwrap_err();
+        assert!(matches!(e, KernelError::NotBindable { .. }), "{e}");
     }
     assert_eq!(
         u.slots_used(),
@@ -924,8 +991,19 @@ fn bad_operands_are_typed_errors() {
     queue.submit([enc.finish()]);
 }
 
+/// A `usm_device` buffer from the engine.
+fn device_buffer(engine: &Engine, label: &str, size_bytes: u64) -> Buffer {
+    engine
+        .allocate(&BufferDesc {
+            label,
+            size_bytes,
+            kind: AllocKind::UsmDevice,
+        })
+        .unwrap()
+}
+
 fn opnd<'a>(
-    buffer: &'a dynrt::gpu::wgpu::Buffer,
+    buffer: &'a Buffer,
     offset_bytes: u64,
     size_bytes: u64,
     shape: &'a Shape,

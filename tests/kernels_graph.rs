@@ -8,7 +8,7 @@
 
 use dynrt::gpu::kernels::run::run_graph;
 use dynrt::gpu::kernels::Kernels;
-use dynrt::gpu::testing;
+use dynrt::gpu::{testing, Engine};
 use dynrt::graph::{reference, Dim, Graph, GraphBuilder, NodeId};
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
@@ -128,7 +128,8 @@ fn compare(got: &[(Shape, Vec<f32>)], want: &[(Shape, Vec<f32>)], ctx: &str) {
 fn decoder_layer_prefill_and_decode_match_the_reference() {
     let g = decoder_layer();
     for gpu in testing::gpus_or_skip("decoder_layer_prefill_and_decode") {
-        let mut k = Kernels::new(gpu.device());
+        let engine = Engine::new(gpu.clone());
+        let mut k = Kernels::new(&gpu);
         let tokens = [3.0, 17.0, 42.0, 0.0, 9.0, 25.0];
         let empty = s(&[H, 0, DH]);
         // Prefill 5 tokens.
@@ -138,7 +139,7 @@ fn decoder_layer_prefill_and_decode_match_the_reference() {
             ("past_v", empty.clone(), vec![]),
         ];
         let want = reference::evaluate(&g, &inputs).unwrap();
-        let got = run_graph(gpu.device(), gpu.queue(), &mut k, &g, &inputs).unwrap();
+        let got = run_graph(&engine, &mut k, &g, &inputs).unwrap();
         compare(&got, &want, "prefill 5");
         // Decode token 6 over the 5-token cache from the GPU prefill.
         let inputs = vec![
@@ -147,7 +148,7 @@ fn decoder_layer_prefill_and_decode_match_the_reference() {
             ("past_v", got[2].0.clone(), got[2].1.clone()),
         ];
         let want = reference::evaluate(&g, &inputs).unwrap();
-        let step = run_graph(gpu.device(), gpu.queue(), &mut k, &g, &inputs).unwrap();
+        let step = run_graph(&engine, &mut k, &g, &inputs).unwrap();
         compare(&step, &want, "decode 1 over 5");
         assert_eq!(step[1].0, s(&[H, 6, DH]));
         // The same token as the last of a 6-token prefill: identical logits (causal mask).
@@ -156,7 +157,7 @@ fn decoder_layer_prefill_and_decode_match_the_reference() {
             ("past_k", empty.clone(), vec![]),
             ("past_v", empty.clone(), vec![]),
         ];
-        let full = run_graph(gpu.device(), gpu.queue(), &mut k, &g, &inputs).unwrap();
+        let full = run_graph(&engine, &mut k, &g, &inputs).unwrap();
         let last = &full[0].1[5 * V as usize..];
         for (i, (a, b)) in step[0].1.iter().zip(last).enumerate() {
             assert!(

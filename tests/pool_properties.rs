@@ -3,7 +3,7 @@
 //! the bytes in use to zero.
 
 use dynrt::graph::deps::{basic_dependencies, lifetimes, out_of_order_dependencies, DepGraph};
-use dynrt::graph::NodeId;
+use dynrt::graph::Position;
 use dynrt::memory::pool::{acquire_descending, HostStorage, MemoryPool, NetworkId, PoolRequest};
 use dynrt::memory::AllocKind;
 use proptest::prelude::*;
@@ -19,15 +19,15 @@ fn dag() -> impl Strategy<Value = (DepGraph, Vec<u64>, Vec<bool>)> {
             prop::collection::vec(any::<bool>(), n),
         )
             .prop_map(move |(ins, outs, sizes, dynamic)| {
-                let inputs: Vec<Vec<NodeId>> = ins
+                let inputs: Vec<Vec<Position>> = ins
                     .into_iter()
                     .enumerate()
                     .map(|(i, picks)| {
                         if i == 0 {
                             return Vec::new();
                         }
-                        let mut v: Vec<NodeId> =
-                            picks.iter().map(|p| NodeId(p.index(i) as u32)).collect();
+                        let mut v: Vec<Position> =
+                            picks.iter().map(|p| Position(p.index(i) as u32)).collect();
                         v.sort();
                         v.dedup();
                         v
@@ -44,7 +44,7 @@ fn dag() -> impl Strategy<Value = (DepGraph, Vec<u64>, Vec<bool>)> {
 fn check_no_conflicting_users(
     pool: &MemoryPool<HostStorage>,
     record: dynrt::memory::pool::RecordId,
-    deps: &[BTreeSet<NodeId>],
+    deps: &[BTreeSet<Position>],
 ) -> Result<(), TestCaseError> {
     let users = pool.users(record);
     for &a in &users {
@@ -69,27 +69,27 @@ proptest! {
         let deps = if ooo { out_of_order_dependencies(&g).unwrap() } else { basic_dependencies(&g).unwrap() };
         for (i, d) in deps.iter().enumerate() {
             for j in d {
-                prop_assert!(deps[j.index()].contains(&NodeId(i as u32)), "dependencies must be symmetric");
+                prop_assert!(deps[j.index()].contains(&Position(i as u32)), "dependencies must be symmetric");
             }
         }
         let life = lifetimes(&g).unwrap();
         let mut pool = MemoryPool::new(HostStorage::new());
         let net = NetworkId(0);
         for i in 0..g.len() {
-            let req = PoolRequest { size_bytes: sizes[i], kind: AllocKind::UsmDevice, network: net, requester: NodeId(i as u32), restrictions: &deps[i], dynamic: dynamic[i] };
+            let req = PoolRequest { size_bytes: sizes[i], kind: AllocKind::UsmDevice, network: net, requester: Position(i as u32), restrictions: &deps[i], dynamic: dynamic[i] };
             let view = pool.acquire(&req).unwrap();
             prop_assert!(view.size_bytes == sizes[i]);
             check_no_conflicting_users(&pool, view.record, &deps)?;
             // Release the outputs whose last reader just ran (not network outputs).
             for (j, l) in life.iter().enumerate().take(i + 1) {
                 if l.last as usize == i && !g.is_output[j] {
-                    pool.release(net, NodeId(j as u32));
+                    pool.release(net, Position(j as u32));
                 }
             }
         }
         prop_assert!(pool.storage().bytes_in_use() > 0);
         for i in 0..g.len() {
-            pool.release(net, NodeId(i as u32));
+            pool.release(net, Position(i as u32));
         }
         let r = pool.report();
         prop_assert_eq!((r.records, r.bytes_reserved, r.bytes_in_use), (0, 0, 0));
@@ -101,7 +101,7 @@ proptest! {
         let deps = basic_dependencies(&g).unwrap();
         let mut pool = MemoryPool::new(HostStorage::new());
         let reqs: Vec<PoolRequest> = (0..g.len())
-            .map(|i| PoolRequest { size_bytes: sizes[i], kind: AllocKind::UsmDevice, network: NetworkId(3), requester: NodeId(i as u32), restrictions: &deps[i], dynamic: false })
+            .map(|i| PoolRequest { size_bytes: sizes[i], kind: AllocKind::UsmDevice, network: NetworkId(3), requester: Position(i as u32), restrictions: &deps[i], dynamic: false })
             .collect();
         let views = acquire_descending(&mut pool, &reqs).unwrap();
         prop_assert_eq!(views.len(), g.len());

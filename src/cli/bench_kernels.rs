@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Context;
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
 use dynrt::gpu::{wgpu, BufferDesc, Engine, Gpu, GpuOptions};
-use dynrt::graph::{BinaryOp, Op};
+use dynrt::graph::{ops, BinaryOp, Op};
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
@@ -129,7 +129,7 @@ fn time_op(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let out_buf = filled(engine, "bench output", out.num_elements()?, &mut rng)?;
-    let mut uniforms = UniformArena::new(gpu.device());
+    let mut uniforms = UniformArena::new(engine);
     let secs = best_seconds(gpu, rounds, |enc| {
         uniforms.reset();
         {
@@ -142,7 +142,7 @@ fn time_op(
                 .zip(shapes)
                 .map(|(b, s)| Operand {
                     tensor: TensorRef {
-                        buffer: b.raw(),
+                        buffer: b,
                         offset_bytes: 0,
                         size_bytes: b.size_bytes(),
                     },
@@ -152,7 +152,7 @@ fn time_op(
                 .collect();
             let output = Operand {
                 tensor: TensorRef {
-                    buffer: out_buf.raw(),
+                    buffer: &out_buf,
                     offset_bytes: 0,
                     size_bytes: out_buf.size_bytes(),
                 },
@@ -163,7 +163,7 @@ fn time_op(
                 kernels.encode(&mut pass, &mut uniforms, op, &operands, &output)?;
             }
         }
-        uniforms.flush(gpu.queue());
+        uniforms.flush();
         Ok(())
     })?;
     Ok(secs / reps as f64)
@@ -173,7 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let gpu = Gpu::new_blocking(GpuOptions::from_env()?).context("no adapter for the benchmark")?;
     let mut b = Bench {
         engine: Engine::new(gpu.clone()),
-        kernels: Kernels::new(gpu.device()),
+        kernels: Kernels::new(&gpu),
         gpu: gpu.clone(),
         rounds: args.rounds,
     };
@@ -231,7 +231,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let reps = ((0.5e9 / flops).round() as u32).clamp(1, 64);
         let secs = time_op(
             &mut b,
-            &Op::MatMul { transpose_b: false },
+            &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[s.clone(), s.clone()],
             &s,
             reps,
@@ -273,7 +273,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let out = Shape::new(vec![1, 2304]);
         let secs = time_op(
             &mut b,
-            &Op::MatMul { transpose_b: false },
+            &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[a, w],
             &out,
             10,
@@ -401,12 +401,11 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
         ("copy ro 16 vec4/inv", ro, "for (var j = 0u; j < 16u; j++) { let i = (g * 16u + j) * 64u + lid; c[i] = a[i]; }", 0.0, 32.0 * 16.0),
     ];
     let groups = (n / 4 / 16 / 64) as u32;
-    let ubuf = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("probe2 u"),
-        size: 16384,
-        usage: wgpu::BufferUsages::UNIFORM,
-        mapped_at_creation: false,
-    });
+    let ubuf = engine.allocate(&BufferDesc {
+        label: "probe2 u",
+        size_bytes: 16384,
+        kind: AllocKind::ClMem,
+    })?;
     for (name, decl, body, flops, bytes) in kernels {
         let src = format!(
             "@group(0) @binding(0) {decl}\n\
@@ -437,7 +436,7 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
                 wgpu::BindGroupEntry {
                     binding: 2,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &ubuf,
+                        buffer: ubuf.raw(),
                         offset: 0,
                         size: None,
                     }),
@@ -476,7 +475,7 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
     fn operand<'a>(buf: &'a dynrt::gpu::Buffer, shape: &'a Shape) -> Operand<'a> {
         Operand {
             tensor: TensorRef {
-                buffer: buf.raw(),
+                buffer: buf,
                 offset_bytes: 0,
                 size_bytes: buf.size_bytes(),
             },
@@ -488,7 +487,7 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
     let out = operand(&bufs[2], &shape);
     let op = Op::Binary(BinaryOp::Add);
     let dev = b.gpu.device();
-    let mut uniforms = UniformArena::new(dev);
+    let mut uniforms = UniformArena::new(&b.engine);
     let count = 2000u32;
     let mut best = [f64::INFINITY; 2];
     for _ in 0..3 {
@@ -502,7 +501,7 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
                     .encode(&mut pass, &mut uniforms, &op, &ins, &out)?;
             }
         }
-        uniforms.flush(b.gpu.queue());
+        uniforms.flush();
         drop(enc.finish());
         best[0] = best[0].min(t0.elapsed().as_secs_f64());
     }

@@ -55,6 +55,10 @@ pub struct Args {
     /// Write an SVG of bytes in use per kind over the steps, reallocations marked.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Write the runtime's shape trace (every sizing decision, `id,dtype,shape`) to this CSV;
+    /// `dynrt predict FILE.csv --policy P` replays it to the run's `sizing` numbers.
+    #[arg(long = "trace-out", value_name = "FILE.csv")]
+    pub trace_out: Option<PathBuf>,
 }
 
 impl Args {
@@ -64,6 +68,7 @@ impl Args {
         let policy: Policy = self.policy.parse().context("--policy")?;
         let mut run = RunOptions::from_env(policy)?;
         run.pool = !self.no_pool;
+        run.trace = self.trace_out.is_some();
         Ok(DemoConfig {
             model: DecoderConfig {
                 layers: self.layers,
@@ -127,6 +132,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::write(path, render_svg(demo.trace(), &title))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.trace_out {
+        let trace = demo
+            .sizing_trace()
+            .context("the run recorded no shape trace")?;
+        std::fs::write(path, trace).with_context(|| format!("writing {}", path.display()))?;
+    }
     // Tolerance of the self-check: f32 kernels against an f64-accumulating reference.
     let ok = summary.max_abs_err.is_finite() && summary.max_abs_err <= 1e-2;
     if args.json {
@@ -161,6 +172,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             human_bytes(summary.peak_bytes.usm_shared),
             human_bytes(summary.peak_bytes.cl_mem)
         );
+        let r = &summary.regions;
+        println!(
+            "regions        constants {} in {} (peak {}), placeholders {} in {} (peak {}), internal {} in {} (peak {})",
+            human_bytes(r.constants.bytes),
+            r.constants.buffers,
+            human_bytes(r.constants.peak_bytes),
+            human_bytes(r.placeholders.bytes),
+            r.placeholders.buffers,
+            human_bytes(r.placeholders.peak_bytes),
+            human_bytes(r.internal.bytes),
+            r.internal.buffers,
+            human_bytes(r.internal.peak_bytes)
+        );
         println!(
             "pipelines      {} hits, {} misses; {} shape updates skipped",
             summary.pipeline_cache.hits,
@@ -173,9 +197,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             stats.dispatches, stats.dispatches_replayed, stats.copies, stats.submits
         );
         println!(
-            "time           {:.2} ms per decode step",
+            "sizing         {} decisions, {} reallocations ({} reclaims), peak reserved {}",
+            summary.sizing.rows,
+            summary.sizing.reallocations,
+            summary.sizing.reclaims,
+            human_bytes(summary.sizing.peak_reserved_bytes)
+        );
+        println!(
+            "time           {:.2} ms per decode step (CPU check excluded)",
             summary.ms_per_step
         );
+        if let Some(path) = &args.trace_out {
+            println!("shape trace    {}", path.display());
+        }
         if let Some(path) = &args.report {
             println!("report         {}", path.display());
         }

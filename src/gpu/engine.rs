@@ -3,9 +3,18 @@
 use super::usage::{kind_support, kind_usages, readback_usages};
 use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
 use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 use futures::FutureExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Identifies one [`Buffer`] for the life of the process (never reused), so caches can key
+/// by buffer without holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferUid(pub u64);
+
+static NEXT_BUFFER: AtomicU64 = AtomicU64::new(1);
 
 /// wgpu's copy alignment: copy offsets and sizes are multiples of 4 bytes, and buffers created
 /// `mapped_at_creation` must have a size that is a multiple of 4.
@@ -144,6 +153,10 @@ pub enum AllocError {
 pub struct KindRequest {
     /// The host must lock (map) this memory: network inputs and outputs the user touches.
     pub host_access: bool,
+    /// A kernel binds this memory. On wgpu `usm_host` is not bindable (unlike the reference's
+    /// USM host memory), so bindable memory the host reaches is `usm_shared` or, where that
+    /// is unsupported, `usm_device` with staging.
+    pub kernel_access: bool,
     /// Bytes of all inputs and outputs of the kernel that uses this memory (0 when not known);
     /// the reference puts the memory on the host when they would not fit in what the device
     /// has left.
@@ -183,10 +196,12 @@ impl std::fmt::Debug for Engine {
 /// release until submitted work that uses it has finished) and records the free.
 pub struct Buffer {
     raw: wgpu::Buffer,
+    uid: BufferUid,
     kind: AllocKind,
     size_bytes: u64,
     label: String,
     readback: bool,
+    region: Option<Region>,
     engine: Arc<EngineInner>,
 }
 
@@ -212,6 +227,14 @@ impl Buffer {
     /// The label given at allocation.
     pub fn label(&self) -> &str {
         &self.label
+    }
+    /// The buffer's process-wide identity.
+    pub fn uid(&self) -> BufferUid {
+        self.uid
+    }
+    /// The region the buffer was allocated in ([`Engine::allocate_in`]), if any.
+    pub fn region(&self) -> Option<Region> {
+        self.region
     }
     /// The wgpu usages the buffer was created with.
     pub fn usages(&self) -> wgpu::BufferUsages {
@@ -280,9 +303,11 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         self.raw.destroy();
-        self.engine
-            .accounting()
-            .record_free(self.kind, self.size_bytes);
+        let mut acc = self.engine.accounting();
+        acc.record_free(self.kind, self.size_bytes);
+        if let Some(r) = self.region {
+            acc.record_region(r, self.size_bytes, false);
+        }
     }
 }
 
@@ -358,6 +383,29 @@ impl Engine {
     /// [`Engine::allocate_async`] (error scopes resolve asynchronously there).
     pub fn allocate(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
         self.allocate_inner(desc, kind_usages(desc.kind), false, None)
+    }
+
+    /// [`Engine::allocate`] in a device region (DESIGN §6): the buffer also counts in that
+    /// region's bytes, buffers and peak ([`MemoryStats::regions`]) until it is dropped.
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub fn allocate_in(&self, region: Region, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        let mut b = self.allocate(desc)?;
+        b.region = Some(region);
+        self.inner
+            .accounting()
+            .record_region(region, b.size_bytes, true);
+        Ok(b)
+    }
+
+    /// Counts `size_bytes` placed in (`placed`) or taken out of `region` as a range of a
+    /// buffer shared by several regions (the data region of a network: constants from one
+    /// end, placeholders from the other). The buffer itself counts by kind only.
+    pub fn note_region(&self, region: Region, size_bytes: u64, placed: bool) {
+        self.inner
+            .accounting()
+            .record_region(region, size_bytes, placed);
     }
 
     /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
@@ -452,10 +500,12 @@ impl Engine {
     fn wrap(&self, raw: wgpu::Buffer, desc: &BufferDesc, size: u64, readback: bool) -> Buffer {
         Buffer {
             raw,
+            uid: BufferUid(NEXT_BUFFER.fetch_add(1, Ordering::Relaxed)),
             kind: desc.kind,
             size_bytes: size,
             label: desc.label.to_string(),
             readback,
+            region: None,
             engine: self.inner.clone(),
         }
     }
@@ -558,6 +608,25 @@ impl Engine {
             drop(staging);
         }
         Ok(())
+    }
+
+    /// Schedules a write of `data` at `offset_bytes` through the queue: it lands at the start of
+    /// the next submit, before every command of that submit (so never write a buffer that an
+    /// unsubmitted command still reads). wgpu stages the bytes in its own belt; the engine
+    /// counts them ([`MemoryStats::queue_write_bytes`]). Offset and length must be multiples
+    /// of 4 and inside the buffer (checked by wgpu; the runtime only writes what it sized).
+    pub fn queue_write(&self, buf: &Buffer, offset_bytes: u64, data: &[u8]) {
+        self.queue_write_raw(&buf.raw, offset_bytes, data);
+    }
+
+    pub(crate) fn queue_write_raw(&self, raw: &wgpu::Buffer, offset_bytes: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.inner
+            .accounting()
+            .record_queue_write(data.len() as u64);
+        self.inner.gpu.queue().write_buffer(raw, offset_bytes, data);
     }
 
     /// Copies `size_bytes` from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes` on
@@ -752,9 +821,26 @@ impl Engine {
         self.inner.accounting().stats()
     }
 
-    /// The Allocate/Free history, oldest first.
+    /// The recorded Allocate/Free events, oldest first: empty unless
+    /// [`Engine::record_history`] is on (the counters of [`Engine::stats`] are always kept).
     pub fn history(&self) -> Vec<AllocEvent> {
-        self.inner.accounting().history().to_vec()
+        self.inner.accounting().history()
+    }
+
+    /// Keeps the last `capacity` Allocate/Free events from now on (0 stops): a bounded
+    /// recorder, so a long-running process does not grow a history.
+    pub fn record_history(&self, capacity: usize) {
+        self.inner.accounting().record_history(capacity);
+    }
+
+    /// Events the recorder dropped because it was full.
+    pub fn history_dropped(&self) -> u64 {
+        self.inner.accounting().history_dropped()
+    }
+
+    /// Heap bytes the recorded events take (0 without a recorder).
+    pub fn history_heap_bytes(&self) -> usize {
+        self.inner.accounting().history_heap_bytes()
     }
 
     /// Bytes in use of the kinds that count against the budget (all but `usm_host`).
@@ -788,10 +874,14 @@ impl Engine {
     /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
     /// or `usm_host` where shared is unsupported; memory for a kernel whose inputs and outputs
     /// would not fit in what the device has left goes to host-reachable memory the same way;
-    /// everything else to `usm_device`.
+    /// everything else to `usm_device`. wgpu adds one rule: memory a kernel binds
+    /// ([`KindRequest::kernel_access`]) cannot be `usm_host`, so there the fallback is
+    /// `usm_device` (reached by staged copies).
     pub fn preferred_kind(&self, req: &KindRequest) -> AllocKind {
         let host_kind = if self.inner.gpu.supports_shared() {
             AllocKind::UsmShared
+        } else if req.kernel_access {
+            AllocKind::UsmDevice
         } else {
             AllocKind::UsmHost
         };

@@ -25,6 +25,7 @@
 pub use wgpu;
 
 mod engine;
+mod frame;
 pub mod kernels;
 mod pipeline;
 pub mod pool_storage;
@@ -33,8 +34,9 @@ pub mod testing;
 mod usage;
 
 pub use engine::{
-    AllocError, Buffer, BufferDesc, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
+    AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
+pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
 pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
 pub use usage::{kind_support, kind_usages, KindSupport};
 

@@ -11,14 +11,14 @@
 //! The passes work on a plain [`DepGraph`] (producer lists per node) so they do not depend on
 //! the graph IR; the IR lowers itself to a `DepGraph` in processing order.
 
-use crate::graph::ids::NodeId;
+use crate::graph::ids::Position;
 use std::collections::BTreeSet;
 
 /// A DAG in processing order: node `i` is the `i`-th node the runtime executes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DepGraph {
     /// `inputs[i]` lists the producers of node `i`; every producer must come before `i`.
-    pub inputs: Vec<Vec<NodeId>>,
+    pub inputs: Vec<Vec<Position>>,
     /// `is_output[i]` is true when node `i`'s output is a network output (read by the host).
     pub is_output: Vec<bool>,
 }
@@ -28,12 +28,14 @@ pub struct DepGraph {
 #[non_exhaustive]
 pub enum DepError {
     /// A node lists an input that does not come earlier in processing order.
-    #[error("node {node} reads {input}, which does not come before it in processing order")]
+    #[error(
+        "position {node} reads position {input}, which does not come before it in processing order"
+    )]
     InputNotEarlier {
         /// The reading node.
-        node: NodeId,
+        node: Position,
         /// The offending producer.
-        input: NodeId,
+        input: Position,
     },
     /// `inputs` and `is_output` describe different numbers of nodes.
     #[error("dependency graph has {inputs_len} input lists but {outputs_len} output flags")]
@@ -43,8 +45,8 @@ pub enum DepError {
         /// `is_output.len()`.
         outputs_len: usize,
     },
-    /// More nodes than a [`NodeId`] can number.
-    #[error("dependency graph has {nodes} nodes, more than a node id can number")]
+    /// More nodes than a [`Position`] can number.
+    #[error("dependency graph has {nodes} nodes, more than a position can number")]
     TooManyNodes {
         /// The node count.
         nodes: usize,
@@ -92,7 +94,7 @@ impl DepGraph {
             for &input in ins {
                 if input.index() >= i {
                     return Err(DepError::InputNotEarlier {
-                        node: NodeId(i as u32),
+                        node: Position(i as u32),
                         input,
                     });
                 }
@@ -102,13 +104,13 @@ impl DepGraph {
     }
 
     /// `users[i]` = the nodes that read node `i`, ascending, without duplicates.
-    fn users(&self) -> Vec<Vec<NodeId>> {
-        let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); self.len()];
+    fn users(&self) -> Vec<Vec<Position>> {
+        let mut users: Vec<Vec<Position>> = vec![Vec::new(); self.len()];
         for (i, ins) in self.inputs.iter().enumerate() {
             for &input in ins {
                 let u = &mut users[input.index()];
-                if u.last() != Some(&NodeId(i as u32)) {
-                    u.push(NodeId(i as u32));
+                if u.last() != Some(&Position(i as u32)) {
+                    u.push(Position(i as u32));
                 }
             }
         }
@@ -122,7 +124,7 @@ impl DepGraph {
 ///
 /// # Errors
 /// Whatever [`DepGraph::validate`] reports.
-pub fn basic_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<NodeId>>, DepError> {
+pub fn basic_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<Position>>, DepError> {
     graph.validate()?;
     let n = graph.len();
     let mut deps = vec![BTreeSet::new(); n];
@@ -130,13 +132,13 @@ pub fn basic_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<NodeId>>, Dep
     for i in 0..n {
         for &input in &graph.inputs[i] {
             deps[i].insert(input);
-            deps[input.index()].insert(NodeId(i as u32));
+            deps[input.index()].insert(Position(i as u32));
         }
         // Outputs must survive until the host reads them after the whole network ran, so no
         // later node may overwrite them.
         for &o in &earlier_outputs {
-            deps[i].insert(NodeId(o as u32));
-            deps[o].insert(NodeId(i as u32));
+            deps[i].insert(Position(o as u32));
+            deps[o].insert(Position(i as u32));
         }
         if graph.is_output[i] {
             earlier_outputs.push(i);
@@ -184,7 +186,7 @@ impl Reach {
 ///
 /// # Errors
 /// Whatever [`DepGraph::validate`] reports.
-pub fn out_of_order_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<NodeId>>, DepError> {
+pub fn out_of_order_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<Position>>, DepError> {
     graph.validate()?;
     let n = graph.len();
     let reach = Reach::build(graph);
@@ -193,8 +195,8 @@ pub fn out_of_order_dependencies(graph: &DepGraph) -> Result<Vec<BTreeSet<NodeId
         for j in (i + 1)..n {
             // j > i cannot reach i in a topological order, so one test suffices.
             if !reach.reaches(i, j) {
-                deps[i].insert(NodeId(j as u32));
-                deps[j].insert(NodeId(i as u32));
+                deps[i].insert(Position(j as u32));
+                deps[j].insert(Position(i as u32));
             }
         }
     }
@@ -231,8 +233,8 @@ pub fn lifetimes(graph: &DepGraph) -> Result<Vec<Lifetime>, DepError> {
 mod tests {
     use super::*;
 
-    fn ids(v: &[u32]) -> Vec<NodeId> {
-        v.iter().map(|&i| NodeId(i)).collect()
+    fn ids(v: &[u32]) -> Vec<Position> {
+        v.iter().map(|&i| Position(i)).collect()
     }
 
     /// 0 -> 1 -> 3, 0 -> 2 -> 3, 3 output; 2 is also an output.
@@ -250,7 +252,7 @@ mod tests {
         assert_eq!(d[1], ids(&[0, 3]).into_iter().collect());
         assert_eq!(d[3], ids(&[1, 2]).into_iter().collect());
         // 1 and 2 are not linked in-order: 2 is an output but comes after 1.
-        assert!(!d[1].contains(&NodeId(2)));
+        assert!(!d[1].contains(&Position(2)));
     }
 
     #[test]
@@ -280,11 +282,11 @@ mod tests {
         assert_eq!(
             e,
             DepError::InputNotEarlier {
-                node: NodeId(0),
-                input: NodeId(1)
+                node: Position(0),
+                input: Position(1)
             }
         );
-        assert!(e.to_string().contains("n0"));
+        assert!(e.to_string().contains("p0"));
         let g = DepGraph {
             inputs: vec![ids(&[])],
             is_output: vec![],

@@ -4,11 +4,11 @@
 //! Every node has exactly one output tensor, so `TensorId(n)` is the output of `NodeId(n)`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use super::ops::{movement, BinaryOp, InferError, Op, UnaryOp};
-use super::{NodeId, TensorId};
+use super::ops::{self, BinaryOp, InferError, Op, UnaryOp};
+use super::{NodeId, Position, TensorId};
 use crate::shape::{DType, Shape};
+use crate::tensor::ConstData;
 
 /// One dimension of a declared network input: fixed, or a symbol (`seq`, `past`) bound to a
 /// number per run.
@@ -108,17 +108,60 @@ pub enum GraphError {
         /// The id given.
         output: NodeId,
     },
-    /// A constant's data length differs from its shape's element count.
-    #[error("constant `{node}` has {got} values, its shape {shape} needs {expected}")]
+    /// A constant's byte length differs from what its shape and type need.
+    #[error("constant `{node}` has {got} bytes, its shape {shape} of {dtype} needs {expected}")]
     ConstantLength {
         /// Label of the node.
         node: String,
         /// Its shape.
         shape: Shape,
-        /// Values needed.
+        /// Its element type.
+        dtype: DType,
+        /// Bytes needed.
         expected: u64,
-        /// Values given.
+        /// Bytes given.
         got: usize,
+    },
+    /// A node's declared element type is not what its op derives from its inputs.
+    #[error("node `{node}` is declared {declared} but its op gives {derived}")]
+    OutputDType {
+        /// Label of the node.
+        node: String,
+        /// The node's `dtype`.
+        declared: DType,
+        /// What the op's dtype rule gives.
+        derived: DType,
+    },
+    /// An input was given values of another element type than declared.
+    #[error("input `{node}` is declared {declared} but {got} values were given")]
+    InputDType {
+        /// Label of the input.
+        node: String,
+        /// Its declared type.
+        declared: DType,
+        /// The type given.
+        got: DType,
+    },
+    /// The CPU reference could not evaluate a node.
+    #[error("node `{node}` ({op}): {source}")]
+    Reference {
+        /// Label of the node.
+        node: String,
+        /// The op name.
+        op: &'static str,
+        /// Why.
+        source: super::reference::RefError,
+    },
+    /// The host evaluator of shape data and the CPU reference disagree on a node's values: a
+    /// bug in one of them.
+    #[error("node `{node}`: host shape data {host:?} but the reference computes {reference:?}")]
+    HostValueMismatch {
+        /// Label of the node.
+        node: String,
+        /// The host evaluator's values.
+        host: Vec<i64>,
+        /// The reference's values.
+        reference: Vec<i64>,
     },
     /// A symbol of an input has no binding for this run.
     #[error("input `{node}` uses symbol `{symbol}` which is not bound")]
@@ -281,7 +324,7 @@ impl Graph {
     /// The network inputs ([`Op::Input`] nodes), in id order.
     pub fn inputs(&self) -> Vec<NodeId> {
         self.ids()
-            .filter(|&i| matches!(self.node(i).op, Op::Input { .. }))
+            .filter(|&i| matches!(self.node(i).op, Op::Input(_)))
             .collect()
     }
 
@@ -329,14 +372,25 @@ impl Graph {
         self.shape_only[id.index()]
     }
 
+    /// The position of each node in processing order, indexed by `NodeId::index()`.
+    pub fn positions(&self) -> Vec<Position> {
+        let mut pos = vec![Position(0); self.nodes.len()];
+        for (k, &id) in self.order.iter().enumerate() {
+            pos[id.index()] = Position(k as u32);
+        }
+        pos
+    }
+
+    /// The node at a position of the processing order.
+    pub fn at(&self, p: Position) -> NodeId {
+        self.order[p.index()]
+    }
+
     /// The plain DAG of the processing order for the memory-dependency passes: position `k` is
     /// the `k`-th node of [`Graph::order`]; its inputs and the output flags are given as
-    /// positions too (`NodeId(k)` = `order()[k]`). Returns `(inputs, is_output)`.
-    pub fn dag_in_order(&self) -> (Vec<Vec<NodeId>>, Vec<bool>) {
-        let mut pos = vec![0u32; self.nodes.len()];
-        for (k, &id) in self.order.iter().enumerate() {
-            pos[id.index()] = k as u32;
-        }
+    /// positions too (map back with [`Graph::at`]). Returns `(inputs, is_output)`.
+    pub fn dag_in_order(&self) -> (Vec<Vec<Position>>, Vec<bool>) {
+        let pos = self.positions();
         let inputs = self
             .order
             .iter()
@@ -344,13 +398,13 @@ impl Graph {
                 self.node(id)
                     .inputs
                     .iter()
-                    .map(|i| NodeId(pos[i.index()]))
+                    .map(|i| pos[i.index()])
                     .collect()
             })
             .collect();
         let mut is_output = vec![false; self.nodes.len()];
         for o in &self.outputs {
-            is_output[pos[o.index()] as usize] = true;
+            is_output[pos[o.index()].index()] = true;
         }
         (inputs, is_output)
     }
@@ -371,7 +425,7 @@ impl Graph {
         let mut b = Bindings::new();
         for &(label, _) in inputs {
             match self.find(label) {
-                Some(id) if matches!(self.node(id).op, Op::Input { .. }) => {}
+                Some(id) if matches!(self.node(id).op, Op::Input(_)) => {}
                 _ => {
                     return Err(GraphError::UnknownInput {
                         label: label.to_string(),
@@ -381,7 +435,7 @@ impl Graph {
         }
         for id in self.inputs() {
             let node = self.node(id);
-            let Op::Input { dims } = &node.op else {
+            let Op::Input(ops::Input { dims, .. }) = &node.op else {
                 continue;
             };
             let Some(&(_, shape)) = inputs.iter().find(|(l, _)| *l == node.label) else {
@@ -424,7 +478,7 @@ impl Graph {
     /// [`GraphError::UnboundSymbol`].
     pub fn input_shape(&self, id: NodeId, bindings: &Bindings) -> Result<Shape, GraphError> {
         let node = self.node(id);
-        let Op::Input { dims } = &node.op else {
+        let Op::Input(ops::Input { dims, .. }) = &node.op else {
             return Err(GraphError::UnknownInput {
                 label: node.label.clone(),
             });
@@ -458,7 +512,7 @@ impl Graph {
         values: &[Option<Vec<i64>>],
     ) -> Result<(Shape, Option<Vec<i64>>), GraphError> {
         let node = self.node(id);
-        if matches!(node.op, Op::Input { .. }) {
+        if matches!(node.op, Op::Input(_)) {
             return Ok((self.input_shape(id, bindings)?, None));
         }
         let in_shapes: Vec<&Shape> = node.inputs.iter().map(|i| &shapes[i.index()]).collect();
@@ -473,7 +527,8 @@ impl Graph {
             source,
         };
         let shape = node.op.infer(&in_shapes, &data).map_err(wrap)?;
-        let value = host_value(node, &in_shapes, &data, &shape).map_err(wrap)?;
+        let value = super::shape_data::evaluate(&node.op, node.dtype, &in_shapes, &data, &shape)
+            .map_err(wrap)?;
         Ok((shape, value))
     }
 
@@ -535,11 +590,7 @@ fn processing_order(nodes: &[Node]) -> Result<Vec<NodeId>, GraphError> {
     Ok(order)
 }
 
-fn is_int(d: DType) -> bool {
-    matches!(d, DType::I32 | DType::U32)
-}
-
-/// Per-op arity and element-type checks.
+/// Arity, the op's dtype rule, the node's declared type and constant lengths.
 fn check_node(node: &Node, nodes: &[Node]) -> Result<(), GraphError> {
     let (min, max) = node.op.arity();
     if node.inputs.len() < min || node.inputs.len() > max {
@@ -551,82 +602,40 @@ fn check_node(node: &Node, nodes: &[Node]) -> Result<(), GraphError> {
             max,
         });
     }
-    if let Op::Constant { shape, data } = &node.op {
-        let expected = shape.num_elements().map_err(|_| GraphError::Infer {
+    if let Op::Constant(c) = &node.op {
+        let expected = c.shape.size_bytes(c.dtype).map_err(|_| GraphError::Infer {
             node: node.label.clone(),
             op: "constant",
             source: InferError::Overflow {
-                shape: shape.to_string(),
+                shape: c.shape.to_string(),
             },
         })?;
-        if expected != data.len() as u64 {
+        if expected != c.data.len() as u64 {
             return Err(GraphError::ConstantLength {
                 node: node.label.clone(),
-                shape: shape.clone(),
+                shape: c.shape.clone(),
+                dtype: c.dtype,
                 expected,
-                got: data.len(),
+                got: c.data.len(),
             });
         }
     }
-    let dt = |k: usize| nodes[node.inputs[k].index()].dtype;
-    let bad = |input: usize, expected: &'static str| GraphError::DType {
-        node: node.label.clone(),
-        input,
-        got: dt(input),
-        expected,
-    };
-    match &node.op {
-        Op::Input { .. } | Op::Constant { .. } | Op::ShapeOf => {}
-        // Data movement works on any 32-bit element (shape tensors are i32).
-        Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Concat { .. } => {
-            for k in 0..node.inputs.len() {
-                if dt(k).bits() != 32 {
-                    return Err(bad(k, "a 32-bit type"));
-                }
-                if dt(k) != dt(0) {
-                    return Err(bad(k, "the same type as input 0"));
-                }
-            }
-        }
-        Op::ReshapeTo => {
-            if dt(0).bits() != 32 {
-                return Err(bad(0, "a 32-bit type"));
-            }
-            if !is_int(dt(1)) {
-                return Err(bad(1, "i32 or u32 (a shape tensor)"));
-            }
-        }
-        Op::Gather => {
-            if dt(0).bits() != 32 {
-                return Err(bad(0, "a 32-bit type"));
-            }
-            if !is_int(dt(1)) {
-                return Err(bad(1, "i32 or u32 (ids)"));
-            }
-        }
-        Op::Where => {
-            if dt(0).bits() != 32 {
-                return Err(bad(0, "a 32-bit condition"));
-            }
-            for k in 1..3 {
-                if dt(k) != DType::F32 {
-                    return Err(bad(k, "f32"));
-                }
-            }
-        }
-        Op::Binary(_) => {
-            // Integer arithmetic is allowed on the host path for shape data only.
-            if dt(0) != dt(1) || !(dt(0) == DType::F32 || is_int(dt(0))) {
-                return Err(bad(1, "f32 on both sides (or the same integer type)"));
-            }
-        }
-        _ => {
-            for k in 0..node.inputs.len() {
-                if dt(k) != DType::F32 {
-                    return Err(bad(k, "f32"));
-                }
-            }
-        }
+    let dtypes: Vec<DType> = node.inputs.iter().map(|i| nodes[i.index()].dtype).collect();
+    let derived = node
+        .op
+        .output_dtype(&dtypes)
+        .map_err(|e| GraphError::DType {
+            node: node.label.clone(),
+            input: e.input,
+            got: dtypes.get(e.input).copied().unwrap_or(DType::F32),
+            expected: e.expected,
+        })?;
+    if derived != node.dtype {
+        return Err(GraphError::OutputDType {
+            node: node.label.clone(),
+            declared: node.dtype,
+            derived,
+        });
     }
     Ok(())
 }
@@ -644,91 +653,19 @@ fn shape_only_nodes(nodes: &[Node], outputs: &[NodeId], order: &[NodeId]) -> Vec
     let mut shape_only = vec![false; n];
     for &id in order.iter().rev() {
         let k = id.index();
-        shape_only[k] = is_int(nodes[k].dtype)
-            && has_users[k]
-            && !read_on_device[k]
-            && host_computable(&nodes[k].op);
-        let node = &nodes[k];
-        let shape_inputs = node.op.shape_data_inputs();
-        for (pos, &i) in node.inputs.iter().enumerate() {
+        let def = nodes[k].op.def();
+        shape_only[k] =
+            nodes[k].dtype.is_int() && has_users[k] && !read_on_device[k] && def.host_evaluable();
+        let shape_inputs = def.shape_data_inputs();
+        for (pos, &i) in nodes[k].inputs.iter().enumerate() {
             has_users[i.index()] = true;
-            // ShapeOf reads only its input's shape, never its values.
-            let reads_values = !shape_inputs.contains(&pos) && !matches!(node.op, Op::ShapeOf);
+            let reads_values = !shape_inputs.contains(&pos) && def.reads_values();
             if reads_values && !shape_only[k] {
                 read_on_device[i.index()] = true;
             }
         }
     }
     shape_only
-}
-
-fn host_computable(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::ShapeOf
-            | Op::Constant { .. }
-            | Op::Concat { .. }
-            | Op::Slice { .. }
-            | Op::Gather
-            | Op::Reshape { .. }
-            | Op::Binary(_)
-    )
-}
-
-/// The host value of an integer node derived from shapes and integer constants, if computable.
-fn host_value(
-    node: &Node,
-    in_shapes: &[&Shape],
-    data: &[Option<&[i64]>],
-    out: &Shape,
-) -> Result<Option<Vec<i64>>, InferError> {
-    if !is_int(node.dtype) || !host_computable(&node.op) {
-        return Ok(None);
-    }
-    if let Op::ShapeOf = node.op {
-        return Ok(Some(
-            in_shapes[0].dims().iter().map(|&d| d as i64).collect(),
-        ));
-    }
-    if let Op::Constant { data, .. } = &node.op {
-        return Ok(Some(data.iter().map(|&v| v as i64).collect()));
-    }
-    // Shape data is small; refuse to compute big integer tensors on the host.
-    if out.checked_num_elements().is_none_or(|n| n > 4096) {
-        return Ok(None);
-    }
-    let Some(vals) = data.iter().copied().collect::<Option<Vec<&[i64]>>>() else {
-        return Ok(None);
-    };
-    let v = match &node.op {
-        Op::Concat { axis } => super::reference::concat(&vals, in_shapes, *axis),
-        Op::Slice {
-            axes,
-            starts,
-            ends,
-            steps,
-        } => {
-            let r = movement::slice_ranges(in_shapes[0], axes, starts, ends, steps)?;
-            super::reference::slice(vals[0], in_shapes[0], &r)
-        }
-        Op::Gather => super::reference::gather(vals[0], in_shapes[0], vals[1], in_shapes[1]),
-        Op::Reshape { .. } => vals[0].to_vec(),
-        Op::Binary(b) => super::reference::broadcast_binary(
-            vals[0],
-            in_shapes[0],
-            vals[1],
-            in_shapes[1],
-            out,
-            |x, y| match b {
-                BinaryOp::Add => x.wrapping_add(y),
-                BinaryOp::Sub => x.wrapping_sub(y),
-                BinaryOp::Mul => x.wrapping_mul(y),
-                BinaryOp::Div => x.checked_div(y).unwrap_or(0),
-            },
-        ),
-        _ => return Ok(None),
-    };
-    Ok(Some(v))
 }
 
 /// Builds a [`Graph`] node by node. Every method takes the node's label and returns its id;
@@ -745,14 +682,21 @@ impl GraphBuilder {
         Self::default()
     }
 
-    /// Adds a node with an explicit op and inputs; the output dtype follows [`Op::output_dtype`]
-    /// (inputs that are not nodes yet count as f32 and are reported by [`GraphBuilder::build`]).
-    pub fn add(&mut self, label: impl Into<String>, op: Op, inputs: &[NodeId]) -> NodeId {
+    /// Adds a node with an explicit op and inputs; the output dtype follows
+    /// [`Op::output_dtype`] (a type the op refuses, or an input that is not a node yet, is
+    /// reported by [`GraphBuilder::build`] naming the node).
+    pub fn add(
+        &mut self,
+        label: impl Into<String>,
+        op: impl Into<Op>,
+        inputs: &[NodeId],
+    ) -> NodeId {
+        let op = op.into();
         let dts: Vec<DType> = inputs
             .iter()
             .map(|i| self.nodes.get(i.index()).map_or(DType::F32, |n| n.dtype))
             .collect();
-        let dtype = op.output_dtype(&dts);
+        let dtype = op.output_dtype(&dts).unwrap_or(DType::F32);
         self.push(label.into(), op, inputs.to_vec(), dtype)
     }
 
@@ -769,42 +713,31 @@ impl GraphBuilder {
 
     /// A network input with declared (possibly symbolic) dimensions.
     pub fn input(&mut self, label: impl Into<String>, dims: &[Dim], dtype: DType) -> NodeId {
-        self.push(
-            label.into(),
-            Op::Input {
-                dims: dims.to_vec(),
-            },
-            vec![],
-            dtype,
-        )
+        self.add(label, ops::Input::new(dims.to_vec(), dtype), &[])
+    }
+
+    /// A constant of any type from its little-endian bytes, possibly a range of a shared
+    /// backing (a model file): nothing is copied or expanded. The length is checked by
+    /// [`GraphBuilder::build`].
+    pub fn constant_bytes(
+        &mut self,
+        label: impl Into<String>,
+        shape: Shape,
+        dtype: DType,
+        data: ConstData,
+    ) -> NodeId {
+        self.add(label, ops::Constant { shape, dtype, data }, &[])
     }
 
     /// An f32 constant (weights); `data` is row-major, `shape.num_elements()` values (checked by
     /// [`GraphBuilder::build`]).
     pub fn constant(&mut self, label: impl Into<String>, shape: Shape, data: Vec<f32>) -> NodeId {
-        self.push(
-            label.into(),
-            Op::Constant {
-                shape,
-                data: Arc::new(data),
-            },
-            vec![],
-            DType::F32,
-        )
+        self.constant_bytes(label, shape, DType::F32, ConstData::from_f32(&data))
     }
 
-    /// An integer constant (i32), e.g. a reshape target or ids; values are carried as f32 and
-    /// must be exact (|v| < 2^24).
+    /// An i32 constant (a reshape target, ids), stored as its real 32-bit integers.
     pub fn constant_i32(&mut self, label: impl Into<String>, shape: Shape, data: &[i32]) -> NodeId {
-        self.push(
-            label.into(),
-            Op::Constant {
-                shape,
-                data: Arc::new(data.iter().map(|&v| v as f32).collect()),
-            },
-            vec![],
-            DType::I32,
-        )
+        self.constant_bytes(label, shape, DType::I32, ConstData::from_i32(data))
     }
 
     /// `a @ b` (batched; `transpose_b`: b is `[..., N, K]`).
@@ -815,7 +748,7 @@ impl GraphBuilder {
         b: NodeId,
         transpose_b: bool,
     ) -> NodeId {
-        self.add(label, Op::MatMul { transpose_b }, &[a, b])
+        self.add(label, ops::MatMul { transpose_b }, &[a, b])
     }
 
     /// Elementwise binary op with broadcasting.
@@ -826,7 +759,7 @@ impl GraphBuilder {
         a: NodeId,
         b: NodeId,
     ) -> NodeId {
-        self.add(label, Op::Binary(op), &[a, b])
+        self.add(label, op, &[a, b])
     }
 
     /// `a + b` with broadcasting.
@@ -851,7 +784,7 @@ impl GraphBuilder {
 
     /// Elementwise unary op.
     pub fn unary(&mut self, label: impl Into<String>, op: UnaryOp, x: NodeId) -> NodeId {
-        self.add(label, Op::Unary(op), &[x])
+        self.add(label, op, &[x])
     }
 
     /// `max(x, 0)`.
@@ -876,7 +809,7 @@ impl GraphBuilder {
 
     /// Softmax over the last axis.
     pub fn softmax(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, Op::Softmax, &[x])
+        self.add(label, ops::Softmax, &[x])
     }
 
     /// Layer norm over the last axis.
@@ -888,7 +821,7 @@ impl GraphBuilder {
         beta: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, Op::LayerNorm { eps }, &[x, gamma, beta])
+        self.add(label, ops::LayerNorm { eps }, &[x, gamma, beta])
     }
 
     /// RMS norm over the last axis.
@@ -899,14 +832,14 @@ impl GraphBuilder {
         gamma: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, Op::RmsNorm { eps }, &[x, gamma])
+        self.add(label, ops::RmsNorm { eps }, &[x, gamma])
     }
 
     /// Reshape to a static target (`0` copies, `-1` infers).
     pub fn reshape(&mut self, label: impl Into<String>, x: NodeId, target: &[i64]) -> NodeId {
         self.add(
             label,
-            Op::Reshape {
+            ops::Reshape {
                 target: target.to_vec(),
             },
             &[x],
@@ -915,14 +848,14 @@ impl GraphBuilder {
 
     /// Reshape to the shape held in an integer tensor (a shape-inference data dependency).
     pub fn reshape_to(&mut self, label: impl Into<String>, x: NodeId, shape: NodeId) -> NodeId {
-        self.add(label, Op::ReshapeTo, &[x, shape])
+        self.add(label, ops::ReshapeTo, &[x, shape])
     }
 
     /// Permute dimensions.
     pub fn transpose(&mut self, label: impl Into<String>, x: NodeId, perm: &[usize]) -> NodeId {
         self.add(
             label,
-            Op::Transpose {
+            ops::Transpose {
                 perm: perm.to_vec(),
             },
             &[x],
@@ -931,7 +864,7 @@ impl GraphBuilder {
 
     /// Concatenate along `axis`.
     pub fn concat(&mut self, label: impl Into<String>, xs: &[NodeId], axis: usize) -> NodeId {
-        self.add(label, Op::Concat { axis }, xs)
+        self.add(label, ops::Concat { axis }, xs)
     }
 
     /// Slice `axes` with `starts`/`ends`/`steps` (ONNX rules).
@@ -946,7 +879,7 @@ impl GraphBuilder {
     ) -> NodeId {
         self.add(
             label,
-            Op::Slice {
+            ops::Slice {
                 axes: axes.to_vec(),
                 starts: starts.to_vec(),
                 ends: ends.to_vec(),
@@ -958,7 +891,7 @@ impl GraphBuilder {
 
     /// Embedding lookup: rows of `table` picked by integer `ids`.
     pub fn gather(&mut self, label: impl Into<String>, table: NodeId, ids: NodeId) -> NodeId {
-        self.add(label, Op::Gather, &[table, ids])
+        self.add(label, ops::Gather, &[table, ids])
     }
 
     /// `cond ? a : b` with broadcasting.
@@ -969,17 +902,17 @@ impl GraphBuilder {
         a: NodeId,
         b: NodeId,
     ) -> NodeId {
-        self.add(label, Op::Where, &[cond, a, b])
+        self.add(label, ops::Where, &[cond, a, b])
     }
 
     /// Causal mask over scores `[..., S, P + S]`.
     pub fn causal_mask(&mut self, label: impl Into<String>, scores: NodeId) -> NodeId {
-        self.add(label, Op::CausalMask, &[scores])
+        self.add(label, ops::CausalMask, &[scores])
     }
 
     /// The shape of `x` as an i32 tensor.
     pub fn shape_of(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, Op::ShapeOf, &[x])
+        self.add(label, ops::ShapeOf, &[x])
     }
 
     /// Marks a node as a network output.

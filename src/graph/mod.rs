@@ -1,6 +1,14 @@
 //! Graph IR with symbolic dimensions, builder, ops, shape inference, processing order, and
 //! memory dependencies.
 //!
+//! * [`ir`] — [`Graph`] (nodes by [`NodeId`], processing order by [`Position`]) and
+//!   [`GraphBuilder`];
+//! * [`ops`] — one type per op implementing [`OpDef`] (dtype rule, shape rule, CPU reference,
+//!   host evaluation), gathered in [`Op`];
+//! * [`reference`](mod@reference) — the CPU reference evaluator with its own index code;
+//! * [`shape_data`] — the host evaluator of integer shape data, separate from the reference;
+//! * [`deps`] — memory dependencies and lifetimes over processing positions.
+//!
 //! ```
 //! use dynrt::graph::{Bindings, Dim, GraphBuilder};
 //! use dynrt::shape::{DType, Shape};
@@ -20,7 +28,8 @@ pub mod ids;
 pub mod ir;
 pub mod ops;
 pub mod reference;
+pub mod shape_data;
 
-pub use ids::{NodeId, TensorId};
+pub use ids::{NodeId, Position, TensorId};
 pub use ir::{Bindings, Dim, Graph, GraphBuilder, GraphError, InferredShapes, Node};
-pub use ops::{BinaryOp, InferError, Op, UnaryOp};
+pub use ops::{BinaryOp, InferError, Op, OpDef, UnaryOp};

@@ -1,299 +1,299 @@
-//! Pure-Rust CPU reference of every op (plain loops, f64 accumulation in reductions and
-//! matmul) and a whole-graph evaluator. Used by the kernel tests and the decode demo's
-//! self-check.
+//! The CPU reference: every op in plain loops on host values, and a whole-graph evaluator.
+//! Used by the kernel tests, the runtime tests and the decode demo's self-check.
 //!
-//! Integer tensors (ids, shape tensors) are carried as f32 holding the exact integer value, so
-//! one `Vec<f32>` type serves every tensor; this is exact for |v| < 2^24, which covers token
-//! ids and dimensions of any model dynrt runs. On the GPU the same tensors are 32-bit integers
-//! (`i32`/`u32` bits); uploaders convert.
+//! Independent of the GPU path on purpose: the kernels compute their parameters (strides,
+//! offsets, slice starts) with their own helpers in `src/gpu/kernels`, while the reference
+//! walks output multi-indices with the helpers of [`index`] (nested loops, no strides), so a
+//! bug in one index computation cannot hide by being shared. Integer shape data that the
+//! graph computes on the host for shape inference comes from yet another evaluator
+//! ([`crate::graph::shape_data`]); [`evaluate_tensors`] checks that the reference's values of
+//! those nodes agree with it.
+//!
+//! Values are typed ([`Values`]): floats (f32, f16/bf16 widened, block formats dequantized)
+//! as f32 with f64 accumulation in reductions and matmul, integers (i64, i32, u32, i8, u8,
+//! bool) as i64 wrapped to their type's width. The f32-carrier entry points ([`evaluate`],
+//! [`evaluate_all`]) take and return integers as exact f32 values (exact below 2^24) for the
+//! tests and the demo.
 
-use super::ops::{matmul, movement, movement::AxisRange, norm, Op, MASK_VALUE};
-use super::{Graph, GraphError, NodeId};
-use crate::shape::Shape;
+use super::{Graph, GraphError, NodeId, Op};
+use crate::shape::{DType, Shape};
+use crate::tensor::{decode_f32, decode_i64, encode_f32, encode_i64, HostTensor, TensorError};
 
-/// A tensor on the host: its shape and row-major values.
-pub type HostTensor = (Shape, Vec<f32>);
+/// Host values of a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    /// Float values (f32; wider types widened, block formats dequantized).
+    F32(Vec<f32>),
+    /// Integer values (every integer type and bool), exact.
+    Int(Vec<i64>),
+}
 
-/// Multi-index iteration: calls `f(linear_out_index, index)` for every index of `shape`.
-fn for_each_index(shape: &Shape, mut f: impl FnMut(usize, &[u64])) {
-    let Some(n) = shape.checked_num_elements() else {
-        return;
-    };
-    let mut idx = vec![0u64; shape.rank()];
-    for lin in 0..n as usize {
-        f(lin, &idx);
-        for k in (0..idx.len()).rev() {
-            idx[k] += 1;
-            if idx[k] < shape.0[k] {
-                break;
-            }
-            idx[k] = 0;
+impl Values {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::Int(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values at `picks` (`None` gives zero), keeping the kind: what every data-movement
+    /// op does once it knows which source element each output element comes from.
+    pub fn pick(&self, picks: &[Option<usize>]) -> Values {
+        match self {
+            Values::F32(v) => Values::F32(
+                picks
+                    .iter()
+                    .map(|p| p.and_then(|i| v.get(i).copied()).unwrap_or(0.0))
+                    .collect(),
+            ),
+            Values::Int(v) => Values::Int(
+                picks
+                    .iter()
+                    .map(|p| p.and_then(|i| v.get(i).copied()).unwrap_or(0))
+                    .collect(),
+            ),
         }
     }
 }
 
-fn dot(idx: &[u64], strides: &[u64]) -> usize {
-    idx.iter().zip(strides).map(|(i, s)| i * s).sum::<u64>() as usize
+/// A tensor of the reference: shape, element type and values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefTensor {
+    /// Shape.
+    pub shape: Shape,
+    /// Element type (decides the integer wrap width and the byte encoding).
+    pub dtype: DType,
+    /// Values, row-major.
+    pub values: Values,
 }
 
-/// Elementwise binary op with NumPy broadcasting into `out`.
-pub fn broadcast_binary<T: Copy>(
-    a: &[T],
-    sa: &Shape,
-    b: &[T],
-    sb: &Shape,
-    out: &Shape,
-    f: impl Fn(T, T) -> T,
-) -> Vec<T> {
-    let st_a = super::ops::elementwise::broadcast_strides(sa, out);
-    let st_b = super::ops::elementwise::broadcast_strides(sb, out);
-    let mut v = Vec::with_capacity(out.checked_num_elements().unwrap_or(0) as usize);
-    for_each_index(out, |_, idx| {
-        v.push(f(a[dot(idx, &st_a)], b[dot(idx, &st_b)]))
-    });
-    v
+/// Why the reference could not evaluate an op.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RefError {
+    /// The op has no reference for values of this type.
+    #[error("the reference has no {op} for {dtype} values")]
+    Unsupported {
+        /// The op name.
+        op: &'static str,
+        /// The input type.
+        dtype: DType,
+    },
+    /// Bytes could not be converted.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
 }
 
-/// `cond ? a : b` with three-way broadcasting; cond true where nonzero.
-pub fn where_(
-    c: &[f32],
-    sc: &Shape,
-    a: &[f32],
-    sa: &Shape,
-    b: &[f32],
-    sb: &Shape,
-    out: &Shape,
-) -> Vec<f32> {
-    let (st_c, st_a, st_b) = (
-        super::ops::elementwise::broadcast_strides(sc, out),
-        super::ops::elementwise::broadcast_strides(sa, out),
-        super::ops::elementwise::broadcast_strides(sb, out),
-    );
-    let mut v = Vec::new();
-    for_each_index(out, |_, idx| {
-        v.push(if c[dot(idx, &st_c)] != 0.0 {
-            a[dot(idx, &st_a)]
+impl RefTensor {
+    /// From values carried as f32 (integers exact below 2^24), typed as `dtype`.
+    pub fn from_f32(shape: Shape, dtype: DType, values: Vec<f32>) -> RefTensor {
+        let values = if dtype.is_int() {
+            Values::Int(values.into_iter().map(|v| wrap(dtype, v as i64)).collect())
         } else {
-            b[dot(idx, &st_b)]
-        })
-    });
-    v
-}
+            Values::F32(values)
+        };
+        RefTensor {
+            shape,
+            dtype,
+            values,
+        }
+    }
 
-/// Batched matmul with broadcast batch dimensions, f64 accumulation.
-pub fn matmul(a: &[f32], sa: &Shape, b: &[f32], sb: &Shape, transpose_b: bool) -> Vec<f32> {
-    let Ok(d) = matmul::dims(sa, sb, transpose_b) else {
-        return Vec::new();
-    };
-    let (m, k, n) = (d.m as usize, d.k as usize, d.n as usize);
-    let batch_a = Shape(sa.0[..sa.rank() - 2].to_vec());
-    let batch_b = Shape(sb.0[..sb.rank() - 2].to_vec());
-    let st_a = super::ops::elementwise::broadcast_strides(&batch_a, &d.batch);
-    let st_b = super::ops::elementwise::broadcast_strides(&batch_b, &d.batch);
-    let mut out = vec![0f32; d.batch.checked_num_elements().unwrap_or(0) as usize * m * n];
-    for_each_index(&d.batch, |bi, idx| {
-        let oa = dot(idx, &st_a) * m * k;
-        let ob = dot(idx, &st_b) * k * n;
-        for i in 0..m {
-            for j in 0..n {
-                let mut acc = 0f64;
-                for p in 0..k {
-                    let bv = if transpose_b {
-                        b[ob + j * k + p]
-                    } else {
-                        b[ob + p * n + j]
-                    };
-                    acc += a[oa + i * k + p] as f64 * bv as f64;
+    /// From typed bytes (block formats dequantized row by row).
+    ///
+    /// # Errors
+    /// [`RefError::Tensor`] when the bytes do not fit the shape.
+    pub fn from_bytes(shape: Shape, dtype: DType, bytes: &[u8]) -> Result<RefTensor, RefError> {
+        crate::tensor::check_len("reference input", &shape, dtype, bytes.len())?;
+        let values = if dtype.is_int() {
+            Values::Int(decode_i64(dtype, bytes)?)
+        } else if let Some(block) = dtype.block() {
+            // Each row holds whole blocks; drop the padding of a partial last block.
+            let last = shape.dims().last().copied().unwrap_or(1) as usize;
+            let row_bytes = last.div_ceil(block.elements as usize) * block.bytes as usize;
+            let mut v = Vec::new();
+            if row_bytes > 0 {
+                for row in bytes.chunks(row_bytes) {
+                    v.extend(decode_f32(dtype, row)?.into_iter().take(last));
                 }
-                out[bi * m * n + i * n + j] = acc as f32;
             }
-        }
-    });
-    out
-}
-
-/// Softmax over the last axis: `exp(x - max) / sum`, in f64.
-pub fn softmax(x: &[f32], shape: &Shape) -> Vec<f32> {
-    let (_, d) = norm::rows(shape);
-    let d = d as usize;
-    let mut out = Vec::with_capacity(x.len());
-    if d == 0 {
-        return out;
-    }
-    for row in x.chunks(d) {
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
-        let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
-        out.extend(row.iter().map(|&v| ((v as f64 - max).exp() / sum) as f32));
-    }
-    out
-}
-
-/// Layer norm over the last axis (biased variance), in f64.
-pub fn layer_norm(x: &[f32], shape: &Shape, gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
-    let d = norm::rows(shape).1 as usize;
-    let mut out = Vec::with_capacity(x.len());
-    if d == 0 {
-        return out;
-    }
-    for row in x.chunks(d) {
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
-        let inv = 1.0 / (var + eps as f64).sqrt();
-        out.extend(
-            row.iter()
-                .enumerate()
-                .map(|(i, &v)| ((v as f64 - mean) * inv * gamma[i] as f64 + beta[i] as f64) as f32),
-        );
-    }
-    out
-}
-
-/// RMS norm over the last axis, in f64.
-pub fn rms_norm(x: &[f32], shape: &Shape, gamma: &[f32], eps: f32) -> Vec<f32> {
-    let d = norm::rows(shape).1 as usize;
-    let mut out = Vec::with_capacity(x.len());
-    if d == 0 {
-        return out;
-    }
-    for row in x.chunks(d) {
-        let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / d as f64;
-        let inv = 1.0 / (ms + eps as f64).sqrt();
-        out.extend(
-            row.iter()
-                .enumerate()
-                .map(|(i, &v)| (v as f64 * inv * gamma[i] as f64) as f32),
-        );
-    }
-    out
-}
-
-/// Transpose: output dimension `i` is input dimension `perm[i]`.
-pub fn transpose<T: Copy>(x: &[T], shape: &Shape, perm: &[usize]) -> Vec<T> {
-    let st = movement::strides(shape);
-    let out = Shape(perm.iter().map(|&p| shape.0[p]).collect());
-    let pst: Vec<u64> = perm.iter().map(|&p| st[p]).collect();
-    let mut v = Vec::with_capacity(x.len());
-    for_each_index(&out, |_, idx| v.push(x[dot(idx, &pst)]));
-    v
-}
-
-/// Concatenation along `axis`.
-pub fn concat<T: Copy>(xs: &[&[T]], shapes: &[&Shape], axis: usize) -> Vec<T> {
-    let outer: u64 = shapes[0].0[..axis].iter().product();
-    let mut v = Vec::new();
-    for o in 0..outer as usize {
-        for (x, s) in xs.iter().zip(shapes) {
-            let chunk = s.0[axis..].iter().product::<u64>() as usize;
-            v.extend_from_slice(&x[o * chunk..(o + 1) * chunk]);
-        }
-    }
-    v
-}
-
-/// Slice with per-axis ranges from [`movement::slice_ranges`].
-pub fn slice<T: Copy>(x: &[T], shape: &Shape, ranges: &[AxisRange]) -> Vec<T> {
-    let st = movement::strides(shape);
-    let out = Shape(ranges.iter().map(|r| r.len).collect());
-    let base: u64 = ranges.iter().zip(&st).map(|(r, s)| r.start * s).sum();
-    let sst: Vec<u64> = ranges.iter().zip(&st).map(|(r, s)| r.step * s).collect();
-    let mut v = Vec::new();
-    for_each_index(&out, |_, idx| v.push(x[base as usize + dot(idx, &sst)]));
-    v
-}
-
-/// Gather rows of `table` along axis 0; ids out of range give `T::default()` (zeros).
-pub fn gather<T: Copy + Default>(
-    table: &[T],
-    tshape: &Shape,
-    ids: &[i64],
-    _ids_shape: &Shape,
-) -> Vec<T> {
-    let rows = tshape.0.first().copied().unwrap_or(0);
-    let row = tshape.0[1..].iter().product::<u64>() as usize;
-    let mut v = Vec::with_capacity(ids.len() * row);
-    for &id in ids {
-        if id >= 0 && (id as u64) < rows {
-            v.extend_from_slice(&table[id as usize * row..(id as usize + 1) * row]);
+            Values::F32(v)
         } else {
-            v.extend(std::iter::repeat_n(T::default(), row));
-        }
-    }
-    v
-}
-
-/// Causal mask over `[..., S, T]`: query `i` sees key `j <= (T - S) + i`, others get
-/// [`MASK_VALUE`].
-pub fn causal_mask(x: &[f32], shape: &Shape) -> Vec<f32> {
-    let r = shape.rank();
-    let (s, t) = (shape.0[r - 2], shape.0[r - 1]);
-    let past = t.saturating_sub(s);
-    x.iter()
-        .enumerate()
-        .map(|(lin, &v)| {
-            let lin = lin as u64;
-            let (j, i) = (lin % t, (lin / t) % s);
-            if super::ops::mask::visible(i, j, past) {
-                v
-            } else {
-                MASK_VALUE
-            }
+            Values::F32(decode_f32(dtype, bytes)?)
+        };
+        Ok(RefTensor {
+            shape,
+            dtype,
+            values,
         })
-        .collect()
-}
+    }
 
-/// Evaluates one op on host tensors (the shapes must already have been inferred).
-pub fn eval_op(op: &Op, inputs: &[(&Shape, &[f32])], out: &Shape) -> Vec<f32> {
-    let x = |k: usize| inputs[k].1;
-    let s = |k: usize| inputs[k].0;
-    match op {
-        Op::Input { .. } => Vec::new(),
-        Op::Constant { data, .. } => data.to_vec(),
-        Op::MatMul { transpose_b } => matmul(x(0), s(0), x(1), s(1), *transpose_b),
-        Op::Binary(b) => broadcast_binary(x(0), s(0), x(1), s(1), out, |p, q| b.apply(p, q)),
-        Op::Unary(u) => x(0).iter().map(|&v| u.apply(v)).collect(),
-        Op::Softmax => softmax(x(0), s(0)),
-        Op::LayerNorm { eps } => layer_norm(x(0), s(0), x(1), x(2), *eps),
-        Op::RmsNorm { eps } => rms_norm(x(0), s(0), x(1), *eps),
-        Op::Reshape { .. } | Op::ReshapeTo => x(0).to_vec(),
-        Op::Transpose { perm } => transpose(x(0), s(0), perm),
-        Op::Concat { axis } => {
-            let xs: Vec<&[f32]> = inputs.iter().map(|i| i.1).collect();
-            let ss: Vec<&Shape> = inputs.iter().map(|i| i.0).collect();
-            concat(&xs, &ss, *axis)
+    /// From a host tensor.
+    ///
+    /// # Errors
+    /// As [`RefTensor::from_bytes`].
+    pub fn from_host(t: &HostTensor) -> Result<RefTensor, RefError> {
+        RefTensor::from_bytes(t.shape.clone(), t.dtype, &t.bytes)
+    }
+
+    /// As typed bytes.
+    ///
+    /// # Errors
+    /// [`RefError::Tensor`] for block formats (the reference does not quantize).
+    pub fn to_host(&self) -> Result<HostTensor, RefError> {
+        let bytes = match &self.values {
+            Values::F32(v) => encode_f32(self.dtype, v)?,
+            Values::Int(v) => encode_i64(self.dtype, v)?,
+        };
+        Ok(HostTensor {
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            bytes,
+        })
+    }
+
+    /// The values as f32 (integers converted).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.values {
+            Values::F32(v) => v.clone(),
+            Values::Int(v) => v.iter().map(|&x| x as f32).collect(),
         }
-        Op::Slice {
-            axes,
-            starts,
-            ends,
-            steps,
-        } => match movement::slice_ranges(s(0), axes, starts, ends, steps) {
-            Ok(r) => slice(x(0), s(0), &r),
-            Err(_) => Vec::new(),
-        },
-        Op::Gather => {
-            let ids: Vec<i64> = x(1).iter().map(|&v| v as i64).collect();
-            gather(x(0), s(0), &ids, s(1))
+    }
+
+    /// The float values, or [`RefError::Unsupported`] naming `op`.
+    ///
+    /// # Errors
+    /// [`RefError::Unsupported`] for integer values.
+    pub fn floats(&self, op: &'static str) -> Result<&[f32], RefError> {
+        match &self.values {
+            Values::F32(v) => Ok(v),
+            Values::Int(_) => Err(RefError::Unsupported {
+                op,
+                dtype: self.dtype,
+            }),
         }
-        Op::Where => where_(x(0), s(0), x(1), s(1), x(2), s(2), out),
-        Op::CausalMask => causal_mask(x(0), s(0)),
-        Op::ShapeOf => s(0).dims().iter().map(|&d| d as f32).collect(),
+    }
+
+    /// The integer values, or [`RefError::Unsupported`] naming `op`.
+    ///
+    /// # Errors
+    /// [`RefError::Unsupported`] for float values.
+    pub fn ints(&self, op: &'static str) -> Result<&[i64], RefError> {
+        match &self.values {
+            Values::Int(v) => Ok(v),
+            Values::F32(_) => Err(RefError::Unsupported {
+                op,
+                dtype: self.dtype,
+            }),
+        }
+    }
+
+    /// Whether element `i` is nonzero (a condition).
+    pub fn is_true(&self, i: usize) -> bool {
+        match &self.values {
+            Values::F32(v) => v.get(i).is_some_and(|&x| x != 0.0),
+            Values::Int(v) => v.get(i).is_some_and(|&x| x != 0),
+        }
     }
 }
 
-/// Evaluates every node; returns `(shape, values)` per node, indexed by `NodeId::index()`.
-/// `inputs` gives each network input by label with its shape and row-major values.
+/// `v` wrapped to the width of integer type `dtype`, as the device would store it.
+pub fn wrap(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I32 => i64::from(v as i32),
+        DType::U32 => i64::from(v as u32),
+        DType::I8 => i64::from(v as i8),
+        DType::U8 => i64::from(v as u8),
+        DType::Bool => i64::from(v != 0),
+        _ => v,
+    }
+}
+
+/// The reference's own index helpers: multi-indices walked in row-major order and mapped
+/// back to linear positions one dimension at a time (no stride tables).
+pub mod index {
+    use crate::shape::Shape;
+
+    /// Calls `f(linear, index)` for every multi-index of `shape`, row-major.
+    pub fn for_each(shape: &Shape, mut f: impl FnMut(usize, &[u64])) {
+        let Some(n) = shape.checked_num_elements() else {
+            return;
+        };
+        let mut idx = vec![0u64; shape.rank()];
+        for lin in 0..n as usize {
+            f(lin, &idx);
+            for k in (0..idx.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < shape.dims()[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
+    /// Linear position of `idx` in `shape` (row-major): Horner's rule over the dimensions.
+    pub fn linear(idx: &[u64], shape: &Shape) -> usize {
+        idx.iter()
+            .zip(shape.dims())
+            .fold(0u64, |acc, (&i, &d)| acc * d + i) as usize
+    }
+
+    /// Linear position in `input` of the element that broadcasts to output index `out_idx`
+    /// (NumPy: align from the right, a dimension of 1 always reads index 0).
+    pub fn broadcast(out_idx: &[u64], input: &Shape) -> usize {
+        let skip = out_idx.len() - input.rank();
+        let mut acc = 0u64;
+        for (k, &d) in input.dims().iter().enumerate() {
+            let i = if d == 1 { 0 } else { out_idx[skip + k] };
+            acc = acc * d + i;
+        }
+        acc as usize
+    }
+}
+
+/// Evaluates one op on reference tensors (the shapes must fit the op; `out` is the inferred
+/// output shape).
 ///
 /// # Errors
-/// Unknown, missing or ill-shaped inputs, data of the wrong length, and any shape-inference
-/// failure, each naming the node.
-pub fn evaluate_all(
+/// [`RefError`] when the op has no reference for these values.
+pub fn eval_op(op: &Op, inputs: &[&RefTensor], out: &Shape) -> Result<RefTensor, RefError> {
+    let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
+    let dtype = op
+        .output_dtype(&dtypes)
+        .map_err(|e| RefError::Unsupported {
+            op: op.name(),
+            dtype: dtypes.get(e.input).copied().unwrap_or(DType::F32),
+        })?;
+    let values = op.def().reference(inputs, out, dtype)?;
+    Ok(RefTensor {
+        shape: out.clone(),
+        dtype,
+        values,
+    })
+}
+
+/// Evaluates every node with typed inputs; returns every node's tensor, indexed by
+/// `NodeId::index()`. Nodes whose values the graph also computes on the host for shape
+/// inference are checked against that independent evaluation.
+///
+/// # Errors
+/// Unknown, missing or ill-shaped inputs, data of the wrong length or type, shape-inference
+/// failures, and a host value that disagrees with the reference, each naming the node.
+pub fn evaluate_tensors(
     graph: &Graph,
-    inputs: &[(&str, Shape, Vec<f32>)],
-) -> Result<Vec<HostTensor>, GraphError> {
-    let given: Vec<(&str, &Shape)> = inputs.iter().map(|(l, s, _)| (*l, s)).collect();
+    inputs: &[(&str, RefTensor)],
+) -> Result<Vec<RefTensor>, GraphError> {
+    let given: Vec<(&str, &Shape)> = inputs.iter().map(|(l, t)| (*l, &t.shape)).collect();
     let bindings = graph.bind(&given)?;
     let inferred = graph.infer_shapes(&bindings)?;
-    let mut values: Vec<Option<Vec<f32>>> = vec![None; graph.len()];
+    let mut values: Vec<Option<RefTensor>> = vec![None; graph.len()];
     for &id in graph.order() {
         let node = graph.node(id);
         let shape = &inferred.shapes[id.index()];
@@ -304,53 +304,136 @@ pub fn evaluate_all(
                 shape: shape.to_string(),
             },
         })?;
-        let v = if let Op::Input { .. } = node.op {
-            let (_, _, data) = inputs
-                .iter()
-                .find(|(l, _, _)| *l == node.label)
-                .ok_or_else(|| GraphError::MissingInput {
-                    label: node.label.clone(),
-                })?;
-            data.clone()
-        } else {
-            let ins: Vec<(&Shape, &[f32])> = node
-                .inputs
-                .iter()
-                .map(|i| {
-                    (
-                        &inferred.shapes[i.index()],
-                        values[i.index()].as_deref().unwrap_or(&[]),
-                    )
-                })
-                .collect();
-            eval_op(&node.op, &ins, shape)
+        let t = match &node.op {
+            Op::Input(_) => {
+                let (_, t) = inputs
+                    .iter()
+                    .find(|(l, _)| *l == node.label)
+                    .ok_or_else(|| GraphError::MissingInput {
+                        label: node.label.clone(),
+                    })?;
+                if t.dtype != node.dtype {
+                    return Err(GraphError::InputDType {
+                        node: node.label.clone(),
+                        declared: node.dtype,
+                        got: t.dtype,
+                    });
+                }
+                t.clone()
+            }
+            Op::Constant(c) => RefTensor::from_bytes(c.shape.clone(), c.dtype, c.data.bytes())
+                .map_err(|source| GraphError::Reference {
+                    node: node.label.clone(),
+                    op: "constant",
+                    source,
+                })?,
+            _ => {
+                let ins: Vec<&RefTensor> = node
+                    .inputs
+                    .iter()
+                    .map(|i| values[i.index()].as_ref())
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| GraphError::MissingInput {
+                        label: node.label.clone(),
+                    })?;
+                let v = node
+                    .op
+                    .def()
+                    .reference(&ins, shape, node.dtype)
+                    .map_err(|source| GraphError::Reference {
+                        node: node.label.clone(),
+                        op: node.op.name(),
+                        source,
+                    })?;
+                RefTensor {
+                    shape: shape.clone(),
+                    dtype: node.dtype,
+                    values: v,
+                }
+            }
         };
-        if v.len() as u64 != expected {
+        if t.values.len() as u64 != expected {
             return Err(GraphError::DataLength {
                 node: node.label.clone(),
                 shape: shape.clone(),
                 expected,
-                got: v.len(),
+                got: t.values.len(),
             });
         }
-        values[id.index()] = Some(v);
+        if let (Some(host), Values::Int(mine)) = (&inferred.values[id.index()], &t.values) {
+            if host != mine {
+                return Err(GraphError::HostValueMismatch {
+                    node: node.label.clone(),
+                    host: host.clone(),
+                    reference: mine.clone(),
+                });
+            }
+        }
+        values[id.index()] = Some(t);
     }
-    Ok(inferred
-        .shapes
+    Ok(values
         .into_iter()
-        .zip(values)
-        .map(|(s, v)| (s, v.unwrap_or_default()))
+        .zip(inferred.shapes)
+        .map(|(v, shape)| {
+            v.unwrap_or(RefTensor {
+                shape,
+                dtype: DType::F32,
+                values: Values::F32(Vec::new()),
+            })
+        })
         .collect())
 }
 
-/// Evaluates the graph and returns its outputs in the order they were marked.
+/// [`evaluate_tensors`] with f32 carriers: each input by label with its shape and values
+/// (integers as exact f32, typed by the input's declared dtype); returns `(shape, values)`
+/// per node, indexed by `NodeId::index()`.
+///
+/// # Errors
+/// As [`evaluate_tensors`].
+pub fn evaluate_all(
+    graph: &Graph,
+    inputs: &[(&str, Shape, Vec<f32>)],
+) -> Result<Vec<(Shape, Vec<f32>)>, GraphError> {
+    let mut typed = Vec::with_capacity(inputs.len());
+    for (label, shape, values) in inputs {
+        let dtype = graph
+            .find(label)
+            .map(|id| graph.node(id).dtype)
+            .ok_or_else(|| GraphError::UnknownInput {
+                label: label.to_string(),
+            })?;
+        let expected = shape.num_elements().unwrap_or(u64::MAX);
+        if expected != values.len() as u64 {
+            return Err(GraphError::DataLength {
+                node: label.to_string(),
+                shape: shape.clone(),
+                expected,
+                got: values.len(),
+            });
+        }
+        typed.push((
+            *label,
+            RefTensor::from_f32(shape.clone(), dtype, values.clone()),
+        ));
+    }
+    Ok(evaluate_tensors(graph, &typed)?
+        .into_iter()
+        .map(|t| {
+            let v = t.to_f32();
+            (t.shape, v)
+        })
+        .collect())
+}
+
+/// Evaluates the graph and returns its outputs in the order they were marked, as
+/// `(shape, values)` with f32 carriers.
 ///
 /// # Errors
 /// As [`evaluate_all`].
 pub fn evaluate(
     graph: &Graph,
     inputs: &[(&str, Shape, Vec<f32>)],
-) -> Result<Vec<HostTensor>, GraphError> {
+) -> Result<Vec<(Shape, Vec<f32>)>, GraphError> {
     let mut all = evaluate_all(graph, inputs)?;
     Ok(graph
         .outputs()
@@ -362,63 +445,163 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::ops::{
+        BinaryOp, CausalMask, Concat, Gather, LayerNorm, MatMul, Slice, Softmax, Transpose,
+        MASK_VALUE,
+    };
 
     fn s(d: &[u64]) -> Shape {
         Shape(d.to_vec())
     }
 
+    fn f(d: &[u64], v: &[f32]) -> RefTensor {
+        RefTensor::from_f32(s(d), DType::F32, v.to_vec())
+    }
+
+    fn i(d: &[u64], v: &[i64]) -> RefTensor {
+        RefTensor {
+            shape: s(d),
+            dtype: DType::I32,
+            values: Values::Int(v.to_vec()),
+        }
+    }
+
+    fn run(op: impl Into<Op>, ins: &[&RefTensor]) -> Vec<f32> {
+        let op = op.into();
+        let shapes: Vec<&Shape> = ins.iter().map(|t| &t.shape).collect();
+        let out = op.infer(&shapes, &[]).unwrap();
+        eval_op(&op, ins, &out).unwrap().to_f32()
+    }
+
     #[test]
     fn small_known_results() {
+        let a = f(&[2, 2], &[1., 2., 3., 4.]);
         assert_eq!(
-            matmul(
-                &[1., 2., 3., 4.],
-                &s(&[2, 2]),
-                &[5., 6., 7., 8.],
-                &s(&[2, 2]),
-                false
+            run(
+                MatMul { transpose_b: false },
+                &[&a, &f(&[2, 2], &[5., 6., 7., 8.])]
             ),
             vec![19., 22., 43., 50.]
         );
         assert_eq!(
-            matmul(
-                &[1., 2., 3., 4.],
-                &s(&[2, 2]),
-                &[5., 7., 6., 8.],
-                &s(&[2, 2]),
-                true
+            run(
+                MatMul { transpose_b: true },
+                &[&a, &f(&[2, 2], &[5., 7., 6., 8.])]
             ),
             vec![19., 22., 43., 50.]
         );
+        let x = f(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
         assert_eq!(
-            transpose(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &[1, 0]),
-            vec![1, 4, 2, 5, 3, 6]
+            run(Transpose { perm: vec![1, 0] }, &[&x]),
+            vec![1., 4., 2., 5., 3., 6.]
         );
         assert_eq!(
-            concat(&[&[1, 2][..], &[3][..]], &[&s(&[1, 2]), &s(&[1, 1])], 1),
-            vec![1, 2, 3]
+            run(
+                Concat { axis: 1 },
+                &[&f(&[1, 2], &[1., 2.]), &f(&[1, 1], &[3.])]
+            ),
+            vec![1., 2., 3.]
         );
-        let r = movement::slice_ranges(&s(&[2, 3]), &[1], &[1], &[3], &[1]).unwrap();
+        let sl = Slice {
+            axes: vec![1],
+            starts: vec![1],
+            ends: vec![3],
+            steps: vec![1],
+        };
+        assert_eq!(run(sl, &[&x]), vec![2., 3., 5., 6.]);
+        let neg = Slice {
+            axes: vec![0, 1],
+            starts: vec![-1, 0],
+            ends: vec![i64::MAX, 3],
+            steps: vec![1, 2],
+        };
+        assert_eq!(run(neg, &[&x]), vec![4., 6.]);
         assert_eq!(
-            slice(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &r),
-            vec![2, 3, 5, 6]
+            run(
+                Gather,
+                &[&f(&[2, 2], &[1., 2., 3., 4.]), &i(&[3], &[1, 5, -1])]
+            ),
+            vec![3., 4., 0., 0., 0., 0.]
         );
-        assert_eq!(
-            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, 5, -1], &s(&[3])),
-            vec![3, 4, 0, 0, 0, 0]
-        );
-        let sm = softmax(&[0.0, 0.0, 1000.0, 1000.0], &s(&[2, 2]));
+        let sm = run(Softmax, &[&f(&[2, 2], &[0.0, 0.0, 1000.0, 1000.0])]);
         assert!(sm.iter().all(|&v| (v - 0.5).abs() < 1e-6));
         // decode: past 2, one query, 3 keys: all visible; prefill 2 queries, 2 keys.
-        assert_eq!(causal_mask(&[1., 1., 1.], &s(&[1, 3])), vec![1., 1., 1.]);
+        assert_eq!(run(CausalMask, &[&f(&[1, 3], &[1.; 3])]), vec![1., 1., 1.]);
         assert_eq!(
-            causal_mask(&[1., 1., 1., 1.], &s(&[2, 2])),
+            run(CausalMask, &[&f(&[2, 2], &[1.; 4])]),
             vec![1., MASK_VALUE, 1., 1.]
         );
         assert_eq!(
-            causal_mask(&[1.; 6], &s(&[2, 3])),
+            run(CausalMask, &[&f(&[2, 3], &[1.; 6])]),
             vec![1., 1., MASK_VALUE, 1., 1., 1.]
         );
-        let ln = layer_norm(&[1., 3.], &s(&[1, 2]), &[1., 1.], &[0., 0.], 0.0);
+        let ln = run(
+            LayerNorm { eps: 0.0 },
+            &[
+                &f(&[1, 2], &[1., 3.]),
+                &f(&[2], &[1., 1.]),
+                &f(&[2], &[0., 0.]),
+            ],
+        );
         assert!((ln[0] + 1.0).abs() < 1e-6 && (ln[1] - 1.0).abs() < 1e-6);
+        // Broadcasting reads index 0 of size-1 dimensions.
+        assert_eq!(
+            run(
+                BinaryOp::Add,
+                &[&f(&[2, 1], &[10., 20.]), &f(&[3], &[1., 2., 3.])]
+            ),
+            vec![11., 12., 13., 21., 22., 23.]
+        );
+    }
+
+    #[test]
+    fn integers_wrap_at_their_width_and_floats_are_refused_where_integers_are_needed() {
+        let a = i(&[2], &[i64::from(i32::MAX), 7]);
+        let b = i(&[1], &[1]);
+        let out = eval_op(&Op::Binary(BinaryOp::Add), &[&a, &b], &s(&[2])).unwrap();
+        assert_eq!(
+            out.values,
+            Values::Int(vec![i64::from(i32::MIN), 8]),
+            "i32 wraps like the device"
+        );
+        let big = RefTensor {
+            shape: s(&[1]),
+            dtype: DType::I64,
+            values: Values::Int(vec![1 << 40]),
+        };
+        let out = eval_op(&Op::Binary(BinaryOp::Mul), &[&big, &big.clone()], &s(&[1]));
+        assert_eq!(
+            out.unwrap().values,
+            Values::Int(vec![0]),
+            "i64 wraps at 64 bits"
+        );
+        let err = eval_op(&Op::Gather(Gather), &[&a, &f(&[1], &[0.0])], &s(&[1]));
+        assert!(err.is_err());
+        assert_eq!(wrap(DType::U8, 257), 1);
+    }
+
+    #[test]
+    fn index_helpers_walk_row_major() {
+        let mut seen = Vec::new();
+        index::for_each(&s(&[2, 3]), |lin, idx| {
+            seen.push((lin, index::linear(idx, &s(&[2, 3]))))
+        });
+        assert!(seen.iter().all(|(a, b)| a == b) && seen.len() == 6);
+        assert_eq!(index::broadcast(&[1, 2, 3], &s(&[3, 1])), 2);
+        assert_eq!(index::broadcast(&[1, 2, 3], &s(&[4])), 3);
+    }
+
+    #[test]
+    fn block_constants_dequantize_row_by_row() {
+        // One row of 33 Q8_0 values: two blocks, the second holding one real value.
+        let mut bytes = Vec::new();
+        for scale in [1.0f32, 2.0] {
+            bytes.extend(half::f16::from_f32(scale).to_bits().to_le_bytes());
+            bytes.extend((0..32).map(|q| q as u8));
+        }
+        let t = RefTensor::from_bytes(s(&[1, 33]), DType::Q8_0, &bytes).unwrap();
+        let v = t.to_f32();
+        assert_eq!(v.len(), 33);
+        assert_eq!((v[31], v[32]), (31.0, 0.0));
     }
 }

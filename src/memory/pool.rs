@@ -10,7 +10,7 @@
 //! The pool is generic over [`Storage`] so it runs on the host in tests ([`HostStorage`]) and
 //! on the GPU engine in the runtime.
 
-use crate::graph::ids::NodeId;
+use crate::graph::ids::Position;
 use crate::memory::kind::AllocKind;
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +36,41 @@ pub trait Storage {
     ) -> Result<Self::Buffer, Self::Error>;
     /// The size of `buffer` in bytes.
     fn size_bytes(buffer: &Self::Buffer) -> u64;
+    /// An identity of `buffer`, unique among the storage's live and past buffers (callers
+    /// key caches by it and forget entries when the buffer is freed).
+    fn id(buffer: &Self::Buffer) -> u64;
+    /// What the storage has room for, for the can-preallocate rule
+    /// ([`crate::memory::predictor::can_preallocate`]); unlimited by default.
+    fn limits(&self) -> StorageLimits {
+        StorageLimits::unlimited()
+    }
+    /// Counts `size_bytes` placed in (`placed`) or taken out of `region` as a range of a
+    /// buffer several regions share (nothing by default).
+    fn note_region(&self, region: crate::memory::regions::Region, size_bytes: u64, placed: bool) {
+        let _ = (region, size_bytes, placed);
+    }
+}
+
+/// Limits of a [`Storage`]: its largest buffer, its budget and the bytes in use now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageLimits {
+    /// Largest single buffer, bytes.
+    pub max_buffer_bytes: u64,
+    /// Budget, bytes.
+    pub budget_bytes: u64,
+    /// Bytes in use now (against the budget).
+    pub in_use_bytes: u64,
+}
+
+impl StorageLimits {
+    /// No limit, nothing in use.
+    pub fn unlimited() -> Self {
+        StorageLimits {
+            max_buffer_bytes: u64::MAX,
+            budget_bytes: u64::MAX,
+            in_use_bytes: 0,
+        }
+    }
 }
 
 /// A network (a loaded graph); each has its own records, as each `cldnn::network` has its own
@@ -63,9 +98,9 @@ pub struct PoolRequest<'a> {
     /// Network the requester belongs to.
     pub network: NetworkId,
     /// The node whose output needs the memory; becomes a user of the record.
-    pub requester: NodeId,
+    pub requester: Position,
     /// Nodes whose memory the requester must not share (its memory dependencies).
-    pub restrictions: &'a BTreeSet<NodeId>,
+    pub restrictions: &'a BTreeSet<Position>,
     /// A node with dynamic shapes: reuse a record only when the request fills more than the
     /// pool's utilisation threshold of it, so a small request does not pin a huge buffer.
     pub dynamic: bool,
@@ -96,7 +131,7 @@ pub enum PoolError<E: std::error::Error + 'static> {
         /// Kind asked for.
         kind: AllocKind,
         /// The requesting node.
-        requester: NodeId,
+        requester: Position,
         /// The storage's error.
         #[source]
         source: E,
@@ -114,7 +149,7 @@ struct Record<B> {
     size_bytes: u64,
     kind: AllocKind,
     network: NetworkId,
-    users: BTreeMap<NodeId, u64>,
+    users: BTreeMap<Position, u64>,
 }
 
 /// Counters of a pool, for reports and tests.
@@ -258,7 +293,7 @@ impl<S: Storage> MemoryPool<S> {
 
     /// Removes `requester` (of `network`) from every record it uses; records left without
     /// users are freed. Returns the bytes freed.
-    pub fn release(&mut self, network: NetworkId, requester: NodeId) -> u64 {
+    pub fn release(&mut self, network: NetworkId, requester: Position) -> u64 {
         let mut freed = Vec::new();
         for (&id, r) in self.records.iter_mut() {
             if r.network != network {
@@ -315,7 +350,7 @@ impl<S: Storage> MemoryPool<S> {
     }
 
     /// The users of a record, ascending (empty when the record is gone).
-    pub fn users(&self, record: RecordId) -> Vec<NodeId> {
+    pub fn users(&self, record: RecordId) -> Vec<Position> {
         self.records
             .get(&record)
             .map(|r| r.users.keys().copied().collect())
@@ -400,8 +435,11 @@ pub struct HostStorage {
 pub struct HostBuffer {
     /// The bytes.
     pub data: Vec<u8>,
+    id: u64,
     in_use: Rc<Cell<u64>>,
 }
+
+static NEXT_HOST_BUFFER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
@@ -451,12 +489,25 @@ impl Storage for HostStorage {
         self.in_use.set(in_use + size_bytes);
         Ok(HostBuffer {
             data: vec![0u8; size_bytes as usize],
+            id: NEXT_HOST_BUFFER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             in_use: self.in_use.clone(),
         })
     }
 
     fn size_bytes(buffer: &HostBuffer) -> u64 {
         buffer.data.len() as u64
+    }
+
+    fn id(buffer: &HostBuffer) -> u64 {
+        buffer.id
+    }
+
+    fn limits(&self) -> StorageLimits {
+        StorageLimits {
+            max_buffer_bytes: u64::MAX,
+            budget_bytes: self.budget_bytes.unwrap_or(u64::MAX),
+            in_use_bytes: self.in_use.get(),
+        }
     }
 }
 
@@ -467,14 +518,14 @@ mod tests {
     fn req(
         size_bytes: u64,
         requester: u32,
-        restrictions: &BTreeSet<NodeId>,
+        restrictions: &BTreeSet<Position>,
         dynamic: bool,
     ) -> PoolRequest<'_> {
         PoolRequest {
             size_bytes,
             kind: AllocKind::UsmDevice,
             network: NetworkId(0),
-            requester: NodeId(requester),
+            requester: Position(requester),
             restrictions,
             dynamic,
         }
@@ -486,7 +537,7 @@ mod tests {
         let none = BTreeSet::new();
         let big = pool.acquire(&req(1000, 0, &none, false)).unwrap();
         let small = pool
-            .acquire(&req(100, 1, &[NodeId(0)].into(), false))
+            .acquire(&req(100, 1, &[Position(0)].into(), false))
             .unwrap();
         assert_ne!(big.record, small.record);
         // Node 2 conflicts with neither: takes the smallest record that fits (100 bytes).
@@ -495,15 +546,15 @@ mod tests {
         assert!(v.reused);
         // Node 3 conflicts with 1 and 2: must take the big one.
         let v3 = pool
-            .acquire(&req(50, 3, &[NodeId(1), NodeId(2)].into(), false))
+            .acquire(&req(50, 3, &[Position(1), Position(2)].into(), false))
             .unwrap();
         assert_eq!(v3.record, big.record);
         assert_eq!(pool.storage().bytes_in_use(), 1100);
-        assert_eq!(pool.release(NetworkId(0), NodeId(1)), 0);
-        assert_eq!(pool.release(NetworkId(0), NodeId(2)), 100);
+        assert_eq!(pool.release(NetworkId(0), Position(1)), 0);
+        assert_eq!(pool.release(NetworkId(0), Position(2)), 100);
         assert_eq!(pool.storage().bytes_in_use(), 1000);
-        pool.release(NetworkId(0), NodeId(0));
-        pool.release(NetworkId(0), NodeId(3));
+        pool.release(NetworkId(0), Position(0));
+        pool.release(NetworkId(0), Position(3));
         let r = pool.report();
         assert_eq!(
             (
@@ -544,8 +595,8 @@ mod tests {
     fn descending_build_time_allocation_and_budget_errors() {
         let mut pool = MemoryPool::new(HostStorage::with_budget(1000));
         let none = BTreeSet::new();
-        let r0: BTreeSet<NodeId> = [NodeId(1)].into();
-        let r1: BTreeSet<NodeId> = [NodeId(0)].into();
+        let r0: BTreeSet<Position> = [Position(1)].into();
+        let r1: BTreeSet<Position> = [Position(0)].into();
         let reqs = [
             req(10, 0, &r0, false),
             req(900, 1, &r1, false),
@@ -556,7 +607,7 @@ mod tests {
         assert_eq!(views[2].record, views[1].record);
         assert_ne!(views[0].record, views[1].record);
         let e = pool
-            .acquire(&req(500, 9, &[NodeId(0), NodeId(1)].into(), false))
+            .acquire(&req(500, 9, &[Position(0), Position(1)].into(), false))
             .unwrap_err();
         assert!(matches!(
             e,

@@ -26,14 +26,14 @@
 //! ```
 
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
-use super::report::{BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, TraceSample};
-use super::{
-    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
+use super::report::{
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
+    TraceSample,
 };
+use super::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
-use crate::memory::accounting::AllocOp;
 use crate::memory::predictor::Policy;
 use crate::memory::AllocKind;
 use crate::rng::SplitMix64;
@@ -169,14 +169,7 @@ impl Demo {
         let weights = DecoderWeights::generate(&config.model);
         let dg = build_graph(&config.model, &weights)?;
         let graph = dg.graph.clone();
-        let states: Vec<StateBinding> = dg
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
+        let states = dg.state_bindings();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };
@@ -246,6 +239,30 @@ impl Demo {
     /// Tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
         &self.generated
+    }
+
+    /// The request running the sequence now (decode once it started, else prefill).
+    fn current(&self) -> Option<&InferRequest> {
+        self.decode.as_ref().or(self.prefill.as_ref())
+    }
+
+    /// The sizer's decisions over the run (the decode request continues the prefill's).
+    pub fn sizing(&self) -> SizingCounts {
+        let s = self.current().map(|r| r.sizing()).unwrap_or_default();
+        SizingCounts {
+            rows: s.rows as u64,
+            reallocations: s.reallocations,
+            reclaims: s.reclaims,
+            peak_reserved_bytes: s.peak_reserved_bytes,
+            peak_needed_bytes: s.peak_needed_bytes,
+        }
+    }
+
+    /// The run's shape trace (`id,dtype,shape` CSV of every sizing decision), when the
+    /// configuration's [`RunOptions::trace`] is on: `dynrt predict` replays it to the same
+    /// [`Demo::sizing`] numbers.
+    pub fn sizing_trace(&self) -> Option<&str> {
+        self.current().and_then(|r| r.sizing_trace())
     }
 
     /// The memory trace so far, one sample per step.
@@ -356,9 +373,14 @@ impl Demo {
         let allocs = self.stats().allocations;
         let reallocations = allocs.saturating_sub(self.last_allocs) as u32;
         self.last_allocs = allocs;
+        let mut region_bytes = [0u64; 3];
+        for (r, s) in region_bytes.iter_mut().zip(&stats.regions) {
+            *r = s.current_bytes;
+        }
         self.trace.samples.push(TraceSample {
             step,
             bytes_in_use,
+            region_bytes,
             reallocations,
         });
         self.step += 1;
@@ -412,7 +434,6 @@ impl Demo {
     pub fn summary(&self) -> DemoSummary {
         let info = self.engine.gpu().adapter_info();
         let stats = self.engine.stats();
-        let history = self.engine.history();
         let mut peak = [0u64; 4];
         for k in AllocKind::ALL {
             peak[k.index()] = stats.peak_bytes(k);
@@ -432,17 +453,15 @@ impl Demo {
             steps: self.generated.len() as u32,
             tokens: self.generated.clone(),
             max_abs_err: self.max_abs_err,
-            allocations: total_allocations(&self.engine),
+            allocations: stats.allocations_total(),
             reallocations: rs.reallocations,
-            bytes_allocated_total: history
-                .iter()
-                .filter(|e| e.op == AllocOp::Allocate)
-                .map(|e| e.size_bytes)
-                .sum(),
+            bytes_allocated_total: stats.bytes_allocated_total(),
             peak_bytes: PeakBytes::from_array(peak),
             pipeline_cache: CacheCounts { hits, misses },
             shape_updates_skipped: rs.shape_updates_skipped,
             ms_per_step,
+            sizing: self.sizing(),
+            regions: RegionReport::from_stats(&stats),
         }
     }
 
@@ -454,9 +473,4 @@ impl Demo {
     pub fn step_blocking(&mut self) -> Result<StepReport, RunError> {
         pollster::block_on(self.step())
     }
-}
-
-fn total_allocations(engine: &Engine) -> u64 {
-    let s = engine.stats();
-    AllocKind::ALL.iter().map(|&k| s.kind(k).allocations).sum()
 }

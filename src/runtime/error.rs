@@ -21,15 +21,37 @@ pub enum RunError {
     Predictor(#[from] PredictorError),
     /// The output of `node` needs `requested_bytes` and even the exact size cannot be
     /// allocated. The request keeps its previous buffers and can run smaller shapes.
-    #[error("node `{node}` needs {requested_bytes} bytes and they cannot be allocated: {source}")]
+    #[error("node `{node}` needs {requested_bytes} bytes and they cannot be allocated: {reason}")]
     OutOfMemory {
         /// Label of the node.
         node: String,
         /// Exact bytes the output needs.
         requested_bytes: u64,
-        /// The engine's error (over budget, too large, driver out of memory).
-        #[source]
-        source: AllocError,
+        /// The storage's error (over budget, too large, driver out of memory).
+        reason: String,
+    },
+    /// A buffer the runtime needed could not be had from its storage.
+    #[error("{what}: {reason}")]
+    Storage {
+        /// What was being done.
+        what: String,
+        /// The storage's error.
+        reason: String,
+    },
+    /// A node the device computes has no kernel for its element types: refused when the
+    /// network compiles (never float maths on integer bits).
+    #[error("node `{node}` ({op}) has no device kernel for inputs {inputs:?} -> {output}: it needs {reason}")]
+    UnsupportedDType {
+        /// Label of the node.
+        node: String,
+        /// Op name.
+        op: &'static str,
+        /// Input element types.
+        inputs: Vec<crate::shape::DType>,
+        /// Output element type.
+        output: crate::shape::DType,
+        /// What the kernel accepts.
+        reason: &'static str,
     },
     /// Another allocation or data-path error (uploads, readbacks).
     #[error("{what}: {source}")]

@@ -5,7 +5,7 @@
 //! LayerNorm and a separate LM head (a head tied to the token embedding makes greedy decoding
 //! of random weights echo its input token forever: the residual stream is dominated by that
 //! token's embedding). Weights come from
-//! [`SplitMix64`] seeded with `seed`, so native and browser runs
+//! [`crate::rng::SplitMix64`] seeded with `seed`, so native and browser runs
 //! produce the same numbers.
 //!
 //! The KV cache is laid out sequence-major, `[t, dim]` per layer, so that appending a step is a
@@ -292,6 +292,19 @@ pub struct DecoderGraph {
     pub graph: Graph,
     /// `(past input label, present output label)` per cache tensor.
     pub states: Vec<(String, String)>,
+}
+
+impl DecoderGraph {
+    /// The states as the runtime takes them ([`NetworkOptions::states`](crate::runtime::NetworkOptions::states)).
+    pub fn state_bindings(&self) -> Vec<crate::runtime::StateBinding> {
+        self.states
+            .iter()
+            .map(|(past, present)| crate::runtime::StateBinding {
+                past: past.clone(),
+                present: present.clone(),
+            })
+            .collect()
+    }
 }
 
 /// Builds the decoder graph for `config` with `weights`.

@@ -1,120 +1,33 @@
-//! A graph compiled for one device: roles of the nodes, constants on the device, memory
-//! dependencies, static shapes and the static arena plan. See the module docs of
+//! A graph compiled for one device: the device-free plan ([`super::compile`]) plus what lives
+//! on the device: the constants and the pipeline cache. See the module docs of
 //! [`crate::runtime`] for the design.
 
+use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
+use super::placeholders::{PlaceholderPool, RegionHighEnd};
 use super::RunError;
-use crate::gpu::kernels::Kernels;
-use crate::gpu::{wgpu, Buffer, BufferDesc, Engine};
-use crate::graph::deps::{basic_dependencies, lifetimes, DepGraph};
-use crate::graph::{Bindings, Dim, Graph, NodeId, Op};
-use crate::memory::planner::{self, PlanBuffer, PlanOptions, Strategy};
-use crate::memory::pool::NetworkId;
+use crate::gpu::kernels::{kernel_of, Kernels};
+use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, KindRequest};
+use crate::graph::{Graph, NodeId, Op};
+use crate::memory::regions::{BidirectionalAllocator, End, Region};
 use crate::memory::AllocKind;
-use crate::shape::{DType, Shape};
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::shape::DType;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A KV-cache state: the graph input that holds the past and the output that holds the past
-/// with this step's rows appended (a `Concat` along axis 0 of the input and one more tensor).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateBinding {
-    /// Label of the past input (`[t, ...]`, grows along axis 0).
-    pub past: String,
-    /// Label of the present output (a `Concat { axis: 0 }` of `past` and the new rows).
-    pub present: String,
-}
-
-/// How to compile a network.
-#[derive(Debug, Clone)]
-pub struct NetworkOptions {
-    /// Pack outputs whose shapes are known at compile time into one arena with the static
-    /// planner (DESIGN §6). Off: they are acquired from the pool at request creation, largest
-    /// first.
-    pub planner: bool,
-    /// Symbols fixed for every run of this network (`seq = 1` for a decode-only network):
-    /// nodes whose shapes then no longer depend on a free symbol are static.
-    pub fixed: Bindings,
-    /// The KV-cache states.
-    pub states: Vec<StateBinding>,
-    /// Kind of network inputs and outputs; `None` picks `usm_shared` where the adapter maps
-    /// storage buffers and `usm_device` (with staging) otherwise.
-    pub io_kind: Option<AllocKind>,
-}
-
-impl Default for NetworkOptions {
-    fn default() -> Self {
-        NetworkOptions {
-            planner: true,
-            fixed: Bindings::new(),
-            states: Vec::new(),
-            io_kind: None,
-        }
-    }
-}
-
-/// What the runtime does for a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// A network input written by the host; `state` when it is the past of a KV-cache state.
-    Input { state: Option<usize> },
-    /// A constant held by the network.
-    Constant,
-    /// The concat of a state: appends in place into the state buffer.
-    StateConcat { state: usize },
-    /// Output bytes equal input 0's bytes (reshape): a buffer copy, no kernel.
-    Copy,
-    /// Concatenation whose inputs are contiguous blocks of the output: buffer copies.
-    ConcatCopy,
-    /// Values computed on the host from shapes and only used as shape data: no device work.
-    ShapeOnly,
-    /// Values computed on the host from shapes but read by kernels: uploaded each time they change.
-    HostValue,
-    /// A compute kernel.
-    Kernel,
-}
-
-/// A node as the runtime sees it, in processing order.
-#[derive(Debug, Clone)]
-pub(crate) struct CNode {
-    pub id: NodeId,
-    pub role: Role,
-    pub dtype: DType,
-    /// Shape when it is known at compile time.
-    pub static_shape: Option<Shape>,
-    /// Positions (as `NodeId(position)`) whose memory this node must not share.
-    pub restrictions: BTreeSet<NodeId>,
-    pub is_output: bool,
-    /// Offset in the static arena when planned there.
-    pub arena_offset: Option<u64>,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct CState {
-    pub past: NodeId,
-    pub present: NodeId,
-}
+/// The placeholder pool of a network family (engine buffers).
+pub(crate) type Placeholders = Arc<Mutex<PlaceholderPool<Buffer>>>;
 
 pub(crate) struct Inner {
     pub engine: Engine,
-    pub graph: Graph,
-    pub network_id: NetworkId,
-    /// By processing position.
-    pub nodes: Vec<CNode>,
-    /// Processing position of each node id.
-    pub pos_of: Vec<usize>,
-    /// Device copies of the constants, by node id (shared by every request, and by the
-    /// networks specialised from this one).
-    pub constants: Arc<Vec<Option<Buffer>>>,
-    pub states: Vec<CState>,
-    /// Bytes of the static arena (0 when nothing is planned).
-    pub arena_bytes: u64,
-    pub io_kind: AllocKind,
+    pub compiled: Arc<Compiled>,
+    /// The constants on the device (shared by every request, and by the networks
+    /// specialised from this one): freed with the last of them.
+    pub data: Arc<DataRegion>,
+    /// Input and output slots, per inference, pooled per network (shared by the family: it
+    /// may hold the data region's high end).
+    pub placeholders: Placeholders,
     /// The pipeline cache, shared by the requests and the specialised networks (recording a
     /// dispatch may compile one).
     pub kernels: Arc<Mutex<Kernels>>,
-    /// Symbols fixed at compile time.
-    pub fixed: Bindings,
 }
 
 impl Inner {
@@ -122,10 +35,34 @@ impl Inner {
     pub fn kernels(&self) -> MutexGuard<'_, Kernels> {
         self.kernels.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// The value of a symbol fixed at compile time.
-    pub fn graph_fixed(&self, sym: &str) -> Option<u64> {
-        self.fixed.get(sym).copied()
+/// The data region of a network family (DESIGN §6, constants region): device buffers
+/// ("segments", each at most the device's largest buffer) holding every constant the device
+/// reads, placed from the low end with the bidirectional allocator, read-only, uploaded
+/// once in bounded staging chunks straight from the constants' bytes (a loader's shared
+/// backing is never copied whole or expanded on the host). Where placeholders may share it
+/// (see [`super::placeholders`]), the last segment keeps room at its high end for them.
+pub(crate) struct DataRegion {
+    engine: Engine,
+    segments: Vec<Arc<Buffer>>,
+    /// Per node id: `(segment, offset, size)` of a constant on the device.
+    placed: Vec<Option<(usize, u64, u64)>>,
+}
+
+impl DataRegion {
+    /// Where constant `id` is on the device: its segment, offset and size.
+    pub fn constant(&self, id: NodeId) -> Option<(&Buffer, u64, u64)> {
+        let (seg, off, size) = (*self.placed.get(id.index())?)?;
+        Some((self.segments.get(seg)?, off, size))
+    }
+}
+
+impl Drop for DataRegion {
+    fn drop(&mut self) {
+        for &(_, _, size) in self.placed.iter().flatten() {
+            self.engine.note_region(Region::Constants, size, false);
+        }
     }
 }
 
@@ -138,44 +75,28 @@ pub struct Network {
 
 impl std::fmt::Debug for Network {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.inner.compiled;
         f.debug_struct("Network")
-            .field("nodes", &self.inner.nodes.len())
-            .field("states", &self.inner.states.len())
-            .field("arena_bytes", &self.inner.arena_bytes)
+            .field("nodes", &c.nodes.len())
+            .field("states", &c.states.len())
+            .field("arena_bytes", &c.arena_bytes)
             .finish()
     }
 }
 
-/// What specialised networks share: device constants and the pipeline cache.
-type Shared = (Arc<Vec<Option<Buffer>>>, Arc<Mutex<Kernels>>);
-
-static NEXT_NETWORK: AtomicU32 = AtomicU32::new(0);
-
-/// Bytes of `shape` with `dtype` elements, rounded up to wgpu's 4-byte copy alignment.
-pub(crate) fn padded_bytes(shape: &Shape, dtype: DType) -> Result<u64, RunError> {
-    let b = shape.size_bytes(dtype)?;
-    Ok(b.div_ceil(4) * 4)
-}
-
-/// Host bytes of a constant: f32 little-endian, or i32 for integer constants (the graph
-/// carries integer constants as exact f32 values).
-fn constant_bytes(data: &[f32], dtype: DType) -> Vec<u8> {
-    match dtype {
-        DType::I32 | DType::U32 => data
-            .iter()
-            .flat_map(|&v| (v as i32).to_le_bytes())
-            .collect(),
-        _ => bytemuck::cast_slice(data).to_vec(),
-    }
-}
+/// What specialised networks share: the data region, the placeholder pool and the pipeline
+/// cache.
+type Shared = (Arc<DataRegion>, Placeholders, Arc<Mutex<Kernels>>);
 
 impl Network {
     /// Compiles `graph` for `engine`'s device.
     ///
     /// # Errors
     /// [`RunError::BadState`] for a state that does not name a past input and a concat of it;
-    /// [`RunError::Graph`] when static shape inference fails; [`RunError::Alloc`] when the
-    /// constants cannot be uploaded; [`RunError::Plan`] when the static plan fails.
+    /// [`RunError::Graph`] when static shape inference fails; [`RunError::UnsupportedDType`]
+    /// for a node whose kernel does not run on its element types (named);
+    /// [`RunError::Alloc`] when the constants cannot be uploaded; [`RunError::Plan`] when the
+    /// static plan fails.
     pub fn compile(
         engine: &Engine,
         graph: Graph,
@@ -195,12 +116,13 @@ impl Network {
     /// As [`Network::compile`].
     pub fn specialize(&self, options: NetworkOptions) -> Result<Network, RunError> {
         let shared = (
-            Arc::clone(&self.inner.constants),
+            Arc::clone(&self.inner.data),
+            Arc::clone(&self.inner.placeholders),
             Arc::clone(&self.inner.kernels),
         );
         Self::compile_inner(
             &self.inner.engine,
-            self.inner.graph.clone(),
+            self.inner.compiled.graph.clone(),
             options,
             Some(shared),
         )
@@ -212,218 +134,54 @@ impl Network {
         options: NetworkOptions,
         shared: Option<Shared>,
     ) -> Result<Network, RunError> {
-        let n = graph.len();
-        let order: Vec<NodeId> = graph.order().to_vec();
-        let mut pos_of = vec![0usize; n];
-        for (k, id) in order.iter().enumerate() {
-            pos_of[id.index()] = k;
-        }
-
-        // States: past must be an input, present a Concat{axis 0} whose input 0 is past.
-        let mut states = Vec::new();
-        let mut state_of_input = vec![None; n];
-        let mut state_of_concat = vec![None; n];
-        for (si, s) in options.states.iter().enumerate() {
-            let bad = |reason: &str| RunError::BadState {
-                past: s.past.clone(),
-                present: s.present.clone(),
-                reason: reason.to_string(),
-            };
-            let past = graph
-                .find(&s.past)
-                .ok_or_else(|| bad("past is not a node of the graph"))?;
-            let present = graph
-                .find(&s.present)
-                .ok_or_else(|| bad("present is not a node of the graph"))?;
-            if !matches!(graph.node(past).op, Op::Input { .. }) {
-                return Err(bad("past is not an input"));
-            }
-            let pn = graph.node(present);
-            if !matches!(pn.op, Op::Concat { axis: 0 }) || pn.inputs.first() != Some(&past) {
-                return Err(bad(
-                    "present must be a concat along axis 0 whose first input is past",
-                ));
-            }
-            if !graph.outputs().contains(&present) {
-                return Err(bad("present is not a network output"));
-            }
-            if state_of_input[past.index()].is_some() || state_of_concat[present.index()].is_some()
-            {
-                return Err(bad("a node is bound to two states"));
-            }
-            let users = graph.users();
-            if users[past.index()]
-                .iter()
-                .any(|&u| u != present && pos_of[u.index()] > pos_of[present.index()])
-            {
-                return Err(bad(
-                    "past is read after present is written (the append would change it)",
-                ));
-            }
-            state_of_input[past.index()] = Some(si);
-            state_of_concat[present.index()] = Some(si);
-            states.push(CState { past, present });
-        }
-
-        // Static shapes: a node is static when its shape does not depend on a free symbol.
-        let mut shapes = vec![Shape::default(); n];
-        let mut values: Vec<Option<Vec<i64>>> = vec![None; n];
-        let mut is_static = vec![false; n];
-        for &id in &order {
-            let node = graph.node(id);
-            let st = match &node.op {
-                Op::Input { dims } => dims.iter().all(|d| match d {
-                    Dim::Fixed(_) => true,
-                    Dim::Sym(s) => options.fixed.contains_key(s),
-                }),
-                _ => node.inputs.iter().all(|i| is_static[i.index()]),
-            };
-            if st {
-                let (s, v) = graph.infer_node(id, &options.fixed, &shapes, &values)?;
-                shapes[id.index()] = s;
-                values[id.index()] = v;
-                is_static[id.index()] = true;
-            }
-        }
-
-        // Roles.
-        let mut roles = Vec::with_capacity(n);
-        for &id in &order {
-            let node = graph.node(id);
-            let role = if graph.is_shape_only(id) {
-                Role::ShapeOnly
-            } else {
-                match &node.op {
-                    Op::Input { .. } => Role::Input {
-                        state: state_of_input[id.index()],
-                    },
-                    Op::Constant { .. } => Role::Constant,
-                    Op::Concat { .. } if state_of_concat[id.index()].is_some() => {
-                        Role::StateConcat {
-                            state: state_of_concat[id.index()].unwrap_or(0),
-                        }
-                    }
-                    Op::Concat { axis: 0 } => Role::ConcatCopy,
-                    Op::Reshape { .. } | Op::ReshapeTo => Role::Copy,
-                    Op::ShapeOf => Role::HostValue,
-                    _ if matches!(node.dtype, DType::I32 | DType::U32)
-                        && is_static[id.index()]
-                        && values[id.index()].is_some() =>
-                    {
-                        Role::HostValue
-                    }
-                    _ => Role::Kernel,
-                }
-            };
-            roles.push(role);
-        }
-
-        // Memory dependencies once: basic pass plus lifetime overlap (module docs).
-        let (inputs, is_output) = graph.dag_in_order();
-        let dag = DepGraph { inputs, is_output };
-        let mut restrictions =
-            basic_dependencies(&dag).map_err(|e| RunError::Plan(e.to_string()))?;
-        let lifetimes = lifetimes(&dag).map_err(|e| RunError::Plan(e.to_string()))?;
-        for i in 0..n {
-            for j in (i + 1)..n {
-                let (a, b) = (lifetimes[i], lifetimes[j]);
-                if a.first <= b.last && b.first <= a.last {
-                    restrictions[i].insert(NodeId(j as u32));
-                    restrictions[j].insert(NodeId(i as u32));
-                }
-            }
-        }
-
         let gpu = engine.gpu();
-        let io_kind = options.io_kind.unwrap_or(if gpu.supports_shared() {
-            AllocKind::UsmShared
-        } else {
-            AllocKind::UsmDevice
-        });
-
-        let mut nodes: Vec<CNode> = order
-            .iter()
-            .enumerate()
-            .map(|(k, &id)| CNode {
-                id,
-                role: roles[k],
-                dtype: graph.node(id).dtype,
-                static_shape: is_static[id.index()].then(|| shapes[id.index()].clone()),
-                restrictions: std::mem::take(&mut restrictions[k]),
-                is_output: dag.is_output[k],
-                arena_offset: None,
+        // The reference kind rule: memory the host locks goes to usm_shared where the adapter
+        // maps storage buffers; kernels bind inputs and outputs, so where it cannot, they are
+        // usm_device with staging (usm_host is not bindable on wgpu).
+        let io_kind = options.io_kind.unwrap_or_else(|| {
+            engine.preferred_kind(&KindRequest {
+                host_access: true,
+                kernel_access: true,
+                kernel_io_bytes: 0,
             })
-            .collect();
-
-        // Static arena plan: static, device-only activations (outputs stay host-reachable).
-        let mut arena_bytes = 0;
-        if options.planner {
-            let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
-            let mut members = Vec::new();
-            let mut buffers = Vec::new();
-            for (k, c) in nodes.iter().enumerate() {
-                let plannable =
-                    matches!(c.role, Role::Kernel | Role::Copy | Role::ConcatCopy) && !c.is_output;
-                if let (true, Some(shape)) = (plannable, &c.static_shape) {
-                    let size = padded_bytes(shape, c.dtype)?;
-                    if size == 0 {
-                        continue;
-                    }
-                    members.push(k);
-                    buffers.push(PlanBuffer {
-                        id: graph.node(c.id).label.clone(),
-                        lower: lifetimes[k].first as u64,
-                        upper: lifetimes[k].last as u64 + 1,
-                        size_bytes: size,
-                        align_bytes: align,
-                    });
-                }
-            }
-            if !buffers.is_empty() {
-                let plan = planner::build(
-                    &buffers,
-                    &PlanOptions {
-                        strategy: Strategy::Best,
-                        capacity: None,
-                        time_limit: std::time::Duration::from_millis(200),
-                        min_align_bytes: align,
-                    },
-                )
-                .map_err(|e| RunError::Plan(e.to_string()))?;
-                for (m, &k) in members.iter().enumerate() {
-                    nodes[k].arena_offset = Some(plan.offsets[m]);
-                }
-                arena_bytes = plan.height;
-            }
-        }
-
-        let (constants, kernels) = match shared {
+        });
+        let target = Target {
+            align_bytes: u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4),
+            io_kind,
+        };
+        let compiled = Compiled::build(graph, &options, target)?;
+        check_kernel_dtypes(&compiled)?;
+        let (data, placeholders, kernels) = match shared {
             Some(shared) => shared,
-            None => (
-                Arc::new(upload_constants(engine, &graph, &nodes)?),
-                Arc::new(Mutex::new(Kernels::new(gpu.device()))),
-            ),
+            None => {
+                let (data, region) = build_data_region(engine, &compiled, options.inflight)?;
+                let pool = PlaceholderPool::new(
+                    region,
+                    AllocKind::UsmDevice,
+                    target.align_bytes,
+                    options.inflight,
+                );
+                (
+                    Arc::new(data),
+                    Arc::new(Mutex::new(pool)),
+                    Arc::new(Mutex::new(Kernels::new(gpu))),
+                )
+            }
         };
         Ok(Network {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
-                graph,
-                network_id: NetworkId(NEXT_NETWORK.fetch_add(1, Ordering::Relaxed)),
-                nodes,
-                pos_of,
-                constants,
-                states,
-                arena_bytes,
-                io_kind,
+                compiled: Arc::new(compiled),
+                data,
+                placeholders,
                 kernels,
-                fixed: options.fixed.clone(),
             }),
         })
     }
 
     /// The graph.
     pub fn graph(&self) -> &Graph {
-        &self.inner.graph
+        &self.inner.compiled.graph
     }
 
     /// The engine the network allocates from.
@@ -433,17 +191,18 @@ impl Network {
 
     /// Kind of the network's inputs and outputs (`usm_shared` or `usm_device`).
     pub fn io_kind(&self) -> AllocKind {
-        self.inner.io_kind
+        self.inner.compiled.io_kind
     }
 
     /// Bytes of the static arena each request allocates (0 when nothing was planned).
     pub fn arena_bytes(&self) -> u64 {
-        self.inner.arena_bytes
+        self.inner.compiled.arena_bytes
     }
 
     /// Nodes whose shapes are known at compile time (planned or pooled at request creation).
     pub fn static_nodes(&self) -> usize {
         self.inner
+            .compiled
             .nodes
             .iter()
             .filter(|c| {
@@ -451,6 +210,18 @@ impl Network {
                     && matches!(c.role, Role::Kernel | Role::Copy | Role::ConcatCopy)
             })
             .count()
+    }
+
+    /// Placeholder pool counters of the network family: `(slots created, slots reused, slots
+    /// that would have collided with the constants in the data region)`.
+    pub fn placeholder_counts(&self) -> (u64, u64, u64) {
+        let p = self
+            .inner
+            .placeholders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .counts();
+        (p.created, p.reused, p.collisions)
     }
 
     /// Pipeline cache counters `(hits, misses)` of this network (shared by its requests and
@@ -461,76 +232,177 @@ impl Network {
     }
 }
 
-/// Constants in two phases: host staging first, then device buffers once the users are known
-/// (`reference/openvino-gpu-memory-allocation.md`). Returns the device buffers by node id.
-fn upload_constants(
+/// Every node the device computes must have a kernel for its element types (never float
+/// maths on integer bits): refused here, naming the node, before anything is allocated.
+fn check_kernel_dtypes(c: &Compiled) -> Result<(), RunError> {
+    let graph = &c.graph;
+    for node in &c.nodes {
+        let n = graph.node(node.id);
+        let inputs: Vec<DType> = n.inputs.iter().map(|i| graph.node(*i).dtype).collect();
+        let refused = |reason: &'static str| RunError::UnsupportedDType {
+            node: n.label.clone(),
+            op: n.op.name(),
+            inputs: inputs.clone(),
+            output: n.dtype,
+            reason,
+        };
+        match node.role {
+            Role::Kernel => {
+                let kernel = kernel_of(&n.op).ok_or_else(|| refused("a kernel"))?;
+                kernel.check_dtypes(&inputs, n.dtype).map_err(refused)?;
+            }
+            // Byte copies, but the fallback when source and destination share a buffer is
+            // the 32-bit copy kernel.
+            Role::Copy | Role::ConcatCopy if n.dtype.bits() != Some(32) => {
+                return Err(refused("32-bit elements for a device copy"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Places and uploads the constants the device reads (see [`DataRegion`]). When the network's
+/// inputs and outputs are device memory (no `MAPPABLE_PRIMARY_BUFFERS`: GL, the web), the
+/// last segment also keeps `inflight` copies' worth of the static inputs and outputs at its
+/// high end for the placeholder pool, which it returns with the segment's allocator.
+fn build_data_region(
     engine: &Engine,
-    graph: &Graph,
-    nodes: &[CNode],
-) -> Result<Vec<Option<Buffer>>, RunError> {
-    let n = graph.len();
+    c: &Compiled,
+    inflight: usize,
+) -> Result<(DataRegion, RegionHighEnd<Buffer>), RunError> {
+    let graph = &c.graph;
+    let gpu = engine.gpu();
+    let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
+    let max_seg = engine.max_buffer_size();
     let alloc_err = |what: String| move |source| RunError::Alloc { what, source };
-    // Phase 1: every constant into usm_host staging, before we look at who uses it.
-    let mut staged: Vec<(NodeId, Buffer, u64)> = Vec::new();
-    for c in nodes {
-        if c.role != Role::Constant {
+    let users = graph.users();
+    // Constants read on the device (not only as shape data), in processing order.
+    let mut wanted: Vec<(NodeId, u64)> = Vec::new();
+    for node in &c.nodes {
+        if node.role != Role::Constant {
             continue;
         }
-        let node = graph.node(c.id);
-        let Op::Constant { data, .. } = &node.op else {
+        let on_device = users[node.id.index()]
+            .iter()
+            .any(|u| c.node(c.pos(*u)).role != Role::ShapeOnly);
+        if let (true, Op::Constant(k)) = (on_device, &graph.node(node.id).op) {
+            wanted.push((node.id, (k.data.len() as u64).div_ceil(4).max(1) * 4));
+        }
+    }
+    // Placeholders may share the region where they are plain device memory.
+    let mut reserve = 0u64;
+    if c.io_kind == AllocKind::UsmDevice {
+        for node in &c.nodes {
+            let io = node.is_output || matches!(node.role, Role::Input { state: None });
+            let state = matches!(node.role, Role::StateConcat { .. });
+            if let (true, false, Some(shape)) = (io, state, &node.static_shape) {
+                let b = padded_bytes(shape, node.dtype)?.max(4);
+                reserve = reserve.saturating_add(b.div_ceil(align) * align);
+            }
+        }
+        reserve = reserve.saturating_mul(inflight as u64);
+    }
+    // Pack into segments of at most the largest buffer.
+    let mut segs: Vec<BidirectionalAllocator> = Vec::new();
+    let mut placed: Vec<Option<(usize, u64, u64)>> = (0..graph.len()).map(|_| None).collect();
+    for &(id, size) in &wanted {
+        if size > max_seg {
+            return Err(RunError::Alloc {
+                what: format!("constant `{}`", graph.node(id).label),
+                source: AllocError::TooLarge {
+                    requested_bytes: size,
+                    max_bytes: max_seg,
+                },
+            });
+        }
+        let fits = segs
+            .last_mut()
+            .and_then(|a| a.allocate(End::Low, size, align).ok());
+        let offset = match fits {
+            Some(o) => o,
+            None => {
+                let mut a = BidirectionalAllocator::new(max_seg);
+                let o = a
+                    .allocate(End::Low, size, align)
+                    .map_err(|e| RunError::Plan(e.to_string()))?;
+                segs.push(a);
+                o
+            }
+        };
+        placed[id.index()] = Some((segs.len() - 1, offset, size));
+    }
+    let last_low = segs.last().map_or(0, |a| a.frontiers().0);
+    let share = reserve > 0 && last_low.saturating_add(reserve) <= max_seg;
+    if share && segs.is_empty() {
+        segs.push(BidirectionalAllocator::new(max_seg));
+    }
+    let kind = engine.preferred_kind(&KindRequest {
+        host_access: false,
+        kernel_access: true,
+        kernel_io_bytes: 0,
+    });
+    let mut segments = Vec::with_capacity(segs.len());
+    let n_segs = segs.len();
+    let mut region = None;
+    for (i, a) in segs.iter().enumerate() {
+        let low = a.frontiers().0.div_ceil(4).max(1) * 4;
+        // Placeholders are aligned from the top down: the region's end is aligned too, so
+        // the reserve holds its full count of slots.
+        let size = if share && i + 1 == n_segs {
+            low.div_ceil(align) * align + reserve
+        } else {
+            low
+        };
+        let buf = engine
+            .allocate(&BufferDesc {
+                label: "dynrt data region",
+                size_bytes: size,
+                kind,
+            })
+            .map_err(alloc_err("data region".into()))?;
+        let buf = Arc::new(buf);
+        if share && i + 1 == n_segs {
+            // The same constants at the low end, the rest for placeholders.
+            let mut shared = BidirectionalAllocator::new(buf.size_bytes());
+            if low > 0 {
+                shared
+                    .allocate(End::Low, a.frontiers().0.max(1), 1)
+                    .map_err(|e| RunError::Plan(e.to_string()))?;
+            }
+            region = Some((Arc::clone(&buf), shared));
+        }
+        segments.push(buf);
+    }
+    let data = DataRegion {
+        engine: engine.clone(),
+        segments,
+        placed,
+    };
+    // Upload: each constant's bytes straight from its (possibly shared) backing, through
+    // the engine's bounded staging chunks; only a ragged tail is copied to pad it to 4.
+    for &(id, _) in &wanted {
+        let Some((seg, off, size)) = data.placed[id.index()] else {
             continue;
         };
-        let bytes = constant_bytes(data, node.dtype);
-        let size = (bytes.len() as u64).div_ceil(4).max(1) * 4;
-        let label = format!("{} (staging)", node.label);
-        let buf = engine
-            .allocate_init(
-                &BufferDesc {
-                    label: &label,
-                    size_bytes: size,
-                    kind: AllocKind::UsmHost,
-                },
-                &bytes,
-            )
-            .map_err(alloc_err(format!("staging constant `{}`", node.label)))?;
-        staged.push((c.id, buf, size));
-    }
-    // Phase 2: the users are known now; constants read by kernels move to usm_device.
-    let users = graph.users();
-    let pos_of: Vec<usize> = {
-        let mut p = vec![0; n];
-        for (k, c) in nodes.iter().enumerate() {
-            p[c.id.index()] = k;
-        }
-        p
-    };
-    let mut out: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();
-    let gpu = engine.gpu();
-    let mut enc = gpu
-        .device()
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("dynrt constants to usm_device"),
-        });
-    for (id, staging, size) in &staged {
-        let on_device = users[id.index()]
-            .iter()
-            .any(|u| nodes[pos_of[u.index()]].role != Role::ShapeOnly);
-        if !on_device {
+        let Op::Constant(k) = &graph.node(id).op else {
             continue;
-        }
-        let label = graph.node(*id).label.clone();
-        let dev = engine
-            .allocate(&BufferDesc {
-                label: &label,
-                size_bytes: *size,
-                kind: AllocKind::UsmDevice,
-            })
+        };
+        let label = &graph.node(id).label;
+        let bytes = k.data.bytes();
+        let whole = bytes.len() / 4 * 4;
+        let buf = &data.segments[seg];
+        engine
+            .write(buf, off, &bytes[..whole])
             .map_err(alloc_err(format!("constant `{label}`")))?;
-        enc.copy_buffer_to_buffer(staging.raw(), 0, dev.raw(), 0, *size);
-        out[id.index()] = Some(dev);
+        if whole < bytes.len() || bytes.is_empty() {
+            let mut tail = bytes[whole..].to_vec();
+            tail.resize(4, 0);
+            engine
+                .write(buf, off + whole as u64, &tail)
+                .map_err(alloc_err(format!("constant `{label}`")))?;
+        }
+        engine.note_region(Region::Constants, size, true);
     }
-    gpu.queue().submit([enc.finish()]);
-    // Staging buffers are freed here; wgpu keeps them alive until the copies have run.
-    drop(staged);
-    Ok(out)
+    Ok((data, region))
 }

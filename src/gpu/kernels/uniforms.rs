@@ -8,13 +8,22 @@
 //! `write_buffer` per chunk in [`UniformArena::flush`] before the submit. Cost: one slot
 //! (256 bytes) and one bind group per dispatch; chunks are kept and reused by later
 //! iterations (queue order makes a rewrite visible only to later submits).
+//!
+//! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage, in the internal
+//! region), so they appear in the accounting, the history and the budget like every other
+//! buffer.
 
-/// Bytes of one uniform chunk: the WebGPU minimum of `max_uniform_buffer_binding_size` is 64
-/// KiB, but a binding only spans one slot, so the chunk size is free; 64 KiB keeps chunks few.
-const CHUNK_BYTES: u64 = 64 * 1024;
+use crate::gpu::{AllocError, Buffer, BufferDesc, Engine};
+use crate::memory::regions::Region;
+use crate::memory::AllocKind;
+
+/// Bytes of one uniform chunk: a binding only spans one slot, so the chunk size is free. 16 KiB
+/// (64 slots) holds a decode step of a small model in one chunk while an idle request, whose
+/// chunks count against the device budget like every buffer, holds little.
+const CHUNK_BYTES: u64 = 16 * 1024;
 
 struct Chunk {
-    buffer: wgpu::Buffer,
+    buffer: Buffer,
     data: Vec<u8>,
     /// What the last [`UniformArena::flush`] wrote to `buffer` (nothing else writes it).
     written: Vec<u8>,
@@ -23,7 +32,7 @@ struct Chunk {
 /// Uniform slots for the dispatches of one submit. Create once, [`UniformArena::reset`] per
 /// iteration, [`UniformArena::flush`] before each submit.
 pub struct UniformArena {
-    device: wgpu::Device,
+    engine: Engine,
     slot_bytes: u64,
     chunks: Vec<Chunk>,
     used_chunks: usize,
@@ -31,11 +40,11 @@ pub struct UniformArena {
 }
 
 impl UniformArena {
-    /// An empty arena on `device`.
-    pub fn new(device: &wgpu::Device) -> Self {
-        let align = device.limits().min_uniform_buffer_offset_alignment as u64;
+    /// An empty arena allocating from `engine` (nothing is allocated before the first push).
+    pub fn new(engine: &Engine) -> Self {
+        let align = u64::from(engine.gpu().limits().min_uniform_buffer_offset_alignment);
         UniformArena {
-            device: device.clone(),
+            engine: engine.clone(),
             slot_bytes: align.max(256),
             chunks: Vec::new(),
             used_chunks: 0,
@@ -44,23 +53,33 @@ impl UniformArena {
     }
 
     /// Reserves a slot holding `value`; returns the chunk buffer and the dynamic offset.
-    pub(crate) fn push<T: bytemuck::Pod>(&mut self, value: &T) -> (wgpu::Buffer, u32) {
-        let (buffer, offset) = self.push_bytes(bytemuck::bytes_of(value));
-        (buffer.clone(), offset)
+    ///
+    /// # Errors
+    /// The engine's error when a new chunk cannot be allocated.
+    pub(crate) fn push<T: bytemuck::Pod>(
+        &mut self,
+        value: &T,
+    ) -> Result<(&Buffer, u32), AllocError> {
+        self.push_bytes(bytemuck::bytes_of(value))
     }
 
     /// Reserves a slot holding `bytes` (at most one slot long); returns the chunk buffer and
     /// the dynamic offset.
-    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) -> (&wgpu::Buffer, u32) {
+    ///
+    /// # Errors
+    /// The engine's error when a new chunk cannot be allocated.
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) -> Result<(&Buffer, u32), AllocError> {
         debug_assert!(bytes.len() as u64 <= self.slot_bytes);
         if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > CHUNK_BYTES {
             if self.used_chunks == self.chunks.len() {
-                let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("dynrt kernel uniforms"),
-                    size: CHUNK_BYTES,
-                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
+                let buffer = self.engine.allocate_in(
+                    Region::Internal,
+                    &BufferDesc {
+                        label: "dynrt kernel uniforms",
+                        size_bytes: CHUNK_BYTES,
+                        kind: AllocKind::ClMem,
+                    },
+                )?;
                 self.chunks.push(Chunk {
                     buffer,
                     data: Vec::with_capacity(CHUNK_BYTES as usize),
@@ -76,7 +95,7 @@ impl UniformArena {
         chunk.data.resize(offset as usize, 0);
         chunk.data.extend_from_slice(bytes);
         self.used_in_last += self.slot_bytes;
-        (&chunk.buffer, offset as u32)
+        Ok((&chunk.buffer, offset as u32))
     }
 
     /// Writes every slot pushed since the last [`UniformArena::reset`] to the device. Call
@@ -86,10 +105,10 @@ impl UniformArena {
     /// again: the device copy already holds them (queue order: the earlier write landed before
     /// any later submit). Decode with unchanged shapes re-records identical uniforms, and each
     /// `write_buffer` costs a staging allocation and a copy.
-    pub fn flush(&mut self, queue: &wgpu::Queue) {
+    pub fn flush(&mut self) {
         for chunk in &mut self.chunks[..self.used_chunks] {
             if !chunk.data.is_empty() && chunk.data != chunk.written {
-                queue.write_buffer(&chunk.buffer, 0, &chunk.data);
+                self.engine.queue_write(&chunk.buffer, 0, &chunk.data);
                 chunk.written.clone_from(&chunk.data);
             }
         }

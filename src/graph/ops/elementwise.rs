@@ -1,9 +1,11 @@
 //! Elementwise ops: binary with NumPy broadcasting, unary activations.
 
-use super::{checked, InferError};
-use crate::shape::Shape;
+use super::{all_f32, checked, is_index, DTypeError, InferError, OpDef};
+use crate::graph::reference::{index, wrap, RefError, RefTensor, Values};
+use crate::graph::shape_data;
+use crate::shape::{DType, Shape};
 
-/// Binary elementwise operators.
+/// Binary elementwise operators. Inputs: a, b (broadcast).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     /// `a + b`
@@ -12,7 +14,7 @@ pub enum BinaryOp {
     Sub,
     /// `a * b`
     Mul,
-    /// `a / b`
+    /// `a / b` (integers: truncated toward zero; division by zero gives 0)
     Div,
 }
 
@@ -41,9 +43,86 @@ impl BinaryOp {
             BinaryOp::Div => a / b,
         }
     }
+
+    /// Applies the op to integers (wrapping; the caller wraps to the type's width).
+    pub fn apply_int(self, a: i64, b: i64) -> i64 {
+        match self {
+            BinaryOp::Add => a.wrapping_add(b),
+            BinaryOp::Sub => a.wrapping_sub(b),
+            BinaryOp::Mul => a.wrapping_mul(b),
+            BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+        }
+    }
 }
 
-/// Unary elementwise operators.
+impl OpDef for BinaryOp {
+    fn name(&self) -> &'static str {
+        BinaryOp::name(*self)
+    }
+    fn arity(&self) -> (usize, usize) {
+        (2, 2)
+    }
+    /// f32 on both sides, or the same integer type on both (shape arithmetic; whether a
+    /// device kernel exists for it is the kernel's own dtype rule).
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        let ok = inputs.len() == 2
+            && inputs[0] == inputs[1]
+            && (inputs[0] == DType::F32 || is_index(inputs[0]));
+        if ok {
+            Ok(inputs[0])
+        } else {
+            Err(DTypeError::at(
+                1,
+                "f32 on both sides (or the same integer type)",
+            ))
+        }
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        broadcast(inputs[0], inputs[1])
+    }
+    fn reference(
+        &self,
+        inputs: &[&RefTensor],
+        out: &Shape,
+        dtype: DType,
+    ) -> Result<Values, RefError> {
+        let (a, b) = (inputs[0], inputs[1]);
+        let mut picks = Vec::new();
+        index::for_each(out, |_, idx| {
+            picks.push((
+                index::broadcast(idx, &a.shape),
+                index::broadcast(idx, &b.shape),
+            ))
+        });
+        Ok(match (&a.values, &b.values) {
+            (Values::F32(x), Values::F32(y)) => {
+                Values::F32(picks.iter().map(|&(i, j)| self.apply(x[i], y[j])).collect())
+            }
+            (Values::Int(x), Values::Int(y)) => Values::Int(
+                picks
+                    .iter()
+                    .map(|&(i, j)| wrap(dtype, self.apply_int(x[i], y[j])))
+                    .collect(),
+            ),
+            _ => {
+                return Err(RefError::Unsupported {
+                    op: BinaryOp::name(*self),
+                    dtype: b.dtype,
+                })
+            }
+        })
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], out: &Shape) -> Option<Vec<i64>> {
+        shape_data::broadcast_zip(values[0], shapes[0], values[1], shapes[1], out, |x, y| {
+            self.apply_int(x, y)
+        })
+    }
+}
+
+/// Unary elementwise operators. Inputs: x (f32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
     /// `max(x, 0)`
@@ -54,6 +133,8 @@ pub enum UnaryOp {
     Silu,
     /// `exp(x)`
     Exp,
+    /// `sqrt(x)` (NaN below 0)
+    Sqrt,
 }
 
 impl UnaryOp {
@@ -64,6 +145,7 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::Silu => "silu",
             UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
         }
     }
 
@@ -83,8 +165,42 @@ impl UnaryOp {
             }
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
             UnaryOp::Exp => x.exp(),
+            UnaryOp::Sqrt => x.sqrt(),
         };
         y as f32
+    }
+}
+
+impl OpDef for UnaryOp {
+    fn name(&self) -> &'static str {
+        UnaryOp::name(*self)
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        all_f32(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        Ok(inputs[0].clone())
+    }
+    fn preserves_shape(&self) -> bool {
+        true
+    }
+    fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
+        let x = inputs[0].floats(UnaryOp::name(*self))?;
+        Ok(Values::F32(x.iter().map(|&v| self.apply(v)).collect()))
+    }
+}
+
+impl crate::graph::GraphBuilder {
+    /// `sqrt(x)` ([`UnaryOp::Sqrt`]).
+    pub fn sqrt(
+        &mut self,
+        label: impl Into<String>,
+        x: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.unary(label, UnaryOp::Sqrt, x)
     }
 }
 
@@ -122,21 +238,6 @@ fn dim_from_right(s: &Shape, k: usize) -> u64 {
     }
 }
 
-/// Row-major strides (in elements) of `input` as seen from an output of rank `out_rank` under
-/// broadcasting: 0 where the input dimension is 1 (or missing), its ordinary stride otherwise.
-pub fn broadcast_strides(input: &Shape, out: &Shape) -> Vec<u64> {
-    let out_rank = out.rank();
-    let mut strides = vec![0u64; out_rank];
-    let mut stride = 1u64;
-    for k in 0..input.rank() {
-        let d = input.0[input.rank() - 1 - k];
-        let pos = out_rank - 1 - k;
-        strides[pos] = if d == 1 && out.0[pos] != 1 { 0 } else { stride };
-        stride = stride.saturating_mul(d);
-    }
-    strides
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,21 +261,28 @@ mod tests {
     }
 
     #[test]
-    fn broadcast_strides_zero_on_size_one() {
-        assert_eq!(
-            broadcast_strides(&s(&[3, 1]), &s(&[2, 3, 4])),
-            vec![0, 1, 0]
-        );
-        assert_eq!(
-            broadcast_strides(&s(&[2, 3, 4]), &s(&[2, 3, 4])),
-            vec![12, 4, 1]
-        );
-    }
-
-    #[test]
     fn gelu_matches_known_values() {
         assert!((UnaryOp::Gelu.apply(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(UnaryOp::Relu.apply(-2.0), 0.0);
         assert!((UnaryOp::Silu.apply(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert_eq!(UnaryOp::Sqrt.apply(2.25), 1.5);
+        assert!(UnaryOp::Sqrt.apply(-1.0).is_nan());
+    }
+
+    #[test]
+    fn dtype_rule_refuses_mixed_and_small_types() {
+        assert_eq!(
+            BinaryOp::Add.output_dtype(&[DType::I64, DType::I64]),
+            Ok(DType::I64)
+        );
+        assert!(BinaryOp::Add
+            .output_dtype(&[DType::F32, DType::I32])
+            .is_err());
+        assert!(BinaryOp::Add
+            .output_dtype(&[DType::F16, DType::F16])
+            .is_err());
+        assert!(UnaryOp::Exp.output_dtype(&[DType::I32]).is_err());
+        assert_eq!(BinaryOp::Div.apply_int(7, 0), 0);
+        assert_eq!(BinaryOp::Div.apply_int(-7, 2), -3);
     }
 }

@@ -1,8 +1,112 @@
-//! Masks for attention: the causal mask over a growing past (and `Where`, whose shape rule is
-//! three-way broadcasting, in [`super::Op::infer`]).
+//! Masks for attention: the causal mask over a growing past, and `where`.
 
-use super::InferError;
-use crate::shape::Shape;
+use super::elementwise::broadcast;
+use super::{all_f32, DTypeError, InferError, OpDef, MASK_VALUE};
+use crate::graph::reference::{index, RefError, RefTensor, Values};
+use crate::shape::{DType, Shape};
+
+/// `cond ? a : b` elementwise with three-way broadcasting; `cond` is true where nonzero.
+/// Inputs: cond (any plain type), a, b (one type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Where;
+
+/// Causal attention mask over a growing past: for scores `[..., S, T]` with `T = P + S`
+/// (P past keys), query `i` sees keys `j <= P + i`; the others become [`MASK_VALUE`]. The
+/// past length comes from the shape, so one node serves prefill and decode. Inputs: x (f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CausalMask;
+
+impl OpDef for Where {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (3, 3)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if inputs[0].block().is_some() {
+            return Err(DTypeError::at(0, "a plain (not block-quantized) condition"));
+        }
+        if inputs[1].block().is_some() {
+            return Err(DTypeError::at(1, "a plain (not block-quantized) type"));
+        }
+        if inputs[2] != inputs[1] {
+            return Err(DTypeError::at(2, "the same type as input 1"));
+        }
+        Ok(inputs[1])
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let ab = broadcast(inputs[1], inputs[2])?;
+        broadcast(inputs[0], &ab)
+    }
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+        let mut from_a = Vec::new();
+        let mut from_b = Vec::new();
+        index::for_each(out, |_, idx| {
+            let take_a = c.is_true(index::broadcast(idx, &c.shape));
+            from_a.push(take_a.then(|| index::broadcast(idx, &a.shape)));
+            from_b.push((!take_a).then(|| index::broadcast(idx, &b.shape)));
+        });
+        Ok(match (a.values.pick(&from_a), b.values.pick(&from_b)) {
+            (Values::F32(x), Values::F32(y)) => Values::F32(
+                from_a
+                    .iter()
+                    .zip(x.iter().zip(y))
+                    .map(|(pa, (&va, vb))| if pa.is_some() { va } else { vb })
+                    .collect(),
+            ),
+            (Values::Int(x), Values::Int(y)) => Values::Int(
+                from_a
+                    .iter()
+                    .zip(x.iter().zip(y))
+                    .map(|(pa, (&va, vb))| if pa.is_some() { va } else { vb })
+                    .collect(),
+            ),
+            _ => {
+                return Err(RefError::Unsupported {
+                    op: "where",
+                    dtype: b.dtype,
+                })
+            }
+        })
+    }
+}
+
+impl OpDef for CausalMask {
+    fn name(&self) -> &'static str {
+        "causal_mask"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        all_f32(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer_causal(inputs[0])
+    }
+    fn preserves_shape(&self) -> bool {
+        true
+    }
+    /// Element `(.., i, j)` keeps its value when `j <= (T - S) + i`.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let x = inputs[0].floats("causal_mask")?;
+        let r = out.rank();
+        let (s, t) = (out.dims()[r - 2], out.dims()[r - 1]);
+        let past = t.saturating_sub(s);
+        let mut v = Vec::with_capacity(x.len());
+        index::for_each(out, |lin, idx| {
+            let (i, j) = (idx[r - 2], idx[r - 1]);
+            v.push(if visible(i, j, past) {
+                x[lin]
+            } else {
+                MASK_VALUE
+            });
+        });
+        Ok(Values::F32(v))
+    }
+}
 
 /// Shape rule of the causal mask: `[..., S, T]` with `T >= S`; the past length is `T - S`.
 ///
@@ -38,5 +142,16 @@ mod tests {
         assert!(infer_causal(&Shape(vec![2, 5, 3])).is_err());
         assert!(infer_causal(&Shape(vec![5])).is_err());
         assert!(visible(0, 4, 4) && !visible(0, 5, 4) && visible(1, 5, 4));
+    }
+
+    #[test]
+    fn where_wants_one_value_type() {
+        assert_eq!(
+            Where.output_dtype(&[DType::Bool, DType::F32, DType::F32]),
+            Ok(DType::F32)
+        );
+        assert!(Where
+            .output_dtype(&[DType::I32, DType::F32, DType::I32])
+            .is_err());
     }
 }

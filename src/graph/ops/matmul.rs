@@ -1,7 +1,63 @@
 //! Batched matrix multiplication.
 
-use super::{checked, elementwise::broadcast, InferError};
-use crate::shape::Shape;
+use super::{all_f32, checked, elementwise::broadcast, DTypeError, InferError, OpDef};
+use crate::graph::reference::{index, RefError, RefTensor, Values};
+use crate::shape::{DType, Shape};
+
+/// `[..., M, K] x [..., K, N] -> [..., M, N]`, batch dimensions broadcast (NumPy). With
+/// `transpose_b` the right side is `[..., N, K]`. Inputs: a, b (f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatMul {
+    /// Right operand is stored transposed (`[..., N, K]`).
+    pub transpose_b: bool,
+}
+
+impl OpDef for MatMul {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (2, 2)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        all_f32(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer(inputs, self.transpose_b)
+    }
+    /// Nested loops over the output with f64 accumulation; batch indices broadcast with the
+    /// reference's index helpers.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let (a, b) = (inputs[0].floats("matmul")?, inputs[1].floats("matmul")?);
+        let (sa, sb) = (&inputs[0].shape, &inputs[1].shape);
+        let Ok(d) = dims(sa, sb, self.transpose_b) else {
+            return Ok(Values::F32(Vec::new()));
+        };
+        let (m, k, n) = (d.m as usize, d.k as usize, d.n as usize);
+        let batch_a = Shape(sa.0[..sa.rank() - 2].to_vec());
+        let batch_b = Shape(sb.0[..sb.rank() - 2].to_vec());
+        let mut v = vec![0f32; out.checked_num_elements().unwrap_or(0) as usize];
+        index::for_each(&d.batch, |bi, idx| {
+            let oa = index::broadcast(idx, &batch_a) * m * k;
+            let ob = index::broadcast(idx, &batch_b) * k * n;
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0f64;
+                    for p in 0..k {
+                        let bv = if self.transpose_b {
+                            b[ob + j * k + p]
+                        } else {
+                            b[ob + p * n + j]
+                        };
+                        acc += f64::from(a[oa + i * k + p]) * f64::from(bv);
+                    }
+                    v[bi * m * n + i * n + j] = acc as f32;
+                }
+            }
+        });
+        Ok(Values::F32(v))
+    }
+}
 
 /// The dimensions of one matmul: batch shape (broadcast), `m`, `k`, `n`.
 #[derive(Debug, Clone, PartialEq, Eq)]

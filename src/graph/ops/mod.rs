@@ -1,22 +1,41 @@
-//! Operators of the graph IR and their shape rules.
+//! Operators of the graph IR: each op (or family) is a type that answers for itself.
 //!
-//! Every op answers its own output shape ([`Op::infer`]) from its input shapes and, for the few
-//! ops whose output *shape* depends on input *values* (a reshape taking a shape tensor produced by
-//! [`Op::ShapeOf`]), from those values ([`Op::shape_data_inputs`]). This mirrors the reference
-//! plugin's `calc_output_layouts()` with `get_shape_infer_dependencies()`
-//! (`reference/openvino-gpu-dynamic-shape-preprocessing.md`, update_shape step 7).
+//! An op implements [`OpDef`]: its name and arity, its **dtype rule** (which input types it
+//! accepts, what it outputs), its **shape rule** ([`OpDef::infer`], from input shapes and, for
+//! the few ops whose output *shape* depends on input *values*, from those values:
+//! [`OpDef::shape_data_inputs`]), its **CPU reference** ([`OpDef::reference`], plain loops on
+//! host values) and, optionally, its **host evaluation for shape data**
+//! ([`OpDef::host_value`]: integer tensors derived from shapes, computed on the host so no GPU
+//! round trip is needed). This mirrors the reference plugin's `calc_output_layouts()` with
+//! `get_shape_infer_dependencies()` (`reference/openvino-gpu-dynamic-shape-preprocessing.md`,
+//! update_shape step 7).
 //!
-//! One file per op family: [`elementwise`], [`matmul`], [`norm`], [`movement`], [`mask`].
+//! [`Op`] is the enum of every op type, generated from one list (the `registry!` invocation
+//! below): adding an op is its file here, one line in that list, its kernel (a family file in
+//! `src/gpu/kernels/` and one line in its registry), its WGSL and its test. See "How to add
+//! an op" in the crate docs.
+//!
+//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
+//! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
+//! gather, shape_of), [`mask`] (causal mask, where).
 
 pub mod elementwise;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
+pub mod source;
 
+use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
+use std::fmt;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use mask::{CausalMask, Where};
+pub use matmul::MatMul;
+pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
+pub use norm::{LayerNorm, RmsNorm, Softmax};
+pub use source::{Constant, Input};
 
 /// Why an op could not infer its output shape. The graph wraps it with the node's label
 /// ([`crate::graph::GraphError::Infer`]).
@@ -108,224 +127,198 @@ pub enum InferError {
     },
 }
 
-/// An operator with its parameters. Inputs are listed per variant in the order the node's
-/// `inputs` hold them.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Op {
-    /// A network input; its dimensions may be symbolic and are bound per run. No inputs.
-    Input {
-        /// Declared dimensions.
-        dims: Vec<crate::graph::Dim>,
-    },
-    /// A constant (weights). No inputs. Integer constants carry exact integer values in `data`.
-    Constant {
-        /// Its shape.
-        shape: Shape,
-        /// Row-major values, `shape.num_elements()` of them.
-        data: std::sync::Arc<Vec<f32>>,
-    },
-    /// `[..., M, K] x [..., K, N] -> [..., M, N]`, batch dimensions broadcast (NumPy).
-    /// With `transpose_b` the right side is `[..., N, K]`. Inputs: a, b.
-    MatMul {
-        /// Right operand is stored transposed (`[..., N, K]`).
-        transpose_b: bool,
-    },
-    /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
-    Binary(BinaryOp),
-    /// Elementwise unary op. Inputs: x.
-    Unary(UnaryOp),
-    /// Softmax over the last axis, numerically stable (max subtracted). Inputs: x.
-    Softmax,
-    /// Layer normalisation over the last axis with scale and shift. Inputs: x `[..., D]`,
-    /// gamma `[D]`, beta `[D]`.
-    LayerNorm {
-        /// Added to the variance.
-        eps: f32,
-    },
-    /// RMS normalisation over the last axis with scale. Inputs: x `[..., D]`, gamma `[D]`.
-    RmsNorm {
-        /// Added to the mean square.
-        eps: f32,
-    },
-    /// Reshape to a static target: `0` copies the input dimension at that position, `-1` is
-    /// inferred (at most one). Inputs: x.
-    Reshape {
-        /// Target dimensions.
-        target: Vec<i64>,
-    },
-    /// Reshape to the shape held in the values of a 1-D integer tensor (same `0`/`-1` rules).
-    /// Inputs: x, shape (an integer tensor whose values are a shape-inference dependency).
-    ReshapeTo,
-    /// Permute dimensions: output dimension `i` is input dimension `perm[i]`. Inputs: x.
-    Transpose {
-        /// The permutation.
-        perm: Vec<usize>,
-    },
-    /// Concatenate along `axis`; all other dimensions equal. Inputs: one or more tensors.
-    Concat {
-        /// The axis.
-        axis: usize,
-    },
-    /// Slice listed axes with `start:end:step` (ONNX rules: negative indices count from the end,
-    /// out-of-range indices clamp, steps positive). Inputs: x.
-    Slice {
-        /// The axes sliced.
-        axes: Vec<usize>,
-        /// Start per listed axis.
-        starts: Vec<i64>,
-        /// End (exclusive) per listed axis; `i64::MAX` means to the end.
-        ends: Vec<i64>,
-        /// Step per listed axis, at least 1.
-        steps: Vec<i64>,
-    },
-    /// Embedding lookup along axis 0: `out[i.., d..] = table[ids[i..], d..]`. Ids out of range
-    /// (including negative i32) give zeros. Inputs: table, ids (i32 or u32).
-    Gather,
-    /// `cond ? a : b` elementwise with three-way broadcasting; `cond` is true where nonzero.
-    /// Inputs: cond, a, b.
-    Where,
-    /// Causal attention mask over a growing past: for scores `[..., S, T]` with `T = P + S`
-    /// (P past keys), query `i` sees keys `j <= P + i`; the others become [`MASK_VALUE`].
-    /// The past length comes from the shape, so one node serves prefill and decode. Inputs: x.
-    CausalMask,
-    /// The shape of its input as a 1-D i32 tensor. Its values are known on the host once shapes
-    /// are, so they feed shape inference of later nodes without a GPU round trip. Inputs: x.
-    ShapeOf,
+/// An input element type an op does not accept: which input and what it wants. The graph
+/// names the node and the type found ([`crate::graph::GraphError::DType`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DTypeError {
+    /// Input position.
+    pub input: usize,
+    /// What the op accepts there, in words.
+    pub expected: &'static str,
 }
 
-/// What [`Op::CausalMask`] writes into hidden positions: the most negative finite f32, so that
+impl DTypeError {
+    /// `input` should be `expected`.
+    pub fn at(input: usize, expected: &'static str) -> DTypeError {
+        DTypeError { input, expected }
+    }
+}
+
+/// What every op answers for itself. Implement it for the op's type in its own file, add the
+/// type to the `registry!` list of this module, and the graph, the builder (through
+/// [`crate::graph::GraphBuilder::add`]), the CPU reference and the host evaluator all know it.
+pub trait OpDef: fmt::Debug + Send + Sync {
+    /// Short lower-case name (`matmul`, `add`, `layer_norm`, ...), used in errors and labels.
+    fn name(&self) -> &'static str;
+
+    /// How many inputs the op takes: `(min, max)`.
+    fn arity(&self) -> (usize, usize);
+
+    /// The dtype rule: the output element type for these input types, or which input has a
+    /// type the op does not accept. Checked when the graph is built.
+    ///
+    /// # Errors
+    /// [`DTypeError`] naming the input and what it should be.
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError>;
+
+    /// The shape rule: the output shape from the input shapes and, for
+    /// [`OpDef::shape_data_inputs`], the input values (`data[i]` is `Some` for those inputs).
+    ///
+    /// # Errors
+    /// [`InferError`] when the inputs do not fit the op; the message carries the shapes.
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError>;
+
+    /// Input positions whose *values* (not only shapes) the shape rule needs. The graph
+    /// computes them on the host ([`crate::graph::Graph::infer_shapes`]).
+    fn shape_data_inputs(&self) -> &'static [usize] {
+        &[]
+    }
+
+    /// Whether the op reads its inputs' values at all (`shape_of` reads only shapes).
+    fn reads_values(&self) -> bool {
+        true
+    }
+
+    /// Whether the output shape is input 0's for every valid input (activations, norms).
+    fn preserves_shape(&self) -> bool {
+        false
+    }
+
+    /// The CPU reference: the output values from host values of the inputs, in plain loops
+    /// with the reference's own index code ([`crate::graph::reference`]), never the kernels'.
+    ///
+    /// # Errors
+    /// [`RefError`] for inputs the reference cannot evaluate (a dtype it does not handle).
+    fn reference(
+        &self,
+        inputs: &[&RefTensor],
+        out: &Shape,
+        dtype: DType,
+    ) -> Result<Values, RefError>;
+
+    /// Whether [`OpDef::host_value`] can compute this op's integer output on the host (the
+    /// graph marks nodes whose values only feed shape rules as never dispatched).
+    fn host_evaluable(&self) -> bool {
+        false
+    }
+
+    /// The host evaluation for shape data: the op's integer output from its inputs' shapes and
+    /// host values (`values` holds every input's values when [`OpDef::reads_values`], else it
+    /// is empty), or `None`. Written apart from [`OpDef::reference`] (see
+    /// [`crate::graph::shape_data`]) so that a bug in one does not hide in the other.
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], out: &Shape) -> Option<Vec<i64>> {
+        let _ = (shapes, values, out);
+        None
+    }
+}
+
+/// Generates [`Op`] (one variant per op type), [`Op::def`] and the `From` conversions from
+/// one list: the one line an op adds here.
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $variant:ident($ty:ty), )*) => {
+        /// An operator with its parameters: one variant per op type (see [`OpDef`]). Inputs
+        /// are listed by each type in the order a node's `inputs` hold them.
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub enum Op {
+            $( $(#[$doc])* $variant($ty), )*
+        }
+
+        impl Op {
+            /// The op's rules (name, arity, dtype, shape, reference, host value).
+            pub fn def(&self) -> &dyn OpDef {
+                match self {
+                    $( Op::$variant(o) => o, )*
+                }
+            }
+        }
+
+        $(
+            impl From<$ty> for Op {
+                fn from(o: $ty) -> Op {
+                    Op::$variant(o)
+                }
+            }
+        )*
+    };
+}
+
+registry! {
+    /// A network input (dimensions possibly symbolic, bound per run). No inputs.
+    Input(source::Input),
+    /// A constant: typed little-endian bytes (weights). No inputs.
+    Constant(source::Constant),
+    /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
+    MatMul(matmul::MatMul),
+    /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
+    Binary(elementwise::BinaryOp),
+    /// Elementwise unary op. Inputs: x.
+    Unary(elementwise::UnaryOp),
+    /// Softmax over the last axis. Inputs: x.
+    Softmax(norm::Softmax),
+    /// Layer norm over the last axis. Inputs: x, gamma, beta.
+    LayerNorm(norm::LayerNorm),
+    /// RMS norm over the last axis. Inputs: x, gamma.
+    RmsNorm(norm::RmsNorm),
+    /// Reshape to a static target. Inputs: x.
+    Reshape(movement::Reshape),
+    /// Reshape to the shape held in an integer tensor. Inputs: x, shape.
+    ReshapeTo(movement::ReshapeTo),
+    /// Permute dimensions. Inputs: x.
+    Transpose(movement::Transpose),
+    /// Concatenate along an axis. Inputs: one or more tensors.
+    Concat(movement::Concat),
+    /// Slice with ONNX rules. Inputs: x.
+    Slice(movement::Slice),
+    /// Embedding lookup along axis 0. Inputs: table, ids.
+    Gather(movement::Gather),
+    /// `cond ? a : b` with broadcasting. Inputs: cond, a, b.
+    Where(mask::Where),
+    /// Causal attention mask over a growing past. Inputs: x.
+    CausalMask(mask::CausalMask),
+    /// The shape of its input as an i32 tensor. Inputs: x.
+    ShapeOf(movement::ShapeOf),
+}
+
+/// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that
 /// `exp(x - max)` underflows to 0 in softmax without producing NaN from `inf - inf`.
 pub const MASK_VALUE: f32 = f32::MIN;
 
 impl Op {
-    /// Short lower-case name (`matmul`, `add`, `layer_norm`, ...), used in errors and labels.
+    /// Short lower-case name ([`OpDef::name`]).
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::Input { .. } => "input",
-            Op::Constant { .. } => "constant",
-            Op::MatMul { .. } => "matmul",
-            Op::Binary(b) => b.name(),
-            Op::Unary(u) => u.name(),
-            Op::Softmax => "softmax",
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::Reshape { .. } => "reshape",
-            Op::ReshapeTo => "reshape_to",
-            Op::Transpose { .. } => "transpose",
-            Op::Concat { .. } => "concat",
-            Op::Slice { .. } => "slice",
-            Op::Gather => "gather",
-            Op::Where => "where",
-            Op::CausalMask => "causal_mask",
-            Op::ShapeOf => "shape_of",
-        }
+        self.def().name()
     }
 
-    /// How many inputs the op takes: `(min, max)`.
+    /// `(min, max)` inputs ([`OpDef::arity`]).
     pub fn arity(&self) -> (usize, usize) {
-        match self {
-            Op::Input { .. } | Op::Constant { .. } => (0, 0),
-            Op::MatMul { .. } | Op::Binary(_) | Op::ReshapeTo | Op::Gather => (2, 2),
-            Op::RmsNorm { .. } => (2, 2),
-            Op::LayerNorm { .. } | Op::Where => (3, 3),
-            Op::Concat { .. } => (1, usize::MAX),
-            Op::Unary(_)
-            | Op::Softmax
-            | Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::Slice { .. }
-            | Op::CausalMask
-            | Op::ShapeOf => (1, 1),
-        }
+        self.def().arity()
     }
 
-    /// Input positions whose *values* (not only shapes) are needed to infer the output shape.
-    /// The runtime must know those values on the host before calling [`Op::infer`]; the graph
-    /// computes them on the host for integer tensors derived from [`Op::ShapeOf`] and integer
-    /// constants ([`crate::graph::Graph::infer_shapes`]).
+    /// Input positions whose values the shape rule needs ([`OpDef::shape_data_inputs`]).
     pub fn shape_data_inputs(&self) -> &'static [usize] {
-        match self {
-            Op::ReshapeTo => &[1],
-            _ => &[],
-        }
+        self.def().shape_data_inputs()
     }
 
-    /// Whether the output shape is the same as input 0's for every valid input: such nodes are
-    /// candidates for in-place execution and need no shape work beyond a copy.
+    /// Whether the output shape is always input 0's ([`OpDef::preserves_shape`]).
     pub fn preserves_shape(&self) -> bool {
-        matches!(
-            self,
-            Op::Unary(_) | Op::Softmax | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::CausalMask
-        )
+        self.def().preserves_shape()
     }
 
-    /// The output element type given the input element types (already checked by the graph).
-    pub fn output_dtype(&self, inputs: &[DType]) -> DType {
-        match self {
-            Op::Input { .. } | Op::Constant { .. } => DType::F32,
-            Op::ShapeOf => DType::I32,
-            Op::Where => inputs.get(1).copied().unwrap_or(DType::F32),
-            _ => inputs.first().copied().unwrap_or(DType::F32),
-        }
-    }
-
-    /// Infers the output shape from the input shapes and, for [`Op::shape_data_inputs`], the
-    /// input values (`data[i]` is `Some` for every such input `i`).
-    ///
-    /// [`Op::Input`] takes its shape from the run's bindings and [`Op::Constant`] from its
-    /// declaration; both are answered here too (`Input` only when all dimensions are fixed).
+    /// The output element type ([`OpDef::output_dtype`]).
     ///
     /// # Errors
-    /// [`InferError`] when the inputs do not fit the op; the message carries both shapes.
+    /// [`DTypeError`] for an input type the op does not accept.
+    pub fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        self.def().output_dtype(inputs)
+    }
+
+    /// The output shape ([`OpDef::infer`]).
+    ///
+    /// # Errors
+    /// [`InferError`] when the inputs do not fit the op.
     pub fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
-        match self {
-            Op::Input { dims } => dims
-                .iter()
-                .map(|d| match d {
-                    crate::graph::Dim::Fixed(n) => Ok(*n),
-                    crate::graph::Dim::Sym(_) => Err(InferError::MissingShapeData { input: 0 }),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Shape),
-            Op::Constant { shape, .. } => Ok(shape.clone()),
-            Op::MatMul { transpose_b } => matmul::infer(inputs, *transpose_b),
-            Op::Binary(_) => elementwise::broadcast(inputs[0], inputs[1]),
-            Op::Unary(_) | Op::Softmax => norm::infer_rank_at_least_1(inputs[0], self),
-            Op::LayerNorm { .. } | Op::RmsNorm { .. } => norm::infer_norm(inputs),
-            Op::Reshape { target } => movement::infer_reshape(inputs[0], target),
-            Op::ReshapeTo => {
-                let values = data
-                    .get(1)
-                    .copied()
-                    .flatten()
-                    .ok_or(InferError::MissingShapeData { input: 1 })?;
-                if inputs[1].rank() != 1 {
-                    return Err(InferError::Rank {
-                        input: 1,
-                        shape: inputs[1].clone(),
-                        expected: "a 1-D shape tensor",
-                    });
-                }
-                movement::infer_reshape(inputs[0], values)
-            }
-            Op::Transpose { perm } => movement::infer_transpose(inputs[0], perm),
-            Op::Concat { axis } => movement::infer_concat(inputs, *axis),
-            Op::Slice {
-                axes,
-                starts,
-                ends,
-                steps,
-            } => movement::slice_ranges(inputs[0], axes, starts, ends, steps)
-                .map(|r| Shape(r.iter().map(|r| r.len).collect())),
-            Op::Gather => movement::infer_gather(inputs[0], inputs[1]),
-            Op::Where => {
-                let ab = elementwise::broadcast(inputs[1], inputs[2])?;
-                elementwise::broadcast(inputs[0], &ab)
-            }
-            Op::CausalMask => mask::infer_causal(inputs[0]),
-            Op::ShapeOf => Ok(Shape(vec![inputs[0].rank() as u64])),
-        }
+        self.def().infer(inputs, data)
     }
 }
 
@@ -337,4 +330,32 @@ pub(crate) fn checked(shape: Shape) -> Result<Shape, InferError> {
             shape: shape.to_string(),
         }),
     }
+}
+
+/// The dtype rule of ops that take f32 only: every input f32, output f32.
+pub(crate) fn all_f32(inputs: &[DType]) -> Result<DType, DTypeError> {
+    match inputs.iter().position(|&d| d != DType::F32) {
+        Some(i) => Err(DTypeError::at(i, "f32")),
+        None => Ok(DType::F32),
+    }
+}
+
+/// The dtype rule of data movement: any element type that is not block-quantized (blocks
+/// cannot be cut at element boundaries), every input of input 0's type.
+pub(crate) fn same_plain_type(inputs: &[DType]) -> Result<DType, DTypeError> {
+    let first = *inputs.first().ok_or(DTypeError::at(0, "an input"))?;
+    for (i, &d) in inputs.iter().enumerate() {
+        if d.block().is_some() {
+            return Err(DTypeError::at(i, "a type that is not block-quantized"));
+        }
+        if d != first {
+            return Err(DTypeError::at(i, "the same type as input 0"));
+        }
+    }
+    Ok(first)
+}
+
+/// Whether `d` is an integer type usable as indices or shape values.
+pub(crate) fn is_index(d: DType) -> bool {
+    matches!(d, DType::I32 | DType::U32 | DType::I64)
 }

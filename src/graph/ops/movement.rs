@@ -1,7 +1,331 @@
-//! Data movement: reshape, transpose, concat, slice, gather.
+//! Data movement: reshape, transpose, concat, slice, gather, and `shape_of`.
 
-use super::{checked, InferError};
-use crate::shape::Shape;
+use super::{checked, is_index, same_plain_type, DTypeError, InferError, OpDef};
+use crate::graph::reference::{index, RefError, RefTensor, Values};
+use crate::graph::shape_data;
+use crate::shape::{DType, Shape};
+
+/// Reshape to a static target: `0` copies the input dimension at that position, `-1` is
+/// inferred (at most one). Inputs: x (any type but block formats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reshape {
+    /// Target dimensions.
+    pub target: Vec<i64>,
+}
+
+/// Reshape to the shape held in the values of a 1-D integer tensor (same `0`/`-1` rules).
+/// Inputs: x, shape (an integer tensor whose values are a shape-inference dependency).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReshapeTo;
+
+/// Permute dimensions: output dimension `i` is input dimension `perm[i]`. Inputs: x.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transpose {
+    /// The permutation.
+    pub perm: Vec<usize>,
+}
+
+/// Concatenate along `axis`; all other dimensions equal. Inputs: one or more tensors of one
+/// type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Concat {
+    /// The axis.
+    pub axis: usize,
+}
+
+/// Slice listed axes with `start:end:step` (ONNX rules: negative indices count from the end,
+/// out-of-range indices clamp, steps positive). Inputs: x.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// The axes sliced.
+    pub axes: Vec<usize>,
+    /// Start per listed axis.
+    pub starts: Vec<i64>,
+    /// End (exclusive) per listed axis; `i64::MAX` means to the end.
+    pub ends: Vec<i64>,
+    /// Step per listed axis, at least 1.
+    pub steps: Vec<i64>,
+}
+
+/// Embedding lookup along axis 0: `out[i.., d..] = table[ids[i..], d..]`. Ids out of range
+/// (negative included) give zeros. Inputs: table, ids (i32, u32 or i64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gather;
+
+/// The shape of its input as a 1-D i32 tensor. Its values are known on the host once shapes
+/// are, so they feed shape inference of later nodes without a GPU round trip. Inputs: x.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShapeOf;
+
+impl OpDef for Reshape {
+    fn name(&self) -> &'static str {
+        "reshape"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        same_plain_type(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer_reshape(inputs[0], &self.target)
+    }
+    fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
+        Ok(inputs[0].values.clone())
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, _: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        Some(values[0].to_vec())
+    }
+}
+
+impl OpDef for ReshapeTo {
+    fn name(&self) -> &'static str {
+        "reshape_to"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (2, 2)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if !is_index(inputs[1]) {
+            return Err(DTypeError::at(1, "i32, u32 or i64 (a shape tensor)"));
+        }
+        same_plain_type(&inputs[..1])
+    }
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let values = data
+            .get(1)
+            .copied()
+            .flatten()
+            .ok_or(InferError::MissingShapeData { input: 1 })?;
+        if inputs[1].rank() != 1 {
+            return Err(InferError::Rank {
+                input: 1,
+                shape: inputs[1].clone(),
+                expected: "a 1-D shape tensor",
+            });
+        }
+        infer_reshape(inputs[0], values)
+    }
+    fn shape_data_inputs(&self) -> &'static [usize] {
+        &[1]
+    }
+    fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
+        Ok(inputs[0].values.clone())
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, _: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        Some(values[0].to_vec())
+    }
+}
+
+impl OpDef for Transpose {
+    fn name(&self) -> &'static str {
+        "transpose"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        same_plain_type(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer_transpose(inputs[0], &self.perm)
+    }
+    /// Output index `o` reads input index `i` with `i[perm[k]] = o[k]`.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let x = inputs[0];
+        let mut picks = Vec::new();
+        let mut src = vec![0u64; x.shape.rank()];
+        index::for_each(out, |_, o| {
+            for (k, &p) in self.perm.iter().enumerate() {
+                src[p] = o[k];
+            }
+            picks.push(Some(index::linear(&src, &x.shape)));
+        });
+        Ok(x.values.pick(&picks))
+    }
+}
+
+impl OpDef for Concat {
+    fn name(&self) -> &'static str {
+        "concat"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, usize::MAX)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        same_plain_type(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer_concat(inputs, self.axis)
+    }
+    /// Output index `o` reads input `j` (whose slab along the axis holds `o[axis]`) at
+    /// `o[axis]` minus the extents of the inputs before it.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        // Flatten every input into one list of (input, position) picks, then gather per kind.
+        let mut which = Vec::new();
+        index::for_each(out, |_, o| {
+            let mut at = o[self.axis];
+            for (j, t) in inputs.iter().enumerate() {
+                let extent = t.shape.dims()[self.axis];
+                if at < extent {
+                    let mut src = o.to_vec();
+                    src[self.axis] = at;
+                    which.push((j, index::linear(&src, &t.shape)));
+                    return;
+                }
+                at -= extent;
+            }
+        });
+        Ok(match &inputs[0].values {
+            Values::F32(_) => {
+                let mut v = Vec::with_capacity(which.len());
+                for &(j, i) in &which {
+                    v.push(inputs[j].floats("concat")?[i]);
+                }
+                Values::F32(v)
+            }
+            Values::Int(_) => {
+                let mut v = Vec::with_capacity(which.len());
+                for &(j, i) in &which {
+                    v.push(inputs[j].ints("concat")?[i]);
+                }
+                Values::Int(v)
+            }
+        })
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        shape_data::concat(values, shapes, self.axis)
+    }
+}
+
+impl OpDef for Slice {
+    fn name(&self) -> &'static str {
+        "slice"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        same_plain_type(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        slice_ranges(inputs[0], &self.axes, &self.starts, &self.ends, &self.steps)
+            .map(|r| Shape(r.iter().map(|r| r.len).collect()))
+    }
+    /// Output index `o` reads `start + o * step` on listed axes, with the ONNX start rule
+    /// (negative counts from the end, then clamp to `[0, dim]`) computed here again.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let x = inputs[0];
+        let rank = x.shape.rank();
+        let mut start = vec![0u64; rank];
+        let mut step = vec![1u64; rank];
+        for (k, &axis) in self.axes.iter().enumerate() {
+            let d = x.shape.dims()[axis] as i128;
+            let s = i128::from(self.starts[k]);
+            let s = if s < 0 { s + d } else { s };
+            start[axis] = s.clamp(0, d) as u64;
+            step[axis] = self.steps[k].max(1) as u64;
+        }
+        let mut picks = Vec::new();
+        let mut src = vec![0u64; rank];
+        index::for_each(out, |_, o| {
+            for a in 0..rank {
+                src[a] = start[a] + o[a] * step[a];
+            }
+            picks.push(Some(index::linear(&src, &x.shape)));
+        });
+        Ok(x.values.pick(&picks))
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        let r = slice_ranges(shapes[0], &self.axes, &self.starts, &self.ends, &self.steps).ok()?;
+        shape_data::slice(values[0], shapes[0], &r)
+    }
+}
+
+impl OpDef for Gather {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (2, 2)
+    }
+    /// Any table type (a quantized embedding table is for its own kernel to accept); integer
+    /// ids.
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if !is_index(inputs[1]) {
+            return Err(DTypeError::at(1, "i32, u32 or i64 (ids)"));
+        }
+        Ok(inputs[0])
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        infer_gather(inputs[0], inputs[1])
+    }
+    /// Output index `(i.., d..)` reads table row `ids[i..]` at `d..`, zeros when out of range.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let (table, ids) = (inputs[0], inputs[1]);
+        let id_values = ids.ints("gather")?;
+        let id_rank = ids.shape.rank();
+        let rows = table.shape.dims().first().copied().unwrap_or(0);
+        let mut picks = Vec::new();
+        let mut src = vec![0u64; table.shape.rank()];
+        index::for_each(out, |_, o| {
+            let id = id_values[index::linear(&o[..id_rank], &ids.shape)];
+            picks.push(u64::try_from(id).ok().filter(|&r| r < rows).map(|r| {
+                src[0] = r;
+                src[1..].copy_from_slice(&o[id_rank..]);
+                index::linear(&src, &table.shape)
+            }));
+        });
+        Ok(table.values.pick(&picks))
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        shape_data::gather(values[0], shapes[0], values[1])
+    }
+}
+
+impl OpDef for ShapeOf {
+    fn name(&self) -> &'static str {
+        "shape_of"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, _: &[DType]) -> Result<DType, DTypeError> {
+        Ok(DType::I32)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        Ok(Shape(vec![inputs[0].rank() as u64]))
+    }
+    fn reads_values(&self) -> bool {
+        false
+    }
+    fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
+        Ok(Values::Int(
+            inputs[0].shape.dims().iter().map(|&d| d as i64).collect(),
+        ))
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], _: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        Some(shapes[0].dims().iter().map(|&d| d as i64).collect())
+    }
+}
 
 /// Output shape of a reshape. `0` copies the input dimension at the same position, `-1` is
 /// inferred from the element count (at most one).
@@ -186,15 +510,6 @@ pub fn infer_gather(table: &Shape, ids: &Shape) -> Result<Shape, InferError> {
     checked(Shape(out))
 }
 
-/// Row-major strides of a shape, in elements.
-pub fn strides(s: &Shape) -> Vec<u64> {
-    let mut st = vec![1u64; s.rank()];
-    for i in (0..s.rank().saturating_sub(1)).rev() {
-        st[i] = st[i + 1].saturating_mul(s.0[i + 1]);
-    }
-    st
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +577,5 @@ mod tests {
             s(&[2, 3, 8])
         );
         assert!(infer_gather(&s(&[]), &s(&[2])).is_err());
-        assert_eq!(strides(&s(&[2, 3, 4])), vec![12, 4, 1]);
     }
 }

@@ -22,7 +22,7 @@
 //! does: grow to the prediction when [`can_preallocate`] allows it, else exactly; never shrink.
 
 use super::{can_preallocate, Policy, PredictorError, ShapePredictor};
-use crate::shape::Shape;
+use crate::shape::{DType, Shape};
 use std::collections::HashMap;
 
 /// Under [`Policy::Adaptive`], reclaim starts when the request reserves more than
@@ -117,7 +117,8 @@ impl Ledger {
     /// Decides the buffer of `id` for its new `shape` (DESIGN.md §3 `realloc_if_needed`):
     /// reuse it when big enough (the shape is recorded anyway), else grow it as the predictor's
     /// policy says (see the module docs); under [`Policy::Adaptive`] a reused buffer may be
-    /// reclaimed.
+    /// reclaimed. Block-quantized types have no bits per element for the predictor: their
+    /// buffers are sized exactly.
     ///
     /// # Errors
     /// What [`ShapePredictor::predict_preallocation_shape`] returns, and
@@ -127,10 +128,28 @@ impl Ledger {
         predictor: &mut ShapePredictor,
         id: &str,
         shape: &Shape,
-        dtype_bits: u32,
+        dtype: DType,
         limits: &MemoryLimits,
     ) -> Result<Decision, PredictorError> {
-        let needed = shape.size_bytes_for_bits(dtype_bits)?;
+        let needed = shape.size_bytes(dtype)?;
+        let Some(dtype_bits) = dtype.bits() else {
+            let old = self.entries.get(id).copied().unwrap_or_default();
+            let reallocated = needed > old.reserved_bytes;
+            let reserved = if reallocated {
+                needed
+            } else {
+                old.reserved_bytes
+            };
+            self.record(id, old, needed, reserved, shape, 8)?;
+            return Ok(Decision {
+                predicted: false,
+                prediction: Shape::default(),
+                reallocated,
+                reclaimed: false,
+                reserved_bytes: reserved,
+                needed_bytes: needed,
+            });
+        };
         let old = self.entries.get(id).copied().unwrap_or_default();
         let needed_now = (self.total_needed_bytes - old.needed_bytes)
             .checked_add(needed)
@@ -147,22 +166,11 @@ impl Ledger {
         if needed > old.reserved_bytes {
             let (predicted, prediction) =
                 predictor.predict_preallocation_shape(id, shape, dtype_bits, false)?;
-            let mut size = needed;
-            if predicted {
-                let predicted_bytes = prediction.size_bytes_for_bits(dtype_bits)?;
-                // The old buffer is still allocated while the new one is requested.
-                let in_use = self
-                    .total_reserved_bytes
-                    .saturating_add(limits.other_in_use_bytes);
-                if can_preallocate(
-                    predicted_bytes,
-                    limits.max_buffer_bytes,
-                    in_use,
-                    limits.budget_bytes,
-                ) {
-                    size = predicted_bytes.max(needed);
-                }
-            }
+            let size = if predicted {
+                self.grow_to(prediction.size_bytes_for_bits(dtype_bits)?, needed, limits)
+            } else {
+                needed
+            };
             decision.predicted = predicted;
             decision.prediction = prediction;
             decision.reallocated = true;
@@ -199,12 +207,30 @@ impl Ledger {
         &mut self,
         id: &str,
         shape: &Shape,
-        dtype_bits: u32,
         needed_bytes: u64,
         reserved_bytes: u64,
     ) -> Result<(), PredictorError> {
         let old = self.entries.get(id).copied().unwrap_or_default();
-        self.record(id, old, needed_bytes, reserved_bytes, shape, dtype_bits)
+        self.record(id, old, needed_bytes, reserved_bytes, shape, 8)
+    }
+
+    /// The size a predicted buffer gets: `predicted_bytes` when [`can_preallocate`] allows it
+    /// (the old buffer still counts as in use while the new one is requested), else `needed`;
+    /// never below `needed`.
+    pub fn grow_to(&self, predicted_bytes: u64, needed: u64, limits: &MemoryLimits) -> u64 {
+        let in_use = self
+            .total_reserved_bytes
+            .saturating_add(limits.other_in_use_bytes);
+        if can_preallocate(
+            predicted_bytes,
+            limits.max_buffer_bytes,
+            in_use,
+            limits.budget_bytes,
+        ) {
+            predicted_bytes.max(needed)
+        } else {
+            needed
+        }
     }
 
     /// Whether the request reserves more than `1 + PRESSURE * (ratio - 1)` times its peak need.
@@ -263,7 +289,13 @@ mod tests {
         let decisions = (1..=4)
             .map(|t| {
                 ledger
-                    .realloc_if_needed(&mut predictor, "k", &Shape::new([t, 10]), 8, &limits)
+                    .realloc_if_needed(
+                        &mut predictor,
+                        "k",
+                        &Shape::new([t, 10]),
+                        DType::U8,
+                        &limits,
+                    )
                     .unwrap()
             })
             .collect();

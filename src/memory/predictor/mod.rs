@@ -18,8 +18,9 @@
 //!
 //! [`can_preallocate`] is the one place of the "is there room for it" rule; the gpu engine
 //! calls it with its own numbers. [`Ledger`] sizes every buffer of a request
-//! (`realloc_if_needed`). [`replay()`] runs a shape trace through a policy (the
-//! `dynrt predict` command and the benchmarks use it).
+//! (`realloc_if_needed`), and [`Sizer`] (predictor + ledger + summary + trace) is the one
+//! sizing path: the runtime's requests call it, and [`replay()`] runs a shape trace through
+//! it (the `dynrt predict` command and the benchmarks use it).
 //!
 //! ```
 //! use dynrt::memory::predictor::{Policy, PredictorOptions, ShapePredictor};
@@ -42,6 +43,7 @@ pub mod adaptive;
 pub mod ledger;
 mod reference;
 pub mod replay;
+pub mod sizer;
 
 use crate::shape::{Shape, ShapeError};
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +51,7 @@ use std::fmt;
 
 pub use ledger::{Decision, Ledger, MemoryLimits};
 pub use replay::{replay, ReplayConfig, ReplayOutcome, ReplaySummary, RowOutcome, Trace, TraceRow};
+pub use sizer::{Sizer, SizingSummary};
 
 /// Name of the environment variable that overrides the predictor options
 /// (`"ITERATIONS MAX_PER_ITER_BYTES MAX_PER_DIM_DIFF RATIO"`, e.g. `"10 16384 2 1.1"`).
@@ -405,7 +408,14 @@ impl ShapePredictor {
             None
         };
         // The reference records the shape before anything else, even when the buffer is reused.
-        let entry = self.history.entry(id.to_string()).or_default();
+        // The id's entry without allocating its key on every call (this runs for every node
+        // whose shape changed, every iteration).
+        if !self.history.contains_key(id) {
+            self.history.insert(id.to_string(), IdHistory::default());
+        }
+        let Some(entry) = self.history.get_mut(id) else {
+            return Ok((false, Shape::default()));
+        };
         if let Some(previous) = entry.shapes.back() {
             if previous.rank() != current.rank() {
                 return Err(PredictorError::RankChanged {

@@ -5,16 +5,20 @@
 //! `can_reuse` (`0`/`1`); `shape` is dimensions joined by `x` (`1x32x128x64`). Blank lines and
 //! lines starting with `#` are skipped.
 //!
-//! - Without `can_reuse` the replay *simulates* one buffer per id: a row whose bytes exceed the
-//!   id's buffer is a reallocation sized by the policy (the prediction when one is made and
-//!   [`can_preallocate`] allows it, else the exact size); otherwise the buffer is reused and the
-//!   shape recorded. With [`Policy::Adaptive`], a reused buffer that
-//!   [`ShapePredictor::should_reclaim`] marks is shrunk to the exact need (a reallocation too).
-//! - With `can_reuse` each row is one raw predictor call with that flag; a `0` row allocates as
-//!   above, a `1` row keeps the buffer, which must then be big enough.
+//! - Without `can_reuse` each row is one [`Sizer::realloc_if_needed`], the code the runtime's
+//!   `realloc_if_needed` runs: a row whose bytes exceed the id's buffer is a reallocation sized
+//!   by the policy (the prediction when one is made and [`super::can_preallocate`] allows it,
+//!   else the exact size); otherwise the buffer is reused and the shape recorded. With
+//!   [`Policy::Adaptive`], a reused buffer that [`super::ShapePredictor::should_reclaim`]
+//!   marks is shrunk while the request over-reserves (a reallocation too). The runtime writes
+//!   such traces itself (`dynrt demo --trace-out`), and their replay gives its numbers.
+//! - With `can_reuse` each row is one raw predictor call with that flag ([`Sizer::raw`]),
+//!   whatever a simulation would hold: a `0` row allocates as above, a `1` row keeps the
+//!   buffer (even one smaller than the shape: the caller said it is reused).
 
-use super::ledger::{Decision, Ledger, MemoryLimits};
-use super::{can_preallocate, Policy, PredictorError, PredictorOptions, ShapePredictor};
+use super::ledger::MemoryLimits;
+use super::sizer::{Sizer, SizingSummary};
+use super::{Policy, PredictorError, PredictorOptions};
 use crate::shape::{DType, Shape};
 use std::collections::HashMap;
 
@@ -139,9 +143,9 @@ pub struct ReplayConfig {
     pub policy: Policy,
     /// The predictor options.
     pub options: PredictorOptions,
-    /// Device memory budget in bytes for [`can_preallocate`]; `None` is unlimited.
+    /// Device memory budget in bytes for [`super::can_preallocate`]; `None` is unlimited.
     pub budget_bytes: Option<u64>,
-    /// Largest buffer in bytes for [`can_preallocate`]; `None` is unlimited.
+    /// Largest buffer in bytes for [`super::can_preallocate`]; `None` is unlimited.
     pub max_buffer_bytes: Option<u64>,
 }
 
@@ -180,26 +184,8 @@ pub struct RowOutcome {
     pub reserved_bytes: u64,
 }
 
-/// Totals of a replay.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ReplaySummary {
-    /// Data rows replayed.
-    pub rows: usize,
-    /// Buffers allocated (first allocations, growth and reclaims).
-    pub reallocations: u64,
-    /// Of those, reclaims (shrinks).
-    pub reclaims: u64,
-    /// Sum of the sizes of every allocation, in bytes.
-    pub bytes_allocated_total: u64,
-    /// Largest sum over ids of buffer sizes, measured after each row, in bytes.
-    pub peak_reserved_bytes: u64,
-    /// Largest sum over ids of the bytes their latest shape needs, after each row.
-    pub peak_needed_bytes: u64,
-    /// Mean over rows of the summed buffer sizes, in bytes.
-    pub mean_reserved_bytes: f64,
-    /// Mean over rows of the summed needs, in bytes.
-    pub mean_needed_bytes: f64,
-}
+/// Totals of a replay: the same summary the runtime's sizer keeps.
+pub type ReplaySummary = SizingSummary;
 
 /// Per-row outcomes and totals.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,60 +199,26 @@ pub struct ReplayOutcome {
 /// Replays `trace` under `config` (see the module docs for the rules).
 ///
 /// # Errors
-/// [`PredictorError::TraceRow`] naming the row when the predictor fails on it (a size
-/// overflow), or when a raw row says `can_reuse = 1` while the id's buffer is too small.
+/// [`PredictorError::TraceRow`] naming the row when the predictor fails on it (a rank change,
+/// a size overflow).
 pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, PredictorError> {
-    let mut predictor = ShapePredictor::new(config.policy, config.options);
-    let mut ledger = Ledger::new();
+    let mut sizer = Sizer::new(config.policy, config.options);
     let limits = MemoryLimits {
         max_buffer_bytes: config.max_buffer_bytes.unwrap_or(u64::MAX),
         budget_bytes: config.budget_bytes.unwrap_or(u64::MAX),
         other_in_use_bytes: 0,
     };
-    let mut sum_reserved: f64 = 0.0;
-    let mut sum_needed: f64 = 0.0;
-    let mut summary = ReplaySummary {
-        rows: trace.rows.len(),
-        reallocations: 0,
-        reclaims: 0,
-        bytes_allocated_total: 0,
-        peak_reserved_bytes: 0,
-        peak_needed_bytes: 0,
-        mean_reserved_bytes: 0.0,
-        mean_needed_bytes: 0.0,
-    };
     let mut outcomes = Vec::with_capacity(trace.rows.len());
     for r in &trace.rows {
-        let at_row = |reason: String| PredictorError::TraceRow {
+        let decision = match r.can_reuse {
+            None => sizer.realloc_if_needed(&r.id, &r.shape, r.dtype, &limits),
+            Some(can_reuse) => sizer.raw(&r.id, &r.shape, r.dtype, can_reuse, &limits),
+        }
+        .map_err(|e| PredictorError::TraceRow {
             row: r.row,
             line: r.line,
-            reason,
-        };
-        let bits = r.dtype.bits();
-        let decision = match r.can_reuse {
-            None => ledger
-                .realloc_if_needed(&mut predictor, &r.id, &r.shape, bits, &limits)
-                .map_err(|e| at_row(e.to_string()))?,
-            Some(can_reuse) => raw_row(&mut predictor, &mut ledger, r, can_reuse, &limits)
-                .map_err(|e| match e {
-                    PredictorError::TraceRow { .. } => e,
-                    other => at_row(other.to_string()),
-                })?,
-        };
-        if decision.reallocated {
-            summary.reallocations += 1;
-            summary.reclaims += u64::from(decision.reclaimed);
-            summary.bytes_allocated_total = summary
-                .bytes_allocated_total
-                .checked_add(decision.reserved_bytes)
-                .ok_or_else(|| at_row("total allocated bytes overflow u64".into()))?;
-        }
-        summary.peak_reserved_bytes = summary
-            .peak_reserved_bytes
-            .max(ledger.total_reserved_bytes());
-        summary.peak_needed_bytes = summary.peak_needed_bytes.max(ledger.total_needed_bytes());
-        sum_reserved += ledger.total_reserved_bytes() as f64;
-        sum_needed += ledger.total_needed_bytes() as f64;
+            reason: e.to_string(),
+        })?;
         outcomes.push(RowOutcome {
             row: r.row,
             id: r.id.clone(),
@@ -279,66 +231,9 @@ pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, Pre
             reserved_bytes: decision.reserved_bytes,
         });
     }
-    if !trace.rows.is_empty() {
-        summary.mean_reserved_bytes = sum_reserved / trace.rows.len() as f64;
-        summary.mean_needed_bytes = sum_needed / trace.rows.len() as f64;
-    }
     Ok(ReplayOutcome {
         rows: outcomes,
-        summary,
-    })
-}
-
-/// One raw row: a predictor call with the row's `can_reuse`; a `0` row allocates the
-/// prediction when [`can_preallocate`] allows it, else the exact size.
-fn raw_row(
-    predictor: &mut ShapePredictor,
-    ledger: &mut Ledger,
-    r: &TraceRow,
-    can_reuse: bool,
-    limits: &MemoryLimits,
-) -> Result<Decision, PredictorError> {
-    let bits = r.dtype.bits();
-    let old_reserved = ledger.reserved_bytes(&r.id);
-    let needed = r.needed_bytes;
-    if can_reuse && needed > old_reserved {
-        return Err(PredictorError::TraceRow {
-            row: r.row,
-            line: r.line,
-            reason: format!(
-                "can_reuse is 1 but the buffer of `{}` holds {old_reserved} bytes and {needed} are needed",
-                r.id
-            ),
-        });
-    }
-    let (predicted, prediction) =
-        predictor.predict_preallocation_shape(&r.id, &r.shape, bits, can_reuse)?;
-    let mut reserved = old_reserved;
-    if !can_reuse {
-        reserved = needed;
-        if predicted {
-            let predicted_bytes = prediction.size_bytes_for_bits(bits)?;
-            let in_use = ledger
-                .total_reserved_bytes()
-                .saturating_add(limits.other_in_use_bytes);
-            if can_preallocate(
-                predicted_bytes,
-                limits.max_buffer_bytes,
-                in_use,
-                limits.budget_bytes,
-            ) {
-                reserved = predicted_bytes.max(needed);
-            }
-        }
-    }
-    ledger.set(&r.id, &r.shape, bits, needed, reserved)?;
-    Ok(Decision {
-        predicted,
-        prediction,
-        reallocated: !can_reuse,
-        reclaimed: false,
-        reserved_bytes: reserved,
-        needed_bytes: needed,
+        summary: sizer.summary(),
     })
 }
 
@@ -358,7 +253,7 @@ mod tests {
             PredictorError::TraceRow {
                 row: 2,
                 line: 5,
-                reason: "unknown dtype `f64`: expected one of f32, f16, i32, u32, i8, u8".into()
+                reason: "unknown dtype `f64`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_1, q8_0".into()
             }
         );
         for (text, row) in [
@@ -423,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn raw_rows_drive_the_predictor_and_check_reuse() {
+    fn raw_rows_drive_the_predictor_whatever_a_simulation_would_hold() {
         let text = "id,dtype,shape,can_reuse\nk,u8,1,0\nk,u8,2,0\nk,u8,3,0\nk,u8,3,1\nk,u8,4,0\n";
         let out = replay(&Trace::parse(text).unwrap(), &reference()).unwrap();
         let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
@@ -432,19 +327,16 @@ mod tests {
         // percentage mode, floor(4 * 1.1) = 4 elements.
         assert_eq!(reserved, vec![1, 2, 13, 13, 4]);
         assert_eq!(out.rows[4].prediction, Shape::new([4]));
-        let bad = "id,dtype,shape,can_reuse\nk,u8,5,1\n";
-        let err = replay(&Trace::parse(bad).unwrap(), &reference()).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                PredictorError::TraceRow {
-                    row: 1,
-                    line: 2,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(out.summary.reallocations, 4, "one per can_reuse = 0 row");
+        // A `1` row keeps the buffer even when a simulation would find it too small: the raw
+        // call only records the shape (1, 5, 9: equal steps of 4, above the per-dimension
+        // limit of 2, so the next `0` row predicts by percentage: floor(13 * 1.1) = 14).
+        let text = "id,dtype,shape,can_reuse\nk,u8,1,0\nk,u8,5,1\nk,u8,9,1\nk,u8,13,0\n";
+        let out = replay(&Trace::parse(text).unwrap(), &reference()).unwrap();
+        let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
+        assert_eq!(reserved, vec![1, 1, 1, 14]);
+        assert!(!out.rows[1].reallocated && !out.rows[2].reallocated);
+        assert_eq!(out.summary.reallocations, 2);
     }
 
     #[test]

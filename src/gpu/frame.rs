@@ -1,0 +1,442 @@
+//! One submit's worth of commands: what the runtime's executor records an iteration into.
+//!
+//! A [`Frame`] holds the command encoder, the open compute pass (consecutive kernels share
+//! one; a copy closes it, since wgpu locks the encoder while a pass is open), the kernels and
+//! their uniform slots, and a validation error scope around all of it. The runtime reaches
+//! wgpu only through this type and the [`Engine`]: it records copies and dispatches here,
+//! then [`Frame::submit`]s and awaits [`Submitted::check`].
+
+use super::kernels::plan::{RecordedDispatch, Recorder};
+use super::kernels::{DispatchPlan, KernelError, Kernels, Operand, UniformArena};
+use super::{Buffer, Engine};
+use crate::graph::Op;
+
+/// One command of a frame, as a [`CommandLog`] keeps it.
+#[derive(Clone)]
+enum Logged {
+    Dispatch(RecordedDispatch),
+    Copy {
+        src: wgpu::Buffer,
+        src_offset: u64,
+        dst: wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    },
+    Write {
+        dst: wgpu::Buffer,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Every command a [`Frame`] recorded, in order, with the objects it used (pipelines, bind
+/// groups, uniform slots, buffers): what a hand-written wgpu loop doing the same work would
+/// issue with everything created beforehand. `dynrt bench decode` replays it to measure the
+/// runtime's host overhead on the dynamic decode step. The log keeps the buffers it names
+/// alive; replay it only while they are in use by the request that recorded it.
+#[derive(Clone, Default)]
+pub struct CommandLog {
+    cmds: Vec<Logged>,
+}
+
+/// One command of a [`CommandLog`], for a caller that issues it with wgpu itself.
+pub enum LoggedCommand<'a> {
+    /// A compute dispatch: its pipeline, its bind group (uniform slot at `uniform_offset` of
+    /// `uniform`, whose bytes are `params`), and its workgroups.
+    Dispatch {
+        /// The pipeline.
+        pipeline: &'a wgpu::ComputePipeline,
+        /// The bind group (binding 0 is the uniform, with a dynamic offset).
+        bind_group: &'a wgpu::BindGroup,
+        /// The uniform buffer the bind group binds.
+        uniform: &'a wgpu::Buffer,
+        /// The dynamic offset of this dispatch's slot.
+        uniform_offset: u32,
+        /// The slot's bytes.
+        params: &'a [u8],
+        /// Workgroups in x and y.
+        workgroups: (u32, u32),
+    },
+    /// A buffer copy.
+    Copy {
+        /// Source buffer.
+        src: &'a wgpu::Buffer,
+        /// Source offset, bytes.
+        src_offset: u64,
+        /// Destination buffer.
+        dst: &'a wgpu::Buffer,
+        /// Destination offset, bytes.
+        dst_offset: u64,
+        /// Bytes.
+        size: u64,
+    },
+    /// A queue write made before the submit.
+    Write {
+        /// The buffer written.
+        dst: &'a wgpu::Buffer,
+        /// Offset, bytes.
+        offset: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+}
+
+impl CommandLog {
+    /// The commands, in recording order.
+    pub fn commands(&self) -> impl Iterator<Item = LoggedCommand<'_>> {
+        self.cmds.iter().map(|c| match c {
+            Logged::Dispatch(d) => LoggedCommand::Dispatch {
+                pipeline: &d.pipeline,
+                bind_group: &d.bind_group,
+                uniform: &d.uniform_raw,
+                uniform_offset: d.uniform_offset,
+                params: &d.params,
+                workgroups: d.workgroups,
+            },
+            Logged::Copy {
+                src,
+                src_offset,
+                dst,
+                dst_offset,
+                size,
+            } => LoggedCommand::Copy {
+                src,
+                src_offset: *src_offset,
+                dst,
+                dst_offset: *dst_offset,
+                size: *size,
+            },
+            Logged::Write { dst, offset, bytes } => LoggedCommand::Write {
+                dst,
+                offset: *offset,
+                bytes,
+            },
+        })
+    }
+
+    /// Dispatches logged.
+    pub fn dispatches(&self) -> usize {
+        self.cmds
+            .iter()
+            .filter(|c| matches!(c, Logged::Dispatch(_)))
+            .count()
+    }
+}
+
+/// The open compute pass and the pipeline bound in it.
+struct OpenPass {
+    pass: wgpu::ComputePass<'static>,
+    pipeline: Option<wgpu::ComputePipeline>,
+}
+
+/// Commands of one submit being recorded (see the module docs).
+pub struct Frame<'k> {
+    engine: Engine,
+    scope: wgpu::ErrorScopeGuard,
+    encoder: wgpu::CommandEncoder,
+    pass: Option<OpenPass>,
+    kernels: &'k mut Kernels,
+    uniforms: UniformArena,
+    /// Dynamic offsets of a replay (kept to avoid an allocation per node).
+    offsets: Vec<u32>,
+    /// Queue writes made just before the submit.
+    writes: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
+    /// Every command, when logging ([`Frame::log_commands`]).
+    log: Option<CommandLog>,
+}
+
+/// How [`Frame::encode_planned`] recorded a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// Dispatches recorded.
+    pub dispatches: usize,
+    /// Whether they were replayed from the node's plan (no shape checks, no parameter
+    /// computation, no cache lookups).
+    pub replayed: bool,
+}
+
+/// A submitted frame whose error scope is still to be read.
+pub struct Submitted {
+    scope: wgpu::ErrorScopeGuard,
+}
+
+impl Submitted {
+    /// Waits for the validation scope of the submit.
+    ///
+    /// # Errors
+    /// wgpu's validation message.
+    pub async fn check(self) -> Result<(), String> {
+        match self.scope.pop().await {
+            Some(e) => Err(e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<'k> Frame<'k> {
+    /// Starts recording: opens a validation scope and an encoder; `uniforms` is reset and
+    /// given back by [`Frame::submit`] (its chunks are reused from iteration to iteration).
+    pub fn begin(
+        engine: &Engine,
+        kernels: &'k mut Kernels,
+        mut uniforms: UniformArena,
+        label: &str,
+    ) -> Frame<'k> {
+        let device = engine.gpu().device();
+        // A validation error would otherwise only be logged and the whole submit silently
+        // skipped; the scope turns it into an error of the caller.
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        uniforms.reset();
+        Frame {
+            engine: engine.clone(),
+            scope,
+            encoder,
+            pass: None,
+            kernels,
+            uniforms,
+            offsets: Vec::new(),
+            writes: Vec::new(),
+            log: None,
+        }
+    }
+
+    /// Logs every command recorded from now on ([`Frame::submit`] returns the log).
+    pub fn log_commands(&mut self) {
+        self.log.get_or_insert_with(CommandLog::default);
+    }
+
+    /// The kernels (for their generation and counters).
+    pub fn kernels(&mut self) -> &mut Kernels {
+        self.kernels
+    }
+
+    /// Records a buffer copy (closing the open compute pass). Offsets and size must be
+    /// multiples of 4 and the buffers distinct (WebGPU forbids a copy within one buffer).
+    pub fn copy(
+        &mut self,
+        src: &Buffer,
+        src_offset_bytes: u64,
+        dst: &Buffer,
+        dst_offset_bytes: u64,
+        size_bytes: u64,
+    ) {
+        self.pass = None;
+        self.encoder.copy_buffer_to_buffer(
+            src.raw(),
+            src_offset_bytes,
+            dst.raw(),
+            dst_offset_bytes,
+            size_bytes,
+        );
+        if let Some(log) = &mut self.log {
+            log.cmds.push(Logged::Copy {
+                src: src.raw().clone(),
+                src_offset: src_offset_bytes,
+                dst: dst.raw().clone(),
+                dst_offset: dst_offset_bytes,
+                size: size_bytes,
+            });
+        }
+    }
+
+    /// Schedules a queue write that lands before every command of this frame's submit (so the
+    /// buffer must not be read by an earlier command of the same frame).
+    pub fn write_before_submit(&mut self, dst: &Buffer, offset_bytes: u64, bytes: Vec<u8>) {
+        if let Some(log) = &mut self.log {
+            log.cmds.push(Logged::Write {
+                dst: dst.raw().clone(),
+                offset: offset_bytes,
+                bytes: bytes.clone(),
+            });
+        }
+        self.writes.push((dst.raw().clone(), offset_bytes, bytes));
+    }
+
+    fn open_pass(&mut self) -> &mut OpenPass {
+        let encoder = &mut self.encoder;
+        self.pass.get_or_insert_with(|| OpenPass {
+            pass: encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("dynrt kernels"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime(),
+            pipeline: None,
+        })
+    }
+
+    /// Records `op` into the open compute pass (opening one if needed), keeping nothing for a
+    /// plan. Returns the dispatch count.
+    ///
+    /// # Errors
+    /// As [`Kernels::encode`].
+    pub fn encode(
+        &mut self,
+        op: &Op,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        self.open_pass();
+        let Frame {
+            pass,
+            kernels,
+            uniforms,
+            log,
+            ..
+        } = self;
+        let Some(open) = pass.as_mut() else {
+            return Ok(0);
+        };
+        // `encode` sets its own pipelines: which one is bound afterwards is not tracked.
+        open.pipeline = None;
+        match log {
+            None => kernels.encode(&mut open.pass, uniforms, op, ins, out),
+            Some(log) => {
+                let mut recorder = Recorder::default();
+                let n = kernels.encode_recorded(
+                    &mut open.pass,
+                    uniforms,
+                    op,
+                    ins,
+                    out,
+                    &mut recorder,
+                )?;
+                log.cmds
+                    .extend(recorder.dispatches.into_iter().map(Logged::Dispatch));
+                Ok(n)
+            }
+        }
+    }
+
+    /// Records a node: replays `plan` when it matches these operands (one uniform slot,
+    /// `set_bind_group`, `dispatch`, and `set_pipeline` only when the pass holds another
+    /// pipeline), else encodes afresh and stores the new plan in `plan`.
+    ///
+    /// # Errors
+    /// As [`Kernels::encode`].
+    pub fn encode_planned(
+        &mut self,
+        op: &Op,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+        plan: &mut Option<DispatchPlan>,
+    ) -> Result<Planned, KernelError> {
+        let generation = self.kernels.generation();
+        if let Some(p) = plan.as_ref() {
+            if p.matches(ins, out, generation) && self.replay(p)? {
+                let n = p.dispatches.len();
+                self.kernels.count_replayed(n as u64);
+                if let Some(log) = &mut self.log {
+                    for (d, &offset) in p.dispatches.iter().zip(&self.offsets) {
+                        let mut d = d.clone();
+                        d.uniform_offset = offset;
+                        log.cmds.push(Logged::Dispatch(d));
+                    }
+                }
+                return Ok(Planned {
+                    dispatches: n,
+                    replayed: true,
+                });
+            }
+        }
+        self.open_pass();
+        let Frame {
+            pass,
+            kernels,
+            uniforms,
+            ..
+        } = self;
+        let Some(open) = pass.as_mut() else {
+            return Ok(Planned {
+                dispatches: 0,
+                replayed: false,
+            });
+        };
+        let mut recorder = Recorder {
+            current: open.pipeline.take(),
+            dispatches: Vec::new(),
+        };
+        let result = kernels.encode_recorded(&mut open.pass, uniforms, op, ins, out, &mut recorder);
+        open.pipeline = recorder.current;
+        let n = result?;
+        if let Some(log) = &mut self.log {
+            log.cmds
+                .extend(recorder.dispatches.iter().cloned().map(Logged::Dispatch));
+        }
+        let operands = ins
+            .iter()
+            .chain(std::iter::once(out))
+            .map(|o| {
+                (
+                    o.tensor.buffer.uid(),
+                    o.tensor.offset_bytes,
+                    o.tensor.size_bytes,
+                )
+            })
+            .collect();
+        *plan = Some(DispatchPlan {
+            operands,
+            dispatches: recorder.dispatches,
+            generation,
+        });
+        Ok(Planned {
+            dispatches: n,
+            replayed: false,
+        })
+    }
+
+    /// Records a plan's dispatches again in fresh uniform slots. Returns false, recording
+    /// nothing, when a slot lands in another uniform chunk than the bind group binds (the
+    /// caller then encodes afresh; the slots taken stay unused).
+    fn replay(&mut self, plan: &DispatchPlan) -> Result<bool, KernelError> {
+        self.offsets.clear();
+        for d in &plan.dispatches {
+            let (chunk, offset) = self
+                .uniforms
+                .push_bytes(&d.params)
+                .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+            if chunk.uid() != d.uniform_chunk {
+                return Ok(false);
+            }
+            self.offsets.push(offset);
+        }
+        self.open_pass();
+        let Frame { pass, offsets, .. } = self;
+        let Some(open) = pass.as_mut() else {
+            return Ok(false);
+        };
+        for (d, &offset) in plan.dispatches.iter().zip(offsets.iter()) {
+            if open.pipeline.as_ref() != Some(&d.pipeline) {
+                open.pass.set_pipeline(&d.pipeline);
+                open.pipeline = Some(d.pipeline.clone());
+            }
+            open.pass.set_bind_group(0, &d.bind_group, &[offset]);
+            open.pass
+                .dispatch_workgroups(d.workgroups.0, d.workgroups.1, 1);
+        }
+        Ok(true)
+    }
+
+    /// Writes the uniform slots and the scheduled queue writes, submits the commands, and
+    /// gives the uniform arena back (and the command log, when logging). Await
+    /// [`Submitted::check`] for validation errors.
+    pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
+        self.pass = None;
+        self.uniforms.flush();
+        for (buf, offset, bytes) in &self.writes {
+            self.engine.queue_write_raw(buf, *offset, bytes);
+        }
+        self.engine.gpu().queue().submit([self.encoder.finish()]);
+        (Submitted { scope: self.scope }, self.uniforms, self.log)
+    }
+
+    /// Drops the recorded commands without submitting them and gives the uniform arena back
+    /// (after an encode error: nothing of this frame reaches the device).
+    pub fn abandon(mut self) -> UniformArena {
+        self.pass = None;
+        drop(self.scope.pop());
+        self.uniforms
+    }
+}

@@ -1,0 +1,171 @@
+//! The `elementwise` family (`shaders/elementwise.wgsl`): binary ops with NumPy broadcasting
+//! (a strided entry point, and flat / vec4 entry points for same-shape operands) and the
+//! unary activations. The operator is a pipeline-overridable constant, so each op gets its
+//! own pipeline with the switch folded away.
+
+use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s};
+use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use crate::graph::{BinaryOp, UnaryOp};
+use crate::shape::DType;
+use bytemuck::{Pod, Zeroable};
+
+/// `shaders/elementwise.wgsl`.
+pub const WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
+
+/// The family: entry points and their storage bindings.
+pub const FAMILY: Family = Family {
+    name: "elementwise",
+    source: WGSL,
+    bindings: |entry| match entry {
+        "elementwise_unary" | "elementwise_unary4" => &[1, 2],
+        _ => &[1, 2, 3],
+    },
+};
+
+/// `BroadcastParams` of `shaders/elementwise.wgsl` and `shaders/mask.wgsl`: up to three
+/// inputs read through per-input strides over the output shape (160 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct BroadcastParams {
+    /// Output elements.
+    pub numel: u32,
+    /// Output rank (<= [`super::layout::MAX_RANK`]).
+    pub rank: u32,
+    /// Output element offset in its binding.
+    pub out_offset: u32,
+    /// Bit 0: the condition of `where` is f32.
+    pub flags: u32,
+    /// Element offsets of inputs 0, 1, 2 in their bindings.
+    pub offsets: [u32; 4],
+    /// Output shape.
+    pub shape: [[u32; 4]; 2],
+    /// Input 0 strides over the output shape (0 on broadcast dimensions).
+    pub strides0: [[u32; 4]; 2],
+    /// Input 1 strides.
+    pub strides1: [[u32; 4]; 2],
+    /// Input 2 strides.
+    pub strides2: [[u32; 4]; 2],
+}
+
+/// `FlatParams` of `shaders/elementwise.wgsl`: contiguous operands of one shape (16 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct FlatParams {
+    /// Elements (vec4 elements for the `*4` entry points).
+    pub numel: u32,
+    /// Input 0 offset, in elements of the entry point's array type.
+    pub in0_offset: u32,
+    /// Input 1 offset.
+    pub in1_offset: u32,
+    /// Output offset.
+    pub out_offset: u32,
+}
+
+impl Kernel for BinaryOp {
+    /// f32 only: integer arithmetic (shape data) runs on the host, and an integer binary
+    /// node that would need a dispatch is refused when the network compiles.
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        f32_only(inputs, output)
+    }
+
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let n = numel("output", out.shape)?;
+        let (ba, oa) = e.bind("input 0", &a.tensor, numel("input 0", a.shape)? * 4)?;
+        let (bb, ob) = e.bind("input 1", &b.tensor, numel("input 1", b.shape)? * 4)?;
+        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+        let constant = Some(("BINARY_OP", self.code()));
+        if a.shape == out.shape && b.shape == out.shape {
+            let vec4 = n % 4 == 0 && oa % 4 == 0 && ob % 4 == 0 && oo % 4 == 0;
+            let (entry, k) = if vec4 {
+                ("elementwise_binary_flat4", 4)
+            } else {
+                ("elementwise_binary_flat", 1)
+            };
+            let p = FlatParams {
+                numel: (n / k) as u32,
+                in0_offset: oa / k as u32,
+                in1_offset: ob / k as u32,
+                out_offset: oo / k as u32,
+            };
+            let key = PipelineKey {
+                family: &FAMILY,
+                entry,
+                constant,
+            };
+            e.dispatch(key, &p, &[ba, bb, bo], (n / k).div_ceil(256))?;
+            return Ok(1);
+        }
+        check_rank(out.shape)?;
+        let p = BroadcastParams {
+            numel: n as u32,
+            rank: out.shape.rank() as u32,
+            out_offset: oo,
+            flags: 0,
+            offsets: [oa, ob, 0, 0],
+            shape: pack8(&u32s("output", out.shape.dims())?),
+            strides0: pack8(&u32s("input 0", &broadcast_strides(a.shape, out.shape))?),
+            strides1: pack8(&u32s("input 1", &broadcast_strides(b.shape, out.shape))?),
+            strides2: [[0; 4]; 2],
+        };
+        let key = PipelineKey {
+            family: &FAMILY,
+            entry: "elementwise_binary",
+            constant,
+        };
+        e.dispatch(key, &p, &[ba, bb, bo], n.div_ceil(256))?;
+        Ok(1)
+    }
+}
+
+impl Kernel for UnaryOp {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        f32_only(inputs, output)
+    }
+
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let n = numel("output", out.shape)?;
+        let (bx, ox) = e.bind("input 0", &inputs[0].tensor, n * 4)?;
+        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+        let vec4 = n % 4 == 0 && ox % 4 == 0 && oo % 4 == 0;
+        let (entry, k) = if vec4 {
+            ("elementwise_unary4", 4)
+        } else {
+            ("elementwise_unary", 1)
+        };
+        let p = FlatParams {
+            numel: (n / k) as u32,
+            in0_offset: ox / k as u32,
+            in1_offset: 0,
+            out_offset: oo / k as u32,
+        };
+        let key = PipelineKey {
+            family: &FAMILY,
+            entry,
+            constant: Some(("UNARY_OP", self.code())),
+        };
+        e.dispatch(key, &p, &[bx, bo], (n / k).div_ceil(256))?;
+        Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_structs_match_the_wgsl_layouts() {
+        assert_eq!(std::mem::size_of::<BroadcastParams>(), 160);
+        assert_eq!(std::mem::size_of::<FlatParams>(), 16);
+    }
+}

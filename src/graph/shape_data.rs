@@ -1,0 +1,234 @@
+//! The host evaluator of shape data: integer tensors derived from shapes (`shape_of` and
+//! what integer constants, slices, concats, gathers and arithmetic make of it), computed on
+//! the host while shapes are inferred so a shape rule that needs values
+//! ([`crate::graph::ops::OpDef::shape_data_inputs`], a reshape to a computed target) never
+//! waits for the GPU (reference §update_shape steps 4-7).
+//!
+//! Written apart from the CPU reference ([`crate::graph::reference`]): its own index code
+//! (stride tables over i64 vectors) and its own per-op code, reached through
+//! [`crate::graph::ops::OpDef::host_value`]. The reference recomputes the same nodes its own
+//! way and [`crate::graph::reference::evaluate_tensors`] compares the two.
+
+use super::ops::{movement::AxisRange, InferError, Op};
+use super::reference::wrap;
+use crate::shape::{DType, Shape};
+
+/// Largest integer tensor computed on the host: shape data is small; anything larger is data
+/// for the GPU.
+pub const MAX_HOST_ELEMENTS: u64 = 4096;
+
+/// The host value of a node of `dtype` computed by `op` from its inputs' shapes and host
+/// values, or `None` when the op has no host evaluation, the output is not an integer tensor,
+/// is larger than [`MAX_HOST_ELEMENTS`], or an input's values are not known on the host.
+///
+/// # Errors
+/// None today; the `Result` leaves room for ops whose host evaluation can fail.
+pub fn evaluate(
+    op: &Op,
+    dtype: DType,
+    shapes: &[&Shape],
+    data: &[Option<&[i64]>],
+    out: &Shape,
+) -> Result<Option<Vec<i64>>, InferError> {
+    let def = op.def();
+    if !dtype.is_int() || !def.host_evaluable() {
+        return Ok(None);
+    }
+    if out
+        .checked_num_elements()
+        .is_none_or(|n| n > MAX_HOST_ELEMENTS)
+    {
+        return Ok(None);
+    }
+    let values: Vec<&[i64]> = if def.reads_values() {
+        match data.iter().copied().collect::<Option<Vec<&[i64]>>>() {
+            Some(v) => v,
+            None => return Ok(None),
+        }
+    } else {
+        Vec::new()
+    };
+    Ok(def
+        .host_value(shapes, &values, out)
+        .map(|v| v.into_iter().map(|x| wrap(dtype, x)).collect()))
+}
+
+/// The values of an integer constant small enough to be shape data.
+pub(crate) fn decode_constant(dtype: DType, bytes: &[u8]) -> Option<Vec<i64>> {
+    let n = bytes.len() as u64 * 8 / u64::from(dtype.bits()?);
+    if !dtype.is_int() || n > MAX_HOST_ELEMENTS {
+        return None;
+    }
+    crate::tensor::decode_i64(dtype, bytes).ok()
+}
+
+/// Row-major element strides of `shape`.
+fn strides_of(shape: &Shape) -> Vec<u64> {
+    let mut st = vec![0u64; shape.rank()];
+    let mut acc = 1u64;
+    for (s, &d) in st.iter_mut().zip(shape.dims()).rev() {
+        *s = acc;
+        acc = acc.saturating_mul(d);
+    }
+    st
+}
+
+/// Element-wise `f(a, b)` with NumPy broadcasting into `out` (strides of 0 on broadcast
+/// dimensions).
+pub(crate) fn broadcast_zip(
+    a: &[i64],
+    sa: &Shape,
+    b: &[i64],
+    sb: &Shape,
+    out: &Shape,
+    f: impl Fn(i64, i64) -> i64,
+) -> Option<Vec<i64>> {
+    let n = out.checked_num_elements()? as usize;
+    let rank = out.rank();
+    let aligned = |s: &Shape| -> Vec<u64> {
+        let mut v = vec![0u64; rank - s.rank()];
+        v.extend(
+            strides_of(s)
+                .iter()
+                .zip(s.dims())
+                .map(|(&st, &d)| if d == 1 { 0 } else { st }),
+        );
+        v
+    };
+    let (ta, tb) = (aligned(sa), aligned(sb));
+    let ost = strides_of(out);
+    let mut v = Vec::with_capacity(n);
+    for lin in 0..n as u64 {
+        let (mut ia, mut ib) = (0u64, 0u64);
+        let mut rest = lin;
+        for k in 0..rank {
+            let i = rest / ost[k];
+            rest %= ost[k];
+            ia += i * ta[k];
+            ib += i * tb[k];
+        }
+        v.push(f(*a.get(ia as usize)?, *b.get(ib as usize)?));
+    }
+    Some(v)
+}
+
+/// Concatenation along `axis`.
+pub(crate) fn concat(vals: &[&[i64]], shapes: &[&Shape], axis: usize) -> Option<Vec<i64>> {
+    let outer: u64 = shapes.first()?.dims().get(..axis)?.iter().product();
+    let mut v = Vec::new();
+    for o in 0..outer as usize {
+        for (x, s) in vals.iter().zip(shapes) {
+            let chunk = s.dims().get(axis..)?.iter().product::<u64>() as usize;
+            v.extend_from_slice(x.get(o * chunk..(o + 1) * chunk)?);
+        }
+    }
+    Some(v)
+}
+
+/// The elements the shape rule's ranges keep.
+pub(crate) fn slice(x: &[i64], shape: &Shape, ranges: &[AxisRange]) -> Option<Vec<i64>> {
+    let st = strides_of(shape);
+    let out = Shape(ranges.iter().map(|r| r.len).collect());
+    let n = out.checked_num_elements()? as usize;
+    let ost = strides_of(&out);
+    let mut v = Vec::with_capacity(n);
+    for lin in 0..n as u64 {
+        let mut rest = lin;
+        let mut src = 0u64;
+        for k in 0..ranges.len() {
+            let i = rest / ost[k];
+            rest %= ost[k];
+            src += (ranges[k].start + i * ranges[k].step) * st[k];
+        }
+        v.push(*x.get(src as usize)?);
+    }
+    Some(v)
+}
+
+/// Rows of `table` picked by `ids` along axis 0; out-of-range ids give zeros.
+pub(crate) fn gather(table: &[i64], tshape: &Shape, ids: &[i64]) -> Option<Vec<i64>> {
+    let rows = *tshape.dims().first()?;
+    let row = tshape.dims()[1..].iter().product::<u64>() as usize;
+    let mut v = Vec::with_capacity(ids.len() * row);
+    for &id in ids {
+        match u64::try_from(id).ok().filter(|&i| i < rows) {
+            Some(i) => v.extend_from_slice(table.get(i as usize * row..(i as usize + 1) * row)?),
+            None => v.extend(std::iter::repeat_n(0, row)),
+        }
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::ops::{movement::slice_ranges, BinaryOp, Concat, Gather, ShapeOf, Slice};
+
+    fn s(d: &[u64]) -> Shape {
+        Shape(d.to_vec())
+    }
+
+    #[test]
+    fn shape_chains_evaluate_on_the_host() {
+        let x = s(&[5, 8]);
+        let shp = evaluate(&Op::ShapeOf(ShapeOf), DType::I32, &[&x], &[None], &s(&[2]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(shp, vec![5, 8]);
+        let sl = Slice {
+            axes: vec![0],
+            starts: vec![0],
+            ends: vec![1],
+            steps: vec![1],
+        };
+        let first = evaluate(
+            &Op::Slice(sl),
+            DType::I32,
+            &[&s(&[2])],
+            &[Some(&shp)],
+            &s(&[1]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(first, vec![5]);
+        let cat = evaluate(
+            &Op::Concat(Concat { axis: 0 }),
+            DType::I32,
+            &[&s(&[1]), &s(&[2])],
+            &[Some(&first), Some(&[2, 4])],
+            &s(&[3]),
+        )
+        .unwrap();
+        assert_eq!(cat, Some(vec![5, 2, 4]));
+        let prod = evaluate(
+            &Op::Binary(BinaryOp::Mul),
+            DType::I32,
+            &[&s(&[3]), &s(&[])],
+            &[Some(&[5, 2, 4]), Some(&[3])],
+            &s(&[3]),
+        )
+        .unwrap();
+        assert_eq!(prod, Some(vec![15, 6, 12]));
+        // Missing values, float outputs and large tensors are not host values.
+        let none = evaluate(
+            &Op::Gather(Gather),
+            DType::I32,
+            &[&s(&[3]), &s(&[1])],
+            &[None, Some(&[0])],
+            &s(&[1]),
+        )
+        .unwrap();
+        assert_eq!(none, None);
+        let float = evaluate(&Op::ShapeOf(ShapeOf), DType::F32, &[&x], &[None], &s(&[2]));
+        assert_eq!(float.unwrap(), None);
+        assert_eq!(
+            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, 5, -1]),
+            Some(vec![3, 4, 0, 0, 0, 0])
+        );
+        let r = slice_ranges(&s(&[2, 3]), &[1], &[1], &[3], &[1]).unwrap();
+        assert_eq!(
+            slice(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &r),
+            Some(vec![2, 3, 5, 6])
+        );
+    }
+}

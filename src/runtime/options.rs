@@ -1,0 +1,128 @@
+//! What a request is asked to do ([`RunOptions`]) and what it counts ([`RunStats`]).
+
+use super::RunError;
+use crate::memory::predictor::{Policy, PredictorOptions};
+
+/// How a request manages memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunOptions {
+    /// Preallocation policy of the request's shape predictor.
+    pub policy: Policy,
+    /// Predictor options (`DYNRT_MEM_PREALLOCATION_OPTIONS`).
+    pub predictor: PredictorOptions,
+    /// Share buffers between nodes without memory dependencies through the memory pool. Off:
+    /// every node owns its buffer.
+    pub pool: bool,
+    /// Fill every buffer handed out for reuse or preallocation with NaN before use
+    /// (`DYNRT_POISON=1`).
+    pub poison: bool,
+    /// Record every sizing decision as a shape-trace row (`dynrt demo --trace-out`; replay
+    /// it with `dynrt predict`).
+    pub trace: bool,
+}
+
+impl RunOptions {
+    /// `policy` with the reference predictor options, the pool on and poison off.
+    pub fn new(policy: Policy) -> Self {
+        RunOptions {
+            policy,
+            predictor: PredictorOptions::reference_defaults(),
+            pool: true,
+            poison: false,
+            trace: false,
+        }
+    }
+
+    /// [`RunOptions::new`] with `DYNRT_POISON` and `DYNRT_MEM_PREALLOCATION_OPTIONS` applied.
+    ///
+    /// # Errors
+    /// [`RunError::BadEnv`] for a `DYNRT_POISON` other than `0`/`1`; [`RunError::Predictor`]
+    /// for malformed preallocation options.
+    pub fn from_env(policy: Policy) -> Result<Self, RunError> {
+        let mut o = RunOptions::new(policy);
+        if let Some(p) = PredictorOptions::from_env()? {
+            o.predictor = p;
+        }
+        if let Ok(v) = std::env::var("DYNRT_POISON") {
+            o.poison = match v.trim() {
+                "" | "0" | "false" => false,
+                "1" | "true" => true,
+                _ => {
+                    return Err(RunError::BadEnv {
+                        name: "DYNRT_POISON",
+                        value: v,
+                        reason: "expected 0 or 1",
+                    })
+                }
+            };
+        }
+        Ok(o)
+    }
+}
+
+/// Counters of a request since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunStats {
+    /// Iterations run.
+    pub iterations: u64,
+    /// Nodes whose shape was inferred again because an input shape changed.
+    pub shape_updates: u64,
+    /// Nodes skipped by `update_shape` because no input shape changed.
+    pub shape_updates_skipped: u64,
+    /// Real allocations the request made (pool records, owned buffers, KV growth, arena).
+    pub allocations: u64,
+    /// Real allocations after the first iteration, because a buffer was too small (or
+    /// reclaimed).
+    pub reallocations: u64,
+    /// Sum of the sizes of the real allocations, bytes.
+    pub bytes_allocated_total: u64,
+    /// Buffers reused because the output fitted.
+    pub reuses: u64,
+    /// Allocations sized by a prediction larger than the actual output.
+    pub preallocations: u64,
+    /// Predicted sizes that could not be allocated; the exact size was used instead.
+    pub preallocation_fallbacks: u64,
+    /// Predictions refused by `can_preallocate` (over 90% of the budget or larger than the
+    /// largest buffer): the exact size was allocated.
+    pub preallocations_refused: u64,
+    /// Buffers shrunk because they stayed mostly empty (adaptive policy).
+    pub reclaims: u64,
+    /// KV-cache growths (old contents copied once into a larger buffer).
+    pub state_growths: u64,
+    /// Kernel dispatches encoded.
+    pub dispatches: u64,
+    /// Of those, dispatches recorded again from a node's dispatch plan (shapes and operand
+    /// ranges unchanged: no shape checks, parameter computation or cache lookups).
+    pub dispatches_replayed: u64,
+    /// Buffer copies encoded (reshapes, in-place appends, growth copies).
+    pub copies: u64,
+    /// Queue submits.
+    pub submits: u64,
+    /// NaN fills encoded (`DYNRT_POISON`).
+    pub poison_fills: u64,
+}
+
+impl RunStats {
+    /// Field-wise sum (counters of several requests of one run, e.g. prefill then decode).
+    pub fn merged(&self, o: &RunStats) -> RunStats {
+        RunStats {
+            iterations: self.iterations + o.iterations,
+            shape_updates: self.shape_updates + o.shape_updates,
+            shape_updates_skipped: self.shape_updates_skipped + o.shape_updates_skipped,
+            allocations: self.allocations + o.allocations,
+            reallocations: self.reallocations + o.reallocations,
+            bytes_allocated_total: self.bytes_allocated_total + o.bytes_allocated_total,
+            reuses: self.reuses + o.reuses,
+            preallocations: self.preallocations + o.preallocations,
+            preallocation_fallbacks: self.preallocation_fallbacks + o.preallocation_fallbacks,
+            preallocations_refused: self.preallocations_refused + o.preallocations_refused,
+            reclaims: self.reclaims + o.reclaims,
+            state_growths: self.state_growths + o.state_growths,
+            dispatches: self.dispatches + o.dispatches,
+            dispatches_replayed: self.dispatches_replayed + o.dispatches_replayed,
+            copies: self.copies + o.copies,
+            submits: self.submits + o.submits,
+            poison_fills: self.poison_fills + o.poison_fills,
+        }
+    }
+}
