@@ -21,12 +21,14 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`]; [`layout`] (the
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
+//! [`reduce`], [`movement`], [`mask`]; [`layout`] (the
 //! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -73,8 +75,9 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 5] = [
+pub const FAMILIES: [&Family; 6] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
@@ -101,6 +104,11 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 
