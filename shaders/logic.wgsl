@@ -376,6 +376,62 @@ fn f32_to_i64(f: f32) -> vec2<u32> {
     return v;
 }
 
+// v >> s for 1 <= s <= 63.
+fn shr64(v: vec2<u32>, s: u32) -> vec2<u32> {
+    if s >= 32u {
+        return vec2<u32>(v.y >> (s - 32u), 0u);
+    }
+    return vec2<u32>((v.x >> s) | (v.y << (32u - s)), v.y >> s);
+}
+
+// 1 << s for s <= 63.
+fn bit64(s: u32) -> vec2<u32> {
+    if s >= 32u {
+        return vec2<u32>(0u, 1u << (s - 32u));
+    }
+    return vec2<u32>(1u << s, 0u);
+}
+
+// An integer pair to the nearest f32, ties to even (WGSL's own conversion may round either
+// way): exact below 2^24, else the top 24 bits rounded on the bits shifted out.
+fn int_to_f32(v: vec2<u32>, is_signed_value: bool) -> f32 {
+    let negative = is_signed_value && (v.y & 0x80000000u) != 0u;
+    var m = v;
+    if negative {
+        m = sub64(vec2<u32>(0u, 0u), v);
+    }
+    var f: f32;
+    if m.y == 0u && m.x < 0x1000000u {
+        f = f32(m.x);
+    } else {
+        var e: u32;
+        if m.y != 0u {
+            e = 63u - countLeadingZeros(m.y);
+        } else {
+            e = 31u - countLeadingZeros(m.x);
+        }
+        let s = e - 23u;
+        var mant = shr64(m, s).x;
+        // The bits shifted out, compared with half of the last kept bit.
+        var low: vec2<u32>;
+        if s >= 32u {
+            low = vec2<u32>(m.x, m.y & ((1u << (s - 32u)) - 1u));
+        } else {
+            low = vec2<u32>(m.x & ((1u << s) - 1u), 0u);
+        }
+        let half = bit64(s - 1u);
+        if less64(half, low, false) || (all(low == half) && (mant & 1u) != 0u) {
+            mant += 1u;
+            if mant == 0x1000000u {
+                mant = mant >> 1u;
+                e += 1u;
+            }
+        }
+        f = bitcast<f32>(((e + 127u) << 23u) | (mant & 0x7fffffu));
+    }
+    return select(f, -f, negative);
+}
+
 fn convert(v: vec2<u32>, src_t: u32, dst_t: u32) -> vec2<u32> {
     if dst_t == T_BOOL {
         return vec2<u32>(select(0u, 1u, truthy(v, src_t)), 0u);
@@ -387,20 +443,7 @@ fn convert(v: vec2<u32>, src_t: u32, dst_t: u32) -> vec2<u32> {
         return f32_to_i64(bitcast<f32>(v.x));
     }
     if is_float(dst_t) {
-        var f: f32;
-        if src_t == T_I64 {
-            // Exact (rounded once) while the value fits 32 bits; above, two roundings.
-            if v.y == sign_fill((v.x & 0x80000000u) != 0u) {
-                f = f32(bitcast<i32>(v.x));
-            } else {
-                f = f32(bitcast<i32>(v.y)) * 4294967296.0 + f32(v.x);
-            }
-        } else if is_signed(src_t) {
-            f = f32(bitcast<i32>(v.x));
-        } else {
-            f = f32(v.x);
-        }
-        return vec2<u32>(bitcast<u32>(f), 0u);
+        return vec2<u32>(bitcast<u32>(int_to_f32(v, is_signed(src_t))), 0u);
     }
     // Integer to integer: the pair is the exact value; storing truncates to the width.
     return v;

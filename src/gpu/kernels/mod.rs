@@ -171,7 +171,9 @@ pub struct TensorRef<'a> {
     pub buffer: &'a Buffer,
     /// Start of the tensor in the buffer, a multiple of 4.
     pub offset_bytes: u64,
-    /// Bytes available from `offset_bytes` (at least the tensor's size).
+    /// Bytes available from `offset_bytes`: at least the tensor's size rounded up to a whole
+    /// 4-byte word (kernels of 1- and 2-byte types read and write the words their elements
+    /// share, as the runtime allocates them).
     pub size_bytes: u64,
 }
 
