@@ -11,7 +11,7 @@
 //! within `atol + rtol * |ref|` (listed at [`float_tol`]), NaN where NaN is expected.
 
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
-use dynrt::gpu::kernels::{KernelError, Kernels};
+use dynrt::gpu::kernels::{logic, KernelError, Kernels};
 use dynrt::gpu::{testing, Engine, Gpu};
 use dynrt::graph::ops::{Cast, CompareOp, Identity, LogicOp, Not, Where};
 use dynrt::graph::reference::{self, RefTensor};
@@ -21,17 +21,7 @@ use dynrt::shape::{DType, Shape};
 use dynrt::tensor::{decode_f32, encode_f32, encode_i64, HostTensor};
 
 /// Every type of the typed kernel.
-const TYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::I32,
-    DType::U32,
-    DType::I8,
-    DType::U8,
-    DType::Bool,
-    DType::I64,
-];
+const TYPES: [DType; 9] = logic::FAMILY_TYPES;
 
 /// Shape pairs: equal, broadcast both ways, scalar, odd counts, 2-D grid sized, empty.
 const PAIRS: [(&[u64], &[u64]); 7] = [

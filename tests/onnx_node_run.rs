@@ -264,18 +264,9 @@ fn run_case(engine: &Engine, case: &NodeTestCase) -> (Status, String) {
 
 #[test]
 fn node_test_cases_run_on_the_gpu() {
-    let dir = testdata::default_dir();
-    if !dir.is_dir() {
-        let msg = format!(
-            "no ONNX node tests in {} (run scripts/fetch_onnx_tests.sh)",
-            dir.display()
-        );
-        if std::env::var("DYNRT_REQUIRE_ONNX_TESTS").as_deref() == Ok("1") {
-            panic!("{msg}; DYNRT_REQUIRE_ONNX_TESTS=1");
-        }
-        eprintln!("SKIPPED: {msg}");
+    let Some(dir) = testdata::dir_or_skip() else {
         return;
-    }
+    };
     let Some(gpu) = testing::gpu_or_skip("node_test_cases_run_on_the_gpu") else {
         return;
     };

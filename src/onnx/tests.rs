@@ -57,39 +57,44 @@ pub(crate) fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     }
 }
 
-/// y = MatMul(x [batch, 4], w [4, 2]) + b, opset 17.
-fn model() -> ModelProto {
+/// A model of IR version 8 importing the default domain at opset 17, around `graph`.
+pub(crate) fn opset17(graph: GraphProto) -> ModelProto {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
             version: 17,
         }],
-        graph: Some(GraphProto {
-            name: "g".to_string(),
-            node: vec![
-                node("MatMul", "mm", &["x", "w"], &["xw"]),
-                node("Add", "add", &["xw", "b"], &["y"]),
-            ],
-            initializer: vec![
-                raw_f32("w", &[4, 2], &[1.0; 8]),
-                TensorProto {
-                    name: "b".to_string(),
-                    data_type: 1,
-                    dims: vec![2],
-                    float_data: vec![0.5, -0.5],
-                    ..Default::default()
-                },
-            ],
-            input: vec![value("x", 1, &["batch", "4"])],
-            output: vec![value("y", 1, &["batch", "2"])],
-            ..Default::default()
-        }),
+        graph: Some(graph),
         ..Default::default()
     }
 }
 
-fn load(m: &ModelProto) -> Result<OnnxModel, OnnxError> {
+/// y = MatMul(x [batch, 4], w [4, 2]) + b, opset 17.
+fn model() -> ModelProto {
+    opset17(GraphProto {
+        name: "g".to_string(),
+        node: vec![
+            node("MatMul", "mm", &["x", "w"], &["xw"]),
+            node("Add", "add", &["xw", "b"], &["y"]),
+        ],
+        initializer: vec![
+            raw_f32("w", &[4, 2], &[1.0; 8]),
+            TensorProto {
+                name: "b".to_string(),
+                data_type: 1,
+                dims: vec![2],
+                float_data: vec![0.5, -0.5],
+                ..Default::default()
+            },
+        ],
+        input: vec![value("x", 1, &["batch", "4"])],
+        output: vec![value("y", 1, &["batch", "2"])],
+        ..Default::default()
+    })
+}
+
+pub(crate) fn load(m: &ModelProto) -> Result<OnnxModel, OnnxError> {
     OnnxModel::from_bytes(
         Bytes::from(m.encode_to_vec()),
         &NoExternalData,

@@ -36,7 +36,7 @@ pub(crate) const OP_WHERE: u32 = 50;
 const TYPES: &str = "f32, f16, bf16, i32, u32, i8, u8, bool or i64";
 
 /// The element types the family runs on, in the order of the shader's type codes.
-pub(crate) const FAMILY_TYPES: [DType; 9] = [
+pub const FAMILY_TYPES: [DType; 9] = [
     DType::F32,
     DType::I32,
     DType::U32,
@@ -217,13 +217,10 @@ impl Kernel for Cast {
     }
 }
 
+/// A copy is a cast to the same type.
 impl Kernel for Identity {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        if typed(inputs, output) {
-            Ok(())
-        } else {
-            Err(TYPES)
-        }
+        Cast { to: output }.check_dtypes(inputs, output)
     }
     fn encode(
         &self,
@@ -231,7 +228,7 @@ impl Kernel for Identity {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
-        encode_typed(e, OP_CAST, inputs, out)
+        Cast { to: out.dtype }.encode(e, inputs, out)
     }
 }
 

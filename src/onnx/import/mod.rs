@@ -722,16 +722,20 @@ impl<'m> Ctx<'m> {
         op: impl Into<Op>,
         inputs: &[NodeId],
     ) -> Result<NodeId, ImportError> {
-        let name = node
-            .outputs
-            .get(k)
-            .filter(|o| !o.is_empty())
-            .cloned()
-            .ok_or_else(|| self.err(node, format!("has no output {k}")))?;
+        let name = self.output_name(node, k)?;
         let label = self.fresh_label(&name);
         let id = self.add_node(label, node, op.into(), inputs)?;
         self.values.insert(name, id);
         Ok(id)
+    }
+
+    /// The name of output `k` of `node`, which must be present.
+    fn output_name(&self, node: &OnnxNode, k: usize) -> Result<String, ImportError> {
+        node.outputs
+            .get(k)
+            .filter(|o| !o.is_empty())
+            .cloned()
+            .ok_or_else(|| self.err(node, format!("has no output {k}")))
     }
 
     /// [`Ctx::emit_output`] for output 0: the usual one-op conversion.
@@ -752,12 +756,7 @@ impl<'m> Ctx<'m> {
     /// # Errors
     /// [`ImportError::Node`] when the node has no output `k`.
     pub fn bind(&mut self, node: &OnnxNode, k: usize, id: NodeId) -> Result<(), ImportError> {
-        let name = node
-            .outputs
-            .get(k)
-            .filter(|o| !o.is_empty())
-            .cloned()
-            .ok_or_else(|| self.err(node, format!("has no output {k}")))?;
+        let name = self.output_name(node, k)?;
         self.values.insert(name, id);
         Ok(())
     }

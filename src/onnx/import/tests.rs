@@ -3,41 +3,23 @@
 //! shape-only and evaluated on the host, the one error listing every unsupported node, and
 //! malformed graphs named by node.
 
-use bytes::Bytes;
-use prost::Message;
-
 use super::*;
 use crate::graph::Bindings;
-use crate::onnx::external::NoExternalData;
 use crate::onnx::proto::*;
-use crate::onnx::tests::{attr, node, raw_f32, value};
-use crate::onnx::LoadOptions;
+use crate::onnx::tests::{attr, node, opset17, raw_f32, value};
 
 fn model_of(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: &[&str]) -> ModelProto {
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            name: "g".to_string(),
-            node: nodes,
-            input: inputs,
-            output: outputs.iter().map(|o| value(o, 1, &[])).collect(),
-            ..Default::default()
-        }),
+    opset17(GraphProto {
+        name: "g".to_string(),
+        node: nodes,
+        input: inputs,
+        output: outputs.iter().map(|o| value(o, 1, &[])).collect(),
         ..Default::default()
-    }
+    })
 }
 
 fn load(m: &ModelProto) -> OnnxModel {
-    OnnxModel::from_bytes(
-        Bytes::from(m.encode_to_vec()),
-        &NoExternalData,
-        &LoadOptions::default(),
-    )
-    .expect("the test model loads")
+    crate::onnx::tests::load(m).expect("the test model loads")
 }
 
 fn i64s(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
