@@ -12,7 +12,8 @@
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
 // 2 mul, 3 div, 4 pow, 5 min, 6 max; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp, 4 sqrt,
-// 5 reciprocal, 6 neg, 7 log, 8 tanh, 9 erf, 10 sigmoid, 11 gelu-erf), so each op gets its own
+// 5 reciprocal, 6 neg, 7 log, 8 tanh, 9 erf, 10 sigmoid, 11 gelu-erf, 12 abs, 13 floor,
+// 14 ceil, 15 round, 16 sin, 17 cos, 18 sign), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
 // pipeline serves all shapes. f32 only: integer and bool elementwise ops are logic.wgsl's.
 //
@@ -171,6 +172,14 @@ fn unary_op(x: f32) -> f32 {
         case 9u: { return erf_f32(x); }
         case 10u: { return 1.0 / (1.0 + exp(-x)); }
         case 11u: { return 0.5 * x * (1.0 + erf_f32(x * 0.7071067811865476)); }
+        case 12u: { return abs(x); }
+        case 13u: { return floor(x); }
+        case 14u: { return ceil(x); }
+        // WGSL's round breaks ties to even, as ONNX's Round does.
+        case 15u: { return round(x); }
+        case 16u: { return sin(x); }
+        case 17u: { return cos(x); }
+        case 18u: { return sign(x); }
         default: { return max(x, 0.0); }
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! Tolerances: integer, bool, cast, where and identity outputs bit-exact (casts to f16/bf16
 //! included: both sides round to nearest even); f32 pow, min, max and the unary activations
-//! within `atol + rtol * |ref|` (listed at [`float_tol`]), NaN where NaN is expected.
+//! within `atol + rtol * |ref|` (listed at [`float_tol`]: min, max, neg, abs, floor, ceil,
+//! round, sign exact; the rest atol 1e-6, rtol 1e-5), NaN where NaN is expected.
 
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
 use dynrt::gpu::kernels::{logic, KernelError, Kernels};
@@ -91,7 +92,14 @@ fn random(rng: &mut SplitMix64, shape: &[u64], dtype: DType) -> HostTensor {
 fn float_tol(op: &Op) -> (f32, f32) {
     match op {
         Op::Binary(BinaryOp::Min | BinaryOp::Max) => (0.0, 0.0),
-        Op::Unary(UnaryOp::Neg) => (0.0, 0.0),
+        Op::Unary(
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sign,
+        ) => (0.0, 0.0),
         // pow and erf-based ops: f32 exp2/log2 and the erf approximation (1.5e-7 absolute).
         Op::Binary(BinaryOp::Pow) => (1e-6, 1e-5),
         _ => (1e-6, 1e-5),
@@ -269,6 +277,13 @@ fn f32_pow_min_max_and_the_new_activations() {
             UnaryOp::Erf,
             UnaryOp::Sigmoid,
             UnaryOp::GeluErf,
+            UnaryOp::Abs,
+            UnaryOp::Floor,
+            UnaryOp::Ceil,
+            UnaryOp::Round,
+            UnaryOp::Sin,
+            UnaryOp::Cos,
+            UnaryOp::Sign,
         ] {
             let domain_positive = matches!(op, UnaryOp::Sqrt | UnaryOp::Log);
             for dims in [vec![], vec![1], vec![257], vec![4, 256], vec![3, 0, 2]] {
@@ -293,7 +308,8 @@ fn f32_pow_min_max_and_the_new_activations() {
             }
             // Small and large magnitudes: relative precision near 0, saturation far out.
             let mut v: Vec<f32> = vec![
-                1e-6, -1e-6, 1e-4, -3e-4, 0.3, -0.49, 0.51, 2.5, -3.9, 4.1, 9.0, -20.0, 80.0,
+                1e-6, -1e-6, 1e-4, -3e-4, 0.3, -0.49, 0.5, 0.51, 1.5, 2.5, -2.5, -3.9, 4.1, 9.0,
+                -20.0, 80.0,
             ];
             if domain_positive {
                 v.iter_mut().for_each(|x| *x = x.abs());

@@ -193,6 +193,20 @@ pub enum UnaryOp {
     Sigmoid,
     /// GELU, exact form: `0.5 x (1 + erf(x / sqrt(2)))` (ONNX `Gelu` without approximation).
     GeluErf,
+    /// `|x|`
+    Abs,
+    /// Round down.
+    Floor,
+    /// Round up.
+    Ceil,
+    /// Round to nearest, ties to even.
+    Round,
+    /// `sin(x)`
+    Sin,
+    /// `cos(x)`
+    Cos,
+    /// -1, 0 or 1 (0 for +-0).
+    Sign,
 }
 
 impl UnaryOp {
@@ -211,6 +225,13 @@ impl UnaryOp {
             UnaryOp::Erf => "erf",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Sign => "sign",
         }
     }
 
@@ -238,6 +259,21 @@ impl UnaryOp {
             UnaryOp::Erf => libm::erf(x),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Sign => {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            }
         };
         y as f32
     }

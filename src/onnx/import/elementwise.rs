@@ -1,5 +1,5 @@
 //! Converters of the arithmetic elementwise ops: `Add`, `Sub`, `Mul`, `Div`, `Pow`, `Min`,
-//! `Max` (n-ary), `Clip`, and the unary activations.
+//! `Max`, `Sum`, `Mean` (n-ary), `Clip`, and the unary activations and roundings.
 
 use super::{Ctx, ImportError};
 use crate::graph::ops::{BinaryOp, Cast, Identity, Op, UnaryOp};
@@ -60,6 +60,13 @@ pub(super) fn unary(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportErro
         "Tanh" => UnaryOp::Tanh,
         "Erf" => UnaryOp::Erf,
         "Sigmoid" => UnaryOp::Sigmoid,
+        "Abs" => UnaryOp::Abs,
+        "Floor" => UnaryOp::Floor,
+        "Ceil" => UnaryOp::Ceil,
+        "Round" => UnaryOp::Round,
+        "Sin" => UnaryOp::Sin,
+        "Cos" => UnaryOp::Cos,
+        "Sign" => UnaryOp::Sign,
         other => return Err(ctx.err(node, format!("not a unary op: {other}"))),
     };
     let x = ctx.input(node, 0)?;
@@ -84,15 +91,26 @@ pub(super) fn gelu(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError
     Ok(())
 }
 
-/// `Min` / `Max`: n-ary with broadcasting, a chain of binary ops (one input: itself).
-pub(super) fn min_max(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError> {
-    let op = if node.op_type == "Min" {
-        BinaryOp::Min
-    } else {
-        BinaryOp::Max
-    };
+/// `Min`, `Max`, `Sum`, `Mean`: n-ary with broadcasting, a chain of binary ops (one input:
+/// itself); `Mean` divides the sum by the input count.
+pub(super) fn variadic(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError> {
     let xs = ctx.inputs(node)?;
-    fold(ctx, node, op, &xs)
+    match node.op_type.as_str() {
+        "Min" => fold(ctx, node, BinaryOp::Min, &xs),
+        "Max" => fold(ctx, node, BinaryOp::Max, &xs),
+        "Sum" => fold(ctx, node, BinaryOp::Add, &xs),
+        "Mean" => {
+            let first = *xs.first().ok_or_else(|| ctx.err(node, "needs an input"))?;
+            let mut sum = first;
+            for (k, &x) in xs.iter().enumerate().skip(1) {
+                sum = ctx.add(node, &format!("sum{k}"), BinaryOp::Add, &[sum, x])?;
+            }
+            let n = ctx.constant_scalar(node, "count", ctx.dtype(first), xs.len() as f64)?;
+            ctx.emit(node, BinaryOp::Div, &[sum, n])?;
+            Ok(())
+        }
+        other => Err(ctx.err(node, format!("not a variadic op: {other}"))),
+    }
 }
 
 /// `op` folded over `xs` left to right, the last node labelled with the output.

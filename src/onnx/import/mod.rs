@@ -36,6 +36,31 @@
 //! Integer shape chains (`Shape → Gather → Unsqueeze → Concat → Reshape`) become host-evaluable
 //! dynrt ops: [`crate::graph::shape_data`] computes them at every `update_shape`, the graph
 //! marks them shape-only, and the runtime never dispatches them.
+//!
+//! # Adding a converter
+//!
+//! Write the function in the file of its family (`elementwise.rs`, `logic.rs`, `shape.rs`, or
+//! a new one) and add one line, in op-type order, to [`CONVERTERS`]:
+//!
+//! ```ignore
+//! /// `Softsign(x) = x / (1 + |x|)`: three dynrt ops.
+//! pub(super) fn softsign(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError> {
+//!     let x = ctx.input(node, 0)?;                          // a required input
+//!     let one = ctx.constant_scalar(node, "one", ctx.dtype(x), 1.0)?;
+//!     let abs = ctx.add(node, "abs", UnaryOp::Abs, &[x])?; // helper nodes: `<output>/abs`
+//!     let den = ctx.add(node, "den", BinaryOp::Add, &[abs, one])?;
+//!     ctx.emit(node, BinaryOp::Div, &[x, den])?;          // the node computing output 0
+//!     Ok(())
+//! }
+//! // in CONVERTERS:  line("Softsign", 1, elementwise::softsign),
+//! ```
+//!
+//! [`Ctx::version`] is the definition the model's opset selects (attributes moved to inputs
+//! between versions); [`Ctx::attr_int`] and its siblings read attributes with defaults;
+//! [`Ctx::const_input_ints`] reads an input that must be known at import (axes given as an
+//! input); [`Ctx::rank`] and [`Ctx::dims`] say what the probes know of a shape;
+//! [`Ctx::bind`] makes an output an alias of an existing node; [`Ctx::emit_output`] serves ops
+//! with several outputs. A node the converter cannot map is [`Ctx::err`], naming the node.
 
 mod elementwise;
 mod logic;
@@ -167,17 +192,21 @@ const fn line(op_type: &'static str, since: i64, convert: ConvertFn) -> Converte
 /// (a unit test keeps it so). `dynrt inspect`'s "unsupported" list is this registry's
 /// complement ([`refusal`]).
 pub const CONVERTERS: &[Converter] = &[
+    line("Abs", 6, elementwise::unary),
     line("Add", 7, elementwise::binary),
     line("And", 7, logic::logic),
     line("Cast", 6, logic::cast),
     line("CastLike", 15, logic::cast_like),
+    line("Ceil", 6, elementwise::unary),
     line("Clip", 6, elementwise::clip),
     line("Concat", 4, movement::concat),
     line("Constant", 1, shape::constant),
+    line("Cos", 7, elementwise::unary),
     line("Div", 7, elementwise::binary),
     line("Equal", 7, logic::compare),
     line("Erf", 9, elementwise::unary),
     line("Exp", 6, elementwise::unary),
+    line("Floor", 6, elementwise::unary),
     line("Gather", 1, movement::gather),
     line("Gelu", 20, elementwise::gelu),
     line("Greater", 7, logic::compare),
@@ -188,8 +217,9 @@ pub const CONVERTERS: &[Converter] = &[
     line("LessOrEqual", 12, logic::compare),
     line("Log", 6, elementwise::unary),
     line("MatMul", 1, nn::matmul),
-    line("Max", 8, elementwise::min_max),
-    line("Min", 8, elementwise::min_max),
+    line("Max", 8, elementwise::variadic),
+    line("Mean", 8, elementwise::variadic),
+    line("Min", 8, elementwise::variadic),
     line("Mul", 7, elementwise::binary),
     line("Neg", 6, elementwise::unary),
     line("Not", 1, logic::not),
@@ -198,12 +228,16 @@ pub const CONVERTERS: &[Converter] = &[
     line("Reciprocal", 6, elementwise::unary),
     line("Relu", 6, elementwise::unary),
     line("Reshape", 5, movement::reshape),
+    line("Round", 11, elementwise::unary),
     line("Shape", 1, shape::shape),
     line("Sigmoid", 6, elementwise::unary),
+    line("Sign", 9, elementwise::unary),
+    line("Sin", 7, elementwise::unary),
     line("Slice", 10, movement::slice),
-    line("Softmax", 13, nn::softmax),
+    line("Softmax", 1, nn::softmax),
     line("Sqrt", 6, elementwise::unary),
     line("Sub", 7, elementwise::binary),
+    line("Sum", 8, elementwise::variadic),
     line("Tanh", 6, elementwise::unary),
     line("Transpose", 1, movement::transpose),
     line("Where", 9, logic::where_),
