@@ -6,7 +6,7 @@
 //! Tolerances (|gpu - ref| <= atol + rtol * |ref|, ref computed with f64 intermediates):
 //! * add, sub, mul, relu, data movement, gather, where, causal mask, shape_of: exact
 //! * div: rtol 1e-6 (WGSL allows 2.5 ULP)
-//! * exp, gelu, silu: atol 1e-6, rtol 1e-5
+//! * exp, gelu, silu, sqrt: atol 1e-6, rtol 1e-5
 //! * matmul (inputs in [-1, 1)): atol 1e-6 * K + 1e-5 (f32 accumulation over K terms)
 //! * softmax: atol 2e-6, rtol 1e-4; layer_norm, rms_norm: atol 1e-4, rtol 1e-4
 
@@ -220,7 +220,13 @@ fn unary_ops() {
     for gpu in gpus("unary_ops") {
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(2);
-        for op in [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp] {
+        for op in [
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::Silu,
+            UnaryOp::Exp,
+            UnaryOp::Sqrt,
+        ] {
             let tol = if op == UnaryOp::Relu {
                 EXACT
             } else {
@@ -262,6 +268,13 @@ fn unary_ops() {
                 tol,
                 &format!("{} extremes", op.name()),
             );
+            if op == UnaryOp::Sqrt {
+                // Random values are half negative (NaN on both sides): positives too.
+                let mut t = f32_tensor(&mut rng, &[4, 65]);
+                t.values.iter_mut().for_each(|v| *v = v.abs() * 100.0);
+                let out = check(&gpu, &mut k, &Op::Unary(op), &[t], tol, "sqrt positives");
+                assert!(out.iter().all(|v| v.is_finite()));
+            }
             for i in 0..6 {
                 let dims = rand_shape(&mut rng, 4, 20);
                 let t = f32_tensor(&mut rng, &dims);

@@ -34,6 +34,7 @@
 //! ```
 
 use super::kind::AllocKind;
+use super::regions::Region;
 use std::fmt;
 
 /// What happened to a buffer.
@@ -278,11 +279,37 @@ pub struct KindStats {
     pub bytes_allocated: u64,
 }
 
+/// Counters of one device region (DESIGN §6): what the runtime placed there, whole buffers or
+/// ranges of a shared one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RegionStats {
+    /// Bytes held now.
+    pub current_bytes: u64,
+    /// Largest `current_bytes` reached.
+    pub peak_bytes: u64,
+    /// Buffers (or ranges) held now.
+    pub buffers: u64,
+    /// Buffers (or ranges) placed so far.
+    pub allocations: u64,
+}
+
+/// The regions [`MemoryStats::regions`] counts, in its order.
+pub const COUNTED_REGIONS: [Region; 3] =
+    [Region::Constants, Region::Placeholders, Region::Internal];
+
+/// Index of a counted region in [`MemoryStats::regions`].
+pub fn region_index(r: Region) -> Option<usize> {
+    COUNTED_REGIONS.iter().position(|&x| x == r)
+}
+
 /// A snapshot of the counters of every kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryStats {
     /// Indexed by [`AllocKind::index`].
     pub per_kind: [KindStats; 4],
+    /// Per region, indexed like [`COUNTED_REGIONS`] (constants, placeholders, internal);
+    /// buffers of no region (staging, readback) count only by kind.
+    pub regions: [RegionStats; 3],
     /// Bytes handed to `queue.write_buffer` ([`crate::gpu::Engine::queue_write`]): wgpu
     /// stages them in its own belt, outside any buffer of the engine.
     pub queue_write_bytes: u64,
@@ -443,6 +470,24 @@ impl Accounting {
                 r.dropped += 1;
             }
             r.events.push_back(e);
+        }
+    }
+
+    /// Records `bytes` placed in (`placed`) or taken out of `region`: a whole buffer of that
+    /// region, or a range of a shared buffer. Regions that are not counted are ignored.
+    pub fn record_region(&mut self, region: Region, bytes: u64, placed: bool) {
+        let Some(i) = region_index(region) else {
+            return;
+        };
+        let r = &mut self.stats.regions[i];
+        if placed {
+            r.current_bytes = r.current_bytes.saturating_add(bytes);
+            r.peak_bytes = r.peak_bytes.max(r.current_bytes);
+            r.buffers += 1;
+            r.allocations += 1;
+        } else {
+            r.current_bytes = r.current_bytes.saturating_sub(bytes);
+            r.buffers = r.buffers.saturating_sub(1);
         }
     }
 

@@ -39,6 +39,10 @@ pub struct NetworkOptions {
     /// decide (`Engine::preferred_kind`: `usm_shared` where the adapter maps storage
     /// buffers, else `usm_device` with staging).
     pub io_kind: Option<AllocKind>,
+    /// Inferences in flight the placeholders are sized for: how many copies of the inputs
+    /// and outputs the data region keeps room for, and how many free copies the network's
+    /// placeholder pool keeps for its next requests.
+    pub inflight: usize,
 }
 
 impl Default for NetworkOptions {
@@ -48,6 +52,7 @@ impl Default for NetworkOptions {
             fixed: Bindings::new(),
             states: Vec::new(),
             io_kind: None,
+            inflight: 2,
         }
     }
 }

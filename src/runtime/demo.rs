@@ -27,11 +27,10 @@
 
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use super::report::{
-    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, SizingCounts, TraceSample,
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
+    TraceSample,
 };
-use super::{
-    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
-};
+use super::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
@@ -170,14 +169,7 @@ impl Demo {
         let weights = DecoderWeights::generate(&config.model);
         let dg = build_graph(&config.model, &weights)?;
         let graph = dg.graph.clone();
-        let states: Vec<StateBinding> = dg
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
+        let states = dg.state_bindings();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };
@@ -381,9 +373,14 @@ impl Demo {
         let allocs = self.stats().allocations;
         let reallocations = allocs.saturating_sub(self.last_allocs) as u32;
         self.last_allocs = allocs;
+        let mut region_bytes = [0u64; 3];
+        for (r, s) in region_bytes.iter_mut().zip(&stats.regions) {
+            *r = s.current_bytes;
+        }
         self.trace.samples.push(TraceSample {
             step,
             bytes_in_use,
+            region_bytes,
             reallocations,
         });
         self.step += 1;
@@ -464,6 +461,7 @@ impl Demo {
             shape_updates_skipped: rs.shape_updates_skipped,
             ms_per_step,
             sizing: self.sizing(),
+            regions: RegionReport::from_stats(&stats),
         }
     }
 

@@ -122,7 +122,7 @@ pub fn run_op(
         frame.abandon();
         return Err(e.into());
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let bytes = engine
         .read_blocking(&buf, out_off, out_size)
@@ -212,7 +212,7 @@ pub fn run_graph(
             });
         }
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let mut out = Vec::new();
     for o in graph.outputs() {

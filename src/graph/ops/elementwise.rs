@@ -177,7 +177,7 @@ pub enum UnaryOp {
     Silu,
     /// `exp(x)`
     Exp,
-    /// `sqrt(x)`
+    /// `sqrt(x)` (NaN below 0)
     Sqrt,
     /// `1 / x`
     Reciprocal,
@@ -301,6 +301,17 @@ impl OpDef for UnaryOp {
     }
 }
 
+impl crate::graph::GraphBuilder {
+    /// `sqrt(x)` ([`UnaryOp::Sqrt`]).
+    pub fn sqrt(
+        &mut self,
+        label: impl Into<String>,
+        x: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.unary(label, UnaryOp::Sqrt, x)
+    }
+}
+
 /// NumPy broadcasting of two shapes: align from the right; each pair of dimensions must be
 /// equal or one of them 1 (a 0 broadcasts only against 0 or 1, giving 0).
 ///
@@ -362,6 +373,8 @@ mod tests {
         assert!((UnaryOp::Gelu.apply(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(UnaryOp::Relu.apply(-2.0), 0.0);
         assert!((UnaryOp::Silu.apply(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert_eq!(UnaryOp::Sqrt.apply(2.25), 1.5);
+        assert!(UnaryOp::Sqrt.apply(-1.0).is_nan());
     }
 
     #[test]
