@@ -29,6 +29,8 @@
 //! * [`runtime::Network`] (compiled once) and [`runtime::InferRequest`] (one per request): the
 //!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`, split into
 //!   a device-free session and a thin GPU executor.
+//! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
+//!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
 //!
 //! # Module map and adding an op
 //!
