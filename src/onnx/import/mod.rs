@@ -1059,7 +1059,11 @@ impl<'m> Ctx<'m> {
     /// [`ImportError::Node`] when it is out of range.
     pub fn axis(&self, node: &OnnxNode, axis: i64, rank: usize) -> Result<usize, ImportError> {
         let r = rank as i64;
-        let a = if axis < 0 { axis.saturating_add(r) } else { axis };
+        let a = if axis < 0 {
+            axis.saturating_add(r)
+        } else {
+            axis
+        };
         if (0..r).contains(&a) {
             Ok(a as usize)
         } else {

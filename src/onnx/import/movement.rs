@@ -125,7 +125,13 @@ pub(super) fn gather(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportErr
             .ok_or_else(|| ctx.err(node, "negative indices into an axis of unknown extent"))?;
         let fixed: Vec<i64> = v
             .iter()
-            .map(|&i| if i < 0 { i.saturating_add(rows as i64) } else { i })
+            .map(|&i| {
+                if i < 0 {
+                    i.saturating_add(rows as i64)
+                } else {
+                    i
+                }
+            })
             .collect();
         let shape = ctx
             .dims(ids)
