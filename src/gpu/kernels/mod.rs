@@ -21,15 +21,16 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`quant`] (linear and gather on quantized weights),
-//! [`reduce`], [`movement`], [`mask`], [`attention`] (RoPE, grouped-query attention);
-//! [`layout`] (the kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans),
-//! [`uniforms`].
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
+//! [`quant`] (linear and gather on quantized weights), [`reduce`], [`movement`], [`mask`],
+//! [`attention`] (RoPE, grouped-query attention); [`layout`] (the kernels' own index
+//! arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -77,8 +78,9 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 7] = [
+pub const FAMILIES: [&Family; 8] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
     &reduce::FAMILY,
@@ -110,6 +112,11 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::ShapeOf(o) => o,
         Op::Rope(o) => o,
         Op::Attention(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 
@@ -172,7 +179,9 @@ pub struct TensorRef<'a> {
     pub buffer: &'a Buffer,
     /// Start of the tensor in the buffer, a multiple of 4.
     pub offset_bytes: u64,
-    /// Bytes available from `offset_bytes` (at least the tensor's size).
+    /// Bytes available from `offset_bytes`: at least the tensor's size rounded up to a whole
+    /// 4-byte word (kernels of 1- and 2-byte types read and write the words their elements
+    /// share, as the runtime allocates them).
     pub size_bytes: u64,
 }
 
