@@ -7,6 +7,7 @@ mod bench;
 mod bench_decode;
 mod bench_generate;
 mod bench_kernels;
+mod bench_linear;
 mod demo;
 mod fetch;
 mod generate;
