@@ -125,9 +125,10 @@ function drawPanel(svg, box, points, series, xMax, title) {
     svg.append(svgEl('line', { x1: X0, x2: X0 + plotW, y1: y(b), y2: y(b), stroke: '#eee' }));
     svg.append(svgEl('text', { x: X0 - 6, y: y(b) + 4, 'text-anchor': 'end', 'font-size': 11, fill: '#555' }, formatBytes(Math.round(b))));
   }
-  const xTicks = Math.min(8, xMax);
-  for (let i = 0; i <= xTicks; i += 1) {
-    const s = Math.round((xMax * i) / xTicks);
+  // At most 9 labels, on whole multiples of one stride (rounding xMax * i / 8 gave uneven
+  // gaps such as 6, 8, 9, 11).
+  const xStride = Math.max(1, Math.ceil(xMax / 8));
+  for (let s = 0; s <= xMax; s += xStride) {
     svg.append(svgEl('text', { x: x(s), y: Y0 + plotH + 16, 'text-anchor': 'middle', 'font-size': 11, fill: '#555' }, String(s)));
   }
   svg.append(svgEl('text', { x: X0 + plotW / 2, y: box.top + box.height - 6, 'text-anchor': 'middle', 'font-size': 12, fill: '#333' }, 'step'));
