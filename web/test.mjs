@@ -8,6 +8,8 @@
 // network, and checks:
 //   - a browser without WebGPU gets the clear message (navigator.gpu removed by an init script);
 //   - a failed model download (the server answering 404) is an error on the page;
+//   - an adapter too small for the model (storage bindings of 16 MiB, reported by the
+//     browser's limits objects) is an error on the page that names the weight;
 //   - with WebGPU: the adapter is shown and the wasm GPU self-check (through dynrt's Engine)
 //     passes;
 //   - SmolLM2: the page downloads the GGUF (progress bar to the full size), loads it with
@@ -143,6 +145,7 @@ async function main() {
   try {
     await testNoWebGpu(context, url);
     await testFailedDownload(context, url);
+    if (modelPath) await testAdapterTooSmall(context, url);
     await testWithWebGpu(context, url, modelPath);
   } finally {
     await context.close();
@@ -178,6 +181,42 @@ async function testFailedDownload(context, url) {
   const state = await page.$eval('#load-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
   check('failed download: error shown on the page', state.state === 'error' && state.text.includes('HTTP 404') && state.text.includes('fetch'), `${state.state}: ${state.text.slice(0, 160)}`);
   check('failed download: generate stays disabled', await page.$eval('#generate', (b) => b.disabled));
+  await page.close();
+}
+
+async function testAdapterTooSmall(context, url) {
+  const page = await context.newPage();
+  // An adapter whose storage bindings hold 16 MiB: SmolLM2's token_embd (Q8_0, 30 MB) is
+  // bound whole, so the load must stop with the page's "too small" message. No GPU at hand
+  // is that small, so the browser's own limits objects report it: GPUAdapter.limits (what
+  // wgpu requests the device with) and GPUDevice.limits (what dynrt checks bindings against).
+  await page.addInitScript((maxBinding) => {
+    for (const cls of [globalThis.GPUAdapter, globalThis.GPUDevice]) {
+      const real = cls && Object.getOwnPropertyDescriptor(cls.prototype, 'limits');
+      if (!real) continue;
+      Object.defineProperty(cls.prototype, 'limits', {
+        configurable: true,
+        get() {
+          const limits = real.get.call(this);
+          return new Proxy(limits, {
+            get(target, key) {
+              const v = target[key];
+              if (key === 'maxStorageBufferBindingSize') return Math.min(v, maxBinding);
+              return typeof v === 'function' ? v.bind(target) : v;
+            },
+          });
+        },
+      });
+    }
+  }, 16 * 1024 * 1024);
+  await page.goto(url);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.state !== 'pending', null, { timeout: 120_000 });
+  await page.click('#load');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.getElementById('load-state').dataset.state), null, { timeout: 600_000 });
+  const state = await page.$eval('#load-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  check('adapter too small (16 MiB storage bindings): error shown on the page', state.state === 'error' && state.text.includes('too small') && state.text.includes('token_embd'),
+    `${state.state}: ${state.text.slice(0, 240)}`);
+  check('adapter too small: generate stays disabled', await page.$eval('#generate', (b) => b.disabled));
   await page.close();
 }
 
@@ -259,6 +298,8 @@ async function testLlm(page, modelPath) {
     k.points === w.tokens.length && r.points === w.tokens.length && k.series > 0 && r.series === 3 && k.marks > 0 && w.trace.length === w.tokens.length,
     JSON.stringify(charts));
   console.log(`     SmolLM2 on the page: ${w.prompt_tokens} prompt tokens at ${w.prefill_tokens_per_s.toFixed(2)} tokens/s (prefill ${w.prefill_ms.toFixed(0)} ms), ${w.decode_ms_per_token.toFixed(1)} ms per decode token; text ${JSON.stringify(w.text)}`);
+  const mib = (o) => Object.entries(o).map(([k, v]) => `${k} ${(v / 2 ** 20).toFixed(1)} MiB`).join(', ');
+  console.log(`     peak per kind: ${mib(w.peak_bytes)}; per region: ${mib(Object.fromEntries(Object.entries(w.regions).map(([k, v]) => [k, v.peak_bytes])))}; KV reserved/needed ${w.kv_reserved_over_needed.toFixed(3)}`);
   console.log(`     native (${native.adapter}): ${native.prefill_tokens_per_s.toFixed(2)} prompt tokens/s, ${native.decode_ms_per_token.toFixed(1)} ms per decode token`);
   mkdirSync(targetDir, { recursive: true });
   const shot = join(targetDir, 'web-llm.png');
