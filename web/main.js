@@ -23,6 +23,17 @@ const KIND_SERIES = KINDS.map((k) => ({ key: k, colour: KIND_COLOURS[k], value: 
 /** Chart series: bytes per device region (one panel each: weights dwarf the KV cache). */
 const REGION_SERIES = REGIONS.map((r) => ({ key: r, colour: REGION_COLOURS[r], value: (p) => p.region_bytes?.[r] ?? 0 }));
 
+/** The preallocation policies (`Policy` in dynrt), for both policy selects (adaptive selected). */
+const POLICIES = [
+  ['none', 'none (exact sizes)'],
+  ['reference', 'reference (OpenVINO rule)'],
+  ['adaptive', 'adaptive'],
+];
+
+function fillPolicySelect(select) {
+  select.replaceChildren(...POLICIES.map(([value, text]) => new Option(text, value, false, value === 'adaptive')));
+}
+
 /** Where the page downloads the model: web/serve.mjs serves the `dynrt fetch` cache here. */
 const MODEL_URL = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
 
@@ -451,6 +462,8 @@ async function generate(event) {
 }
 
 async function main() {
+  fillPolicySelect($('llm-policy'));
+  fillPolicySelect($('policy'));
   const detected = await detectWebGpu();
   if (!detected.ok) {
     setGpuStatus('error', `<strong>No WebGPU.</strong> ${detected.why}`);
