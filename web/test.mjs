@@ -184,14 +184,16 @@ async function testFailedDownload(context, url) {
   await page.close();
 }
 
-async function testAdapterTooSmall(context, url) {
-  const page = await context.newPage();
-  // An adapter whose storage bindings hold 16 MiB: SmolLM2's token_embd (Q8_0, 30 MB) is
-  // bound whole, so the load must stop with the page's "too small" message. No GPU at hand
-  // is that small, so the browser's own limits objects report it: GPUAdapter.limits (what
-  // wgpu requests the device with) and GPUDevice.limits (what dynrt checks bindings against).
-  await page.addInitScript((maxBinding) => {
-    for (const cls of [globalThis.GPUAdapter, globalThis.GPUDevice]) {
+/**
+ * Makes the browser report lower limits than its adapter has, before the page's scripts run:
+ * `caps` ({limit name: bytes}) caps the values of GPUAdapter.limits, which wgpu reads and
+ * requests the device with, so the device really gets them (a request at or above WebGPU's
+ * default is granted as asked). With `device`, GPUDevice.limits report them too: needed
+ * for a cap below WebGPU's default, which the browser raises to the default.
+ */
+async function capLimits(page, caps, { device = false } = {}) {
+  await page.addInitScript(({ caps, device }) => {
+    for (const cls of [globalThis.GPUAdapter, device ? globalThis.GPUDevice : null]) {
       const real = cls && Object.getOwnPropertyDescriptor(cls.prototype, 'limits');
       if (!real) continue;
       Object.defineProperty(cls.prototype, 'limits', {
@@ -201,14 +203,26 @@ async function testAdapterTooSmall(context, url) {
           return new Proxy(limits, {
             get(target, key) {
               const v = target[key];
-              if (key === 'maxStorageBufferBindingSize') return Math.min(v, maxBinding);
+              if (key in caps) return Math.min(v, caps[key]);
               return typeof v === 'function' ? v.bind(target) : v;
             },
           });
         },
       });
     }
-  }, 16 * 1024 * 1024);
+  }, { caps, device });
+}
+
+/** WebGPU's default limits: what every adapter offers at least. */
+const DEFAULT_LIMITS = { maxBufferSize: 256 * 2 ** 20, maxStorageBufferBindingSize: 128 * 2 ** 20 };
+
+async function testAdapterTooSmall(context, url) {
+  const page = await context.newPage();
+  // An adapter whose storage bindings hold 16 MiB: SmolLM2's token_embd (Q8_0, 30 MB) is
+  // bound whole, so the load must stop with the page's "too small" message. No GPU at hand
+  // is that small, and 16 MiB is below WebGPU's default, so the browser's limits objects
+  // report it (the adapter's, and the device's, which dynrt checks bindings against).
+  await capLimits(page, { maxStorageBufferBindingSize: 16 * 2 ** 20 }, { device: true });
   await page.goto(url);
   await page.waitForFunction(() => document.getElementById('gpu-status').dataset.state !== 'pending', null, { timeout: 120_000 });
   await page.click('#load');
@@ -222,6 +236,9 @@ async function testAdapterTooSmall(context, url) {
 
 async function testWithWebGpu(context, url, modelPath) {
   const page = await context.newPage();
+  // The device gets WebGPU's default limits (256 MiB buffers, 128 MiB storage bindings), not
+  // SwiftShader's 1 GiB: the model must load and run on any WebGPU adapter.
+  await capLimits(page, DEFAULT_LIMITS);
   const consoleErrors = [];
   page.on('console', (m) => {
     if (m.type() === 'error') consoleErrors.push(m.text());
@@ -266,6 +283,9 @@ async function testLlm(page, modelPath) {
   const info = JSON.parse(await page.$eval('#model-info', (el) => el.dataset.info));
   const ratio = info.weights_device_bytes / info.weights_file_bytes;
   check('SmolLM2: weights on the device in their block formats (within 1.05x of the file\'s tensor bytes)', ratio >= 1 && ratio <= 1.05, `${info.weights_device_bytes} / ${info.weights_file_bytes} = ${ratio.toFixed(4)}`);
+  check('SmolLM2: the device has WebGPU\'s default limits', info.max_buffer_size === DEFAULT_LIMITS.maxBufferSize
+    && info.max_storage_buffer_binding_size === DEFAULT_LIMITS.maxStorageBufferBindingSize,
+  `maxBufferSize ${info.max_buffer_size}, maxStorageBufferBindingSize ${info.max_storage_buffer_binding_size}`);
   check('SmolLM2: the data region within the adapter\'s buffer limit', info.data_region_buffers.length > 0
     && info.data_region_buffers.every((b) => b <= info.max_buffer_size)
     && info.data_region_buffers.reduce((a, b) => a + b, 0) >= info.constants_region_bytes,
