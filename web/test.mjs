@@ -10,8 +10,9 @@
 //   - a failed model download (the server answering 404) is an error on the page;
 //   - an adapter too small for the model (storage bindings of 16 MiB, reported by the
 //     browser's limits objects) is an error on the page that names the weight;
-//   - with WebGPU: the adapter is shown and the wasm GPU self-check (through dynrt's Engine)
-//     passes;
+//   - with WebGPU, on a device with WebGPU's default limits (256 MiB buffers, 128 MiB storage
+//     bindings; see capLimits): the adapter is shown and the wasm GPU self-check (through
+//     dynrt's Engine) passes;
 //   - SmolLM2: the page downloads the GGUF (progress bar to the full size), loads it with
 //     the weights in their block formats, generates greedily for a fixed prompt, and its
 //     tokens equal the native `dynrt generate --json` run's for the same prompt, max tokens
