@@ -148,6 +148,7 @@ fn time_op(
                     },
                     shape: s,
                     dtype: DType::F32,
+                    strides: None,
                 })
                 .collect();
             let output = Operand {
@@ -158,6 +159,7 @@ fn time_op(
                 },
                 shape: out,
                 dtype: DType::F32,
+                strides: None,
             };
             for _ in 0..reps {
                 kernels.encode(&mut pass, &mut uniforms, op, &operands, &output)?;
@@ -481,6 +483,7 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
             },
             shape,
             dtype: DType::F32,
+            strides: None,
         }
     }
     let ins = [operand(&bufs[0], &shape), operand(&bufs[1], &shape)];

@@ -148,6 +148,7 @@ impl Network {
         let target = Target {
             align_bytes: u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4),
             io_kind,
+            reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
         };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;

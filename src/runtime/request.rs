@@ -84,6 +84,7 @@ fn operand<'a>(v: View<'a, Buffer>) -> Operand<'a> {
         },
         shape: v.shape,
         dtype: v.dtype,
+        strides: v.strides,
     }
 }
 
@@ -109,6 +110,7 @@ fn tensor_of<'a>(
         },
         shape: session.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
+        strides: None,
     })
 }
 
@@ -410,7 +412,11 @@ impl InferRequest {
             && poison
             && !matches!(
                 c.role,
-                Role::Input { .. } | Role::Constant | Role::StateConcat { .. } | Role::ShapeOnly
+                Role::Input { .. }
+                    | Role::Constant
+                    | Role::StateConcat { .. }
+                    | Role::StateView { .. }
+                    | Role::ShapeOnly
             );
         let mut stats = RunStats::default();
         if poison_now {
@@ -423,7 +429,7 @@ impl InferRequest {
             }
         }
         match c.role {
-            Role::Input { .. } | Role::Constant | Role::ShapeOnly => {}
+            Role::Input { .. } | Role::Constant | Role::ShapeOnly | Role::StateView { .. } => {}
             Role::HostValue => {
                 if let Some(bytes) = self.session.take_upload(k) {
                     // HostValue nodes own their buffer (never pooled), so this write cannot
@@ -435,13 +441,13 @@ impl InferRequest {
             }
             Role::StateConcat { state } => {
                 let st = &self.session.states[state];
-                let past = st.valid_bytes;
-                let append = st.append_bytes;
                 let target = st
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
+                let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
+                let (growth, append) = st.copies(old_bytes, target.size_bytes());
                 if let Some(grown) = &st.grown {
-                    if poison {
+                    if poison && st.upload.is_none() {
                         if let Some(src) = self
                             .nan_source
                             .as_ref()
@@ -451,10 +457,22 @@ impl InferRequest {
                             stats.poison_fills += 1;
                         }
                     }
-                    if let (Some(old), true) = (&st.buffer, past > 0) {
-                        // Growth: the old contents move once.
-                        frame.copy(old, 0, grown, 0, past);
-                        stats.copies += 1;
+                    if let Some(old) = &st.buffer {
+                        // Growth: the old rows move once, block by block.
+                        for &(from, to, size) in &growth {
+                            frame.copy(old, from, grown, to, size);
+                            stats.copies += 1;
+                            stats.copy_bytes += size;
+                        }
+                    }
+                }
+                if let Some(bytes) = &st.upload {
+                    // A past given by the caller: written before the submit into the buffer
+                    // it is read from (nothing earlier in this submit reads it).
+                    for (from, to, size) in st.upload_writes(target.size_bytes()) {
+                        let (from, size) = (from as usize, size as usize);
+                        let part = bytes.get(from..from + size).unwrap_or_default();
+                        frame.write_before_submit(target, to, part.to_vec());
                     }
                 }
                 if node.inputs.len() != 2 {
@@ -464,16 +482,22 @@ impl InferRequest {
                 }
                 let src = tensor_of(&self.session, inner, node.inputs[1])
                     .ok_or_else(|| kernel_err("new rows have no buffer".into()))?;
-                if append > 0 {
-                    // Only the new slice is written (in-place concatenation).
+                if src.is_strided() {
+                    return Err(kernel_err(
+                        "the new rows of a state must be contiguous".into(),
+                    ));
+                }
+                // Only the new rows are written (in-place concatenation).
+                for (from, to, size) in append {
                     frame.copy(
                         src.tensor.buffer,
-                        src.tensor.offset_bytes,
+                        src.tensor.offset_bytes + from,
                         target,
-                        past,
-                        append,
+                        to,
+                        size,
                     );
                     stats.copies += 1;
+                    stats.copy_bytes += size;
                 }
             }
             Role::Copy => {
@@ -502,6 +526,7 @@ impl InferRequest {
                             bytes,
                         );
                         stats.copies += 1;
+                        stats.copy_bytes += bytes;
                     }
                 }
             }
@@ -540,6 +565,7 @@ impl InferRequest {
                                 bytes,
                             );
                             stats.copies += 1;
+                            stats.copy_bytes += bytes;
                         }
                         at += bytes;
                     }
@@ -585,6 +611,7 @@ impl InferRequest {
         s.dispatches += stats.dispatches;
         s.dispatches_replayed += stats.dispatches_replayed;
         s.copies += stats.copies;
+        s.copy_bytes += stats.copy_bytes;
         s.poison_fills += stats.poison_fills;
         Ok(())
     }
@@ -619,15 +646,43 @@ impl InferRequest {
             .ok_or_else(|| RunError::UnknownOutput {
                 label: label.to_string(),
             })?;
+        let strides = self
+            .session
+            .view(id)
+            .and_then(|v| v.strides)
+            .filter(|s| !crate::gpu::kernels::layout::is_row_major(&shape, s))
+            .map(<[u64]>::to_vec);
+        let Some(strides) = strides else {
+            let data = self
+                .engine()
+                .read(buf, off, bytes)
+                .await
+                .map_err(alloc_err(format!("reading output `{label}`")))?;
+            return Ok(HostTensor {
+                shape,
+                dtype,
+                bytes: data,
+            });
+        };
+        // A strided view (a padded KV cache): read the range it spans, keep its elements.
+        let elem = bytes / shape.checked_num_elements().unwrap_or(1).max(1);
+        let last: u64 = shape
+            .dims()
+            .iter()
+            .zip(&strides)
+            .map(|(&d, &s)| d.saturating_sub(1) * s)
+            .sum();
+        let span = ((last + 1) * elem).div_ceil(4) * 4;
+        let span = span.min(buf.size_bytes().saturating_sub(off));
         let data = self
             .engine()
-            .read(buf, off, bytes)
+            .read(buf, off, span)
             .await
             .map_err(alloc_err(format!("reading output `{label}`")))?;
         Ok(HostTensor {
+            bytes: super::session::compact(&data, &shape, &strides, elem),
             shape,
             dtype,
-            bytes: data,
         })
     }
 

@@ -3,11 +3,11 @@
 //! memory) and, for M <= [`SMALL_M_MAX`] (decode steps), a small-M kernel where one
 //! 64-invocation workgroup covers one row and 256 columns.
 
-use super::layout::{broadcast_strides, numel, u32_of};
+use super::layout::{batch_strides, numel, operand_strides, span, u32_of};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::matmul::dims;
 use crate::graph::ops::MatMul;
-use crate::shape::{DType, Shape};
+use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
 /// `shaders/matmul.wgsl`.
@@ -72,6 +72,11 @@ impl Kernel for MatMul {
         f32_only(inputs, output)
     }
 
+    /// Both sides are addressed through strides (rows, columns and batches).
+    fn reads_strided(&self, _input: usize) -> bool {
+        true
+    }
+
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
@@ -90,19 +95,20 @@ impl Kernel for MatMul {
             });
         }
         let n_out = numel("output", out.shape)?;
-        let (ba, oa) = e.bind("input 0", &a.tensor, numel("input 0", a.shape)? * 4)?;
-        let (bb, ob) = e.bind("input 1", &b.tensor, numel("input 1", b.shape)? * 4)?;
+        let (ba, oa) = e.bind("input 0", &a.tensor, span("input 0", a)? * 4)?;
+        let (bb, ob) = e.bind("input 1", &b.tensor, span("input 1", b)? * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, n_out * 4)?;
-        let batch_a = Shape::new(a.shape.dims()[..a.shape.rank() - 2].to_vec());
-        let batch_b = Shape::new(b.shape.dims()[..b.shape.rank() - 2].to_vec());
-        let sa: Vec<u64> = broadcast_strides(&batch_a, &d.batch)
-            .iter()
-            .map(|s| s * d.m * d.k)
-            .collect();
-        let sb: Vec<u64> = broadcast_strides(&batch_b, &d.batch)
-            .iter()
-            .map(|s| s * d.k * d.n)
-            .collect();
+        // Both sides are read through their strides (row-major, or a strided view such as a
+        // padded KV cache): rows and columns from the last two, batches from the others.
+        let (ra, rb) = (a.shape.rank(), b.shape.rank());
+        let (sta, stb) = (operand_strides(a), operand_strides(b));
+        let sa = batch_strides(a.shape.dims(), &sta, ra - 2, &d.batch);
+        let sb = batch_strides(b.shape.dims(), &stb, rb - 2, &d.batch);
+        let (b_stride_k, b_stride_n) = if self.transpose_b {
+            (stb[rb - 1], stb[rb - 2])
+        } else {
+            (stb[rb - 2], stb[rb - 1])
+        };
         let mut p = MatMulParams {
             m: u32_of("output", d.m)?,
             k: u32_of("input 0", d.k)?,
@@ -116,10 +122,10 @@ impl Kernel for MatMul {
             b_offset: ob,
             out_offset: oo,
             _pad1: 0,
-            a_stride_m: d.k as u32,
-            a_stride_k: 1,
-            b_stride_k: if self.transpose_b { 1 } else { d.n as u32 },
-            b_stride_n: if self.transpose_b { d.k as u32 } else { 1 },
+            a_stride_m: u32_of("input 0", sta[ra - 2])?,
+            a_stride_k: u32_of("input 0", sta[ra - 1])?,
+            b_stride_k: u32_of("input 1", b_stride_k)?,
+            b_stride_n: u32_of("input 1", b_stride_n)?,
             batch_shape: [1; 4],
             a_batch_strides: [0; 4],
             b_batch_strides: [0; 4],

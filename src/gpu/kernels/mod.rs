@@ -114,6 +114,15 @@ pub trait Kernel {
     /// A description of the types the kernel accepts.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str>;
 
+    /// Whether the kernel reads input `input` through its [`Operand::strides`] (a strided view
+    /// such as a padded KV cache); `false` (the default) means the runtime must hand it a
+    /// contiguous tensor. Kernels that read strided inputs: matmul (both sides), and the
+    /// strided copies of the movement family (reshape, transpose, slice, concat).
+    fn reads_strided(&self, input: usize) -> bool {
+        let _ = input;
+        false
+    }
+
     /// Records the dispatches computing the op from `inputs` into `output` (shapes already
     /// checked against the op's shape rule, output not empty). Returns the dispatch count.
     ///
@@ -167,7 +176,8 @@ pub struct TensorRef<'a> {
     pub size_bytes: u64,
 }
 
-/// A tensor operand of a kernel: where it is, its concrete shape and element type.
+/// A tensor operand of a kernel: where it is, its concrete shape and element type, and, for a
+/// strided view, its strides.
 #[derive(Debug, Clone, Copy)]
 pub struct Operand<'a> {
     /// Where the values are.
@@ -176,6 +186,30 @@ pub struct Operand<'a> {
     pub shape: &'a Shape,
     /// Element type.
     pub dtype: DType,
+    /// Element strides per dimension, from `tensor.offset_bytes`, when the tensor is a
+    /// strided view of its buffer (a KV cache with a padded sequence axis, a transposed view
+    /// of one); `None` is row-major and contiguous. Only kernels whose
+    /// [`Kernel::reads_strided`] says so take a strided input; outputs are always contiguous.
+    pub strides: Option<&'a [u64]>,
+}
+
+impl<'a> Operand<'a> {
+    /// A contiguous row-major operand.
+    pub fn contiguous(tensor: TensorRef<'a>, shape: &'a Shape, dtype: DType) -> Self {
+        Operand {
+            tensor,
+            shape,
+            dtype,
+            strides: None,
+        }
+    }
+
+    /// Whether the operand is a strided view that is not row-major contiguous (explicit
+    /// strides equal to the row-major ones are contiguous).
+    pub fn is_strided(&self) -> bool {
+        self.strides
+            .is_some_and(|s| !layout::is_row_major(self.shape, s))
+    }
 }
 
 /// Why a kernel could not be encoded.
@@ -295,6 +329,18 @@ pub enum KernelError {
     /// A uniform chunk could not be allocated.
     #[error("uniform slots: {0}")]
     Uniforms(String),
+    /// A strided input given to a kernel that reads its inputs contiguously (the runtime
+    /// copies such inputs into a contiguous tensor first), or strides that do not fit the
+    /// operand's rank.
+    #[error("op `{op}` input {input}: {reason}")]
+    Strided {
+        /// The op name.
+        op: &'static str,
+        /// Input position.
+        input: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 /// Pipeline cache counters.
@@ -548,6 +594,29 @@ impl Kernels {
                     got: output.shape.clone(),
                 });
             }
+        }
+        for (i, o) in inputs.iter().enumerate() {
+            if o.strides.is_some_and(|s| s.len() != o.shape.rank()) {
+                return Err(KernelError::Strided {
+                    op: name,
+                    input: i,
+                    reason: "strides do not match the rank",
+                });
+            }
+            if o.is_strided() && !kernel.reads_strided(i) {
+                return Err(KernelError::Strided {
+                    op: name,
+                    input: i,
+                    reason: "the kernel reads this input contiguously",
+                });
+            }
+        }
+        if output.is_strided() {
+            return Err(KernelError::Strided {
+                op: name,
+                input: inputs.len(),
+                reason: "outputs are written contiguously",
+            });
         }
         if layout::numel("output", output.shape)? == 0 {
             return Ok(0);

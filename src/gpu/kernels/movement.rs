@@ -2,7 +2,9 @@
 //! transpose, slice and each input of a concat; the gather of embedding rows; and the fill
 //! that writes `shape_of`'s values. They move 32-bit words, so they run on any 4-byte type.
 
-use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, MAX_RANK};
+use super::layout::{
+    check_rank, numel, operand_strides, pack8, span, strides, u32_of, u32s, MAX_RANK,
+};
 use super::{words_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::movement::slice_ranges;
 use crate::graph::ops::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -95,7 +97,7 @@ fn copy(
     if n == 0 {
         return Ok(0);
     }
-    let (bs, os) = e.bind("input 0", &src.tensor, numel("input 0", src.shape)? * 4)?;
+    let (bs, os) = e.bind("input 0", &src.tensor, span("input 0", src)? * 4)?;
     let (bd, od) = e.bind("output", &dst.tensor, numel("output", dst.shape)? * 4)?;
     let p = CopyParams {
         numel: n as u32,
@@ -110,7 +112,8 @@ fn copy(
     Ok(1)
 }
 
-/// A reshape moves the words in order.
+/// A reshape moves the words in order (a strided input is walked in its own shape, in
+/// row-major order, into the contiguous output).
 fn flat_copy(
     e: &mut Encoder<'_, '_>,
     op: &'static str,
@@ -125,11 +128,19 @@ fn flat_copy(
             got: out.shape.clone(),
         });
     }
+    if x.is_strided() {
+        let in_strides = operand_strides(x);
+        return copy(e, x, x.shape, &in_strides, 0, out, &strides(x.shape), 0);
+    }
     let flat = Shape::new(vec![n]);
     copy(e, x, &flat, &[1], 0, out, &[1], 0)
 }
 
 impl Kernel for Reshape {
+    /// A strided copy: any input layout.
+    fn reads_strided(&self, input: usize) -> bool {
+        input == 0
+    }
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         words_only(inputs, output)
     }
@@ -144,6 +155,10 @@ impl Kernel for Reshape {
 }
 
 impl Kernel for ReshapeTo {
+    /// A strided copy: any input layout.
+    fn reads_strided(&self, input: usize) -> bool {
+        input == 0
+    }
     /// Input 1 is shape data the kernel never reads.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         words_only(&inputs[..1.min(inputs.len())], output)
@@ -159,6 +174,10 @@ impl Kernel for ReshapeTo {
 }
 
 impl Kernel for Transpose {
+    /// A strided copy: any input layout.
+    fn reads_strided(&self, input: usize) -> bool {
+        input == 0
+    }
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         words_only(inputs, output)
     }
@@ -168,7 +187,7 @@ impl Kernel for Transpose {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
-        let st = strides(inputs[0].shape);
+        let st = operand_strides(&inputs[0]);
         let in_strides: Vec<u64> = self.perm.iter().map(|&p| st[p]).collect();
         let out_strides = strides(out.shape);
         copy(
@@ -185,6 +204,10 @@ impl Kernel for Transpose {
 }
 
 impl Kernel for Slice {
+    /// A strided copy: any input layout.
+    fn reads_strided(&self, input: usize) -> bool {
+        input == 0
+    }
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         words_only(inputs, output)
     }
@@ -205,7 +228,7 @@ impl Kernel for Slice {
             op: "slice",
             source,
         })?;
-        let st = strides(inputs[0].shape);
+        let st = operand_strides(&inputs[0]);
         let base: u64 = ranges.iter().zip(&st).map(|(r, s)| r.start * s).sum();
         let in_strides: Vec<u64> = ranges.iter().zip(&st).map(|(r, s)| r.step * s).collect();
         let out_strides = strides(out.shape);
@@ -223,6 +246,10 @@ impl Kernel for Slice {
 }
 
 impl Kernel for Concat {
+    /// A strided copy per input: any input layout.
+    fn reads_strided(&self, _input: usize) -> bool {
+        true
+    }
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         words_only(inputs, output)
     }
@@ -237,7 +264,7 @@ impl Kernel for Concat {
         let mut at = 0u64;
         let mut n = 0;
         for inp in inputs {
-            let in_strides = strides(inp.shape);
+            let in_strides = operand_strides(inp);
             let base = at * out_strides[self.axis];
             n += copy(e, inp, inp.shape, &in_strides, 0, out, &out_strides, base)?;
             at += inp.shape.dims()[self.axis];

@@ -104,6 +104,7 @@ pub fn run_op(
             },
             shape: &t.shape,
             dtype: t.dtype,
+            strides: None,
         })
         .collect();
     let out = Operand {
@@ -114,6 +115,7 @@ pub fn run_op(
         },
         shape: output_shape,
         dtype: output_dtype,
+        strides: None,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), op.name());
     if let Err(e) = frame.encode(op, &operands, &out) {
@@ -194,6 +196,7 @@ pub fn run_graph(
         },
         shape: &inferred.shapes[id.index()],
         dtype: graph.node(id).dtype,
+        strides: None,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), "run_graph");
     for &id in graph.order() {
