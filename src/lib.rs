@@ -33,6 +33,8 @@
 //!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
 //!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
 //!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
+//! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
+//!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
 //!
 //! # Module map and adding an op
 //!

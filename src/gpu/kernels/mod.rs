@@ -21,12 +21,14 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`]; [`layout`] (the
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
+//! [`reduce`], [`movement`], [`mask`]; [`layout`] (the
 //! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -73,8 +75,9 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 5] = [
+pub const FAMILIES: [&Family; 6] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
@@ -101,6 +104,11 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 
@@ -172,7 +180,9 @@ pub struct TensorRef<'a> {
     pub buffer: &'a Buffer,
     /// Start of the tensor in the buffer, a multiple of 4.
     pub offset_bytes: u64,
-    /// Bytes available from `offset_bytes` (at least the tensor's size).
+    /// Bytes available from `offset_bytes`: at least the tensor's size rounded up to a whole
+    /// 4-byte word (kernels of 1- and 2-byte types read and write the words their elements
+    /// share, as the runtime allocates them).
     pub size_bytes: u64,
 }
 

@@ -93,6 +93,8 @@ pub fn run_op(
             &vec![0xFF; out_size.div_ceil(4) as usize * 4],
         )
         .map_err(dev_err)?;
+    // Ranges cover whole words, as the runtime's allocations do (kernels of 1- and 2-byte
+    // types read and write the words their elements share).
     let operands: Vec<Operand<'_>> = inputs
         .iter()
         .zip(&offsets)
@@ -100,7 +102,7 @@ pub fn run_op(
             tensor: TensorRef {
                 buffer: &buf,
                 offset_bytes: off,
-                size_bytes: t.bytes.len() as u64,
+                size_bytes: (t.bytes.len() as u64).div_ceil(4) * 4,
             },
             shape: &t.shape,
             dtype: t.dtype,
@@ -111,7 +113,7 @@ pub fn run_op(
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: out_off,
-            size_bytes: out_size,
+            size_bytes: out_size.div_ceil(4) * 4,
         },
         shape: output_shape,
         dtype: output_dtype,

@@ -15,11 +15,13 @@
 //! `src/gpu/kernels/` and one line in its registry), its WGSL and its test. See "How to add
 //! an op" in the crate docs.
 //!
-//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
+//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
+//! (comparisons, boolean logic, cast, identity), [`matmul`],
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
 //! gather, shape_of), [`mask`] (causal mask, where).
 
 pub mod elementwise;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -31,6 +33,7 @@ use crate::shape::{DType, Shape};
 use std::fmt;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
 pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -278,6 +281,16 @@ registry! {
     CausalMask(mask::CausalMask),
     /// The shape of its input as an i32 tensor. Inputs: x.
     ShapeOf(movement::ShapeOf),
+    /// Comparison with broadcasting, bool result. Inputs: a, b.
+    Compare(logic::CompareOp),
+    /// Boolean logic with broadcasting. Inputs: a, b (bool).
+    Logic(logic::LogicOp),
+    /// Boolean negation. Inputs: x (bool).
+    Not(logic::Not),
+    /// Element type conversion. Inputs: x.
+    Cast(logic::Cast),
+    /// A copy of its input. Inputs: x.
+    Identity(logic::Identity),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that
