@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode`.
+//! `dynrt bench kernels|decode|onnx`.
 
 use std::process::ExitCode;
 
@@ -15,11 +15,15 @@ enum What {
     Kernels(super::bench_kernels::Args),
     /// All preallocation policies side by side on the decode demo.
     Decode(super::bench_decode::Args),
+    /// An ONNX model step by step (ops, or greedy decoding with carried caches): the dynrt
+    /// side of scripts/bench_peer.sh.
+    Onnx(super::bench_onnx::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Kernels(a) => super::bench_kernels::run(a),
         What::Decode(a) => super::bench_decode::run(a),
+        What::Onnx(a) => super::bench_onnx::run(a),
     }
 }

