@@ -243,7 +243,7 @@ impl Compiled {
                         state: state_of_concat[id.index()].unwrap_or(0),
                     },
                     Op::Concat(ops::Concat { axis: 0 }) => Role::ConcatCopy,
-                    Op::Reshape(_) | Op::ReshapeTo(_) => Role::Copy,
+                    _ if node.op.def().is_view() => Role::Copy,
                     Op::ShapeOf(_) => Role::HostValue,
                     _ if node.dtype.is_int()
                         && is_static[id.index()]
