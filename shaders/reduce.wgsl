@@ -11,6 +11,7 @@
 //                      a row is the d trailing elements, contiguous)
 //   reduce_layer_norm_nobias  the same without beta
 //   reduce_rms_norm    out = x / sqrt(mean(x^2) + eps) * gamma
+//   reduce_axes_input  the same, the axes read from their buffer (ONNX's axes input)
 //   reduce_axes        one output element per row: the reduction (override REDUCE_OP: 0 sum,
 //                      1 mean, 2 max, 3 min, 4 1 / sqrt(biased variance + eps)) of the d input
 //                      elements whose kept coordinates are the row's. The row's coordinates
@@ -28,7 +29,7 @@
 // Bindings (group 0); each entry point uses only the bindings it names:
 //   0 uniform  RowParams | AxesParams | CumParams (dynamic offset)
 //   1 storage read_write  x      [rows, d]
-//   2 storage read_write  gamma  [d]   (layer_norm, rms_norm)
+//   2 storage read_write  gamma  [d]   (layer_norm, rms_norm) / axes (reduce_axes_input)
 //   3 storage read_write  beta   [d]   (layer_norm)
 //   4 storage read_write  out
 //
@@ -37,9 +38,10 @@
 //                      gamma_offset: u32, beta_offset: u32, eps: f32, inner: u32,
 //                      flags: u32, _pad: [u32; 3] }                                  // 48 bytes
 //   struct AxesParams { rows: u32, d: u32, x_offset: u32, out_offset: u32,
-//                       kept_rank: u32, red_rank: u32, eps: f32, _pad: u32,
+//                       kept_rank: u32, red_rank: u32, eps: f32, axes_offset: u32,
+//                       axes_words: u32, flags: u32, _pad: [u32; 2],
 //                       kept_shape: [[u32; 4]; 2], kept_strides: [[u32; 4]; 2],
-//                       red_shape: [[u32; 4]; 2], red_strides: [[u32; 4]; 2] }       // 160 bytes
+//                       red_shape: [[u32; 4]; 2], red_strides: [[u32; 4]; 2] }       // 176 bytes
 //   struct CumParams { lines: u32, d: u32, inner: u32, x_offset: u32, out_offset: u32,
 //                      flags: u32, _pad: [u32; 2] }                                  // 32 bytes
 // Offsets are in 32-bit elements from the start of each binding.
@@ -67,7 +69,11 @@ struct AxesParams {
     kept_rank: u32,
     red_rank: u32,
     eps: f32,
-    _pad: u32,
+    axes_offset: u32,
+    axes_words: u32,
+    flags: u32,
+    _pad0: u32,
+    _pad1: u32,
     kept_shape: array<vec4<u32>, 2>,
     kept_strides: array<vec4<u32>, 2>,
     red_shape: array<vec4<u32>, 2>,
@@ -254,6 +260,44 @@ fn strided_offset(i: u32, rank: u32, shape: array<vec4<u32>, 2>, strides: array<
     return off;
 }
 
+// The reduction (REDUCE_OP) of the d elements base + strided_offset(i, red...), every
+// invocation of the workgroup taking part; the result is valid in every invocation.
+fn reduce_row(lid: u32, base: u32, d: u32, red_rank: u32, red_shape: array<vec4<u32>, 2>, red_strides: array<vec4<u32>, 2>, eps: f32) -> f32 {
+    var acc = 0.0;
+    if REDUCE_OP == 2u || REDUCE_OP == 3u {
+        // The minimum is minus the maximum of the negated values.
+        let sign = select(1.0, -1.0, REDUCE_OP == 3u);
+        var m = bitcast<f32>(0xff800000u);
+        for (var i = lid; i < d; i += WG) {
+            m = max(m, sign * x[base + strided_offset(i, red_rank, red_shape, red_strides)]);
+        }
+        acc = sign * reduce_max(lid, m);
+    } else {
+        var s = 0.0;
+        for (var i = lid; i < d; i += WG) {
+            s += x[base + strided_offset(i, red_rank, red_shape, red_strides)];
+        }
+        acc = reduce_sum(lid, s);
+        if REDUCE_OP != 0u {
+            // Mean (NaN for nothing: 0 / 0 is not portable WGSL, so say it).
+            var mean = bitcast<f32>(0x7fc00000u);
+            if d > 0u {
+                mean = acc / f32(d);
+            }
+            acc = mean;
+            if REDUCE_OP == 4u {
+                var v = 0.0;
+                for (var i = lid; i < d; i += WG) {
+                    let c = x[base + strided_offset(i, red_rank, red_shape, red_strides)] - mean;
+                    v += c * c;
+                }
+                acc = inverseSqrt(reduce_sum(lid, v) / f32(d) + eps);
+            }
+        }
+    }
+    return acc;
+}
+
 @compute @workgroup_size(64)
 fn reduce_axes(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -265,39 +309,69 @@ fn reduce_axes(
         return;
     }
     let base = ap.x_offset + strided_offset(row, ap.kept_rank, ap.kept_shape, ap.kept_strides);
-    let neg_inf = bitcast<f32>(0xff800000u);
-    var acc = 0.0;
-    if REDUCE_OP == 2u || REDUCE_OP == 3u {
-        // The minimum is minus the maximum of the negated values.
-        let sign = select(1.0, -1.0, REDUCE_OP == 3u);
-        var m = neg_inf;
-        for (var i = lid; i < ap.d; i += WG) {
-            m = max(m, sign * x[base + strided_offset(i, ap.red_rank, ap.red_shape, ap.red_strides)]);
+    let acc = reduce_row(lid, base, ap.d, ap.red_rank, ap.red_shape, ap.red_strides, ap.eps);
+    if lid == 0u {
+        dst[ap.out_offset + row] = acc;
+    }
+}
+
+// reduce_axes_input: the same with the axes read from binding 2 (i32, or the low words of
+// i64; axes_words apart from axes_offset): AxesParams' kept_shape holds x's shape and
+// kept_strides its strides (rank kept_rank), d the number of axes, flags bit 0
+// noop_with_empty_axes.
+@group(0) @binding(2) var<storage, read_write> axes_buf: array<i32>;
+
+@compute @workgroup_size(64)
+fn reduce_axes_input(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if row >= ap.rows {
+        return;
+    }
+    let rank = ap.kept_rank;
+    // Which dimensions are reduced: the listed ones (negative from the end), every one when
+    // none is listed, none when none is listed and noop_with_empty_axes.
+    var reduced = array<bool, 8>();
+    for (var k = 0u; k < ap.d; k++) {
+        var a = axes_buf[ap.axes_offset + k * ap.axes_words];
+        if a < 0 {
+            a += i32(rank);
         }
-        acc = sign * reduce_max(lid, m);
-    } else {
-        var s = 0.0;
-        for (var i = lid; i < ap.d; i += WG) {
-            s += x[base + strided_offset(i, ap.red_rank, ap.red_shape, ap.red_strides)];
-        }
-        acc = reduce_sum(lid, s);
-        if REDUCE_OP != 0u {
-            // Mean (NaN for nothing: 0 / 0 is not portable WGSL, so say it).
-            var mean = bitcast<f32>(0x7fc00000u);
-            if ap.d > 0u {
-                mean = acc / f32(ap.d);
-            }
-            acc = mean;
-            if REDUCE_OP == 4u {
-                var v = 0.0;
-                for (var i = lid; i < ap.d; i += WG) {
-                    let c = x[base + strided_offset(i, ap.red_rank, ap.red_shape, ap.red_strides)] - mean;
-                    v += c * c;
-                }
-                acc = inverseSqrt(reduce_sum(lid, v) / f32(ap.d) + ap.eps);
-            }
+        if a >= 0 && a < i32(rank) {
+            reduced[a] = true;
         }
     }
+    if ap.d == 0u && (ap.flags & 1u) == 0u {
+        for (var k = 0u; k < rank; k++) {
+            reduced[k] = true;
+        }
+    }
+    var kept_shape = array<vec4<u32>, 2>();
+    var kept_strides = array<vec4<u32>, 2>();
+    var red_shape = array<vec4<u32>, 2>();
+    var red_strides = array<vec4<u32>, 2>();
+    var nk = 0u;
+    var nr = 0u;
+    var d = 1u;
+    for (var k = 0u; k < rank; k++) {
+        let ext = ap.kept_shape[k / 4u][k % 4u];
+        let st = ap.kept_strides[k / 4u][k % 4u];
+        if reduced[k] {
+            red_shape[nr / 4u][nr % 4u] = ext;
+            red_strides[nr / 4u][nr % 4u] = st;
+            nr += 1u;
+            d *= ext;
+        } else {
+            kept_shape[nk / 4u][nk % 4u] = ext;
+            kept_strides[nk / 4u][nk % 4u] = st;
+            nk += 1u;
+        }
+    }
+    let base = ap.x_offset + strided_offset(row, nk, kept_shape, kept_strides);
+    let acc = reduce_row(lid, base, d, nr, red_shape, red_strides, 0.0);
     if lid == 0u {
         dst[ap.out_offset + row] = acc;
     }

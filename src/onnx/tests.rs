@@ -8,7 +8,7 @@ use super::external::{BytesResolver, NoExternalData};
 use super::proto::*;
 use super::*;
 
-fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
+pub(crate) fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
     let dim = dims
         .iter()
         .map(|d| Dimension {
@@ -32,7 +32,7 @@ fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
     }
 }
 
-fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+pub(crate) fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     NodeProto {
         op_type: op.to_string(),
         name: name.to_string(),
@@ -42,7 +42,7 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     }
 }
 
-fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+pub(crate) fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     TensorProto {
         name: name.to_string(),
         data_type: 1,
@@ -312,7 +312,7 @@ fn graph_checks_name_the_node() {
     ));
 }
 
-fn attr(name: &str, ty: i32) -> AttributeProto {
+pub(crate) fn attr(name: &str, ty: i32) -> AttributeProto {
     AttributeProto {
         name: name.to_string(),
         r#type: ty,

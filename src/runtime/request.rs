@@ -367,11 +367,17 @@ impl InferRequest {
         let poison = self.session.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
+        // Not host values: their upload is a queue write, which lands before every command
+        // of the submit, so a fill here would overwrite it (they own their buffer anyway).
         let poison_now = self.session.take_poison(k)
             && poison
             && !matches!(
                 c.role,
-                Role::Input { .. } | Role::Constant | Role::StateConcat { .. } | Role::ShapeOnly
+                Role::Input { .. }
+                    | Role::Constant
+                    | Role::StateConcat { .. }
+                    | Role::ShapeOnly
+                    | Role::HostValue
             );
         let mut stats = RunStats::default();
         if poison_now {

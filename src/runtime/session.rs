@@ -10,7 +10,7 @@
 use super::compile::{padded_bytes, Compiled, Role};
 use super::options::{RunOptions, RunStats};
 use super::RunError;
-use crate::graph::{ops, Bindings, Dim, NodeId, Op, Position};
+use crate::graph::{ops, shape_data, Bindings, Dim, NodeId, Op, Position};
 use crate::memory::pool::{MemoryPool, PoolRequest, PoolView, Storage};
 use crate::memory::predictor::{MemoryLimits, Sizer};
 use crate::memory::AllocKind;
@@ -98,13 +98,37 @@ pub(crate) struct Session<S: Storage> {
     pub states: Vec<StateSlot<S::Buffer>>,
     /// Output shape per node id (valid for nodes updated at least once).
     shapes: Vec<Shape>,
-    /// Host values per node id (shape data).
+    /// Host values per node id (shape data; small integer inputs included, so a shape rule
+    /// can read a target fed as an input).
     values: Vec<Option<Vec<i64>>>,
+    /// Per node id: whether its host value changed in the current iteration (a node whose
+    /// input values changed is inferred again even when no input shape did).
+    value_changed: Vec<bool>,
+    /// Per node id: whether its values reach a shape rule (through host-evaluable integer
+    /// nodes); only such inputs' values are read on the host.
+    feeds_shape: Vec<bool>,
     stats: RunStats,
     /// Whether the current iteration is the first (allocations then are not reallocations).
     first_iteration: bool,
     /// Ids of buffers freed since the executor last asked ([`Session::take_freed`]).
     freed: Vec<u64>,
+}
+
+/// Per node id: whether the node's values reach a shape rule ([`ops::OpDef::shape_data_inputs`])
+/// directly or through host-evaluable integer nodes.
+fn feeds_shape(graph: &crate::graph::Graph) -> Vec<bool> {
+    let mut feeds = vec![false; graph.len()];
+    for &id in graph.order().iter().rev() {
+        let node = graph.node(id);
+        let def = node.op.def();
+        let passes = feeds[id.index()] && node.dtype.is_int() && def.host_evaluable();
+        for (pos, &i) in node.inputs.iter().enumerate() {
+            if passes || def.shape_data_inputs().contains(&pos) {
+                feeds[i.index()] = true;
+            }
+        }
+    }
+    feeds
 }
 
 impl<S: Storage + Clone> Session<S> {
@@ -129,6 +153,8 @@ impl<S: Storage + Clone> Session<S> {
             states: Vec::new(),
             shapes: vec![Shape::default(); n],
             values: vec![None; n],
+            value_changed: vec![false; n],
+            feeds_shape: feeds_shape(&compiled.graph),
             stats: RunStats::default(),
             first_iteration: true,
             freed: Vec::new(),
@@ -667,29 +693,45 @@ impl<S: Storage + Clone> Session<S> {
             bindings.entry(k.clone()).or_insert(*v);
         }
 
+        self.value_changed.iter_mut().for_each(|v| *v = false);
         for k in 0..c.nodes.len() {
             let node = &c.nodes[k];
             let id = node.id;
             let gn = graph.node(id);
-            // update_shape: skip when no input shape changed (data-dependent values such as
-            // ShapeOf results are functions of shapes, so they cannot change either). Compared
-            // in place: this runs for every node of every iteration.
+            // update_shape: skip when no input shape and no input's host value changed (host
+            // values are functions of shapes and of the small integer inputs). Compared in
+            // place: this runs for every node of every iteration.
             let input_shape = match &gn.op {
                 Op::Input(_) => Some(graph.input_shape(id, &bindings)?),
                 _ => None,
             };
-            let changed = match (&self.slots[k].in_shapes, &input_shape) {
-                (None, _) => true,
-                (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
-                (Some(prev), None) => {
-                    prev.len() != gn.inputs.len()
-                        || gn
-                            .inputs
-                            .iter()
-                            .zip(prev)
-                            .any(|(i, p)| &self.shapes[i.index()] != p)
-                }
+            // A small integer input's values are host values too (a reshape target fed as an
+            // input is shape data).
+            let fed = match (&gn.op, self.feeds_shape[id.index()]) {
+                (Op::Input(_), true) => inputs
+                    .iter()
+                    .find(|(l, _)| *l == gn.label)
+                    .and_then(|(_, t)| shape_data::decode_constant(gn.dtype, &t.bytes)),
+                _ => None,
             };
+            if matches!(gn.op, Op::Input(_)) && fed != self.values[id.index()] {
+                self.value_changed[id.index()] = true;
+            }
+            let values_changed = self.value_changed[id.index()]
+                || gn.inputs.iter().any(|i| self.value_changed[i.index()]);
+            let changed = values_changed
+                || match (&self.slots[k].in_shapes, &input_shape) {
+                    (None, _) => true,
+                    (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
+                    (Some(prev), None) => {
+                        prev.len() != gn.inputs.len()
+                            || gn
+                                .inputs
+                                .iter()
+                                .zip(prev)
+                                .any(|(i, p)| &self.shapes[i.index()] != p)
+                    }
+                };
             if !changed {
                 self.stats.shape_updates_skipped += 1;
                 if node.role == Role::HostValue && self.options.poison {
@@ -707,6 +749,10 @@ impl<S: Storage + Clone> Session<S> {
             };
             self.stats.shape_updates += 1;
             let (shape, value) = graph.infer_node(id, &bindings, &self.shapes, &self.values)?;
+            let value = fed.or(value);
+            if value != self.values[id.index()] {
+                self.value_changed[id.index()] = true;
+            }
             // update_impl happens when the dispatch is recorded (module docs).
             match node.role {
                 Role::Constant | Role::ShapeOnly | Role::Input { state: Some(_) } => {}

@@ -21,17 +21,18 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`] (matmul, gemm, and convolution as an implicit GEMM on
-//! the same tiles), [`reduce`] (row normalisations, reductions over any axes, cumulative
-//! sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`] (pooling, batch norm),
-//! [`rotary`]; [`layout`] (the kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch
-//! plans), [`uniforms`].
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`]
+//! (matmul, gemm, and convolution as an implicit GEMM on the same tiles), [`reduce`] (row
+//! normalisations, reductions over any axes, cumulative sum), [`movement`], [`mask`],
+//! [`generate`] (range, trilu), [`cnn`] (pooling, batch norm), [`rotary`]; [`layout`] (the
+//! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod cnn;
 pub mod elementwise;
 pub mod encoder;
 pub mod generate;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -79,8 +80,9 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 8] = [
+pub const FAMILIES: [&Family; 9] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
@@ -110,6 +112,8 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::SizeOf(o) => o,
+        Op::SliceTo(o) => o,
         Op::SplitPart(o) => o,
         Op::Expand(o) => o,
         Op::Squeeze(o) => o,
@@ -125,6 +129,11 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Pool(o) => o,
         Op::BatchNorm(o) => o,
         Op::RotaryEmbedding(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 

@@ -11,7 +11,7 @@ use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::movement::slice_ranges;
 use crate::graph::ops::{
     axis_index, Concat, ConstantOfShape, Expand, Flatten, Gather, Reshape, ReshapeTo, ShapeOf,
-    Slice, SplitPart, Squeeze, Transpose, Unsqueeze,
+    SizeOf, Slice, SliceTo, SplitPart, Squeeze, Transpose, Unsqueeze,
 };
 use crate::shape::{DType, Shape};
 use bytemuck::{Pod, Zeroable};
@@ -25,7 +25,9 @@ pub const FAMILY: Family = Family {
     source: WGSL,
     bindings: |entry| match entry {
         "movement_copy" => &[1, 3],
-        "movement_gather" => &[1, 2, 3],
+        "movement_gather" | "movement_slice" | "movement_split_sized" => &[1, 2, 3],
+        "movement_slice_steps" => &[1, 2, 3, 4],
+        "movement_slice_axes" => &[1, 2, 3, 4, 5],
         _ => &[3],
     },
 };
@@ -98,6 +100,36 @@ pub struct SplatParams {
     pub lo: u32,
     /// Odd words.
     pub hi: u32,
+}
+
+/// `SliceParams` of `shaders/movement.wgsl` (160 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct SliceParams {
+    /// Words copied.
+    pub numel: u32,
+    /// Rank of the iteration shape.
+    pub rank: u32,
+    /// Source word offset.
+    pub in_offset: u32,
+    /// Destination word offset.
+    pub out_offset: u32,
+    /// Number of sliced axes (parameters per tensor).
+    pub n_axes: u32,
+    /// Word offset of the starts.
+    pub starts_offset: u32,
+    /// Word offset of the steps.
+    pub steps_offset: u32,
+    /// Words per parameter (1: i32, 2: i64).
+    pub param_words: u32,
+    /// Iteration (output) shape.
+    pub shape: [[u32; 4]; 2],
+    /// Contiguous input strides per iteration dimension.
+    pub in_strides: [[u32; 4]; 2],
+    /// Input extents per iteration dimension.
+    pub dims: [[u32; 4]; 2],
+    /// The iteration dimension of each parameter.
+    pub axis_of: [[u32; 4]; 2],
 }
 
 /// 32-bit words per element of the types the strided kernels move: 1 for 4-byte types, 2 for
@@ -347,10 +379,18 @@ impl Kernel for Slice {
     }
 }
 
-impl Kernel for SplitPart {
+impl Kernel for SliceTo {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        strided_types(inputs, output)
+        let params = inputs.get(1).copied();
+        let same = inputs[1..].iter().all(|&d| Some(d) == params);
+        let ok = matches!(params, Some(DType::I32 | DType::I64)) && same;
+        if ok && strided_types(&inputs[..1], output).is_ok() {
+            Ok(())
+        } else {
+            Err("data of 32- or 64-bit elements and i32 or i64 parameters of one type")
+        }
     }
+    /// Starts and steps are read on the device (the ends only shape the output).
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
@@ -358,18 +398,173 @@ impl Kernel for SplitPart {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let x = &inputs[0];
-        let (axis, start, _) = self.range(x.shape).map_err(|source| KernelError::Infer {
+        let words = element_words(out.dtype).unwrap_or(1);
+        let rank = x.shape.rank();
+        let n_axes = numel("input 1", inputs[1].shape)? as usize;
+        let axes_input = inputs.get(4);
+        let axes: Vec<usize> = match (&self.axes, axes_input) {
+            (_, Some(_)) => Vec::new(),
+            (Some(a), None) => a
+                .iter()
+                .map(|&v| axis_index(v, rank))
+                .collect::<Result<_, _>>()
+                .map_err(|source| KernelError::Infer {
+                    op: "slice_to",
+                    source,
+                })?,
+            (None, None) => (0..n_axes).collect(),
+        };
+        if axes_input.is_none() && (axes.len() != n_axes || axes.iter().any(|&a| a >= rank)) {
+            return Err(KernelError::Infer {
+                op: "slice_to",
+                source: crate::graph::InferError::Slice {
+                    reason: "axes and starts must have the same length",
+                },
+            });
+        }
+        let mut shape = out.shape.dims().to_vec();
+        let mut dims = x.shape.dims().to_vec();
+        let mut in_strides: Vec<u64> = strides(x.shape).iter().map(|s| s * words).collect();
+        if words > 1 {
+            shape.push(words);
+            dims.push(words);
+            in_strides.push(1);
+        }
+        let it = Shape::new(shape);
+        check_rank(&it)?;
+        let n = numel("output", &it)?;
+        let param_words = element_words(inputs[1].dtype).unwrap_or(1);
+        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4 * words)?;
+        let (bs, os) = e.bind(
+            "input 1",
+            &inputs[1].tensor,
+            (n_axes as u64 * 4 * param_words).max(4),
+        )?;
+        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+        let mut p = SliceParams {
+            numel: u32_of("output", n)?,
+            rank: it.rank() as u32,
+            in_offset: ox,
+            out_offset: oo,
+            n_axes: n_axes as u32,
+            starts_offset: os,
+            steps_offset: 0,
+            param_words: param_words as u32,
+            shape: pack8(&u32s("output", it.dims())?),
+            in_strides: pack8(&u32s("input 0", &in_strides)?),
+            dims: pack8(&u32s("input 0", &dims)?),
+            axis_of: pack8(&axes.iter().map(|&a| a as u32).collect::<Vec<_>>()),
+        };
+        let param_bytes = (n_axes as u64 * 4 * param_words).max(4);
+        match (inputs.get(3), axes_input) {
+            (Some(steps), Some(axes)) => {
+                let (bt, ot) = e.bind("input 3", &steps.tensor, param_bytes)?;
+                let (ba, oa) = e.bind("input 4", &axes.tensor, param_bytes)?;
+                p.steps_offset = ot;
+                p.axis_of[0][0] = oa;
+                p.axis_of[1][3] = u32::from(words > 1);
+                e.dispatch(
+                    FAMILY.key("movement_slice_axes"),
+                    &p,
+                    &[bx, bs, bo, bt, ba],
+                    n.div_ceil(256),
+                )?;
+            }
+            (Some(steps), None) => {
+                let (bt, ot) = e.bind("input 3", &steps.tensor, param_bytes)?;
+                p.steps_offset = ot;
+                e.dispatch(
+                    FAMILY.key("movement_slice_steps"),
+                    &p,
+                    &[bx, bs, bo, bt],
+                    n.div_ceil(256),
+                )?;
+            }
+            (None, _) => e.dispatch(
+                FAMILY.key("movement_slice"),
+                &p,
+                &[bx, bs, bo],
+                n.div_ceil(256),
+            )?,
+        }
+        Ok(1)
+    }
+}
+
+impl Kernel for SplitPart {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        let sizes_ok = inputs
+            .get(1)
+            .is_none_or(|&d| matches!(d, DType::I32 | DType::I64));
+        if sizes_ok && strided_types(&inputs[..1], output).is_ok() {
+            Ok(())
+        } else {
+            Err("data of 32- or 64-bit elements and i32 or i64 sizes")
+        }
+    }
+    /// A strided copy from the part's start; with sizes given as a tensor the start is summed
+    /// on the device from the sizes before the part.
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let x = &inputs[0];
+        let infer = |source| KernelError::Infer {
             op: "split_part",
             source,
-        })?;
-        let rank = x.shape.rank();
-        slice_copy(
-            e,
-            x,
-            out,
-            (0..rank).map(|a| if a == axis { start } else { 0 }),
-            std::iter::repeat_n(1, rank),
-        )
+        };
+        let Some(sizes) = inputs.get(1) else {
+            let (axis, start, _) = self.range(x.shape).map_err(infer)?;
+            let rank = x.shape.rank();
+            return slice_copy(
+                e,
+                x,
+                out,
+                (0..rank).map(|a| if a == axis { start } else { 0 }),
+                std::iter::repeat_n(1, rank),
+            );
+        };
+        let axis = axis_index(self.axis, x.shape.rank()).map_err(infer)?;
+        let words = element_words(out.dtype).unwrap_or(1);
+        let mut shape = out.shape.dims().to_vec();
+        let mut dims = x.shape.dims().to_vec();
+        let mut in_strides: Vec<u64> = strides(x.shape).iter().map(|s| s * words).collect();
+        if words > 1 {
+            shape.push(words);
+            dims.push(words);
+            in_strides.push(1);
+        }
+        let it = Shape::new(shape);
+        check_rank(&it)?;
+        let n = numel("output", &it)?;
+        let count = numel("input 1", sizes.shape)?;
+        let param_words = element_words(sizes.dtype).unwrap_or(1);
+        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4 * words)?;
+        let (bs, os) = e.bind("input 1", &sizes.tensor, (count * 4 * param_words).max(4))?;
+        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+        let p = SliceParams {
+            numel: u32_of("output", n)?,
+            rank: it.rank() as u32,
+            in_offset: ox,
+            out_offset: oo,
+            n_axes: 1,
+            starts_offset: os,
+            steps_offset: u32_of("input 1", (self.index as u64).min(count))?,
+            param_words: param_words as u32,
+            shape: pack8(&u32s("output", it.dims())?),
+            in_strides: pack8(&u32s("input 0", &in_strides)?),
+            dims: pack8(&u32s("input 0", &dims)?),
+            axis_of: pack8(&[axis as u32]),
+        };
+        e.dispatch(
+            FAMILY.key("movement_split_sized"),
+            &p,
+            &[bx, bs, bo],
+            n.div_ceil(256),
+        )?;
+        Ok(1)
     }
 }
 
@@ -534,6 +729,37 @@ impl Kernel for ShapeOf {
     }
 }
 
+impl Kernel for SizeOf {
+    /// Writes an i64.
+    fn check_dtypes(&self, _: &[DType], output: DType) -> Result<(), &'static str> {
+        if output == DType::I64 {
+            Ok(())
+        } else {
+            Err("an i64 output")
+        }
+    }
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let n = inputs[0].shape.checked_num_elements().unwrap_or(u64::MAX);
+        let (bo, oo) = e.bind("output", &out.tensor, 8)?;
+        let mut values = [[0u32; 4]; 4];
+        values[0][0] = n as u32;
+        values[0][1] = (n >> 32) as u32;
+        let p = FillParams {
+            n: 2,
+            out_offset: oo,
+            _pad: [0; 2],
+            values,
+        };
+        e.dispatch(FAMILY.key("movement_fill"), &p, &[bo], 1)?;
+        Ok(1)
+    }
+}
+
 impl Kernel for ConstantOfShape {
     /// Any plain type; input 0 is shape data the kernel never reads.
     fn check_dtypes(&self, _: &[DType], output: DType) -> Result<(), &'static str> {
@@ -583,5 +809,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<GatherParams>(), 32);
         assert_eq!(std::mem::size_of::<FillParams>(), 80);
         assert_eq!(std::mem::size_of::<SplatParams>(), 16);
+        assert_eq!(std::mem::size_of::<SliceParams>(), 160);
     }
 }

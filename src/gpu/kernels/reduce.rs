@@ -6,7 +6,9 @@
 use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, INPUT_NAMES};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
 use crate::graph::ops::norm::infer_norm;
-use crate::graph::ops::{axis_index, CumSum, LayerNorm, Reduce, ReduceKind, RmsNorm, Softmax};
+use crate::graph::ops::{
+    axis_index, CumSum, LayerNorm, Reduce, ReduceAxes, ReduceKind, RmsNorm, Softmax,
+};
 use crate::shape::{DType, Shape};
 use bytemuck::{Pod, Zeroable};
 
@@ -19,7 +21,7 @@ pub const FAMILY: Family = Family {
     source: WGSL,
     bindings: |entry| match entry {
         "reduce_layer_norm" => &[1, 2, 3, 4],
-        "reduce_rms_norm" | "reduce_layer_norm_nobias" => &[1, 2, 4],
+        "reduce_rms_norm" | "reduce_layer_norm_nobias" | "reduce_axes_input" => &[1, 2, 4],
         _ => &[1, 4],
     },
 };
@@ -50,7 +52,7 @@ pub struct RowParams {
     pub _pad: [u32; 3],
 }
 
-/// `AxesParams` of `shaders/reduce.wgsl` (160 bytes).
+/// `AxesParams` of `shaders/reduce.wgsl` (176 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct AxesParams {
@@ -68,9 +70,15 @@ pub struct AxesParams {
     pub red_rank: u32,
     /// Epsilon of the inverse standard deviation.
     pub eps: f32,
+    /// Word offset of the axes (`reduce_axes_input`).
+    pub axes_offset: u32,
+    /// Words per axis (1: i32, 2: i64).
+    pub axes_words: u32,
+    /// Bit 0: noop_with_empty_axes.
+    pub flags: u32,
     /// Padding.
-    pub _pad: u32,
-    /// Kept dimensions.
+    pub _pad: [u32; 2],
+    /// Kept dimensions (`reduce_axes_input`: x's shape).
     pub kept_shape: [[u32; 4]; 2],
     /// Input strides of the kept dimensions.
     pub kept_strides: [[u32; 4]; 2],
@@ -232,12 +240,21 @@ impl Kernel for RmsNorm {
 }
 
 impl Kernel for Reduce {
-    /// f32 on the device (integer reductions are shape data, evaluated on the host).
+    /// f32 data on the device (integer reductions are shape data, evaluated on the host);
+    /// i32 or i64 axes.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        f32_only(inputs, output)
+        let axes_ok = inputs
+            .get(1)
+            .is_none_or(|&d| matches!(d, DType::I32 | DType::I64));
+        if axes_ok && f32_only(&inputs[..1], output).is_ok() {
+            Ok(())
+        } else {
+            Err("f32 data and i32 or i64 axes")
+        }
     }
     /// One workgroup per output element; the kept and reduced coordinates walk the input
-    /// through its own strides, so any axes work without a transpose.
+    /// through its own strides, so any axes work without a transpose. Axes given as a tensor
+    /// are read on the device.
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
@@ -245,53 +262,87 @@ impl Kernel for Reduce {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let x = &inputs[0];
-        let axes = self.axes_of(x.shape).map_err(infer_err(self.kind.name()))?;
         let st = strides(x.shape);
-        let (mut kept_shape, mut kept_st, mut red_shape, mut red_st) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (a, (&dim, &s)) in x.shape.dims().iter().zip(&st).enumerate() {
-            if axes.contains(&a) {
-                red_shape.push(dim);
-                red_st.push(s);
-            } else {
-                kept_shape.push(dim);
-                kept_st.push(s);
-            }
-        }
-        check_rank(&Shape::new(kept_shape.clone()))?;
-        check_rank(&Shape::new(red_shape.clone()))?;
         let rows = numel("output", out.shape)?;
-        let d: u64 = red_shape.iter().product();
         let (bx, ox) = e.bind(
             "input 0",
             &x.tensor,
             (numel("input 0", x.shape)? * 4).max(4),
         )?;
-        let (bo, oo) = e.bind("output", &out.tensor, rows * 4)?;
         let eps = match self.kind {
             ReduceKind::InvStdDev { eps } => eps,
             _ => 0.0,
         };
-        let p = AxesParams {
+        let mut p = AxesParams {
             rows: u32_of("output", rows)?,
-            d: u32_of("input 0", d)?,
+            d: 0,
             x_offset: ox,
-            out_offset: oo,
-            kept_rank: kept_shape.len() as u32,
-            red_rank: red_shape.len() as u32,
+            out_offset: 0,
+            kept_rank: 0,
+            red_rank: 0,
             eps,
-            _pad: 0,
-            kept_shape: pack8(&u32s("input 0", &kept_shape)?),
-            kept_strides: pack8(&u32s("input 0", &kept_st)?),
-            red_shape: pack8(&u32s("input 0", &red_shape)?),
-            red_strides: pack8(&u32s("input 0", &red_st)?),
+            axes_offset: 0,
+            axes_words: 1,
+            flags: 0,
+            _pad: [0; 2],
+            kept_shape: [[0; 4]; 2],
+            kept_strides: [[0; 4]; 2],
+            red_shape: [[0; 4]; 2],
+            red_strides: [[0; 4]; 2],
         };
-        let key = PipelineKey {
+        let mut key = PipelineKey {
             family: &FAMILY,
             entry: "reduce_axes",
             constant: Some(("REDUCE_OP", self.kind.code())),
         };
-        e.dispatch(key, &p, &[bx, bo], rows)?;
+        let mut bound = vec![bx];
+        if let ReduceAxes::Input {
+            noop_with_empty_axes,
+        } = self.axes
+        {
+            check_rank(x.shape)?;
+            let axes = &inputs[1];
+            let count = numel("input 1", axes.shape)?;
+            let words = if axes.dtype == DType::I64 { 2 } else { 1 };
+            let (ba, oa) = e.bind("input 1", &axes.tensor, (count * 4 * words).max(4))?;
+            bound.push(ba);
+            p.d = u32_of("input 1", count)?;
+            p.kept_rank = x.shape.rank() as u32;
+            p.kept_shape = pack8(&u32s("input 0", x.shape.dims())?);
+            p.kept_strides = pack8(&u32s("input 0", &st)?);
+            p.axes_offset = oa;
+            p.axes_words = words as u32;
+            p.flags = u32::from(noop_with_empty_axes);
+            key.entry = "reduce_axes_input";
+        } else {
+            let axes = self
+                .axes_of(x.shape, None)
+                .map_err(infer_err(self.kind.name()))?;
+            let (mut kept_shape, mut kept_st, mut red_shape, mut red_st) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (a, (&dim, &s)) in x.shape.dims().iter().zip(&st).enumerate() {
+                if axes.contains(&a) {
+                    red_shape.push(dim);
+                    red_st.push(s);
+                } else {
+                    kept_shape.push(dim);
+                    kept_st.push(s);
+                }
+            }
+            check_rank(&Shape::new(kept_shape.clone()))?;
+            check_rank(&Shape::new(red_shape.clone()))?;
+            p.d = u32_of("input 0", red_shape.iter().product())?;
+            p.kept_rank = kept_shape.len() as u32;
+            p.red_rank = red_shape.len() as u32;
+            p.kept_shape = pack8(&u32s("input 0", &kept_shape)?);
+            p.kept_strides = pack8(&u32s("input 0", &kept_st)?);
+            p.red_shape = pack8(&u32s("input 0", &red_shape)?);
+            p.red_strides = pack8(&u32s("input 0", &red_st)?);
+        }
+        let (bo, oo) = e.bind("output", &out.tensor, rows * 4)?;
+        bound.push(bo);
+        p.out_offset = oo;
+        e.dispatch(key, &p, &bound, rows)?;
         Ok(1)
     }
 }
@@ -343,7 +394,7 @@ mod tests {
     #[test]
     fn uniform_structs_match_the_wgsl_layouts() {
         assert_eq!(std::mem::size_of::<RowParams>(), 48);
-        assert_eq!(std::mem::size_of::<AxesParams>(), 160);
+        assert_eq!(std::mem::size_of::<AxesParams>(), 176);
         assert_eq!(std::mem::size_of::<CumParams>(), 32);
     }
 }

@@ -1,6 +1,6 @@
 //! Elementwise ops: binary with NumPy broadcasting, unary activations.
 
-use super::{all_f32, checked, is_index, DTypeError, InferError, OpDef};
+use super::{all_f32, checked, DTypeError, InferError, OpDef};
 use crate::graph::reference::{index, wrap, RefError, RefTensor, Values};
 use crate::graph::shape_data;
 use crate::shape::{DType, Shape};
@@ -16,6 +16,13 @@ pub enum BinaryOp {
     Mul,
     /// `a / b` (integers: truncated toward zero; division by zero gives 0)
     Div,
+    /// `a ^ b` (floats: a negative base takes integer exponents, as NumPy; integers: exact
+    /// wrapping powers, a negative exponent gives `1 / a^-b` truncated: 0 unless `|a| = 1`)
+    Pow,
+    /// `min(a, b)`
+    Min,
+    /// `max(a, b)`
+    Max,
 }
 
 impl BinaryOp {
@@ -26,6 +33,9 @@ impl BinaryOp {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Min => "min",
+            BinaryOp::Max => "max",
         }
     }
 
@@ -34,13 +44,16 @@ impl BinaryOp {
         self as u32
     }
 
-    /// Applies the op in f32, as the GPU does.
+    /// Applies the op in f32, as the GPU does (`pow` in f64, rounded once).
     pub fn apply(self, a: f32, b: f32) -> f32 {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
+            BinaryOp::Pow => f64::from(a).powf(f64::from(b)) as f32,
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => a.max(b),
         }
     }
 
@@ -51,8 +64,38 @@ impl BinaryOp {
             BinaryOp::Sub => a.wrapping_sub(b),
             BinaryOp::Mul => a.wrapping_mul(b),
             BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+            BinaryOp::Pow => int_pow(a, b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => a.max(b),
         }
     }
+}
+
+/// `a^b` in wrapping i64 by squaring; a negative exponent truncates `1 / a^-b` (0 unless
+/// `|a| = 1`; `0^-b` gives 0 rather than a division by zero).
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        return match a {
+            1 => 1,
+            -1 => {
+                if b % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let (mut base, mut e, mut acc) = (a, b as u64, 1i64);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    acc
 }
 
 impl OpDef for BinaryOp {
@@ -62,12 +105,13 @@ impl OpDef for BinaryOp {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// f32 on both sides, or the same integer type on both (shape arithmetic; whether a
-    /// device kernel exists for it is the kernel's own dtype rule).
+    /// f32 on both sides, or the same integer type (not bool) on both (shape arithmetic,
+    /// integer tensors; whether a device kernel exists for it is the kernel's own dtype rule).
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        let int = |d: DType| d.is_int() && d != DType::Bool;
         let ok = inputs.len() == 2
             && inputs[0] == inputs[1]
-            && (inputs[0] == DType::F32 || is_index(inputs[0]));
+            && (inputs[0] == DType::F32 || int(inputs[0]));
         if ok {
             Ok(inputs[0])
         } else {
@@ -133,6 +177,22 @@ pub enum UnaryOp {
     Silu,
     /// `exp(x)`
     Exp,
+    /// `sqrt(x)`
+    Sqrt,
+    /// `1 / x`
+    Reciprocal,
+    /// `-x`
+    Neg,
+    /// `ln(x)`
+    Log,
+    /// `tanh(x)`
+    Tanh,
+    /// The error function.
+    Erf,
+    /// `1 / (1 + exp(-x))`
+    Sigmoid,
+    /// GELU, exact form: `0.5 x (1 + erf(x / sqrt(2)))` (ONNX `Gelu` without approximation).
+    GeluErf,
 }
 
 impl UnaryOp {
@@ -143,6 +203,14 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::Silu => "silu",
             UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::GeluErf => "gelu_erf",
         }
     }
 
@@ -162,6 +230,14 @@ impl UnaryOp {
             }
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
             UnaryOp::Exp => x.exp(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Neg => -x,
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         };
         y as f32
     }

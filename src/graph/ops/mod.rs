@@ -15,13 +15,13 @@
 //! `src/gpu/kernels/` and one line in its registry), its WGSL and its test. See "How to add
 //! an op" in the crate docs.
 //!
-//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`] (matmul,
-//! gemm), [`norm`] (softmax and log-softmax on any axis, layer norm, RMS norm), [`movement`]
-//! (reshape, transpose, concat, slice, split, gather, expand, shape_of), [`view`] (squeeze,
-//! unsqueeze, flatten: new shapes over the same bytes), [`generate`] (constant_of_shape,
-//! range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions over any axes,
-//! cumulative sum), [`conv`] (convolution, pooling, batch norm), [`rotary`] (rotary
-//! embedding).
+//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
+//! (comparisons, boolean logic, cast, identity), [`matmul`] (matmul, gemm), [`norm`] (softmax
+//! and log-softmax on any axis, layer norm, RMS norm), [`movement`] (reshape, transpose,
+//! concat, slice, split, gather, expand, shape_of), [`view`] (squeeze, unsqueeze, flatten: new
+//! shapes over the same bytes), [`generate`] (constant_of_shape, range), [`mask`] (causal
+//! mask, where, trilu), [`reduce`] (reductions over any axes, cumulative sum), [`conv`]
+//! (convolution, pooling, batch norm), [`rotary`] (rotary embedding).
 //!
 //! Axes are `i64` as ONNX writes them (negative counts from the end) and are resolved against
 //! the input's rank by the shape rule ([`axis_index`]): a graph is built without knowing
@@ -30,6 +30,7 @@
 pub mod conv;
 pub mod elementwise;
 pub mod generate;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -46,10 +47,12 @@ use std::fmt;
 pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use generate::{ConstantOfShape, Range};
+pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
 pub use mask::{CausalMask, Trilu, Where};
 pub use matmul::{Gemm, MatMul};
 pub use movement::{
-    Concat, Expand, Gather, Reshape, ReshapeTo, ShapeOf, Slice, SplitPart, Transpose,
+    Concat, Expand, Gather, Reshape, ReshapeTo, ShapeOf, SizeOf, Slice, SliceTo, SplitPart,
+    Transpose,
 };
 pub use norm::{LayerNorm, RmsNorm, Softmax};
 pub use reduce::{CumSum, Reduce, ReduceAxes, ReduceKind};
@@ -343,6 +346,10 @@ registry! {
     CausalMask(mask::CausalMask),
     /// The shape of its input (a range of it) as an i32 or i64 tensor. Inputs: x.
     ShapeOf(movement::ShapeOf),
+    /// The element count of its input as an i64 scalar. Inputs: x.
+    SizeOf(movement::SizeOf),
+    /// Slice with parameters held in integer tensors. Inputs: x, starts, ends, optional steps.
+    SliceTo(movement::SliceTo),
     /// One part of a split along an axis. Inputs: x.
     SplitPart(movement::SplitPart),
     /// Broadcast to a shape held in an integer tensor. Inputs: x, shape.
@@ -375,6 +382,16 @@ registry! {
     BatchNorm(conv::BatchNorm),
     /// Rotary position embedding (ONNX opset 23). Inputs: x, cos, sin, optional positions.
     RotaryEmbedding(rotary::RotaryEmbedding),
+    /// Comparison with broadcasting, bool result. Inputs: a, b.
+    Compare(logic::CompareOp),
+    /// Boolean logic with broadcasting. Inputs: a, b (bool).
+    Logic(logic::LogicOp),
+    /// Boolean negation. Inputs: x (bool).
+    Not(logic::Not),
+    /// Element type conversion. Inputs: x.
+    Cast(logic::Cast),
+    /// A copy of its input. Inputs: x.
+    Identity(logic::Identity),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that

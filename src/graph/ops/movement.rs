@@ -58,6 +58,19 @@ pub struct Slice {
     pub steps: Vec<i64>,
 }
 
+/// A slice whose starts, ends, and optional steps and axes are 1-D integer tensors (ONNX
+/// `Slice` with parameters computed at run time, or fed): the same rules as [`Slice`]. The
+/// shape rule reads their values on the host; the kernel reads starts, steps and axes from
+/// their buffers, so a recorded dispatch stays right when they change. Inputs: x, starts,
+/// ends, optional steps, optional axes (all parameters of one type, i32 or i64; axes as an
+/// input only with steps, and only when `axes` is `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceTo {
+    /// The axes the parameters apply to (negative count from the end); `None`: the fifth
+    /// input's values, or `0..n` for `n` starts without it.
+    pub axes: Option<Vec<i64>>,
+}
+
 /// Gather along `axis`: `out[p.., i.., q..] = data[p.., indices[i..], q..]` (ONNX `Gather`).
 /// Indices in `[-dim, dim)` count negative ones from the end; others give zeros (ONNX leaves
 /// them undefined; the device cannot fail a dispatch). Inputs: data, indices (i32, u32 or
@@ -93,10 +106,17 @@ impl Default for ShapeOf {
     }
 }
 
+/// The number of elements of its input as an i64 scalar (ONNX `Size`), computed on the host
+/// from the shape like [`ShapeOf`]. Inputs: x.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeOf;
+
 /// Part `index` of `x` split along `axis` (ONNX `Split`, one node per output): by `sizes`
-/// (non-negative, summing to the dimension), or else into `parts` chunks of
-/// `ceil(dim / parts)` with a smaller last one (opset 18's `num_outputs` rule, equal parts
-/// when the dimension divides). Inputs: x.
+/// (non-negative, summing to the dimension) or the values of an optional second input (a
+/// 1-D integer tensor, known on the host for the shape and read on the device for the
+/// start), or else into `parts` chunks of `ceil(dim / parts)` with a smaller last one (opset
+/// 18's `num_outputs` rule, equal parts when the dimension divides). Inputs: x, optional
+/// sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitPart {
     /// The split axis (negative counts from the end).
@@ -144,13 +164,25 @@ impl SplitPart {
     /// [`InferError::Axis`]; [`InferError::Param`] for sizes that do not add up to the
     /// dimension, a negative size, no parts, or an index beyond them.
     pub fn range(&self, x: &Shape) -> Result<(usize, u64, u64), InferError> {
+        self.range_with(x, self.sizes.as_deref())
+    }
+
+    /// [`SplitPart::range`] with the sizes given (`None`: equal parts).
+    ///
+    /// # Errors
+    /// As [`SplitPart::range`].
+    pub fn range_with(
+        &self,
+        x: &Shape,
+        sizes: Option<&[i64]>,
+    ) -> Result<(usize, u64, u64), InferError> {
         let axis = axis_index(self.axis, x.rank())?;
         let d = x.0[axis];
         let bad = |detail: String| InferError::Param {
             what: "split sizes do not fit the input",
             detail,
         };
-        match &self.sizes {
+        match sizes {
             Some(sizes) => {
                 if sizes.iter().any(|&v| v < 0) || self.index >= sizes.len() {
                     return Err(bad(format!(
@@ -383,18 +415,144 @@ impl OpDef for Slice {
     }
 }
 
+impl SliceTo {
+    /// The per-axis ranges for these inputs and host values.
+    ///
+    /// # Errors
+    /// [`InferError::MissingShapeData`] when starts, ends or steps are not known on the host;
+    /// as [`slice_ranges`] otherwise.
+    pub fn ranges(
+        &self,
+        inputs: &[&Shape],
+        data: &[Option<&[i64]>],
+    ) -> Result<Vec<AxisRange>, InferError> {
+        let starts = shape_vector(inputs, data, 1)?;
+        let ends = shape_vector(inputs, data, 2)?;
+        let ones;
+        let steps = if inputs.len() > 3 {
+            shape_vector(inputs, data, 3)?
+        } else {
+            ones = vec![1; starts.len()];
+            &ones
+        };
+        let default_axes;
+        let axes = match (&self.axes, inputs.len() > 4) {
+            (Some(a), false) => a.as_slice(),
+            (None, true) => shape_vector(inputs, data, 4)?,
+            (None, false) => {
+                default_axes = (0..starts.len() as i64).collect::<Vec<_>>();
+                &default_axes
+            }
+            (Some(_), true) => {
+                return Err(InferError::Slice {
+                    reason: "axes are given both by the op and as an input",
+                })
+            }
+        };
+        slice_ranges(inputs[0], axes, starts, ends, steps)
+    }
+}
+
+impl OpDef for SliceTo {
+    fn name(&self) -> &'static str {
+        "slice_to"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (3, 5)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if let Some(i) = (1..inputs.len()).find(|&i| !matches!(inputs[i], DType::I32 | DType::I64))
+        {
+            return Err(DTypeError::at(i, "i32 or i64 (slice parameters)"));
+        }
+        if let Some(i) = (2..inputs.len()).find(|&i| inputs[i] != inputs[1]) {
+            return Err(DTypeError::at(i, "the type of the starts"));
+        }
+        same_plain_type(&inputs[..1])
+    }
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        self.ranges(inputs, data)
+            .map(|r| Shape(r.iter().map(|r| r.len).collect()))
+    }
+    fn shape_data_inputs(&self) -> &'static [usize] {
+        &[1, 2, 3, 4]
+    }
+    fn reads_input(&self, pos: usize) -> bool {
+        pos != 2
+    }
+    /// As [`Slice`]'s, with the parameters taken from the inputs' values.
+    fn reference(
+        &self,
+        inputs: &[&RefTensor],
+        out: &Shape,
+        dtype: DType,
+    ) -> Result<Values, RefError> {
+        let ints = |i: usize| -> Result<Vec<i64>, RefError> {
+            match inputs.get(i) {
+                Some(t) => t.ints("slice_to").map(<[i64]>::to_vec),
+                None => Ok(vec![1; inputs[1].values.len()]),
+            }
+        };
+        let starts = ints(1)?;
+        let axes = match (&self.axes, inputs.get(4)) {
+            (_, Some(a)) => a.ints("slice_to")?.to_vec(),
+            (Some(a), None) => a.clone(),
+            (None, None) => (0..starts.len() as i64).collect(),
+        };
+        let op = Slice {
+            axes,
+            starts,
+            ends: ints(2)?,
+            steps: ints(3)?,
+        };
+        op.reference(&inputs[..1], out, dtype)
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        let data: Vec<Option<&[i64]>> = values.iter().map(|v| Some(*v)).collect();
+        let r = self.ranges(shapes, &data).ok()?;
+        shape_data::slice(values[0], shapes[0], &r)
+    }
+}
+
+impl SplitPart {
+    /// The sizes: the op's own, or the second input's values.
+    fn sizes_of<'a>(
+        &'a self,
+        inputs: &[&Shape],
+        data: &[Option<&'a [i64]>],
+    ) -> Result<Option<&'a [i64]>, InferError> {
+        if inputs.len() < 2 {
+            return Ok(self.sizes.as_deref());
+        }
+        shape_vector(inputs, data, 1).map(Some)
+    }
+}
+
 impl OpDef for SplitPart {
     fn name(&self) -> &'static str {
         "split_part"
     }
     fn arity(&self) -> (usize, usize) {
-        (1, 1)
+        (1, 2)
     }
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
-        same_plain_type(inputs)
+        if inputs.len() > 1 && !matches!(inputs[1], DType::I32 | DType::I64) {
+            return Err(DTypeError::at(1, "i32 or i64 (split sizes)"));
+        }
+        same_plain_type(&inputs[..1])
     }
-    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
-        let (axis, _, len) = self.range(inputs[0])?;
+    fn shape_data_inputs(&self) -> &'static [usize] {
+        &[1]
+    }
+    fn reads_input(&self, _: usize) -> bool {
+        true
+    }
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let sizes = self.sizes_of(inputs, data)?;
+        let (axis, _, len) = self.range_with(inputs[0], sizes)?;
         let mut out = inputs[0].clone();
         out.0[axis] = len;
         Ok(out)
@@ -402,7 +560,11 @@ impl OpDef for SplitPart {
     /// Output index `o` reads `o` shifted by the part's start along the axis.
     fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
         let x = inputs[0];
-        let Ok((axis, start, _)) = self.range(&x.shape) else {
+        let sizes = match inputs.get(1) {
+            Some(t) => Some(t.ints("split_part")?),
+            None => self.sizes.as_deref(),
+        };
+        let Ok((axis, start, _)) = self.range_with(&x.shape, sizes) else {
             return Ok(Values::F32(Vec::new()));
         };
         let mut picks = Vec::new();
@@ -417,7 +579,8 @@ impl OpDef for SplitPart {
         true
     }
     fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
-        let (axis, start, len) = self.range(shapes[0]).ok()?;
+        let sizes = values.get(1).copied().or(self.sizes.as_deref());
+        let (axis, start, len) = self.range_with(shapes[0], sizes).ok()?;
         let ranges: Vec<AxisRange> = shapes[0]
             .dims()
             .iter()
@@ -566,6 +729,38 @@ impl OpDef for ShapeOf {
                 .map(|&d| d as i64)
                 .collect(),
         )
+    }
+}
+
+impl OpDef for SizeOf {
+    fn name(&self) -> &'static str {
+        "size_of"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 1)
+    }
+    fn output_dtype(&self, _: &[DType]) -> Result<DType, DTypeError> {
+        Ok(DType::I64)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        checked(inputs[0].clone())?;
+        Ok(Shape(vec![]))
+    }
+    fn reads_values(&self) -> bool {
+        false
+    }
+    /// The product of the dimensions, counted one element at a time by the reference's
+    /// walk.
+    fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
+        let mut n = 0i64;
+        index::for_each(&inputs[0].shape, |_, _| n += 1);
+        Ok(Values::Int(vec![n]))
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], _: &[&[i64]], _: &Shape) -> Option<Vec<i64>> {
+        Some(vec![shapes[0].checked_num_elements()? as i64])
     }
 }
 

@@ -61,10 +61,18 @@ pub enum ReduceAxes {
     /// Every axis from this one to the last (global pooling: `From(2)`; a layer norm's
     /// statistics: `From(axis)`).
     From(i64),
+    /// The axes held in the op's second input, a 1-D integer tensor known on the host (ONNX
+    /// opset 18's `axes` input, fed or computed); the kernel reads them from its buffer. None
+    /// listed reduces every axis, or nothing with `noop_with_empty_axes`.
+    Input {
+        /// An empty list means no reduction (the output is the input).
+        noop_with_empty_axes: bool,
+    },
 }
 
 /// A reduction over `axes`, keeping them as dimensions of 1 when `keepdims`. Inputs: x (f32;
-/// i32 and i64 too for sum, max and min of shape data on the host).
+/// i32 and i64 too for sum, max and min of shape data on the host), and the axes tensor for
+/// [`ReduceAxes::Input`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reduce {
     /// What is computed.
@@ -89,11 +97,13 @@ pub struct CumSum {
 }
 
 impl Reduce {
-    /// The reduced axes of a rank (sorted, each once).
+    /// The reduced axes of `x` (sorted, each once); `axes` holds the second input's values
+    /// for [`ReduceAxes::Input`].
     ///
     /// # Errors
-    /// [`InferError::Axes`] for axes out of range or repeated.
-    pub fn axes_of(&self, x: &Shape) -> Result<Vec<usize>, InferError> {
+    /// [`InferError::Axes`] for axes out of range or repeated; [`InferError::MissingShapeData`]
+    /// when the axes input's values are not known.
+    pub fn axes_of(&self, x: &Shape, axes: Option<&[i64]>) -> Result<Vec<usize>, InferError> {
         let rank = x.rank();
         let mut axes = match &self.axes {
             ReduceAxes::All => (0..rank).collect(),
@@ -106,6 +116,13 @@ impl Reduce {
                 }
                 (from as usize..rank).collect()
             }
+            ReduceAxes::Input {
+                noop_with_empty_axes,
+            } => match axes.ok_or(InferError::MissingShapeData { input: 1 })? {
+                [] if *noop_with_empty_axes => Vec::new(),
+                [] => (0..rank).collect(),
+                a => axes_indices(a, x, rank)?,
+            },
         };
         axes.sort_unstable();
         Ok(axes)
@@ -117,9 +134,24 @@ impl OpDef for Reduce {
         self.kind.name()
     }
     fn arity(&self) -> (usize, usize) {
-        (1, 1)
+        match self.axes {
+            ReduceAxes::Input { .. } => (2, 2),
+            _ => (1, 1),
+        }
+    }
+    fn shape_data_inputs(&self) -> &'static [usize] {
+        match self.axes {
+            ReduceAxes::Input { .. } => &[1],
+            _ => &[],
+        }
+    }
+    fn reads_input(&self, _: usize) -> bool {
+        true
     }
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if inputs.len() > 1 && !matches!(inputs[1], DType::I32 | DType::I64) {
+            return Err(DTypeError::at(1, "i32 or i64 (axes)"));
+        }
         let int_ok = matches!(
             self.kind,
             ReduceKind::Sum | ReduceKind::Max | ReduceKind::Min
@@ -131,9 +163,9 @@ impl OpDef for Reduce {
             _ => Err(DTypeError::at(0, "f32")),
         }
     }
-    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let x = inputs[0];
-        let axes = self.axes_of(x)?;
+        let axes = self.axes_of(x, data.get(1).copied().flatten())?;
         let out = x
             .dims()
             .iter()
@@ -155,7 +187,11 @@ impl OpDef for Reduce {
         dtype: DType,
     ) -> Result<Values, RefError> {
         let x = inputs[0];
-        let Ok(axes) = self.axes_of(&x.shape) else {
+        let listed = match inputs.get(1) {
+            Some(t) => Some(t.ints(self.kind.name())?),
+            None => None,
+        };
+        let Ok(axes) = self.axes_of(&x.shape, listed) else {
             return Ok(Values::F32(Vec::new()));
         };
         // The output in keepdims form: where each input element lands.
@@ -240,7 +276,7 @@ impl OpDef for Reduce {
         )
     }
     fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], out: &Shape) -> Option<Vec<i64>> {
-        let axes = self.axes_of(shapes[0]).ok()?;
+        let axes = self.axes_of(shapes[0], values.get(1).copied()).ok()?;
         // An empty maximum or minimum has no host value (the type's bound is the reference's).
         let empty = (self.kind == ReduceKind::Sum).then_some(0);
         shape_data::reduce(values[0], shapes[0], &axes, out, empty, |a, v| {
@@ -375,6 +411,28 @@ mod tests {
         assert!(infer(r(ReduceAxes::List(vec![3]), true)).is_err());
         assert!(infer(r(ReduceAxes::List(vec![1, -2]), true)).is_err());
         assert!(infer(r(ReduceAxes::From(4), true)).is_err());
+        let fed = |noop| {
+            r(
+                ReduceAxes::Input {
+                    noop_with_empty_axes: noop,
+                },
+                false,
+            )
+        };
+        let with = |op: Reduce, axes: &[i64]| {
+            op.infer(&[&x, &s(&[axes.len() as u64])], &[None, Some(axes)])
+        };
+        assert_eq!(with(fed(false), &[-2]).unwrap(), s(&[2, 4]));
+        assert_eq!(
+            with(fed(false), &[]).unwrap(),
+            s(&[]),
+            "none listed: every axis"
+        );
+        assert_eq!(with(fed(true), &[]).unwrap(), x, "noop");
+        assert!(matches!(
+            fed(false).infer(&[&x, &s(&[1])], &[None, None]),
+            Err(InferError::MissingShapeData { input: 1 })
+        ));
         let mean = Reduce {
             kind: ReduceKind::Mean,
             axes: ReduceAxes::All,

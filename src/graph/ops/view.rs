@@ -2,24 +2,28 @@
 //! [`super::Reshape`], [`super::ReshapeTo`] in [`super::movement`]). The runtime copies the
 //! bytes ([`OpDef::is_view`]); host values pass through unchanged.
 
-use super::{axes_indices, checked, same_plain_type, DTypeError, InferError, OpDef};
+use super::movement::shape_vector;
+use super::{axes_indices, checked, is_index, same_plain_type, DTypeError, InferError, OpDef};
 use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 
-/// Removes dimensions of extent 1: the listed `axes` (each must be 1), or every dimension of
-/// 1 when `axes` is `None` (ONNX `Squeeze`; axes from opset 13's input are read by the
-/// importer). Inputs: x (any plain type).
+/// Removes dimensions of extent 1: the listed axes (each must be 1), or every dimension of 1
+/// when none are listed (ONNX `Squeeze`). The axes are `axes`, or the values of an optional
+/// second input (a 1-D integer tensor known on the host, never read on the device). Inputs:
+/// x (any plain type), optional axes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Squeeze {
-    /// Axes to remove (negative count from the end), or `None` for every dimension of 1.
+    /// Axes to remove (negative count from the end), or `None` for every dimension of 1 (or
+    /// the second input's).
     pub axes: Option<Vec<i64>>,
 }
 
 /// Inserts dimensions of extent 1 at `axes`, positions in the output (negative count from the
-/// end of the output; ONNX `Unsqueeze`). Inputs: x (any plain type).
+/// end of the output; ONNX `Unsqueeze`), or at the values of an optional second input (a 1-D
+/// integer tensor known on the host). Inputs: x (any plain type), optional axes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsqueeze {
-    /// Output positions of the new dimensions.
+    /// Output positions of the new dimensions (empty when the second input holds them).
     pub axes: Vec<i64>,
 }
 
@@ -31,17 +35,24 @@ pub struct Flatten {
     pub axis: i64,
 }
 
-/// What every view op answers alike: one input of any plain type, the bytes unchanged.
+/// What every view op answers alike: input 0 of any plain type, the bytes unchanged; up to
+/// `$max` inputs, those after the first being shape data.
 macro_rules! view_def {
-    ($name:literal) => {
+    ($name:literal, $max:literal) => {
         fn name(&self) -> &'static str {
             $name
         }
         fn arity(&self) -> (usize, usize) {
-            (1, 1)
+            (1, $max)
         }
         fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
-            same_plain_type(inputs)
+            if inputs.len() > 1 && !is_index(inputs[1]) {
+                return Err(DTypeError::at(1, "i32, u32 or i64 (axes)"));
+            }
+            same_plain_type(&inputs[..1])
+        }
+        fn shape_data_inputs(&self) -> &'static [usize] {
+            &[1]
         }
         fn is_view(&self) -> bool {
             true
@@ -63,17 +74,29 @@ macro_rules! view_def {
     };
 }
 
+/// The axes of a view: its own, or the values of its second input.
+fn listed<'a>(
+    own: Option<&'a [i64]>,
+    inputs: &[&Shape],
+    data: &[Option<&'a [i64]>],
+) -> Result<Option<&'a [i64]>, InferError> {
+    if inputs.len() < 2 {
+        return Ok(own);
+    }
+    shape_vector(inputs, data, 1).map(Some)
+}
+
 impl OpDef for Squeeze {
-    view_def!("squeeze");
-    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+    view_def!("squeeze", 2);
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let x = inputs[0];
-        let Some(axes) = &self.axes else {
+        let Some(axes) = listed(self.axes.as_deref(), inputs, data)? else {
             return Ok(Shape(x.0.iter().copied().filter(|&d| d != 1).collect()));
         };
         let drop = axes_indices(axes, x, x.rank())?;
         if drop.iter().any(|&a| x.0[a] != 1) {
             return Err(InferError::Axes {
-                axes: axes.clone(),
+                axes: axes.to_vec(),
                 shape: x.clone(),
                 reason: "a squeezed dimension is not 1",
             });
@@ -89,11 +112,12 @@ impl OpDef for Squeeze {
 }
 
 impl OpDef for Unsqueeze {
-    view_def!("unsqueeze");
-    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+    view_def!("unsqueeze", 2);
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let x = inputs[0];
-        let rank = x.rank() + self.axes.len();
-        let at = axes_indices(&self.axes, x, rank)?;
+        let axes = listed(Some(&self.axes), inputs, data)?.unwrap_or_default();
+        let rank = x.rank() + axes.len();
+        let at = axes_indices(axes, x, rank)?;
         let mut src = x.0.iter();
         let out = (0..rank)
             .map(|i| {
@@ -109,7 +133,7 @@ impl OpDef for Unsqueeze {
 }
 
 impl OpDef for Flatten {
-    view_def!("flatten");
+    view_def!("flatten", 1);
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let x = inputs[0];
         let r = x.rank() as i64;
@@ -173,6 +197,19 @@ mod tests {
         );
         assert!(infer(&un(&[5]), &[3, 4]).is_err());
         assert!(infer(&un(&[1, 1]), &[3, 4]).is_err());
+        // Axes held in a second input.
+        let fed = |op: &dyn OpDef, axes: &[i64]| {
+            op.infer(
+                &[&s(&[1, 3, 1]), &s(&[axes.len() as u64])],
+                &[None, Some(axes)],
+            )
+        };
+        assert_eq!(fed(&sq(None), &[0]).unwrap(), s(&[3, 1]));
+        assert_eq!(fed(&un(&[]), &[-1, 0]).unwrap(), s(&[1, 1, 3, 1, 1]));
+        assert!(matches!(
+            sq(None).infer(&[&s(&[1]), &s(&[1])], &[None, None]),
+            Err(InferError::MissingShapeData { input: 1 })
+        ));
         let fl = |axis| Flatten { axis };
         assert_eq!(infer(&fl(0), &[2, 3, 4]).unwrap(), s(&[1, 24]));
         assert_eq!(infer(&fl(2), &[2, 3, 4]).unwrap(), s(&[6, 4]));
