@@ -2,7 +2,9 @@
 //! (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks): gather on any axis with
 //! i32 / u32 / i64 indices (negative ones from the end), slices with negative steps, split
 //! parts, expand, transpose and concat of 64-bit elements, the views on 8- and 16-bit types,
-//! shape with start/end as i64, constant_of_shape of every plain type, range, trilu.
+//! shape with start/end as i64, constant_of_shape of every plain type, range, trilu, and the
+//! parameters held in tensors (slice_to's starts/ends/steps/axes, split sizes, squeeze and
+//! unsqueeze axes), size_of.
 //! Everything here is exact (data movement and integers); random cases are seeded. A few
 //! known answers pin the reference to ONNX's definitions.
 
@@ -10,8 +12,8 @@ mod ops_common;
 
 use dynrt::gpu::kernels::Kernels;
 use dynrt::graph::ops::{
-    self, ConstantOfShape, Expand, Flatten, Gather, Range, ReshapeTo, ShapeOf, Slice, SplitPart,
-    Squeeze, Transpose, Trilu, Unsqueeze,
+    self, ConstantOfShape, Expand, Flatten, Gather, Range, ReshapeTo, ShapeOf, SizeOf, Slice,
+    SliceTo, SplitPart, Squeeze, Transpose, Trilu, Unsqueeze,
 };
 use dynrt::graph::reference::{RefTensor, Values};
 use dynrt::graph::Op;
@@ -480,5 +482,137 @@ fn shape_constant_of_shape_range_and_trilu() {
             "tril k=2^40",
         );
         assert_eq!(got.values, x.values);
+    }
+}
+
+#[test]
+fn parameters_held_in_tensors_are_read_on_the_device() {
+    for gpu in gpus("parameters_held_in_tensors_are_read_on_the_device") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(26);
+        // slice_to: starts/ends/steps (and axes) as tensors, i32 or i64, 32- or 64-bit data.
+        for i in 0..30 {
+            let dims = rand_dims(&mut rng, 1, 4, 7, true);
+            let dtype = [DType::F32, DType::I64][i % 2];
+            let ptype = [DType::I64, DType::I32][i % 3 % 2];
+            let x = rand_of(&mut rng, dtype, &dims);
+            let rank = dims.len() as u64;
+            let n = rng.range(1, rank + 1) as usize;
+            let mut axes: Vec<i64> = (0..rank as i64).collect();
+            for j in 0..axes.len() {
+                let o = rng.range(0, rank) as usize;
+                axes.swap(j, o);
+            }
+            axes.truncate(n);
+            let mut starts = Vec::new();
+            let mut ends = Vec::new();
+            let mut steps = Vec::new();
+            for a in axes.iter_mut() {
+                let d = dims[*a as usize] as i64;
+                if rng.range(0, 2) == 0 {
+                    *a -= rank as i64;
+                }
+                starts.push(rng.range(0, 2 * d as u64 + 3) as i64 - d - 1);
+                ends.push(rng.range(0, 2 * d as u64 + 3) as i64 - d - 1);
+                steps.push([1, 2, -1, -2][rng.range(0, 4) as usize]);
+            }
+            let t = |v: &[i64]| ints(ptype, &[v.len() as u64], v);
+            let (st, en, sp, ax) = (t(&starts), t(&ends), t(&steps), t(&axes));
+            let ctx = format!(
+                "slice_to #{i} {dims:?} {axes:?} {starts:?}:{ends:?}:{steps:?} {dtype} {ptype}"
+            );
+            let fixed_axes = Op::SliceTo(SliceTo {
+                axes: Some(axes.clone()),
+            });
+            check(&gpu, &mut k, &fixed_axes, &[&x, &st, &en, &sp], EXACT, &ctx);
+            let fed_axes = Op::SliceTo(SliceTo { axes: None });
+            check(
+                &gpu,
+                &mut k,
+                &fed_axes,
+                &[&x, &st, &en, &sp, &ax],
+                EXACT,
+                &format!("{ctx} axes fed"),
+            );
+            // Without steps or axes: the first n axes, step 1.
+            let plain = Op::SliceTo(SliceTo { axes: None });
+            check(
+                &gpu,
+                &mut k,
+                &plain,
+                &[&x, &st, &en],
+                EXACT,
+                &format!("{ctx} no steps"),
+            );
+        }
+        // split_part with its sizes in a tensor; squeeze / unsqueeze with axes in one.
+        for i in 0..12 {
+            let dims = rand_dims(&mut rng, 1, 4, 6, true);
+            let x = rand_of(&mut rng, [DType::F32, DType::I64][i % 2], &dims);
+            let axis = rng.range(0, dims.len() as u64) as usize;
+            let mut left = dims[axis] as i64;
+            let mut sizes = Vec::new();
+            for p in 0..3 {
+                let take = if p == 2 {
+                    left
+                } else {
+                    rng.range(0, left as u64 + 1) as i64
+                };
+                sizes.push(take);
+                left -= take;
+            }
+            let sz = ints([DType::I64, DType::I32][i % 2], &[3], &sizes);
+            for index in 0..3 {
+                let op = Op::SplitPart(SplitPart {
+                    axis: axis as i64,
+                    sizes: None,
+                    parts: 3,
+                    index,
+                });
+                check(
+                    &gpu,
+                    &mut k,
+                    &op,
+                    &[&x, &sz],
+                    EXACT,
+                    &format!("split sized #{i} {dims:?} axis {axis} {sizes:?} part {index}"),
+                );
+            }
+            let ones: Vec<i64> = (0..dims.len() as i64)
+                .filter(|&a| dims[a as usize] == 1)
+                .collect();
+            let ax = ints(DType::I64, &[ones.len() as u64], &ones);
+            check(
+                &gpu,
+                &mut k,
+                &Op::Squeeze(Squeeze { axes: None }),
+                &[&x, &ax],
+                EXACT,
+                &format!("squeeze fed #{i} {dims:?}"),
+            );
+            let at = ints(DType::I64, &[2], &[-1, 0]);
+            check(
+                &gpu,
+                &mut k,
+                &Op::Unsqueeze(Unsqueeze { axes: vec![] }),
+                &[&x, &at],
+                EXACT,
+                &format!("unsqueeze fed #{i} {dims:?}"),
+            );
+        }
+        // size_of: the element count as an i64 scalar.
+        let x = f32s(&mut rng, &[3, 0, 5]);
+        let got = check(
+            &gpu,
+            &mut k,
+            &Op::SizeOf(SizeOf),
+            &[&x],
+            EXACT,
+            "size_of empty",
+        );
+        assert_eq!(got.values, Values::Int(vec![0]));
+        let x = f32s(&mut rng, &[3, 4, 5]);
+        let got = check(&gpu, &mut k, &Op::SizeOf(SizeOf), &[&x], EXACT, "size_of");
+        assert_eq!((got.shape.rank(), got.values), (0, Values::Int(vec![60])));
     }
 }

@@ -195,6 +195,51 @@ fn reductions_over_any_axes() {
                 &format!("reduce #{i} {kind:?} {dims:?} {axes:?} keepdims {keepdims}"),
             );
         }
+        // Axes held in a tensor (read on the device), negative ones from the end; none listed
+        // reduces every axis, or nothing with noop_with_empty_axes.
+        for i in 0..16 {
+            let dims = rand_dims(&mut rng, 1, 5, 6, true);
+            let x = f32s(&mut rng, &dims);
+            let rank = dims.len() as i64;
+            let mut listed = Vec::new();
+            for a in 0..rank {
+                match rng.range(0, 3) {
+                    0 => listed.push(a),
+                    1 => listed.push(a - rank),
+                    _ => {}
+                }
+            }
+            let axes = ints(
+                [DType::I64, DType::I32][i % 2],
+                &[listed.len() as u64],
+                &listed,
+            );
+            let kind = kinds[i % 4];
+            let noop = i % 3 == 0;
+            let op = Op::Reduce(Reduce {
+                kind,
+                axes: ReduceAxes::Input {
+                    noop_with_empty_axes: noop,
+                },
+                keepdims: i % 2 == 0,
+            });
+            let n = dims.iter().product::<u64>().max(1) as f32;
+            let tol = match kind {
+                ReduceKind::Max | ReduceKind::Min => EXACT,
+                _ => Tol {
+                    atol: 1e-5 * n,
+                    rtol: 1e-5,
+                },
+            };
+            check(
+                &gpu,
+                &mut k,
+                &op,
+                &[&x, &axes],
+                tol,
+                &format!("reduce fed #{i} {kind:?} {dims:?} {listed:?} noop {noop}"),
+            );
+        }
         // Nothing to reduce: sum 0, mean NaN, max -inf, min +inf (ONNX's empty-set rules).
         let x = f32s(&mut rng, &[2, 0, 3]);
         for (kind, want) in [
