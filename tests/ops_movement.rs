@@ -89,20 +89,12 @@ fn slices_with_negative_steps_split_parts_and_64_bit_elements() {
             let dtype = [DType::F32, DType::I64][i % 2];
             let x = rand_of(&mut rng, dtype, &dims);
             let n = rng.range(1, dims.len() as u64 + 1) as usize;
-            let mut axes: Vec<i64> = (0..dims.len() as i64).collect();
-            for j in 0..axes.len() {
-                let o = rng.range(0, axes.len() as u64) as usize;
-                axes.swap(j, o);
-            }
-            axes.truncate(n);
+            let axes = rand_axes(&mut rng, dims.len(), n);
             let mut starts = Vec::new();
             let mut ends = Vec::new();
             let mut steps = Vec::new();
-            for a in axes.iter_mut() {
-                let d = dims[*a as usize] as i64;
-                if rng.range(0, 2) == 0 {
-                    *a -= dims.len() as i64;
-                }
+            for &a in &axes {
+                let d = dims[a.rem_euclid(dims.len() as i64) as usize] as i64;
                 let step = [1, 2, 3, -1, -2, -3][rng.range(0, 6) as usize];
                 let pick = |rng: &mut SplitMix64| match rng.range(0, 5) {
                     0 => i64::MAX,
@@ -498,20 +490,12 @@ fn parameters_held_in_tensors_are_read_on_the_device() {
             let x = rand_of(&mut rng, dtype, &dims);
             let rank = dims.len() as u64;
             let n = rng.range(1, rank + 1) as usize;
-            let mut axes: Vec<i64> = (0..rank as i64).collect();
-            for j in 0..axes.len() {
-                let o = rng.range(0, rank) as usize;
-                axes.swap(j, o);
-            }
-            axes.truncate(n);
+            let axes = rand_axes(&mut rng, rank as usize, n);
             let mut starts = Vec::new();
             let mut ends = Vec::new();
             let mut steps = Vec::new();
-            for a in axes.iter_mut() {
-                let d = dims[*a as usize] as i64;
-                if rng.range(0, 2) == 0 {
-                    *a -= rank as i64;
-                }
+            for &a in &axes {
+                let d = dims[a.rem_euclid(rank as i64) as usize] as i64;
                 starts.push(rng.range(0, 2 * d as u64 + 3) as i64 - d - 1);
                 ends.push(rng.range(0, 2 * d as u64 + 3) as i64 - d - 1);
                 steps.push([1, 2, -1, -2][rng.range(0, 4) as usize]);

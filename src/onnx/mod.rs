@@ -26,7 +26,7 @@
 //!   handed over (wasm32).
 //! * [`bind_inputs`] / [`parse_input_arg`] (`feeds`): a run's inputs checked against the
 //!   model (names, element types, ranks, fixed dims) and its symbolic dims bound.
-//! * [`import`]: the importer, [`OnnxModel`] into a dynrt [`crate::graph::Graph`], with its
+//! * [`import`](mod@import): the importer, [`OnnxModel`] into a dynrt [`crate::graph::Graph`], with its
 //!   converter registry ([`import::CONVERTERS`], one line per op type).
 //! * [`ops`]: the opsets the loader accepts and which definition of an op they select.
 //! * [`InspectReport`] (`inspect`): what `dynrt inspect` prints.

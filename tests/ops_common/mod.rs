@@ -75,6 +75,23 @@ pub fn rand_dims(rng: &mut SplitMix64, lo: u64, hi: u64, max: u64, zeros: bool) 
         .collect()
 }
 
+/// `n` distinct axes of a rank in random order, each negative (counted from the end) half the
+/// time.
+pub fn rand_axes(rng: &mut SplitMix64, rank: usize, n: usize) -> Vec<i64> {
+    let mut axes: Vec<i64> = (0..rank as i64).collect();
+    for j in 0..axes.len() {
+        let o = rng.range(0, rank as u64) as usize;
+        axes.swap(j, o);
+    }
+    axes.truncate(n);
+    for a in axes.iter_mut() {
+        if rng.range(0, 2) == 0 {
+            *a -= rank as i64;
+        }
+    }
+    axes
+}
+
 /// The output shape and type `op` infers for `inputs` (integer inputs give their values as
 /// shape data).
 pub fn infer(op: &Op, inputs: &[&RefTensor]) -> (Shape, DType) {

@@ -7,7 +7,7 @@
 //! belong to nothing else).
 
 use super::layout::{broadcast_strides, check_rank, numel, pack8, strides, u32_of, u32s};
-use super::{Encoder, Family, Kernel, KernelError, Operand};
+use super::{Bound, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::movement::slice_ranges;
 use crate::graph::ops::{
     axis_index, Concat, ConstantOfShape, Expand, Flatten, Gather, Reshape, ReshapeTo, ShapeOf,
@@ -379,6 +379,51 @@ impl Kernel for Slice {
     }
 }
 
+/// What the device-parameter slices (`slice_to`, a sized `split_part`) share: the
+/// [`SliceParams`] of a copy from `x` into all of `out` (iterated over `out`, with a word
+/// dimension for 64-bit elements), the parameters read from `params` (`count` of them), `x`,
+/// `params` and `out` bound in that order, and the words copied.
+fn device_slice<'t>(
+    e: &Encoder<'_, '_>,
+    x: &Operand<'t>,
+    params: &Operand<'t>,
+    count: u64,
+    out: &Operand<'t>,
+    axis_of: &[u32],
+) -> Result<(SliceParams, Vec<Bound<'t>>, u64), KernelError> {
+    let words = element_words(out.dtype).unwrap_or(1);
+    let mut shape = out.shape.dims().to_vec();
+    let mut dims = x.shape.dims().to_vec();
+    let mut in_strides: Vec<u64> = strides(x.shape).iter().map(|s| s * words).collect();
+    if words > 1 {
+        shape.push(words);
+        dims.push(words);
+        in_strides.push(1);
+    }
+    let it = Shape::new(shape);
+    check_rank(&it)?;
+    let n = numel("output", &it)?;
+    let param_words = element_words(params.dtype).unwrap_or(1);
+    let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4 * words)?;
+    let (bs, os) = e.bind("input 1", &params.tensor, (count * 4 * param_words).max(4))?;
+    let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+    let p = SliceParams {
+        numel: u32_of("output", n)?,
+        rank: it.rank() as u32,
+        in_offset: ox,
+        out_offset: oo,
+        n_axes: u32_of("input 1", count)?,
+        starts_offset: os,
+        steps_offset: 0,
+        param_words: param_words as u32,
+        shape: pack8(&u32s("output", it.dims())?),
+        in_strides: pack8(&u32s("input 0", &in_strides)?),
+        dims: pack8(&u32s("input 0", &dims)?),
+        axis_of: pack8(axis_of),
+    };
+    Ok((p, vec![bx, bs, bo], n))
+}
+
 impl Kernel for SliceTo {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         let params = inputs.get(1).copied();
@@ -422,39 +467,9 @@ impl Kernel for SliceTo {
                 },
             });
         }
-        let mut shape = out.shape.dims().to_vec();
-        let mut dims = x.shape.dims().to_vec();
-        let mut in_strides: Vec<u64> = strides(x.shape).iter().map(|s| s * words).collect();
-        if words > 1 {
-            shape.push(words);
-            dims.push(words);
-            in_strides.push(1);
-        }
-        let it = Shape::new(shape);
-        check_rank(&it)?;
-        let n = numel("output", &it)?;
-        let param_words = element_words(inputs[1].dtype).unwrap_or(1);
-        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4 * words)?;
-        let (bs, os) = e.bind(
-            "input 1",
-            &inputs[1].tensor,
-            (n_axes as u64 * 4 * param_words).max(4),
-        )?;
-        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
-        let mut p = SliceParams {
-            numel: u32_of("output", n)?,
-            rank: it.rank() as u32,
-            in_offset: ox,
-            out_offset: oo,
-            n_axes: n_axes as u32,
-            starts_offset: os,
-            steps_offset: 0,
-            param_words: param_words as u32,
-            shape: pack8(&u32s("output", it.dims())?),
-            in_strides: pack8(&u32s("input 0", &in_strides)?),
-            dims: pack8(&u32s("input 0", &dims)?),
-            axis_of: pack8(&axes.iter().map(|&a| a as u32).collect::<Vec<_>>()),
-        };
+        let axis_of: Vec<u32> = axes.iter().map(|&a| a as u32).collect();
+        let (mut p, mut bound, n) = device_slice(e, x, &inputs[1], n_axes as u64, out, &axis_of)?;
+        let param_words = u64::from(p.param_words);
         let param_bytes = (n_axes as u64 * 4 * param_words).max(4);
         match (inputs.get(3), axes_input) {
             (Some(steps), Some(axes)) => {
@@ -463,29 +478,26 @@ impl Kernel for SliceTo {
                 p.steps_offset = ot;
                 p.axis_of[0][0] = oa;
                 p.axis_of[1][3] = u32::from(words > 1);
+                bound.extend([bt, ba]);
                 e.dispatch(
                     FAMILY.key("movement_slice_axes"),
                     &p,
-                    &[bx, bs, bo, bt, ba],
+                    &bound,
                     n.div_ceil(256),
                 )?;
             }
             (Some(steps), None) => {
                 let (bt, ot) = e.bind("input 3", &steps.tensor, param_bytes)?;
                 p.steps_offset = ot;
+                bound.push(bt);
                 e.dispatch(
                     FAMILY.key("movement_slice_steps"),
                     &p,
-                    &[bx, bs, bo, bt],
+                    &bound,
                     n.div_ceil(256),
                 )?;
             }
-            (None, _) => e.dispatch(
-                FAMILY.key("movement_slice"),
-                &p,
-                &[bx, bs, bo],
-                n.div_ceil(256),
-            )?,
+            (None, _) => e.dispatch(FAMILY.key("movement_slice"), &p, &bound, n.div_ceil(256))?,
         }
         Ok(1)
     }
@@ -527,41 +539,16 @@ impl Kernel for SplitPart {
             );
         };
         let axis = axis_index(self.axis, x.shape.rank()).map_err(infer)?;
-        let words = element_words(out.dtype).unwrap_or(1);
-        let mut shape = out.shape.dims().to_vec();
-        let mut dims = x.shape.dims().to_vec();
-        let mut in_strides: Vec<u64> = strides(x.shape).iter().map(|s| s * words).collect();
-        if words > 1 {
-            shape.push(words);
-            dims.push(words);
-            in_strides.push(1);
-        }
-        let it = Shape::new(shape);
-        check_rank(&it)?;
-        let n = numel("output", &it)?;
         let count = numel("input 1", sizes.shape)?;
-        let param_words = element_words(sizes.dtype).unwrap_or(1);
-        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4 * words)?;
-        let (bs, os) = e.bind("input 1", &sizes.tensor, (count * 4 * param_words).max(4))?;
-        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
-        let p = SliceParams {
-            numel: u32_of("output", n)?,
-            rank: it.rank() as u32,
-            in_offset: ox,
-            out_offset: oo,
-            n_axes: 1,
-            starts_offset: os,
-            steps_offset: u32_of("input 1", (self.index as u64).min(count))?,
-            param_words: param_words as u32,
-            shape: pack8(&u32s("output", it.dims())?),
-            in_strides: pack8(&u32s("input 0", &in_strides)?),
-            dims: pack8(&u32s("input 0", &dims)?),
-            axis_of: pack8(&[axis as u32]),
-        };
+        let (mut p, bound, n) = device_slice(e, x, sizes, count, out, &[axis as u32])?;
+        // One parameter applies (the split axis): the part's start, summed from the sizes
+        // before it, whose number travels in steps_offset.
+        p.n_axes = 1;
+        p.steps_offset = u32_of("input 1", (self.index as u64).min(count))?;
         e.dispatch(
             FAMILY.key("movement_split_sized"),
             &p,
-            &[bx, bs, bo],
+            &bound,
             n.div_ceil(256),
         )?;
         Ok(1)
