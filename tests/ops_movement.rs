@@ -600,3 +600,89 @@ fn parameters_held_in_tensors_are_read_on_the_device() {
         assert_eq!((got.shape.rank(), got.values), (0, Values::Int(vec![60])));
     }
 }
+
+/// A graph whose parameters come from a symbol through host-evaluated shape data: a range
+/// starting at the past length, a slice of two rows starting there, a constant_of_shape and
+/// an expand shaped by the past (inputs the kernels never read, with no buffer). Run through
+/// the runtime for growing pasts on one request, against the reference: the range and the
+/// slice keep their output shapes while their start moves.
+#[test]
+fn runtime_values_from_shapes_drive_range_slice_fill_and_expand() {
+    use dynrt::graph::{reference, BinaryOp, Dim, GraphBuilder};
+    use dynrt::memory::predictor::Policy;
+    use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunOptions};
+    use dynrt::tensor::ConstData;
+
+    let Some(gpu) = dynrt::gpu::testing::gpu_or_skip("runtime_values_from_shapes") else {
+        return;
+    };
+    let mut b = GraphBuilder::new();
+    let past = b.input("past", &[Dim::sym("p"), Dim::Fixed(2)], DType::F32);
+    let table = b.constant("table", s(&[10, 2]), (0..20).map(|v| v as f32).collect());
+    let row = b.constant("row", s(&[1, 2]), vec![3.5, -1.0]);
+    let i64c = |b: &mut GraphBuilder, label: &str, dims: &[u64], v: &[i64]| {
+        b.constant_bytes(label, s(dims), DType::I64, ConstData::from_i64(v))
+    };
+    let zero = i64c(&mut b, "zero", &[], &[0]);
+    let one = i64c(&mut b, "one", &[], &[1]);
+    let four = i64c(&mut b, "four", &[], &[4]);
+    let two = i64c(&mut b, "two", &[1], &[2]);
+    let shape = b.add(
+        "shape",
+        ShapeOf {
+            start: 0,
+            end: None,
+            dtype: DType::I64,
+        },
+        &[past],
+    );
+    let p = b.add("p", Gather { axis: 0 }, &[shape, zero]);
+    let lim = b.add("lim", BinaryOp::Add, &[p, four]);
+    let range = b.add("range", Range, &[p, lim, one]);
+    let start = b.add("start", Unsqueeze { axes: vec![0] }, &[p]);
+    let end = b.add("end", BinaryOp::Add, &[start, two]);
+    let rows = b.add(
+        "rows",
+        SliceTo {
+            axes: Some(vec![0]),
+        },
+        &[table, start, end],
+    );
+    let fill = b.add("fill", ConstantOfShape::f32(1.5), &[shape]);
+    let grown = b.add("grown", Expand, &[row, shape]);
+    for o in [range, rows, fill, grown] {
+        b.output(o);
+    }
+    let graph = b.build().expect("graph");
+    let engine = dynrt::gpu::Engine::new(gpu);
+    let net = Network::compile(&engine, graph.clone(), NetworkOptions::default()).expect("compile");
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).expect("request");
+    for (step, p) in [1u64, 2, 3, 5, 8].into_iter().enumerate() {
+        let values: Vec<f32> = (0..p * 2).map(|v| v as f32).collect();
+        let feed = HostTensor::f32(s(&[p, 2]), &values);
+        let got = req
+            .infer_blocking(&[("past", &feed)], &["range", "rows", "fill", "grown"])
+            .expect("run");
+        let want = reference::evaluate_tensors(
+            &graph,
+            &[("past", RefTensor::from_f32(s(&[p, 2]), DType::F32, values))],
+        )
+        .expect("reference");
+        for (g, id) in got.iter().zip([range, rows, fill, grown]) {
+            let g = RefTensor::from_host(g).expect("typed");
+            compare(
+                &g,
+                &want[id.index()],
+                EXACT,
+                &format!("step {step} (p = {p}) {}", graph.node(id).label),
+            );
+        }
+        let r = RefTensor::from_host(&got[0]).expect("range");
+        let p = p as i64;
+        assert_eq!(
+            r.values,
+            Values::Int(vec![p, p + 1, p + 2, p + 3]),
+            "range at p = {p}"
+        );
+    }
+}
