@@ -45,6 +45,7 @@ pub fn find_states(graph: &Graph) -> Vec<StateBinding> {
         let Op::Input(ops::Input { dims, .. }) = &graph.node(past).op else {
             continue;
         };
+        let axis = ops::axis_index(axis, dims.len()).unwrap_or(usize::MAX);
         let growing = matches!(dims.get(axis), Some(Dim::Sym(_)));
         let only_concat = users[past.index()]
             .iter()
@@ -191,9 +192,13 @@ fn resolve_states(graph: &Graph, bindings: &[StateBinding]) -> Result<Vec<CState
             return Err(bad("past is not an input"));
         }
         let pn = graph.node(present);
+        let rank = match &graph.node(past).op {
+            Op::Input(ops::Input { dims, .. }) => dims.len(),
+            _ => 0,
+        };
         let axis = match pn.op {
             Op::Concat(ops::Concat { axis }) if pn.inputs.len() == 2 && pn.inputs[0] == past => {
-                axis
+                ops::axis_index(axis, rank).map_err(|e| bad(&e.to_string()))?
             }
             _ => {
                 return Err(bad(
@@ -506,8 +511,8 @@ impl Compiled {
                         Role::Kernel
                     }
                     Op::Concat(ops::Concat { axis: 0 }) => Role::ConcatCopy,
-                    Op::Reshape(_) | Op::ReshapeTo(_) => Role::Copy,
-                    Op::ShapeOf(_) => Role::HostValue,
+                    _ if node.op.def().is_view() => Role::Copy,
+                    Op::ShapeOf(_) | Op::SizeOf(_) => Role::HostValue,
                     _ if node.dtype.is_int()
                         && is_static[id.index()]
                         && values[id.index()].is_some() =>

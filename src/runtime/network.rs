@@ -252,10 +252,16 @@ fn check_kernel_dtypes(c: &Compiled) -> Result<(), RunError> {
                 let kernel = kernel_of(&n.op).ok_or_else(|| refused("a kernel"))?;
                 kernel.check_dtypes(&inputs, n.dtype).map_err(refused)?;
             }
-            // Byte copies, but the fallback when source and destination share a buffer is
-            // the 32-bit copy kernel.
-            Role::Copy | Role::ConcatCopy if n.dtype.bits() != Some(32) => {
-                return Err(refused("32-bit elements for a device copy"));
+            // Byte copies; the fallback when source and destination share a buffer is the
+            // whole-word copy of the views (any plain type) or the concat's own kernel.
+            Role::Copy if n.dtype.bits().is_none() => {
+                return Err(refused(
+                    "a plain (not block-quantized) type for a device copy",
+                ));
+            }
+            Role::ConcatCopy => {
+                let kernel = kernel_of(&n.op).ok_or_else(|| refused("a kernel"))?;
+                kernel.check_dtypes(&inputs, n.dtype).map_err(refused)?;
             }
             _ => {}
         }

@@ -575,9 +575,22 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
-                let input = |i: NodeId| {
-                    tensor_of(&self.session, inner, i)
-                        .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
+                let out = tensor_of(&self.session, inner, c.id)
+                    .ok_or_else(|| kernel_err("output has no buffer".into()))?;
+                let def = node.op.def();
+                let graph = &inner.compiled.graph;
+                // An input the kernel never reads (shape data computed on the host, such as an
+                // expand's target) may have no buffer: it gets a placeholder that names the
+                // output's range with the input's shape and type, which the kernel never binds.
+                let input = |pos: usize, i: NodeId| match tensor_of(&self.session, inner, i) {
+                    Some(o) => Ok(o),
+                    None if !def.reads_input(pos) => Ok(Operand {
+                        tensor: out.tensor,
+                        shape: self.session.shape(i),
+                        dtype: graph.node(i).dtype,
+                        strides: None,
+                    }),
+                    None => Err(kernel_err(format!("input {i} has no buffer"))),
                 };
                 // Up to 4 operands on the stack (every dispatch of every iteration passes
                 // here); a wider node collects into a Vec.
@@ -586,21 +599,23 @@ impl InferRequest {
                 let gathered: [Operand<'_>; 4];
                 let ins: &[Operand<'_>] = match node.inputs.as_slice() {
                     [first, rest @ ..] if rest.len() < few.len() => {
-                        let first = input(*first)?;
+                        let first = input(0, *first)?;
                         few[0] = Some(first);
-                        for (slot, &i) in few[1..].iter_mut().zip(rest) {
-                            *slot = Some(input(i)?);
+                        for (pos, (slot, &i)) in few[1..].iter_mut().zip(rest).enumerate() {
+                            *slot = Some(input(pos + 1, i)?);
                         }
                         gathered = few.map(|o| o.unwrap_or(first));
                         &gathered[..node.inputs.len()]
                     }
                     all => {
-                        many = all.iter().map(|&i| input(i)).collect::<Result<_, _>>()?;
+                        many = all
+                            .iter()
+                            .enumerate()
+                            .map(|(pos, &i)| input(pos, i))
+                            .collect::<Result<_, _>>()?;
                         &many
                     }
                 };
-                let out = tensor_of(&self.session, inner, c.id)
-                    .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let planned = frame
                     .encode_planned(&node.op, ins, &out, &mut self.plans[k])
                     .map_err(|e| kernel_err(e.to_string()))?;

@@ -21,12 +21,16 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
-//! [`reduce`], [`movement`], [`mask`]; [`layout`] (the
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`]
+//! (matmul, gemm, and convolution as an implicit GEMM on the same tiles), [`reduce`] (row
+//! normalisations, reductions over any axes, cumulative sum), [`movement`], [`mask`],
+//! [`generate`] (range, trilu), [`cnn`] (pooling, batch norm), [`rotary`]; [`layout`] (the
 //! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
+pub mod cnn;
 pub mod elementwise;
 pub mod encoder;
+pub mod generate;
 pub mod layout;
 pub mod logic;
 pub mod mask;
@@ -34,6 +38,7 @@ pub mod matmul;
 pub mod movement;
 pub mod plan;
 pub mod reduce;
+pub mod rotary;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
 pub mod uniforms;
@@ -75,13 +80,16 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 6] = [
+pub const FAMILIES: [&Family; 9] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
+    &generate::FAMILY,
+    &cnn::FAMILY,
+    &rotary::FAMILY,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -104,6 +112,23 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::SizeOf(o) => o,
+        Op::SliceTo(o) => o,
+        Op::SplitPart(o) => o,
+        Op::Expand(o) => o,
+        Op::Squeeze(o) => o,
+        Op::Unsqueeze(o) => o,
+        Op::Flatten(o) => o,
+        Op::ConstantOfShape(o) => o,
+        Op::Range(o) => o,
+        Op::Trilu(o) => o,
+        Op::Reduce(o) => o,
+        Op::CumSum(o) => o,
+        Op::Gemm(o) => o,
+        Op::Conv(o) => o,
+        Op::Pool(o) => o,
+        Op::BatchNorm(o) => o,
+        Op::RotaryEmbedding(o) => o,
         Op::Compare(o) => o,
         Op::Logic(o) => o,
         Op::Not(o) => o,
@@ -364,8 +389,9 @@ pub struct CacheStats {
     pub pipelines: usize,
 }
 
-/// Most storage bindings of one entry point.
-pub(crate) const MAX_STORAGE_BINDINGS: usize = 4;
+/// Most storage bindings of one entry point (batch norm: x, four statistics, the output;
+/// WebGPU guarantees 8 per stage).
+pub(crate) const MAX_STORAGE_BINDINGS: usize = 6;
 /// Bind groups cached at most; the cache is emptied when it would grow past this, so a
 /// caller that never calls [`Kernels::forget_bind_groups`] still holds a bounded number.
 const MAX_CACHED_BIND_GROUPS: usize = 4096;
@@ -591,9 +617,10 @@ impl Kernels {
                 output: output.dtype,
                 expected,
             })?;
-        // Re-infer so a caller's shape mistake is an error, not a wrong dispatch (a
-        // reshape_to's target is shape data the kernel never sees).
-        if !matches!(op, Op::ReshapeTo(_)) {
+        // Re-infer so a caller's shape mistake is an error, not a wrong dispatch (an op whose
+        // shape rule needs input values, such as a reshape_to's target, was inferred by the
+        // caller from host values the kernel never sees).
+        if op.shape_data_inputs().is_empty() {
             let expected = op
                 .infer(shapes, &[])
                 .map_err(|source| KernelError::Infer { op: name, source })?;
@@ -683,16 +710,6 @@ pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static s
         Ok(())
     } else {
         Err("f32 tensors")
-    }
-}
-
-/// The dtype rule of kernels that move 32-bit words (copies, gathers): any 4-byte type, one
-/// type in and out.
-pub(crate) fn words_only(inputs: &[DType], output: DType) -> Result<(), &'static str> {
-    if output.bits() == Some(32) && inputs.iter().all(|&d| d == output) {
-        Ok(())
-    } else {
-        Err("32-bit elements (f32, i32, u32), the same type in and out")
     }
 }
 
