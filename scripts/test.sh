@@ -3,11 +3,11 @@
 #
 # 0. scripts/lint.sh: cargo fmt --check, clippy -D warnings (native all targets, and wasm32
 #    with --features web), rustdoc with warnings denied.
-# 1. The ONNX backend node tests' data (scripts/fetch_onnx_tests.sh, once), then cargo test:
-#    unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and GL/llvmpipe),
-#    the node tests run on the GPU, CLI tests, doc tests, the model tests against the Python
-#    reference (the model is fetched first, once, with pip; the reference's venv is made by
-#    scripts/pyenv.sh, and DYNRT_REQUIRE_MODEL=1 makes the model tests fail rather than skip).
+# 1. The ONNX backend node tests' data (scripts/fetch_onnx_tests.sh, once) and the model (dynrt
+#    fetch, once, with pip) with the Python reference's venv (scripts/pyenv.sh), then cargo
+#    test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
+#    GL/llvmpipe), the node tests run on the GPU, the model tests against the Python
+#    reference (DYNRT_REQUIRE_MODEL=1 makes them fail rather than skip), CLI tests, doc tests.
 # 2. The browser test: the wasm32 build and the decode demo page in headless Chromium.
 #
 # Like the GPU tests, the browser test is skipped with a message when its tools are missing

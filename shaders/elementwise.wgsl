@@ -11,7 +11,8 @@
 //   elementwise_unary4        one vec4<f32> per invocation (same conditions as flat4)
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
-// 2 mul, 3 div, 4 pow, 5 min, 6 max; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp, 4 sqrt,
+// 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 silu_mul = a / (1 + exp(-a)) * b, the SwiGLU gate;
+// UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp, 4 sqrt,
 // 5 reciprocal, 6 neg, 7 log, 8 tanh, 9 erf, 10 sigmoid, 11 gelu-erf, 12 abs, 13 floor,
 // 14 ceil, 15 round, 16 sin, 17 cos, 18 sign), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
@@ -76,6 +77,12 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 // squaring (exact where the result is, and defined for a negative base, where WGSL's pow is
 // not); otherwise pow(|x|, y), NaN for a negative base, and 1 for y = 0 (WGSL's pow(0, 0) is
 // exp2(0 * -inf) = NaN).
+// NaN and infinity as runtime values: Tint (Chromium, Dawn) refuses a constant expression
+// that evaluates to either ("value nan cannot be represented as 'f32'"), so their bits are
+// loaded from private variables. tests/wgsl_portable.rs keeps literals out of every shader.
+var<private> NAN_BITS: u32 = 0x7fc00000u;
+var<private> INF_BITS: u32 = 0x7f800000u;
+
 fn pow_f32(x: f32, y: f32) -> f32 {
     if y == 0.0 {
         return 1.0;
@@ -97,10 +104,10 @@ fn pow_f32(x: f32, y: f32) -> f32 {
         return select(acc, 1.0 / acc, y < 0.0);
     }
     if x < 0.0 {
-        return bitcast<f32>(0x7fc00000u);
+        return bitcast<f32>(NAN_BITS);
     }
     if x == 0.0 {
-        return select(0.0, bitcast<f32>(0x7f800000u), y < 0.0);
+        return select(0.0, bitcast<f32>(INF_BITS), y < 0.0);
     }
     return pow(x, y);
 }
@@ -113,6 +120,7 @@ fn binary_op(a: f32, b: f32) -> f32 {
         case 4u: { return pow_f32(a, b); }
         case 5u: { return min(a, b); }
         case 6u: { return max(a, b); }
+        case 7u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }
@@ -125,6 +133,7 @@ fn binary_op4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
         case 4u: { return vec4<f32>(pow_f32(a.x, b.x), pow_f32(a.y, b.y), pow_f32(a.z, b.z), pow_f32(a.w, b.w)); }
         case 5u: { return min(a, b); }
         case 6u: { return max(a, b); }
+        case 7u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }

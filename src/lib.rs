@@ -33,6 +33,8 @@
 //!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
 //!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
 //!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
+//! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that
+//!   each keep their own KV cache, greedy or sampled generation streamed as text.
 //! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
 //!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
 //!
@@ -87,6 +89,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod gpu;
 pub mod graph;
+pub mod llm;
 pub mod memory;
 pub mod npy;
 pub mod onnx;

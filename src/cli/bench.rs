@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode|onnx`.
+//! `dynrt bench kernels|decode|onnx|generate`.
 
 use std::process::ExitCode;
 
@@ -18,6 +18,8 @@ enum What {
     /// An ONNX model step by step (ops, or greedy decoding with carried caches): the dynrt
     /// side of scripts/bench_peer.sh.
     Onnx(super::bench_onnx::Args),
+    /// SmolLM2: prefill tokens/s, decode ms/token by context and policy, memory, kernels.
+    Generate(super::bench_generate::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -25,5 +27,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Kernels(a) => super::bench_kernels::run(a),
         What::Decode(a) => super::bench_decode::run(a),
         What::Onnx(a) => super::bench_onnx::run(a),
+        What::Generate(a) => super::bench_generate::run(a),
     }
 }

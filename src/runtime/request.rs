@@ -189,6 +189,12 @@ impl InferRequest {
         self.session.state_shapes()
     }
 
+    /// Bytes the KV cache's buffers reserve (the rows held plus the room preallocated for
+    /// growth), summed over the states.
+    pub fn state_reserved_bytes(&self) -> u64 {
+        self.session.state_reserved_bytes()
+    }
+
     /// Takes the KV cache out of this request (which then starts a new sequence) to continue
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.

@@ -4,12 +4,13 @@
 //! the splat of `constant_of_shape`. They move 32-bit words, so they run on any 4-byte type
 //! and on 8-byte ones as word pairs; the views and the splat move whole words of any plain
 //! type (a tensor starts on a 4-byte boundary, and the bytes after its end up to the next one
-//! belong to nothing else).
+//! belong to nothing else). A gather from an f16 or block-quantized table is the `quant`
+//! family's.
 
 use super::layout::{
     batch_strides, check_rank, numel, operand_strides, pack8, span, strides, u32_of, u32s,
 };
-use super::{Bound, Encoder, Family, Kernel, KernelError, Operand};
+use super::{quant, Bound, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::movement::slice_ranges;
 use crate::graph::ops::{
     axis_index, Concat, ConstantOfShape, Expand, Flatten, Gather, Reshape, ReshapeTo, ShapeOf,
@@ -654,8 +655,19 @@ impl Kernel for Concat {
 
 impl Kernel for Gather {
     /// Data of 32- or 64-bit elements; i32, u32 or i64 ids (negative ones count from the
-    /// end, others out of range give zeros).
+    /// end, others out of range give zeros). Or an f16/q4_1/q8_0 table gathered on axis 0
+    /// and dequantized to f32 rows ([`quant::encode_gather`]) with i32 or u32 ids (there,
+    /// negative ids give zeros: a model's token ids are not negative).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        let table = inputs.first().copied().unwrap_or(output);
+        if quant::is_gather_table(table) {
+            let ids_ok = matches!(inputs.get(1), Some(DType::I32 | DType::U32));
+            return if ids_ok && self.axis == 0 && output == DType::F32 {
+                Ok(())
+            } else {
+                Err("an f16, q4_1 or q8_0 table gathered on axis 0 into f32, with i32 or u32 ids")
+            };
+        }
         let ids_ok = matches!(inputs.get(1), Some(DType::I32 | DType::U32 | DType::I64));
         if ids_ok && strided_types(&inputs[..1], output).is_ok() {
             Ok(())
@@ -670,6 +682,9 @@ impl Kernel for Gather {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let (table, ids) = (&inputs[0], &inputs[1]);
+        if quant::is_gather_table(table.dtype) {
+            return quant::encode_gather(e, table, ids, out);
+        }
         let words = element_words(table.dtype).unwrap_or(1);
         let dims = table.shape.dims();
         let axis = axis_index(self.axis, dims.len()).map_err(|source| KernelError::Infer {

@@ -23,6 +23,9 @@ pub enum BinaryOp {
     Min,
     /// `max(a, b)`
     Max,
+    /// `silu(a) * b = a / (1 + exp(-a)) * b`: the gated unit of a SwiGLU feed-forward
+    /// (`a` the gate projection, `b` the up projection). f32 only.
+    SiluMul,
 }
 
 impl BinaryOp {
@@ -33,6 +36,7 @@ impl BinaryOp {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
+            BinaryOp::SiluMul => "silu_mul",
             BinaryOp::Pow => "pow",
             BinaryOp::Min => "min",
             BinaryOp::Max => "max",
@@ -44,6 +48,8 @@ impl BinaryOp {
         self as u32
     }
 
+    /// Applies the op in f32, as the GPU does (`silu_mul` with an f64 intermediate, as the
+    /// reference computes activations).
     /// Applies the op in f32, as the GPU does (`pow` in f64, rounded once).
     pub fn apply(self, a: f32, b: f32) -> f32 {
         match self {
@@ -51,6 +57,10 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
+            BinaryOp::SiluMul => {
+                let a = f64::from(a);
+                (a / (1.0 + (-a).exp()) * f64::from(b)) as f32
+            }
             BinaryOp::Pow => f64::from(a).powf(f64::from(b)) as f32,
             BinaryOp::Min => a.min(b),
             BinaryOp::Max => a.max(b),
@@ -64,6 +74,8 @@ impl BinaryOp {
             BinaryOp::Sub => a.wrapping_sub(b),
             BinaryOp::Mul => a.wrapping_mul(b),
             BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+            // Never reached: the dtype rule refuses integers for silu_mul.
+            BinaryOp::SiluMul => 0,
             BinaryOp::Pow => int_pow(a, b),
             BinaryOp::Min => a.min(b),
             BinaryOp::Max => a.max(b),
@@ -106,8 +118,12 @@ impl OpDef for BinaryOp {
         (2, 2)
     }
     /// f32 on both sides, or the same integer type (not bool) on both (shape arithmetic,
-    /// integer tensors; whether a device kernel exists for it is the kernel's own dtype rule).
+    /// integer tensors; whether a device kernel exists for it is the kernel's own dtype
+    /// rule); `silu_mul` f32 only.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if *self == BinaryOp::SiluMul {
+            return all_f32(inputs);
+        }
         let int = |d: DType| d.is_int() && d != DType::Bool;
         let ok = inputs.len() == 2
             && inputs[0] == inputs[1]
@@ -302,6 +318,16 @@ impl OpDef for UnaryOp {
 }
 
 impl crate::graph::GraphBuilder {
+    /// `silu(gate) * up` with broadcasting: the SwiGLU gate ([`BinaryOp::SiluMul`]).
+    pub fn silu_mul(
+        &mut self,
+        label: impl Into<String>,
+        gate: crate::graph::NodeId,
+        up: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.binary(label, BinaryOp::SiluMul, gate, up)
+    }
+
     /// `sqrt(x)` ([`UnaryOp::Sqrt`]).
     pub fn sqrt(
         &mut self,
@@ -392,5 +418,15 @@ mod tests {
         assert!(UnaryOp::Exp.output_dtype(&[DType::I32]).is_err());
         assert_eq!(BinaryOp::Div.apply_int(7, 0), 0);
         assert_eq!(BinaryOp::Div.apply_int(-7, 2), -3);
+        assert!(BinaryOp::SiluMul
+            .output_dtype(&[DType::I32, DType::I32])
+            .is_err());
+    }
+
+    #[test]
+    fn silu_mul_is_the_swiglu_gate() {
+        assert!((BinaryOp::SiluMul.apply(1.0, 2.0) - 2.0 * 0.731_058_6).abs() < 1e-6);
+        assert_eq!(BinaryOp::SiluMul.apply(0.0, 5.0), 0.0);
+        assert!((BinaryOp::SiluMul.apply(-100.0, 1.0)).abs() < 1e-30);
     }
 }

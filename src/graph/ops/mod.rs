@@ -16,20 +16,24 @@
 //! an op" in the crate docs.
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
-//! (comparisons, boolean logic, cast, identity), [`matmul`] (matmul, gemm), [`norm`] (softmax
-//! and log-softmax on any axis, layer norm, RMS norm), [`movement`] (reshape, transpose,
-//! concat, slice, split, gather, expand, shape_of), [`view`] (squeeze, unsqueeze, flatten: new
-//! shapes over the same bytes), [`generate`] (constant_of_shape, range), [`mask`] (causal
-//! mask, where, trilu), [`reduce`] (reductions over any axes, cumulative sum), [`conv`]
-//! (convolution, pooling, batch norm), [`rotary`] (rotary embedding).
+//! (comparisons, boolean logic, cast, identity), [`matmul`] (matmul, gemm), [`linear`] (`x ·
+//! wᵀ` on quantized weights), [`norm`] (softmax and log-softmax on any axis, layer norm, RMS
+//! norm), [`movement`] (reshape, transpose, concat, slice, split, gather, expand, shape_of),
+//! [`view`] (squeeze, unsqueeze, flatten: new shapes over the same bytes), [`generate`]
+//! (constant_of_shape, range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions
+//! over any axes, cumulative sum), [`conv`] (convolution, pooling, batch norm), [`rotary`]
+//! (ONNX's rotary embedding), [`attention`] (RoPE on adjacent pairs, grouped-query attention
+//! over a KV cache).
 //!
 //! Axes are `i64` as ONNX writes them (negative counts from the end) and are resolved against
 //! the input's rank by the shape rule ([`axis_index`]): a graph is built without knowing
 //! ranks, which only concrete shapes have.
 
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod generate;
+pub mod linear;
 pub mod logic;
 pub mod mask;
 pub mod matmul;
@@ -44,9 +48,11 @@ use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 use std::fmt;
 
+pub use attention::{rope_table, Attention, Rope};
 pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use generate::{ConstantOfShape, Range};
+pub use linear::Linear;
 pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
 pub use mask::{CausalMask, Trilu, Where};
 pub use matmul::{Gemm, MatMul};
@@ -130,6 +136,15 @@ pub enum InferError {
     CausalMask {
         /// The input shape.
         shape: Shape,
+    },
+    /// An op's parameters do not fit its inputs (a head size that does not divide a width,
+    /// ...).
+    #[error("{op}: {reason}")]
+    Invalid {
+        /// The op name.
+        op: &'static str,
+        /// What is wrong, with the numbers.
+        reason: String,
     },
     /// An op that needs at least one input got none.
     #[error("op needs at least one input")]
@@ -318,6 +333,8 @@ registry! {
     Constant(source::Constant),
     /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
     MatMul(matmul::MatMul),
+    /// `x · wᵀ` with the weight in its stored format (q4_1, q8_0, f16, f32). Inputs: x, w.
+    Linear(linear::Linear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.
@@ -382,6 +399,10 @@ registry! {
     BatchNorm(conv::BatchNorm),
     /// Rotary position embedding (ONNX opset 23). Inputs: x, cos, sin, optional positions.
     RotaryEmbedding(rotary::RotaryEmbedding),
+    /// Rotary position embedding on adjacent pairs. Inputs: x, positions, cos/sin table.
+    Rope(attention::Rope),
+    /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
+    Attention(attention::Attention),
     /// Comparison with broadcasting, bool result. Inputs: a, b.
     Compare(logic::CompareOp),
     /// Boolean logic with broadcasting. Inputs: a, b (bool).

@@ -612,13 +612,16 @@ impl OpDef for Gather {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// Any data type (a quantized embedding table is for its own kernel to accept); integer
-    /// indices.
+    /// Any table type, integer ids. f16 and block-quantized (q4_1, q8_0) tables give f32
+    /// rows, dequantized by the kernel; other tables keep their type.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
         if !is_index(inputs[1]) {
             return Err(DTypeError::at(1, "i32, u32 or i64 (indices)"));
         }
-        Ok(inputs[0])
+        Ok(match inputs[0] {
+            DType::F16 | DType::Q4_1 | DType::Q8_0 => DType::F32,
+            d => d,
+        })
     }
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         infer_gather(inputs[0], inputs[1], self.axis)

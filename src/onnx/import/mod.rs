@@ -414,10 +414,18 @@ pub fn import(model: &OnnxModel) -> Result<ImportedModel, ImportError> {
     }
     let mut outputs = Vec::new();
     for info in &graph.outputs {
-        let id = ctx.value(&info.name).ok_or_else(|| ImportError::Input {
-            input: info.name.clone(),
-            reason: "graph output that no node produces".into(),
-        })?;
+        let id = match ctx.values.get(info.name.as_str()) {
+            Some(&id) => id,
+            None => match ctx.initializers.get(info.name.as_str()).copied() {
+                Some(init) => ctx.initializer_constant(init)?,
+                None => {
+                    return Err(ImportError::Input {
+                        input: info.name.clone(),
+                        reason: "graph output that no node produces".into(),
+                    })
+                }
+            },
+        };
         // The runtime reads an output by its node's label, from a buffer of its own: a value
         // that is another value's node (Identity), a constant or a second output of one node
         // gets a copy labelled with its name.
@@ -579,17 +587,6 @@ impl<'m> Ctx<'m> {
         let id = self.add_labelled(name.to_string(), "input", Input::new(dims, dtype), &[])?;
         self.values.insert(name.to_string(), id);
         Ok(id)
-    }
-
-    /// The node of a value, creating the constant of an initializer on first use.
-    fn value(&mut self, name: &str) -> Option<NodeId> {
-        if let Some(&id) = self.values.get(name) {
-            return Some(id);
-        }
-        let init = *self.initializers.get(name)?;
-        // Errors surface through `input`, which knows the node; here only the happy path.
-        let id = self.initializer_constant(init).ok()?;
-        Some(id)
     }
 
     fn initializer_constant(&mut self, init: &Initializer) -> Result<NodeId, ImportError> {
@@ -1089,7 +1086,11 @@ impl<'m> Ctx<'m> {
     /// [`ImportError::Node`] when it is out of range.
     pub fn axis(&self, node: &OnnxNode, axis: i64, rank: usize) -> Result<usize, ImportError> {
         let r = rank as i64;
-        let a = if axis < 0 { axis + r } else { axis };
+        let a = if axis < 0 {
+            axis.saturating_add(r)
+        } else {
+            axis
+        };
         if (0..r).contains(&a) {
             Ok(a as usize)
         } else {

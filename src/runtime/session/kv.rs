@@ -231,6 +231,14 @@ impl<S: Storage + Clone> Session<S> {
         }
     }
 
+    /// Bytes reserved by the states' buffers (each at least its valid rows).
+    pub fn state_reserved_bytes(&self) -> u64 {
+        self.states
+            .iter()
+            .filter_map(|s| s.buffer.as_ref().map(S::size_bytes))
+            .sum()
+    }
+
     /// Takes the KV cache out with the sizer that sized it (the session then starts a new
     /// sequence, with a fresh sizer).
     pub fn take_states(&mut self) -> (Vec<MovedState<S::Buffer>>, Sizer) {
