@@ -728,6 +728,11 @@ impl Kernel for Gather {
 }
 
 impl Kernel for ShapeOf {
+    /// The input's data is never read (only its shape), so any layout will do: a shape of a
+    /// padded KV cache's view needs no contiguous copy.
+    fn reads_strided(&self, _input: usize) -> bool {
+        true
+    }
     /// Writes i32 or i64 dimensions.
     fn check_dtypes(&self, _: &[DType], output: DType) -> Result<(), &'static str> {
         if matches!(output, DType::I32 | DType::I64) {
@@ -775,6 +780,11 @@ impl Kernel for ShapeOf {
 }
 
 impl Kernel for SizeOf {
+    /// The input's data is never read (only its shape), so any layout will do: a shape of a
+    /// padded KV cache's view needs no contiguous copy.
+    fn reads_strided(&self, _input: usize) -> bool {
+        true
+    }
     /// Writes an i64.
     fn check_dtypes(&self, _: &[DType], output: DType) -> Result<(), &'static str> {
         if output == DType::I64 {
