@@ -15,27 +15,77 @@
 //!   error scopes per thread, so dynrt's scopes catch only dynrt's errors, nest inside any
 //!   scope the app has open on the same thread without disturbing it, and never see the
 //!   app's errors on other threads. [`Gpu::uncaptured_errors`] stays empty here.
-//! * **Never blocking the render loop.** dynrt's calls block the thread that makes them
-//!   (a generation waits for its logits), so an app runs generation on a thread of its own:
-//!   wgpu's device and queue are shared across threads natively, and every dynrt type a
-//!   generation needs is `Send`. That is preferred to running bounded slices per frame
-//!   because a forward pass is one submission whose length the app cannot slice, and a
-//!   frame would wait for its readback. One wgpu rule still reaches across threads: a
-//!   blocking `device.poll` holds a device lock that presenting a frame needs, for as long
-//!   as it waits. So on a shared device dynrt never waits indefinitely: it polls in slices
-//!   of at most [`SHARED_POLL_SLICE`], letting a `present` in between. What remains shared
-//!   is the GPU queue itself: the app's frame executes after the dynrt work submitted
-//!   before it (one forward pass at most, as dynrt submits per pass).
+//! * **Never blocking the render loop.** Both, for two different waits:
+//!   - *CPU side*: dynrt's calls block the thread that makes them (a generation waits for
+//!     its logits), so an app runs generation on a thread of its own: wgpu's device and
+//!     queue are shared across threads natively, and every dynrt type a generation needs is
+//!     `Send`. A thread rather than per-frame slices of the app's own thread, because a
+//!     readback's wait and a first-use pipeline compile (seconds on a software adapter) would
+//!     otherwise land in a frame. One wgpu rule still reaches across threads: a blocking
+//!     `device.poll` holds a device lock that presenting a frame takes exclusively, for as
+//!     long as it waits. So on a shared device dynrt never waits indefinitely: it polls in
+//!     slices of at most [`SHARED_POLL_SLICE`], letting a `present` in between.
+//!   - *GPU side*: the queue is shared and runs submissions in order, so an app frame
+//!     submitted behind a whole forward pass waits for all of it (a prefill takes seconds on
+//!     lavapipe). On a shared device dynrt therefore cuts each forward pass into bounded
+//!     slices ([`EmbedOptions::max_slice`]): it submits a slice of dispatches, and before
+//!     submitting the next it waits for the one before, so at most two slices sit ahead of
+//!     an app frame in the queue. The slice length adapts to the measured GPU time per
+//!     dispatch. Results are the same: the slices run in recording order.
 //! * **Callbacks.** Polling runs every callback that is due, so an app's own `map_async`
 //!   callbacks may run on dynrt's thread (wgpu requires them to be `Send` for that reason).
 
 use super::{Gpu, GpuError, GpuInner, GpuOptions};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest single wait dynrt makes on a shared device's fence: a `present` on the app's
 /// thread waits at most this long for the device lock dynrt's wait holds.
 pub const SHARED_POLL_SLICE: Duration = Duration::from_millis(2);
+
+/// Default [`EmbedOptions::max_slice`]: half a 60 Hz frame.
+pub const DEFAULT_MAX_SLICE: Duration = Duration::from_millis(8);
+
+/// Dispatches in the first slice, before any has been timed.
+const FIRST_SLICE_DISPATCHES: u32 = 16;
+
+/// How many dispatches a slice of a forward pass holds, adapted to a target GPU time
+/// ([`EmbedOptions::max_slice`]) from the time each slice took.
+#[derive(Debug)]
+pub(crate) struct Slicer {
+    target: Duration,
+    dispatches: AtomicU32,
+}
+
+impl Slicer {
+    fn new(target: Duration) -> Slicer {
+        Slicer {
+            target,
+            dispatches: AtomicU32::new(FIRST_SLICE_DISPATCHES),
+        }
+    }
+
+    /// Dispatches the next slice may hold.
+    pub(crate) fn dispatches(&self) -> u32 {
+        self.dispatches.load(Ordering::Relaxed)
+    }
+
+    /// A slice of `ran` dispatches took `took` from its submission to its completion (its
+    /// wait behind other work included): move the count toward the target, at most
+    /// doubling or halving at a time.
+    pub(crate) fn observe(&self, ran: u32, took: Duration) {
+        if ran == 0 {
+            return;
+        }
+        let per_dispatch = took.as_secs_f64().max(1e-6) / f64::from(ran);
+        let want = (self.target.as_secs_f64() / per_dispatch) as u32;
+        let next = want
+            .clamp((ran / 2).max(1), ran.saturating_mul(2))
+            .clamp(1, 4096);
+        self.dispatches.store(next, Ordering::Relaxed);
+    }
+}
 
 /// How dynrt uses a device that the application created.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +100,10 @@ pub struct EmbedOptions {
     pub required_features: wgpu::Features,
     /// Print the allocation history to stderr (as `DYNRT_VERBOSE=2`).
     pub verbose: bool,
+    /// GPU time dynrt aims to put in one submission, so that an app frame queued behind
+    /// its work waits about that long (twice at most); `None` submits every forward pass
+    /// whole (fastest when nothing else uses the queue). Default 8 ms.
+    pub max_slice: Option<Duration>,
 }
 
 impl EmbedOptions {
@@ -59,6 +113,7 @@ impl EmbedOptions {
             memory_budget_bytes,
             required_features: wgpu::Features::empty(),
             verbose: false,
+            max_slice: Some(DEFAULT_MAX_SLICE),
         }
     }
 
@@ -234,6 +289,7 @@ impl Gpu {
                 info,
                 options: gpu_options,
                 uncaptured: Arc::default(),
+                slicer: options.max_slice.map(Slicer::new),
             }),
         })
     }
@@ -241,6 +297,33 @@ impl Gpu {
     /// Whether the device is an application's, shared through [`Gpu::from_device`].
     pub fn is_shared(&self) -> bool {
         self.inner.owned.is_none()
+    }
+
+    /// The slicing of forward passes on a shared device (`None`: whole passes).
+    pub(crate) fn slicer(&self) -> Option<&Slicer> {
+        self.inner.slicer.as_ref()
+    }
+
+    /// Waits until submission `index` has finished, in slices of [`SHARED_POLL_SLICE`] (native;
+    /// a no-op on the web, where the browser schedules the queue).
+    pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) {
+        #[cfg(not(target_arch = "wasm32"))]
+        loop {
+            let wait = wgpu::PollType::Wait {
+                submission_index: Some(index.clone()),
+                timeout: Some(SHARED_POLL_SLICE),
+            };
+            match self.device().poll(wait) {
+                Ok(_) => return,
+                Err(wgpu::PollError::Timeout) => {}
+                Err(e) => {
+                    log::warn!("device poll failed: {e}");
+                    return;
+                }
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        drop(index);
     }
 }
 
@@ -270,6 +353,31 @@ mod tests {
                 "max_compute_workgroup_storage_size"
             ]
         );
+    }
+
+    #[test]
+    fn slices_move_toward_the_target_time() {
+        let s = Slicer::new(Duration::from_millis(8));
+        assert_eq!(s.dispatches(), FIRST_SLICE_DISPATCHES);
+        // 16 dispatches in 64 ms: 4 ms each, 2 fit in 8 ms, but one step halves at most.
+        s.observe(16, Duration::from_millis(64));
+        assert_eq!(s.dispatches(), 8);
+        s.observe(8, Duration::from_millis(32));
+        assert_eq!(s.dispatches(), 4);
+        s.observe(4, Duration::from_millis(16));
+        assert_eq!(s.dispatches(), 2);
+        s.observe(2, Duration::from_millis(8));
+        assert_eq!(s.dispatches(), 2);
+        // Fast dispatches: double at most per step, up to 4096.
+        s.observe(2, Duration::from_micros(2));
+        assert_eq!(s.dispatches(), 4);
+        for _ in 0..20 {
+            let n = s.dispatches();
+            s.observe(n, Duration::from_micros(1));
+        }
+        assert_eq!(s.dispatches(), 4096);
+        s.observe(0, Duration::ZERO);
+        assert_eq!(s.dispatches(), 4096);
     }
 
     #[test]

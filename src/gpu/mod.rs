@@ -35,7 +35,10 @@ pub mod pool_storage;
 pub mod testing;
 mod usage;
 
-pub use embed::{limit_shortfalls, required_limits, EmbedOptions, LimitShortfall};
+pub use embed::{
+    limit_shortfalls, required_limits, EmbedOptions, LimitShortfall, DEFAULT_MAX_SLICE,
+    SHARED_POLL_SLICE,
+};
 pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
@@ -241,6 +244,8 @@ struct GpuInner {
     info: wgpu::AdapterInfo,
     options: GpuOptions,
     uncaptured: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Forward passes cut into bounded submissions (shared devices only).
+    slicer: Option<embed::Slicer>,
 }
 
 /// How many uncaptured error messages a [`Gpu`] keeps (the count is exact beyond it).
@@ -335,6 +340,7 @@ impl Gpu {
                 info,
                 options: opts,
                 uncaptured,
+                slicer: None,
             }),
         })
     }
