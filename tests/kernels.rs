@@ -6,7 +6,7 @@
 //! Tolerances (|gpu - ref| <= atol + rtol * |ref|, ref computed with f64 intermediates):
 //! * add, sub, mul, relu, data movement, gather, where, causal mask, shape_of: exact
 //! * div: rtol 1e-6 (WGSL allows 2.5 ULP)
-//! * exp, gelu, silu, silu_mul (the SwiGLU gate): atol 1e-6, rtol 1e-5
+//! * exp, gelu, silu, silu_mul (the SwiGLU gate), sqrt: atol 1e-6, rtol 1e-5
 //! * rope: atol 1e-6, rtol 1e-5 (two products and a sum in f32, the table exact)
 //! * attention (q, k, v in [-1, 1)): atol 2e-6, rtol 1e-4 (f32 dot products, an online
 //!   softmax merged across 64 invocations)
@@ -232,7 +232,13 @@ fn unary_ops() {
     for gpu in gpus("unary_ops") {
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(2);
-        for op in [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp] {
+        for op in [
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::Silu,
+            UnaryOp::Exp,
+            UnaryOp::Sqrt,
+        ] {
             let tol = if op == UnaryOp::Relu {
                 EXACT
             } else {
@@ -274,6 +280,13 @@ fn unary_ops() {
                 tol,
                 &format!("{} extremes", op.name()),
             );
+            if op == UnaryOp::Sqrt {
+                // Random values are half negative (NaN on both sides): positives too.
+                let mut t = f32_tensor(&mut rng, &[4, 65]);
+                t.values.iter_mut().for_each(|v| *v = v.abs() * 100.0);
+                let out = check(&gpu, &mut k, &Op::Unary(op), &[t], tol, "sqrt positives");
+                assert!(out.iter().all(|v| v.is_finite()));
+            }
             for i in 0..6 {
                 let dims = rand_shape(&mut rng, 4, 20);
                 let t = f32_tensor(&mut rng, &dims);
@@ -947,12 +960,12 @@ fn bad_operands_are_typed_errors() {
             .encode(&mut pass, &mut u, &c, &[], &op(0, 64, &a))
             .unwrap_err();
         assert!(matches!(e, KernelError::NotAKernel { .. }), "{e}");
-        // A kernel refuses element types it was not written for: an i32 add would be float
-        // maths on integer bits.
+        // A kernel refuses element types it was not written for: an f16 add (f16 arithmetic
+        // would need SHADER_F16; integer adds have their own kernel now).
         let mut int = op(0, 64, &a);
-        int.dtype = DType::I32;
+        int.dtype = DType::F16;
         let mut int_out = op(64, 64, &a);
-        int_out.dtype = DType::I32;
+        int_out.dtype = DType::F16;
         let e = k
             .encode(
                 &mut pass,
@@ -1128,15 +1141,18 @@ fn grouped_query_attention_over_a_growing_cache() {
             } else {
                 tol
             };
-            check(
-                &gpu,
-                &mut k,
-                &op,
-                &[q, kk, v],
-                tol,
-                &format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}"),
-            );
+            // Twice: aligned (the vec4 entry point) and skewed by one element (the scalar
+            // one); `check` skews by the context's length mod 3.
+            let mut ctx = format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}");
+            while ctx.len() % 3 != 0 {
+                ctx.push(' ');
+            }
+            let ins = [q, kk, v];
+            check(&gpu, &mut k, &op, &ins, tol, &ctx);
+            check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
         }
+        // Both entry points ran.
+        assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
         // A head beyond the kernel's registers is a typed error, not a wrong answer.
         let op = Op::Attention(ops::Attention {
             num_heads: 1,

@@ -388,7 +388,7 @@ fn bad_model_files_are_typed_errors_and_leave_nothing_allocated() {
             before,
             "bytes in use after a failed load"
         );
-        r.err().expect("the load must fail")
+        r.expect_err("the load must fail")
     };
     // Truncated: in the header, in the tensor infos, in the data.
     for cut in [10, 400, good.len() - 1] {
@@ -513,6 +513,14 @@ fn bad_prompts_and_parameters_are_typed_errors_and_the_session_goes_on() {
     assert!(matches!(
         session.generate_ids_blocking(&[5, 6], &bad, &mut |_| {}),
         Err(LlmError::BadParameter { name: "top_p", .. })
+    ));
+    bad = greedy(0);
+    assert!(matches!(
+        session.generate_ids_blocking(&[5, 6], &bad, &mut |_| {}),
+        Err(LlmError::BadParameter {
+            name: "max_tokens",
+            ..
+        })
     ));
     assert!(session.cached_tokens().is_empty(), "nothing ran");
     // The session still works, and a prompt that fills the context stops there.

@@ -501,22 +501,27 @@ fn unchanged_nodes_replay_their_dispatch_plans_and_changed_ones_record_afresh() 
 
 #[test]
 fn nodes_without_a_kernel_for_their_types_are_refused_when_the_network_compiles() {
-    // An i32 add the device would have to compute: its kernel is f32 only, so compiling
-    // refuses it naming the node, before anything is allocated (never float maths on
-    // integer bits). The same add on shape data only runs on the host and compiles.
+    // An i64 division the device would have to compute: the typed kernel does i64 add, sub,
+    // mul exactly but no division, so compiling refuses it naming the node, before anything
+    // is allocated. Integer arithmetic on shape data only runs on the host and compiles.
     let Some(gpu) = gpu() else { return };
     use dynrt::graph::{Dim, GraphBuilder};
     use dynrt::shape::DType;
     let engine = Engine::new(gpu);
     let mut b = GraphBuilder::new();
-    let a = b.input("a", &[Dim::Fixed(4)], DType::I32);
-    let c = b.constant_i32("c", Shape::new(vec![4]), &[1, 2, 3, 4]);
-    let sum = b.add_("int_sum", a, c);
-    b.output(sum);
+    let a = b.input("a", &[Dim::Fixed(4)], DType::I64);
+    let c = b.constant_bytes(
+        "c",
+        Shape::new(vec![4]),
+        DType::I64,
+        dynrt::tensor::ConstData::from_i64(&[1, 2, 3, 4]),
+    );
+    let quotient = b.div("int_div", a, c);
+    b.output(quotient);
     let before = engine.stats().total_current_bytes();
     let err = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap_err();
     assert!(
-        matches!(&err, RunError::UnsupportedDType { node, op: "add", .. } if node == "int_sum"),
+        matches!(&err, RunError::UnsupportedDType { node, op: "div", .. } if node == "int_div"),
         "{err}"
     );
     assert_eq!(engine.stats().total_current_bytes(), before);

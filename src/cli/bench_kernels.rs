@@ -1,5 +1,7 @@
 //! `dynrt bench kernels [--json]`: elementwise add bandwidth against `copy_buffer_to_buffer`
-//! for the same bytes moved, and tiled-matmul GFLOP/s for 256, 512 and 1024 square sizes.
+//! for the same bytes moved, tiled-matmul GFLOP/s for 256, 512 and 1024 square sizes, and
+//! the `linear` op on quantized weights at a real model's shapes ([`super::bench_linear`];
+//! `--only-linear`, `--no-linear`).
 //!
 //! Timing: each measurement records `reps` identical dispatches (or copies) into one command
 //! buffer, submits it, and waits for the device (`device.poll` wait); the best of `rounds`
@@ -17,6 +19,7 @@ use dynrt::graph::{ops, BinaryOp, Op};
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
+use dynrt::tensor::HostTensor;
 
 /// Arguments of `dynrt bench kernels`.
 #[derive(clap::Args)]
@@ -34,6 +37,19 @@ pub struct Args {
     /// checks) and print them; for tuning the kernels.
     #[arg(long)]
     probe: bool,
+    /// Only the `linear` section (quantized projections), not the add and matmul ones.
+    #[arg(long)]
+    only_linear: bool,
+    /// Skip the `linear` section.
+    #[arg(long, conflicts_with = "only_linear")]
+    no_linear: bool,
+    /// Rows of x (M) at which the `linear` section measures each shape, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,128,512")]
+    linear_m: Vec<u64>,
+    /// Also measure the 576->49152 head at M > 1 (tens of seconds per call on a software
+    /// adapter; a prompt runs the head for its last position only).
+    #[arg(long)]
+    linear_head_prefill: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -47,21 +63,62 @@ struct MatMulGflops {
 }
 
 #[derive(serde::Serialize)]
-struct Report {
-    adapter: String,
+struct BaseReport {
     add_bandwidth_gbps: f64,
     copy_bandwidth_gbps: f64,
     add_vs_copy: f64,
     matmul_gflops: MatMulGflops,
 }
 
+#[derive(serde::Serialize)]
+struct Report {
+    adapter: String,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    base: Option<BaseReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linear: Option<super::bench_linear::LinearReport>,
+}
+
 /// Seconds for the fastest of `rounds` submits of what `record` encodes, after one warm-up.
-fn best_seconds(
+pub(super) fn best_seconds(
+    gpu: &Gpu,
+    rounds: u32,
+    record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    Ok(timed_rounds(gpu, rounds, record)?.best_s)
+}
+
+/// What [`timed_rounds`] measured.
+pub(super) struct Timing {
+    /// Wall-clock seconds of the fastest submit (submit to idle).
+    pub(super) best_s: f64,
+    /// Mean CPU seconds of the process's threads (the software adapter's included) per
+    /// submit, over the timed submits; `None` where the OS does not tell (not Linux). Less
+    /// sensitive than wall-clock time to other processes on a loaded machine.
+    pub(super) cpu_s: Option<f64>,
+}
+
+/// CPU time of every thread of this process so far, from `/proc/self/task/*/schedstat`
+/// (nanoseconds on the CPU); `None` where that does not exist.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        // A thread that exited between the listing and the read counts nothing.
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(ns as f64 * 1e-9)
+}
+
+/// [`best_seconds`], also measuring the CPU time the submits cost ([`Timing::cpu_s`]).
+pub(super) fn timed_rounds(
     gpu: &Gpu,
     rounds: u32,
     mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Timing> {
     let mut best = f64::INFINITY;
+    let mut cpu = Some(0.0);
     for round in 0..=rounds {
         let mut enc = gpu
             .device()
@@ -69,6 +126,7 @@ fn best_seconds(
                 label: Some("bench kernels"),
             });
         record(&mut enc)?;
+        let c0 = process_cpu_seconds();
         let t0 = Instant::now();
         gpu.queue().submit([enc.finish()]);
         gpu.device()
@@ -77,9 +135,16 @@ fn best_seconds(
         let dt = t0.elapsed().as_secs_f64();
         if round > 0 {
             best = best.min(dt);
+            cpu = match (cpu, c0, process_cpu_seconds()) {
+                (Some(sum), Some(a), Some(b)) => Some(sum + (b - a)),
+                _ => None,
+            };
         }
     }
-    Ok(best)
+    Ok(Timing {
+        best_s: best,
+        cpu_s: cpu.map(|c| c / f64::from(rounds.max(1))),
+    })
 }
 
 fn filled(
@@ -98,15 +163,16 @@ fn filled(
     Ok(buf)
 }
 
-/// Runs `op` `reps` times per submit on fresh operands; returns the best seconds per dispatch.
 /// What every measurement needs.
-struct Bench {
-    gpu: Gpu,
-    engine: Engine,
-    kernels: Kernels,
-    rounds: u32,
+pub(super) struct Bench {
+    pub(super) gpu: Gpu,
+    pub(super) engine: Engine,
+    pub(super) kernels: Kernels,
+    pub(super) rounds: u32,
 }
 
+/// Runs `op` `reps` times per submit on fresh f32 operands of `shapes`; returns the best
+/// seconds per dispatch.
 fn time_op(
     b: &mut Bench,
     op: &Op,
@@ -114,40 +180,66 @@ fn time_op(
     out: &Shape,
     reps: u32,
 ) -> anyhow::Result<f64> {
-    let (gpu, engine, kernels, rounds) = (&b.gpu, &b.engine, &mut b.kernels, b.rounds);
     let mut rng = SplitMix64::new(42);
-    let inputs = shapes
+    let inputs: Vec<HostTensor> = shapes
+        .iter()
+        .map(|s| {
+            let v: Vec<f32> = (0..s.num_elements()?)
+                .map(|_| rng.uniform(-1.0, 1.0))
+                .collect();
+            Ok(HostTensor::f32(s.clone(), &v))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(time_typed(b, op, &inputs, out, reps)?.0.best_s)
+}
+
+/// Runs `op` `reps` times per submit on `inputs` (any types) into an f32 output of shape
+/// `out`; returns the timing per dispatch (best wall-clock, mean CPU) and the output's
+/// values, read back after the last submit.
+pub(super) fn time_typed(
+    b: &mut Bench,
+    op: &Op,
+    inputs: &[HostTensor],
+    out: &Shape,
+    reps: u32,
+) -> anyhow::Result<(Timing, Vec<f32>)> {
+    let (gpu, engine, kernels, rounds) = (&b.gpu, &b.engine, &mut b.kernels, b.rounds);
+    let mut rng = SplitMix64::new(43);
+    let bufs = inputs
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            filled(
-                engine,
-                &format!("bench input {i}"),
-                s.num_elements()?,
-                &mut rng,
-            )
+        .map(|(i, t)| {
+            let buf = engine.allocate(&BufferDesc {
+                label: &format!("bench input {i}"),
+                size_bytes: (t.bytes.len() as u64).div_ceil(4).max(1) * 4,
+                kind: AllocKind::UsmDevice,
+            })?;
+            let mut bytes = t.bytes.clone();
+            bytes.resize(buf.size_bytes() as usize, 0);
+            engine.write(&buf, 0, &bytes)?;
+            Ok(buf)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let out_buf = filled(engine, "bench output", out.num_elements()?, &mut rng)?;
     let mut uniforms = UniformArena::new(engine);
-    let secs = best_seconds(gpu, rounds, |enc| {
+    let t = timed_rounds(gpu, rounds, |enc| {
         uniforms.reset();
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(op.name()),
                 timestamp_writes: None,
             });
-            let operands: Vec<Operand<'_>> = inputs
+            let operands: Vec<Operand<'_>> = bufs
                 .iter()
-                .zip(shapes)
-                .map(|(b, s)| Operand {
+                .zip(inputs)
+                .map(|(b, t)| Operand {
                     tensor: TensorRef {
                         buffer: b,
                         offset_bytes: 0,
                         size_bytes: b.size_bytes(),
                     },
-                    shape: s,
-                    dtype: DType::F32,
+                    shape: &t.shape,
+                    dtype: t.dtype,
                 })
                 .collect();
             let output = Operand {
@@ -166,7 +258,16 @@ fn time_op(
         uniforms.flush();
         Ok(())
     })?;
-    Ok(secs / reps as f64)
+    let bytes = engine.read_blocking(&out_buf, 0, out.num_elements()? * 4)?;
+    let values = bytemuck::pod_collect_to_vec::<u8, f32>(&bytes);
+    let per = f64::from(reps.max(1));
+    Ok((
+        Timing {
+            best_s: t.best_s / per,
+            cpu_s: t.cpu_s.map(|c| c / per),
+        },
+        values,
+    ))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -177,23 +278,52 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gpu: gpu.clone(),
         rounds: args.rounds,
     };
-    let engine = b.engine.clone();
     if args.probe {
-        probe2(&gpu, &engine, args.add_elements.max(1 << 16), args.rounds)?;
-        probe(&gpu, &engine, args.add_elements.max(1024), args.rounds)?;
+        probe2(&gpu, &b.engine, args.add_elements.max(1 << 16), args.rounds)?;
+        probe(&gpu, &b.engine, args.add_elements.max(1024), args.rounds)?;
     }
     let adapter = format!(
         "{} ({:?})",
         gpu.adapter_info().name,
         gpu.adapter_info().backend
     );
+    if !args.json {
+        println!("adapter: {adapter}");
+    }
+    let base = if args.only_linear {
+        None
+    } else {
+        Some(base_section(&mut b, &args)?)
+    };
+    let linear = if args.no_linear {
+        None
+    } else {
+        let r = super::bench_linear::run(&mut b, &args.linear_m, args.linear_head_prefill)?;
+        if !args.json {
+            super::bench_linear::print(&r);
+        }
+        Some(r)
+    };
+    if args.json {
+        let report = Report {
+            adapter,
+            base,
+            linear,
+        };
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
+/// The add against copy bandwidth and the f32 matmul GFLOP/s (printed unless `--json`).
+fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
+    let (gpu, engine) = (b.gpu.clone(), b.engine.clone());
     // Elementwise add: reads 2 and writes 1 operand.
     let n = args.add_elements.max(1024);
     let shape = Shape::new(vec![n]);
     let reps = 10;
     let add_s = time_op(
-        &mut b,
+        b,
         &Op::Binary(BinaryOp::Add),
         &[shape.clone(), shape.clone()],
         &shape,
@@ -230,7 +360,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let flops = 2.0 * (size as f64).powi(3);
         let reps = ((0.5e9 / flops).round() as u32).clamp(1, 64);
         let secs = time_op(
-            &mut b,
+            b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[s.clone(), s.clone()],
             &s,
@@ -239,8 +369,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gflops[slot] = flops / secs / 1e9;
     }
 
-    let report = Report {
-        adapter,
+    let report = BaseReport {
         add_bandwidth_gbps: add_gbps,
         copy_bandwidth_gbps: copy_gbps,
         add_vs_copy: add_gbps / copy_gbps,
@@ -250,10 +379,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             m1024: gflops[2],
         },
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("adapter: {}", report.adapter);
+    if !args.json {
         println!(
             "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch",
             report.add_bandwidth_gbps,
@@ -272,7 +398,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (a, w) = (Shape::new(vec![1, 768]), Shape::new(vec![768, 2304]));
         let out = Shape::new(vec![1, 2304]);
         let secs = time_op(
-            &mut b,
+            b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[a, w],
             &out,
@@ -283,12 +409,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             2.0 * 768.0 * 2304.0 / secs / 1e9,
             secs * 1e3
         );
-        host_per_dispatch(&mut b)?;
+        host_per_dispatch(b)?;
         // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
         // adapter's per-dispatch floor, which dominates a small model's decode step.
         let tiny = Shape::new(vec![1024]);
         let secs = time_op(
-            &mut b,
+            b,
             &Op::Binary(BinaryOp::Add),
             &[tiny.clone(), tiny.clone()],
             &tiny,
@@ -301,7 +427,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let st = b.kernels.stats();
         println!("pipelines: {} compiled, {} cache hits", st.misses, st.hits);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 /// `--probe`: hand-written add kernels outside [`Kernels`], to find what shape of kernel a

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_decode;
+mod bench_generate;
 mod bench_kernels;
+mod bench_linear;
 mod demo;
 mod fetch;
 mod generate;

@@ -361,7 +361,8 @@ impl Session {
     /// piece of text as soon as it is complete UTF-8.
     ///
     /// # Errors
-    /// [`LlmError::BadParameter`] for bad sampling parameters, [`LlmError::ContextFull`]
+    /// [`LlmError::BadParameter`] for bad sampling parameters or `max_tokens` 0,
+    /// [`LlmError::ContextFull`]
     /// when the prompt does not fit, [`LlmError::UnknownToken`], runtime errors.
     pub async fn generate_ids(
         &mut self,
@@ -369,6 +370,13 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, LlmError> {
+        if params.max_tokens == 0 {
+            return Err(LlmError::BadParameter {
+                name: "max_tokens",
+                value: "0".into(),
+                reason: "must be at least 1 (Session::forward runs a prompt alone)",
+            });
+        }
         let mut sampler = Sampler::new(params.sampling)?;
         let mut feed: Vec<u32> = self.pending.into_iter().collect();
         feed.extend_from_slice(prompt);
@@ -459,7 +467,8 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, LlmError> {
-        let tokenizer = self.model.tokenizer().clone();
+        let model = self.model.clone();
+        let tokenizer = model.tokenizer();
         let mut messages = self.messages.clone();
         messages.push(ChatMessage::user(user));
         let rendered = tokenizer.apply_chat_template(&messages, true)?;

@@ -30,9 +30,7 @@ use super::report::{
     BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
     TraceSample,
 };
-use super::{
-    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
-};
+use super::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
@@ -171,14 +169,7 @@ impl Demo {
         let weights = DecoderWeights::generate(&config.model);
         let dg = build_graph(&config.model, &weights)?;
         let graph = dg.graph.clone();
-        let states: Vec<StateBinding> = dg
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
+        let states = dg.state_bindings();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };

@@ -3,9 +3,9 @@
 //!
 //! Files: `compile.rs` (the device-free plan: roles, states, static shapes, memory
 //! dependencies, the arena plan), `network.rs` (the device half: the data region, the
-//! kernels' dtype check), `session.rs` (the device-free per-iteration state: update_shape,
-//! sizing through [`crate::memory::predictor::Sizer`], KV-cache bookkeeping; generic over a
-//! storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
+//! kernels' dtype check), `session/` (the device-free per-iteration state: update_shape,
+//! sizing through [`crate::memory::predictor::Sizer`], and in `session/kv.rs` the KV-cache
+//! states; generic over a storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
 //! writes, one [`crate::gpu::Frame`] per iteration, readbacks), `placeholders.rs` (the
 //! placeholder pool), [`demo`], [`model`], [`report`].
 //!

@@ -238,21 +238,21 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
             sample.reallocations
         );
     }
+    // One `x,y` point per sample of the series `value`.
+    let points_of = |value: &dyn Fn(&TraceSample) -> u64| {
+        let mut points = String::new();
+        for sample in &trace.samples {
+            let _ = write!(points, "{:.1},{:.1} ", x(sample.step), y(value(sample)));
+        }
+        points
+    };
     let mut legend_y = top + 10.0;
     for kind in AllocKind::ALL {
         let k = kind.index();
         if trace.samples.iter().all(|s| s.bytes_in_use[k] == 0) {
             continue;
         }
-        let mut points = String::new();
-        for sample in &trace.samples {
-            let _ = write!(
-                points,
-                "{:.1},{:.1} ",
-                x(sample.step),
-                y(sample.bytes_in_use[k])
-            );
-        }
+        let points = points_of(&|s: &TraceSample| s.bytes_in_use[k]);
         let colour = KIND_COLOURS[k];
         // A single sample still shows as a dot.
         if n == 1 {
@@ -279,20 +279,12 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
         );
         legend_y += 20.0;
     }
-    // Regions: dashed, in the colour of the kind they mostly are not (grey shades).
+    // Regions: dashed, in colours of their own.
     for (i, region) in COUNTED_REGIONS.iter().enumerate() {
         if trace.samples.iter().all(|s| s.region_bytes[i] == 0) {
             continue;
         }
-        let mut points = String::new();
-        for sample in &trace.samples {
-            let _ = write!(
-                points,
-                "{:.1},{:.1} ",
-                x(sample.step),
-                y(sample.region_bytes[i])
-            );
-        }
+        let points = points_of(&|s: &TraceSample| s.region_bytes[i]);
         let colour = REGION_COLOURS[i];
         let _ = writeln!(
             s,

@@ -10,7 +10,7 @@ use super::session::{MovedState, Session, View};
 use super::RunError;
 use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
-use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, Engine, Frame};
+use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, CommandLog, Engine, Frame};
 use crate::graph::{ops, NodeId, Op};
 use crate::memory::predictor::{Sizer, SizingSummary};
 use crate::memory::regions::Region;
@@ -54,6 +54,10 @@ pub struct InferRequest {
     nan_source: Option<Buffer>,
     /// Per-dispatch uniform slots of this request's submits (taken while encoding).
     uniforms: Option<UniformArena>,
+    /// Whether iterations log their commands ([`InferRequest::log_commands`]).
+    log_commands: bool,
+    /// The last iteration's command log.
+    last_log: Option<CommandLog>,
 }
 
 impl std::fmt::Debug for InferRequest {
@@ -131,6 +135,8 @@ impl InferRequest {
             plans: (0..n).map(|_| None).collect(),
             nan_source: None,
             uniforms: Some(UniformArena::new(engine)),
+            log_commands: false,
+            last_log: None,
         })
     }
 
@@ -159,6 +165,21 @@ impl InferRequest {
     /// [`RunOptions::trace`] is on.
     pub fn sizing_trace(&self) -> Option<&str> {
         self.session.sizer().trace()
+    }
+
+    /// Logs every command of the following iterations (dispatches with their pipelines, bind
+    /// groups and uniform bytes; copies; queue writes): [`InferRequest::take_command_log`]
+    /// gives the last one. For benchmarks that replay the same work with plain wgpu calls.
+    pub fn log_commands(&mut self, on: bool) {
+        self.log_commands = on;
+        if !on {
+            self.last_log = None;
+        }
+    }
+
+    /// The command log of the last iteration, when logging.
+    pub fn take_command_log(&mut self) -> Option<CommandLog> {
+        self.last_log.take()
     }
 
     /// Rows currently held by each state (the past length of the KV cache).
@@ -266,8 +287,10 @@ impl InferRequest {
         }
 
         // Inputs: written before the submit that reads them. usm_shared buffers are mapped
-        // and written directly; device buffers through the queue (which lands at the start of
-        // the next submit: nothing earlier reads these buffers).
+        // and written directly (now); device buffers through the queue when the frame is
+        // submitted (a queue write lands at the start of the next submit: nothing earlier
+        // reads these buffers).
+        let mut queued: Vec<(usize, Vec<u8>)> = Vec::new();
         for &(label, t) in inputs {
             let Some(id) = compiled.graph.find(label) else {
                 continue;
@@ -290,7 +313,7 @@ impl InferRequest {
                     .await
                     .map_err(alloc_err(format!("writing input `{label}`")))?;
             } else {
-                self.engine().queue_write(buf, off, &bytes);
+                queued.push((k, bytes));
             }
         }
 
@@ -304,6 +327,14 @@ impl InferRequest {
         let submitted = {
             let mut kernels = inner.kernels();
             let mut frame = Frame::begin(&engine, &mut kernels, uniforms, "dynrt iteration");
+            if self.log_commands {
+                frame.log_commands();
+            }
+            for (k, bytes) in queued {
+                if let Some((buf, off)) = self.session.slot_buffer(k) {
+                    frame.write_before_submit(buf, off, bytes);
+                }
+            }
             let mut encoded = Ok(());
             for k in 0..compiled.nodes.len() {
                 if let Err(e) = self.encode_node(&inner, k, &mut frame) {
@@ -315,8 +346,9 @@ impl InferRequest {
                 self.uniforms = Some(frame.abandon());
                 return Err(e);
             }
-            let (submitted, uniforms) = frame.submit();
+            let (submitted, uniforms, log) = frame.submit();
             self.uniforms = Some(uniforms);
+            self.last_log = log;
             submitted
         };
         submitted.check().await.map_err(|reason| RunError::Kernel {
@@ -380,11 +412,17 @@ impl InferRequest {
         let poison = self.session.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
+        // Not host values: their upload is a queue write, which lands before every command
+        // of the submit, so a fill here would overwrite it (they own their buffer anyway).
         let poison_now = self.session.take_poison(k)
             && poison
             && !matches!(
                 c.role,
-                Role::Input { .. } | Role::Constant | Role::StateConcat { .. } | Role::ShapeOnly
+                Role::Input { .. }
+                    | Role::Constant
+                    | Role::StateConcat { .. }
+                    | Role::ShapeOnly
+                    | Role::HostValue
             );
         let mut stats = RunStats::default();
         if poison_now {

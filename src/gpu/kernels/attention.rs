@@ -158,8 +158,16 @@ impl Kernel for Attention {
             scale: (1.0 / (head_dim as f64).sqrt()) as f32,
             _pad: [0; 2],
         };
+        // vec4 loads where head and offsets allow (the usual case: arena offsets are
+        // aligned, heads are multiples of 4).
+        let vec4 = head_dim % 4 == 0 && [oq, ok, ov].iter().all(|o| o % 4 == 0);
+        let entry = if vec4 {
+            "attention_gqa4"
+        } else {
+            "attention_gqa"
+        };
         e.dispatch(
-            FAMILY.key("attention_gqa"),
+            FAMILY.key(entry),
             &p,
             &[bq, bk, bv, bo],
             s * u64::from(self.num_heads),

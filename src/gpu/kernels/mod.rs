@@ -21,15 +21,16 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`quant`] (linear and gather on quantized weights),
-//! [`reduce`], [`movement`], [`mask`], [`attention`] (RoPE, grouped-query attention);
-//! [`layout`] (the kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans),
-//! [`uniforms`].
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
+//! [`quant`] (linear and gather on quantized weights), [`reduce`], [`movement`], [`mask`],
+//! [`attention`] (RoPE, grouped-query attention); [`layout`] (the kernels' own index
+//! arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -77,8 +78,9 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 7] = [
+pub const FAMILIES: [&Family; 8] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
     &reduce::FAMILY,
@@ -110,6 +112,11 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::ShapeOf(o) => o,
         Op::Rope(o) => o,
         Op::Attention(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 
@@ -172,7 +179,9 @@ pub struct TensorRef<'a> {
     pub buffer: &'a Buffer,
     /// Start of the tensor in the buffer, a multiple of 4.
     pub offset_bytes: u64,
-    /// Bytes available from `offset_bytes` (at least the tensor's size).
+    /// Bytes available from `offset_bytes`: at least the tensor's size rounded up to a whole
+    /// 4-byte word (kernels of 1- and 2-byte types read and write the words their elements
+    /// share, as the runtime allocates them).
     pub size_bytes: u64,
 }
 
@@ -362,6 +371,7 @@ pub struct Kernels {
     /// generation must not be replayed.
     generation: u64,
     pub(crate) max_workgroups_per_dim: u32,
+    pub(crate) quant_layout: quant::QuantLayout,
     pub(crate) storage_align_bytes: u64,
     pub(crate) max_binding_bytes: u64,
 }
@@ -380,6 +390,7 @@ impl Kernels {
             bind_groups: HashMap::new(),
             generation: 0,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            quant_layout: quant::QuantLayout::for_device(gpu.adapter_info().device_type),
             storage_align_bytes: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
         }
@@ -391,6 +402,18 @@ impl Kernels {
         self.max_workgroups_per_dim =
             max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
         self.generation += 1;
+    }
+
+    /// Overrides how the quantized-weight kernels spread their work (chosen from the adapter's
+    /// device type by [`Kernels::new`]); tests use it to run both layouts on one adapter.
+    pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
+        self.quant_layout = layout;
+        self.generation += 1;
+    }
+
+    /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).
+    pub fn quant_layout(&self) -> quant::QuantLayout {
+        self.quant_layout
     }
 
     /// Changes whenever dispatches recorded earlier may no longer be what [`Kernels::encode`]

@@ -1,13 +1,22 @@
 //! The `quant` family (`shaders/quant.wgsl`): kernels that read weights in their stored
 //! format (q4_1, q8_0, f16, f32; GGUF row layout) and dequantize as they read, so a model's
-//! weights stay as compact on the device as in its file. The `linear` op (`y = x · wᵀ`) has a
-//! matrix-vector kernel for decode (M <= [`MATVEC_M_MAX`] rows of x) and a tiled kernel for
-//! prefill that dequantizes weight blocks into workgroup memory; the embedding `gather` from
-//! an f16 or block-quantized table ([`encode_gather`]) dequantizes the rows it picks. The
-//! weight format is the pipeline's specialisation constant.
+//! weights stay as compact on the device as in its file (no repacking: q8_0's 34-byte blocks
+//! are read at either word alignment). The weight format is the pipeline's specialisation
+//! constant.
+//!
+//! The `linear` op (`y = x · wᵀ`) has a matrix-vector kernel for decode (M <=
+//! [`QuantLayout::matvec_max_m`] rows of x: each invocation owns several output rows, so every loaded x
+//! value serves all of them and every weight word is loaded once) and two prefill kernels,
+//! picked by [`QuantLayout`]: on software adapters a register-tiled kernel without workgroup
+//! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
+//! that dequantizes weight blocks into workgroup memory. Why two: on llvmpipe a
+//! workgroup-memory load costs as much as a storage load, and the register-tiled kernel is
+//! about 5x faster there (README, "Quantized weights"). The embedding `gather` from an f16 or
+//! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
 
 use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use crate::gpu::wgpu;
 use crate::graph::ops::linear::infer;
 use crate::graph::ops::Linear;
 use crate::shape::DType;
@@ -26,13 +35,69 @@ pub const FAMILY: Family = Family {
     },
 };
 
-/// Largest M (rows of x) served by the matrix-vector kernel; more rows take the tiled one.
-pub const MATVEC_M_MAX: u64 = 8;
+/// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).
+pub const ROWS_MAX: u64 = 64;
 
-/// Output rows per invocation of `quant_matvec` (`ROWS` in the WGSL).
-const MATVEC_ROWS: u64 = 4;
+/// Output rows per invocation of the matrix-vector kernel on hardware GPUs.
+const GPU_MATVEC_ROWS: u64 = 4;
 
-/// `LinearParams` of `shaders/quant.wgsl` (32 bytes).
+/// How the `quant` kernels spread their work, by the kind of adapter ([`Kernels::new`] picks
+/// it from the adapter's device type; [`Kernels::set_quant_layout`] overrides it, as the tests
+/// do to check both).
+///
+/// [`Kernels::new`]: super::Kernels::new
+/// [`Kernels::set_quant_layout`]: super::Kernels::set_quant_layout
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantLayout {
+    /// A software adapter (llvmpipe, lavapipe, SwiftShader) running `threads` CPU threads:
+    /// workgroups of 8 invocations (one 256-bit SIMD group each), as many output rows per
+    /// invocation as still gives every thread a group, and the register-tiled prefill kernel.
+    Cpu {
+        /// Threads the adapter runs workgroups on (the host's available parallelism).
+        threads: u32,
+    },
+    /// A hardware GPU: 64-invocation workgroups, 4 output rows per invocation for decode, and
+    /// the workgroup-memory tiled kernel for prefill.
+    Gpu,
+}
+
+impl QuantLayout {
+    /// Largest M (rows of x) served by the matrix-vector kernel, which reads the weight once
+    /// per row of x; more rows take a prefill kernel, which reads it once per 8 (software
+    /// adapters: measured faster from 4 rows on llvmpipe) or 64 rows (hardware GPUs: below 9
+    /// rows a 64-row tile would mostly compute padding).
+    pub fn matvec_max_m(self) -> u64 {
+        match self {
+            QuantLayout::Cpu { .. } => 3,
+            QuantLayout::Gpu => 8,
+        }
+    }
+
+    /// The layout for an adapter of `device_type`.
+    pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
+        if device_type == wgpu::DeviceType::Cpu {
+            #[cfg(not(target_arch = "wasm32"))]
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            #[cfg(target_arch = "wasm32")]
+            let threads = 1;
+            QuantLayout::Cpu { threads }
+        } else {
+            QuantLayout::Gpu
+        }
+    }
+}
+
+/// Rows per invocation for `n` output rows spread over at least `lanes_wanted` invocations
+/// (a multiple of the SIMD width), at most [`ROWS_MAX`], and as many as that allows: when `n`
+/// needs more invocations than `lanes_wanted` at [`ROWS_MAX`] rows, the next multiple of
+/// `lanes_wanted` that fits.
+fn rows_per_lane(n: u64, lanes_wanted: u64) -> u64 {
+    let lanes_wanted = lanes_wanted.max(1);
+    let c = n.div_ceil(lanes_wanted * ROWS_MAX).max(1);
+    n.div_ceil(lanes_wanted * c).clamp(1, ROWS_MAX)
+}
+
+/// `LinearParams` of `shaders/quant.wgsl` (48 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct LinearParams {
@@ -52,6 +117,10 @@ pub struct LinearParams {
     pub out_offset: u32,
     /// 64-column tiles (`quant_tiled`).
     pub tiles_n: u32,
+    /// Output rows per invocation (`quant_matvec_*`, `quant_regtile`).
+    pub rows: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
 }
 
 /// `GatherParams` of `shaders/quant.wgsl` (32 bytes).
@@ -148,14 +217,35 @@ impl Kernel for Linear {
             w_offset: ow,
             out_offset: oo,
             tiles_n: u32_of("output", n.div_ceil(64))?,
+            rows: 1,
+            _pad: [0; 3],
         };
-        // Decode steps (a few rows of x) stream the weight once per x row with no workgroup
-        // memory; prefill shares each dequantized weight block across 64 rows of x.
-        let (entry, workgroups) = if m <= MATVEC_M_MAX {
-            ("quant_matvec", (m * n.div_ceil(MATVEC_ROWS)).div_ceil(64))
-        } else {
-            p.tiles_n = u32_of("output", n.div_ceil(64))?;
-            ("quant_tiled", m.div_ceil(64) * n.div_ceil(64))
+        // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
+        // each weight block across many rows of x.
+        let layout = e.kernels.quant_layout;
+        let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
+            (true, QuantLayout::Cpu { threads }) => {
+                let rows = rows_per_lane(n, 8 * u64::from(threads));
+                p.rows = rows as u32;
+                ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
+            }
+            (true, QuantLayout::Gpu) => {
+                p.rows = GPU_MATVEC_ROWS as u32;
+                (
+                    "quant_matvec_wg64",
+                    (m * n.div_ceil(GPU_MATVEC_ROWS)).div_ceil(64),
+                )
+            }
+            (false, QuantLayout::Cpu { threads }) => {
+                // Invocations of 8 x rows each; enough weight-row groups to give every thread
+                // a SIMD group.
+                let row_blocks = m.div_ceil(8);
+                let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
+                let rows = n.div_ceil(groups).clamp(1, ROWS_MAX);
+                p.rows = rows as u32;
+                ("quant_regtile", (row_blocks * n.div_ceil(rows)).div_ceil(8))
+            }
+            (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
         };
         let key = PipelineKey {
             family: &FAMILY,
@@ -254,8 +344,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rows_per_lane_gives_every_thread_a_simd_group() {
+        // SmolLM2-135M's shapes on 2 threads (16 invocations wanted).
+        assert_eq!(rows_per_lane(576, 16), 36);
+        assert_eq!(rows_per_lane(192, 16), 12);
+        assert_eq!(rows_per_lane(1536, 16), 48);
+        assert_eq!(rows_per_lane(49152, 16), 64);
+        assert_eq!(rows_per_lane(7, 16), 1);
+        assert_eq!(rows_per_lane(0, 16), 1);
+        for n in 1..3000 {
+            let r = rows_per_lane(n, 16);
+            assert!((1..=ROWS_MAX).contains(&r), "{n}");
+            assert!(n.div_ceil(r) >= 16.min(n), "{n}: {r}");
+        }
+    }
+
+    #[test]
     fn uniform_struct_matches_the_wgsl_layout() {
-        assert_eq!(std::mem::size_of::<LinearParams>(), 32);
+        assert_eq!(std::mem::size_of::<LinearParams>(), 48);
         assert_eq!(std::mem::size_of::<GatherParams>(), 32);
         for d in Linear::WEIGHT_TYPES {
             assert!(weight_format(d).is_some(), "{d}");

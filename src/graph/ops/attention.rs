@@ -138,17 +138,14 @@ impl OpDef for Rope {
         );
         let d = self.head_dim as usize;
         let mut y = vec![0f32; s * w];
-        for row in 0..s {
-            let p = pos[row];
+        for (row, &p) in pos.iter().enumerate().take(s) {
             if p < 0 || p as usize >= p_rows {
                 continue; // zeros
             }
             let p = p as usize;
             for head in 0..w / d {
                 let base = row * w + head * d;
-                for e in 0..d {
-                    y[base + e] = x[base + e];
-                }
+                y[base..base + d].copy_from_slice(&x[base..base + d]);
                 for i in 0..r / 2 {
                     let c = f64::from(table[p * r + 2 * i]);
                     let sn = f64::from(table[p * r + 2 * i + 1]);

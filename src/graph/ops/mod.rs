@@ -17,6 +17,8 @@
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
 //! [`linear`] (`x · wᵀ` on quantized weights),
+//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
+//! (comparisons, boolean logic, cast, identity), [`matmul`],
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
 //! gather, shape_of), [`mask`] (causal mask, where), [`attention`] (RoPE, grouped-query
 //! attention over a KV cache).
@@ -24,6 +26,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod linear;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -37,6 +40,7 @@ use std::fmt;
 pub use attention::{rope_table, Attention, Rope};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use linear::Linear;
+pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
 pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -299,6 +303,16 @@ registry! {
     Rope(attention::Rope),
     /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
     Attention(attention::Attention),
+    /// Comparison with broadcasting, bool result. Inputs: a, b.
+    Compare(logic::CompareOp),
+    /// Boolean logic with broadcasting. Inputs: a, b (bool).
+    Logic(logic::LogicOp),
+    /// Boolean negation. Inputs: x (bool).
+    Not(logic::Not),
+    /// Element type conversion. Inputs: x.
+    Cast(logic::Cast),
+    /// A copy of its input. Inputs: x.
+    Identity(logic::Identity),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that
