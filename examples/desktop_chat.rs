@@ -267,6 +267,8 @@ struct ChatApp {
     realloc_marks: Vec<f64>,
     region_allocations: u64,
     gen_started: Option<Instant>,
+    /// When the first piece of the answer arrived (the prefill is over) and how many since.
+    first_piece: Option<Instant>,
     gen_pieces: usize,
     frame_last: Option<Instant>,
     gen_frames: u64,
@@ -323,6 +325,7 @@ impl ChatApp {
             realloc_marks: Vec::new(),
             region_allocations: 0,
             gen_started: None,
+            first_piece: None,
             gen_pieces: 0,
             frame_last: None,
             gen_frames: 0,
@@ -349,6 +352,7 @@ impl ChatApp {
         });
         self.phase = Phase::Generating;
         self.gen_started = Some(Instant::now());
+        self.first_piece = None;
         self.gen_pieces = 0;
         self.gen_frames = 0;
         self.gen_max_frame_ms = 0.0;
@@ -382,6 +386,7 @@ impl ChatApp {
                 }
                 Report::Piece(p) => {
                     self.gen_pieces += 1;
+                    self.first_piece.get_or_insert_with(Instant::now);
                     if let Some(t) = self.turns.last_mut() {
                         t.reply.push_str(&p);
                     }
@@ -530,12 +535,19 @@ impl ChatApp {
             }
             ui.separator();
             if let (Phase::Generating, Some(t0)) = (self.phase, self.gen_started) {
-                let s = t0.elapsed().as_secs_f64();
+                // Each streamed piece is one token's text (a token that ends inside a
+                // UTF-8 character waits for the next), so pieces per second after the
+                // first is the decode rate; before it, the prefill is running.
+                let rate = match self.first_piece {
+                    Some(t1) if self.gen_pieces > 1 => format!(
+                        "decoding {:.1} tokens/s",
+                        (self.gen_pieces - 1) as f64 / t1.elapsed().as_secs_f64().max(1e-3)
+                    ),
+                    _ => format!("prefill running {:.1} s", t0.elapsed().as_secs_f64()),
+                };
                 ui.label(format!(
-                    "{:.1} pieces/s streamed, {} frames drawn (longest gap {:.0} ms)",
-                    self.gen_pieces as f64 / s.max(1e-3),
-                    self.gen_frames,
-                    self.gen_max_frame_ms
+                    "{rate}, {} frames drawn meanwhile (longest gap {:.0} ms)",
+                    self.gen_frames, self.gen_max_frame_ms
                 ));
             } else {
                 ui.label(&self.status);

@@ -243,3 +243,43 @@ fn a_generation_thread_shares_the_device_with_the_render_thread() {
         assert!(gpu.uncaptured_errors().is_empty());
     }
 }
+
+/// A forward pass cut into slices (the shared-device default, here one dispatch per slice
+/// once the first slice is timed) gives the tokens of the same pass submitted whole.
+#[test]
+fn sliced_forward_passes_give_the_tokens_of_whole_ones() {
+    use dynrt::llm::{GenerateParams, Model, ModelOptions};
+    use dynrt::memory::predictor::Policy;
+    use dynrt::runtime::RunOptions;
+    let test = "sliced_forward_passes_give_the_tokens_of_whole_ones";
+    let Some(path) = dynrt::fetch::model_or_skip(test) else {
+        return;
+    };
+    let Some((device, queue)) = app_device_or_skip(
+        test,
+        wgpu::Backend::Vulkan,
+        wgpu::Limits::default(),
+        wgpu::Features::empty(),
+    ) else {
+        return;
+    };
+    let tokens = |max_slice: Option<std::time::Duration>| {
+        let mut options = EmbedOptions::new(1024 * MIB);
+        options.max_slice = max_slice;
+        let engine = Engine::new(Gpu::from_device(&device, &queue, options).unwrap());
+        let model = Model::load(&engine, &path, ModelOptions::default()).unwrap();
+        let mut session = model.session(RunOptions::new(Policy::Adaptive));
+        let params = GenerateParams {
+            max_tokens: 6,
+            ..GenerateParams::default()
+        };
+        let g = session
+            .chat_blocking("What is the capital of France?", &params, &mut |_| {})
+            .unwrap();
+        assert!(engine.gpu().uncaptured_errors().is_empty());
+        g.tokens
+    };
+    let whole = tokens(None);
+    assert_eq!(whole.len(), 6);
+    assert_eq!(tokens(Some(std::time::Duration::ZERO)), whole);
+}

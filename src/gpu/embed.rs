@@ -34,6 +34,44 @@
 //!     dispatch. Results are the same: the slices run in recording order.
 //! * **Callbacks.** Polling runs every callback that is due, so an app's own `map_async`
 //!   callbacks may run on dynrt's thread (wgpu requires them to be `Send` for that reason).
+//!
+//! The whole of it in an app (the README's "Desktop" section; `examples/desktop_chat.rs` is
+//! the same in an eframe window):
+//!
+//! ```no_run
+//! use dynrt::gpu::{wgpu, EmbedOptions, Engine, Gpu};
+//! use dynrt::llm::{GenerateParams, Model, ModelOptions};
+//! use dynrt::memory::predictor::Policy;
+//! use dynrt::runtime::RunOptions;
+//! use std::sync::mpsc::{channel, Receiver};
+//!
+//! /// Your device must have been created with limits that include
+//! /// `dynrt::gpu::required_limits()` (`your_limits.or_better_values_from(&...)`).
+//! fn start_chat(
+//!     device: &wgpu::Device,
+//!     queue: &wgpu::Queue,
+//!     prompt: String,
+//! ) -> Result<Receiver<String>, Box<dyn std::error::Error>> {
+//!     // dynrt may hold at most 512 MiB of the device's memory; the app keeps the rest.
+//!     let engine = Engine::new(Gpu::from_device(device, queue, EmbedOptions::new(512 << 20))?);
+//!     let path = dynrt::fetch::resolve_model(None)?; // the file `dynrt fetch` cached
+//!     let (tx, rx) = channel();
+//!     // Loading and generating block their thread, never the render loop's.
+//!     std::thread::spawn(move || {
+//!         let run = || -> Result<(), dynrt::llm::LlmError> {
+//!             let model = Model::load(&engine, &path, ModelOptions::default())?;
+//!             let mut session = model.session(RunOptions::new(Policy::Adaptive));
+//!             let mut on_text = |piece: &str| drop(tx.send(piece.to_string()));
+//!             session.chat_blocking(&prompt, &GenerateParams::default(), &mut on_text)?;
+//!             Ok(())
+//!         };
+//!         if let Err(e) = run() {
+//!             drop(tx.send(format!("[error: {e}]")));
+//!         }
+//!     });
+//!     Ok(rx) // each frame: `while let Ok(piece) = rx.try_recv() { answer.push_str(&piece) }`
+//! }
+//! ```
 
 use super::{Gpu, GpuError, GpuInner, GpuOptions};
 use std::sync::atomic::{AtomicU32, Ordering};
