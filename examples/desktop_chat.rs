@@ -565,47 +565,43 @@ impl ChatApp {
             self.realloc_marks.len()
         ));
         let mb = |b: u64| b as f64 / 1e6;
-        let marks = |plot_ui: &mut egui_plot::PlotUi<'_>| {
-            for (i, &t) in self.realloc_marks.iter().enumerate() {
-                let name = if i == 0 { "reallocation" } else { "" };
-                plot_ui.vline(VLine::new(name, t).color(egui::Color32::RED));
-            }
+        let series = |pick: &dyn Fn(&Sample) -> u64| -> Vec<[f64; 2]> {
+            self.samples.iter().map(|s| [s.t_s, mb(pick(s))]).collect()
         };
+        let kinds = AllocKind::ALL
+            .into_iter()
+            .filter(|&k| stats.peak_bytes(k) > 0)
+            .map(|k| (k.to_string(), series(&|s| s.kind_bytes[k.index()])))
+            .collect();
+        let regions = (COUNTED_REGIONS.iter().enumerate())
+            .map(|(i, r)| (r.to_string(), series(&|s| s.region_bytes[i])))
+            .collect();
         let h = (ui.available_height() / 2.0 - 40.0).max(80.0);
-        ui.label("MB per kind");
-        Plot::new("kinds")
-            .height(h)
+        self.chart(ui, "MB per kind", h, kinds);
+        self.chart(ui, "MB per region", h, regions);
+    }
+
+    /// One chart of the memory panel: a line per series, reallocations as red lines.
+    fn chart(
+        &self,
+        ui: &mut egui::Ui,
+        title: &str,
+        height: f32,
+        lines: Vec<(String, Vec<[f64; 2]>)>,
+    ) {
+        ui.label(title);
+        Plot::new(title)
+            .height(height)
             .legend(Legend::default())
             .allow_scroll(false)
             .show(ui, |plot_ui| {
-                for k in AllocKind::ALL {
-                    if stats.peak_bytes(k) == 0 {
-                        continue;
-                    }
-                    let pts: Vec<[f64; 2]> = self
-                        .samples
-                        .iter()
-                        .map(|s| [s.t_s, mb(s.kind_bytes[k.index()])])
-                        .collect();
-                    plot_ui.line(Line::new(k.to_string(), pts));
+                for (name, pts) in lines {
+                    plot_ui.line(Line::new(name, pts));
                 }
-                marks(plot_ui);
-            });
-        ui.label("MB per region");
-        Plot::new("regions")
-            .height(h)
-            .legend(Legend::default())
-            .allow_scroll(false)
-            .show(ui, |plot_ui| {
-                for (i, r) in COUNTED_REGIONS.iter().enumerate() {
-                    let pts: Vec<[f64; 2]> = self
-                        .samples
-                        .iter()
-                        .map(|s| [s.t_s, mb(s.region_bytes[i])])
-                        .collect();
-                    plot_ui.line(Line::new(r.to_string(), pts));
+                for (i, &t) in self.realloc_marks.iter().enumerate() {
+                    let name = if i == 0 { "reallocation" } else { "" };
+                    plot_ui.vline(VLine::new(name, t).color(egui::Color32::RED));
                 }
-                marks(plot_ui);
             });
     }
 

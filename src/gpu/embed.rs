@@ -361,7 +361,7 @@ impl Gpu {
             }
         }
         #[cfg(target_arch = "wasm32")]
-        drop(index);
+        let _ = index;
     }
 }
 
