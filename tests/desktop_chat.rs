@@ -97,6 +97,10 @@ fn the_window_answers_like_the_headless_run_and_shows_it() {
     let Some(model) = dynrt::fetch::model_or_skip(test) else {
         return;
     };
+    // No adapter: both runs would fail; skip (or fail) like the other GPU tests.
+    if dynrt::gpu::testing::gpu_or_skip(test).is_none() {
+        return;
+    }
     if Command::new("xvfb-run").arg("--help").output().is_err() {
         return skip_or_fail(
             test,
