@@ -948,11 +948,16 @@ async fn map_slice(
     mode: wgpu::MapMode,
 ) -> Result<(), AllocError> {
     let (tx, rx) = futures::channel::oneshot::channel();
+    let mapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = mapped.clone();
     slice.map_async(mode, move |r| {
+        flag.store(true, Ordering::Release);
         // The receiver only disappears if the caller's future was dropped.
         let _ = tx.send(r);
     });
-    gpu.poll_wait();
+    // On a shared device other work (the app's frames) may follow ours in the queue: stop
+    // polling once our map has resolved.
+    gpu.poll_until(|| mapped.load(Ordering::Acquire));
     match rx.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(AllocError::Map(e.to_string())),

@@ -5,6 +5,11 @@
 //! their uniform slots, and a validation error scope around all of it. The runtime reaches
 //! wgpu only through this type and the [`Engine`]: it records copies and dispatches here,
 //! then [`Frame::submit`]s and awaits [`Submitted::check`].
+//!
+//! On an application's device ([`super::Gpu::from_device`]) a frame is cut into slices
+//! between nodes (see [`super::embed`]): a slice is submitted once it holds the dispatches
+//! the slicer allows, and the slice before it is waited for, so that the app's frames get
+//! the queue between slices. The slices run in recording order, so results do not change.
 
 use super::kernels::plan::{RecordedDispatch, Recorder};
 use super::kernels::{DispatchPlan, KernelError, Kernels, Operand, UniformArena};
@@ -141,6 +146,11 @@ pub struct Frame<'k> {
     offsets: Vec<u32>,
     /// Queue writes made just before the submit.
     writes: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
+    /// Dispatches and copies recorded since the last slice was submitted.
+    since_slice: u32,
+    /// The last slice submitted and not yet waited for: its index, when it was submitted,
+    /// and how many dispatches it held.
+    in_flight: Option<(wgpu::SubmissionIndex, web_time::Instant, u32)>,
     /// Every command, when logging ([`Frame::log_commands`]).
     log: Option<CommandLog>,
 }
@@ -198,7 +208,42 @@ impl<'k> Frame<'k> {
             uniforms,
             offsets: Vec::new(),
             writes: Vec::new(),
+            since_slice: 0,
+            in_flight: None,
             log: None,
+        }
+    }
+
+    /// On a sliced (shared) device, submits what is recorded once it holds a slice's worth
+    /// of dispatches, then waits for the slice submitted before it. Called between nodes.
+    fn slice_if_due(&mut self) {
+        let gpu = self.engine.gpu().clone();
+        let Some(slicer) = gpu.slicer() else {
+            return;
+        };
+        if self.since_slice < slicer.dispatches() {
+            return;
+        }
+        self.pass = None;
+        // Uniform slots and queue writes recorded so far must land before this slice's
+        // commands; later ones land before the next slice (their buffers are not read by
+        // the commands already submitted: see `write_before_submit`).
+        self.uniforms.flush();
+        for (buf, offset, bytes) in std::mem::take(&mut self.writes) {
+            self.engine.queue_write_raw(&buf, offset, &bytes);
+        }
+        let next = gpu
+            .device()
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("dynrt iteration slice"),
+            });
+        let done = std::mem::replace(&mut self.encoder, next);
+        let index = gpu.queue().submit([done.finish()]);
+        let slice = (index, web_time::Instant::now(), self.since_slice);
+        self.since_slice = 0;
+        if let Some((prev, at, n)) = self.in_flight.replace(slice) {
+            gpu.wait_for(prev);
+            slicer.observe(n, at.elapsed());
         }
     }
 
@@ -222,6 +267,8 @@ impl<'k> Frame<'k> {
         dst_offset_bytes: u64,
         size_bytes: u64,
     ) {
+        self.slice_if_due();
+        self.since_slice += 1;
         self.pass = None;
         self.encoder.copy_buffer_to_buffer(
             src.raw(),
@@ -242,7 +289,8 @@ impl<'k> Frame<'k> {
     }
 
     /// Schedules a queue write that lands before every command of this frame's submit (so the
-    /// buffer must not be read by an earlier command of the same frame).
+    /// buffer must not be read by an earlier command of the same frame). On a sliced device
+    /// it lands before the current slice: after earlier slices, which do not read it either.
     pub fn write_before_submit(&mut self, dst: &Buffer, offset_bytes: u64, bytes: Vec<u8>) {
         if let Some(log) = &mut self.log {
             log.cmds.push(Logged::Write {
@@ -278,6 +326,7 @@ impl<'k> Frame<'k> {
         ins: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
+        self.slice_if_due();
         self.open_pass();
         let Frame {
             pass,
@@ -291,8 +340,8 @@ impl<'k> Frame<'k> {
         };
         // `encode` sets its own pipelines: which one is bound afterwards is not tracked.
         open.pipeline = None;
-        match log {
-            None => kernels.encode(&mut open.pass, uniforms, op, ins, out),
+        let n = match log {
+            None => kernels.encode(&mut open.pass, uniforms, op, ins, out)?,
             Some(log) => {
                 let mut recorder = Recorder::default();
                 let n = kernels.encode_recorded(
@@ -305,9 +354,11 @@ impl<'k> Frame<'k> {
                 )?;
                 log.cmds
                     .extend(recorder.dispatches.into_iter().map(Logged::Dispatch));
-                Ok(n)
+                n
             }
-        }
+        };
+        self.since_slice += n as u32;
+        Ok(n)
     }
 
     /// Records a node: replays `plan` when it matches these operands (one uniform slot,
@@ -323,10 +374,12 @@ impl<'k> Frame<'k> {
         out: &Operand<'_>,
         plan: &mut Option<DispatchPlan>,
     ) -> Result<Planned, KernelError> {
+        self.slice_if_due();
         let generation = self.kernels.generation();
         if let Some(p) = plan.as_ref() {
             if p.matches(ins, out, generation) && self.replay(p)? {
                 let n = p.dispatches.len();
+                self.since_slice += n as u32;
                 self.kernels.count_replayed(n as u64);
                 if let Some(log) = &mut self.log {
                     for (d, &offset) in p.dispatches.iter().zip(&self.offsets) {
@@ -361,6 +414,7 @@ impl<'k> Frame<'k> {
         let result = kernels.encode_recorded(&mut open.pass, uniforms, op, ins, out, &mut recorder);
         open.pipeline = recorder.current;
         let n = result?;
+        self.since_slice += n as u32;
         if let Some(log) = &mut self.log {
             log.cmds
                 .extend(recorder.dispatches.iter().cloned().map(Logged::Dispatch));
@@ -439,7 +493,8 @@ impl<'k> Frame<'k> {
     }
 
     /// Drops the recorded commands without submitting them and gives the uniform arena back
-    /// (after an encode error: nothing of this frame reaches the device).
+    /// (after an encode error: nothing more of this frame reaches the device; on a sliced
+    /// device the slices already submitted have run).
     pub fn abandon(mut self) -> UniformArena {
         self.pass = None;
         drop(self.scope.pop());

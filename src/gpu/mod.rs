@@ -1,7 +1,8 @@
 //! GPU access: adapter and device, the allocation kinds on wgpu buffers, uploads and
 //! readbacks, and compute pipelines. This is the only module of dynrt that imports `wgpu`.
 //!
-//! * [`Gpu`] — one adapter, its device and queue (cheap to clone).
+//! * [`Gpu`] — one adapter, its device and queue (cheap to clone): dynrt's own
+//!   ([`Gpu::new`]) or an application's, shared ([`Gpu::from_device`], see [`embed`]).
 //! * [`Engine`] — every real allocation goes through it: [`Engine::allocate`] takes a
 //!   [`BufferDesc`] (label, size, [`AllocKind`]) and returns a [`Buffer`] that frees itself on
 //!   drop; the engine keeps per-kind bytes in use and peak and the allocation history
@@ -24,6 +25,7 @@
 
 pub use wgpu;
 
+pub mod embed;
 mod engine;
 mod frame;
 pub mod kernels;
@@ -33,6 +35,10 @@ pub mod pool_storage;
 pub mod testing;
 mod usage;
 
+pub use embed::{
+    limit_shortfalls, required_limits, EmbedOptions, LimitShortfall, DEFAULT_MAX_SLICE,
+    SHARED_POLL_SLICE,
+};
 pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
@@ -42,6 +48,13 @@ pub use usage::{kind_support, kind_usages, KindSupport};
 
 use crate::memory::AllocKind;
 use std::sync::Arc;
+
+fn join_shortfalls(s: &[LimitShortfall]) -> String {
+    s.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Memory budget used when neither [`GpuOptions::memory_budget_bytes`] nor
 /// `DYNRT_MEMORY_BUDGET` sets one: wgpu 30 does not report how much memory an adapter has, so
@@ -87,6 +100,28 @@ pub enum GpuError {
         value: String,
         /// What is expected.
         reason: &'static str,
+    },
+    /// A shared device ([`Gpu::from_device`]) has limits below what dynrt's kernels need.
+    #[error("the device on `{adapter}` cannot run dynrt: {}; create it with limits that include dynrt::gpu::required_limits()", join_shortfalls(shortfalls))]
+    LimitsTooLow {
+        /// Adapter name.
+        adapter: String,
+        /// Every limit that is too low, with both numbers.
+        shortfalls: Vec<LimitShortfall>,
+    },
+    /// A shared device lacks features [`EmbedOptions::required_features`] asks for.
+    #[error("the device on `{adapter}` lacks the features {missing:?}: request them when creating the device")]
+    MissingFeatures {
+        /// Adapter name.
+        adapter: String,
+        /// The required features the device does not have.
+        missing: wgpu::Features,
+    },
+    /// A memory budget dynrt cannot use.
+    #[error("a memory budget of {budget_bytes} bytes leaves dynrt nothing to allocate: give it a positive number of bytes")]
+    BadBudget {
+        /// The budget given.
+        budget_bytes: u64,
     },
     /// A shader failed to parse, validate or compile into a pipeline.
     #[error("shader `{label}` failed: {message}")]
@@ -198,11 +233,10 @@ pub fn parse_backends(list: &str) -> Option<wgpu::Backends> {
 }
 
 struct GpuInner {
-    // Kept so the adapter and device outlive every clone of `Gpu`.
+    /// The instance and adapter of a device dynrt created, kept so they outlive every clone
+    /// of `Gpu`; `None` for an application's device ([`Gpu::from_device`]).
     #[allow(dead_code)]
-    instance: wgpu::Instance,
-    #[allow(dead_code)]
-    adapter: wgpu::Adapter,
+    owned: Option<(wgpu::Instance, wgpu::Adapter)>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     limits: wgpu::Limits,
@@ -210,6 +244,8 @@ struct GpuInner {
     info: wgpu::AdapterInfo,
     options: GpuOptions,
     uncaptured: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Forward passes cut into bounded submissions (shared devices only).
+    slicer: Option<embed::Slicer>,
 }
 
 /// How many uncaptured error messages a [`Gpu`] keeps (the count is exact beyond it).
@@ -296,8 +332,7 @@ impl Gpu {
         );
         Ok(Gpu {
             inner: Arc::new(GpuInner {
-                instance,
-                adapter,
+                owned: Some((instance, adapter)),
                 device,
                 queue,
                 limits,
@@ -305,6 +340,7 @@ impl Gpu {
                 info,
                 options: opts,
                 uncaptured,
+                slicer: None,
             }),
         })
     }
@@ -355,7 +391,8 @@ impl Gpu {
     }
     /// wgpu errors that no error scope caught (logged at `error` level when they happened),
     /// oldest first, at most 32. dynrt scopes everything it does, so a non-empty list means a
-    /// bug or raw wgpu use outside the engine; tests assert it stays empty.
+    /// bug or raw wgpu use outside the engine; tests assert it stays empty. Always empty on
+    /// a shared device ([`Gpu::from_device`]): such errors go to the application's handler.
     pub fn uncaptured_errors(&self) -> Vec<String> {
         self.inner
             .uncaptured
@@ -383,12 +420,46 @@ impl Gpu {
     }
 
     /// Waits until all submitted work is done (native); a no-op on the web where the browser
-    /// polls the device.
+    /// polls the device. On a shared device the wait is sliced ([`embed::SHARED_POLL_SLICE`])
+    /// so that the application's `present` calls in between.
     pub fn poll_wait(&self) {
+        self.poll_until(|| false);
+    }
+
+    /// Polls the device until `done()` or until all submitted work is done, whichever comes
+    /// first (native; a no-op on the web). `done` is checked after each poll: map callbacks
+    /// run inside polls, so a readback waits only for its own copy.
+    pub(crate) fn poll_until(&self, mut done: impl FnMut() -> bool) {
         #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = self.inner.device.poll(wgpu::PollType::wait_indefinitely()) {
-            log::warn!("device poll failed: {e}");
+        {
+            if !self.is_shared() {
+                if let Err(e) = self.inner.device.poll(wgpu::PollType::wait_indefinitely()) {
+                    log::warn!("device poll failed: {e}");
+                }
+                return;
+            }
+            // A blocking poll holds the device's snatch lock for its whole wait, and the
+            // app's `present` takes that lock exclusively: wait in short slices instead.
+            loop {
+                let slice = wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: Some(embed::SHARED_POLL_SLICE),
+                };
+                match self.inner.device.poll(slice) {
+                    Ok(_) => return,
+                    Err(wgpu::PollError::Timeout) => {}
+                    Err(e) => {
+                        log::warn!("device poll failed: {e}");
+                        return;
+                    }
+                }
+                if done() {
+                    return;
+                }
+            }
         }
+        #[cfg(target_arch = "wasm32")]
+        let _ = &mut done;
     }
 }
 

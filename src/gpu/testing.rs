@@ -106,3 +106,39 @@ pub fn gpus_or_skip(test: &str) -> Vec<Gpu> {
     }
     out
 }
+
+/// A device created the way an application creates its own (wgpu directly, with `limits`
+/// and `features`, not through [`Gpu::new`]), on `backend`: for tests of
+/// [`Gpu::from_device`]. `None` after printing why when the backend has no adapter or
+/// refuses the request (panics instead when [`require_gpu`]).
+pub fn app_device_or_skip(
+    test: &str,
+    backend: wgpu::Backend,
+    limits: wgpu::Limits,
+    features: wgpu::Features,
+) -> Option<(wgpu::Device, wgpu::Queue)> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::from(backend);
+    let instance = wgpu::Instance::new(desc);
+    let what = format!("{backend:?}");
+    let adapter = match pollster::block_on(instance.request_adapter(&Default::default())) {
+        Ok(a) => a,
+        Err(e) => {
+            skip_or_fail(test, &what, &e.to_string());
+            return None;
+        }
+    };
+    let request = adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("test app device"),
+        required_features: features,
+        required_limits: limits,
+        ..Default::default()
+    });
+    match pollster::block_on(request) {
+        Ok(pair) => Some(pair),
+        Err(e) => {
+            skip_or_fail(test, &what, &e.to_string());
+            None
+        }
+    }
+}
