@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Planner benchmark: one markdown table over every instance in ../shared/benchmarks/planner/.
+# Planner benchmark: one markdown table over every instance in fixtures/planner/.
 # Each cell is `height (height / lower bound) milliseconds` for one strategy. MiniMalloc's
 # challenging instances are planned at their capacity (the number in the file name); a
 # strategy that does not fit shows `no fit: best height`. Real models have no capacity.
@@ -8,12 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_ms="${1:-10000}"
-# ../shared from the main checkout, ../../shared from a worktree under wt/.
-bench_dir="${DYNRT_PLANNER_BENCH:-}"
-for d in ../shared/benchmarks/planner ../../shared/benchmarks/planner; do
-    if [[ -z "$bench_dir" && -d "$d" ]]; then bench_dir="$d"; fi
-done
-if [[ -z "$bench_dir" ]]; then echo "no benchmarks/planner folder found (set DYNRT_PLANNER_BENCH)" >&2; exit 1; fi
+# The instances shipped in fixtures/planner/ (DYNRT_PLANNER_BENCH names another folder of the
+# same layout).
+bench_dir="${DYNRT_PLANNER_BENCH:-fixtures/planner}"
+if [[ ! -d "$bench_dir/real-models" ]]; then echo "no planner instances in $bench_dir" >&2; exit 1; fi
 # DYNRT_BIN names a prebuilt binary (skips the build).
 if [[ -z "${DYNRT_BIN:-}" ]]; then cargo build --release --quiet; fi
 bin="${DYNRT_BIN:-${CARGO_TARGET_DIR:-target}/release/dynrt}"

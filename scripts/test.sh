@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: every test the project has.
 #
+# 0. scripts/lint.sh: cargo fmt --check, clippy -D warnings (native all targets, and wasm32
+#    with --features web), rustdoc with warnings denied.
 # 1. cargo test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
 #    GL/llvmpipe), CLI tests, doc tests.
 # 2. The browser test: the wasm32 build and the decode demo page in headless Chromium.
@@ -10,6 +12,8 @@
 # when DYNRT_REQUIRE_GPU=1, which .ci/run sets after installing all of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/lint.sh
+echo "== cargo test --release =="
 cargo test --release
 
 # --- browser (issue 7): wasm32 build, then the demo page in headless Chromium --------------

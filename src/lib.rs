@@ -63,6 +63,8 @@
 pub mod gpu;
 pub mod graph;
 pub mod memory;
+pub mod npy;
+pub mod onnx;
 pub mod rng;
 pub mod runtime;
 pub mod shape;

@@ -1,4 +1,4 @@
-//! `dynrt plan` end to end: every instance of `../shared/benchmarks/planner/` is planned with a
+//! `dynrt plan` end to end: every instance of `fixtures/planner/` is planned with a
 //! time limit and the height reached is asserted (a regression in any strategy fails here),
 //! plus the error paths (malformed rows, a capacity that cannot be met) and the output files.
 
@@ -6,24 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn bench_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // `../shared` from the main checkout; `../../shared` from a worktree under `wt/`.
-    if let Ok(d) = std::env::var("DYNRT_PLANNER_BENCH") {
-        return PathBuf::from(d);
-    }
-    for rel in [
-        "../shared/benchmarks/planner",
-        "../../shared/benchmarks/planner",
-    ] {
-        let d = root.join(rel);
-        if d.is_dir() {
-            return d;
-        }
-    }
-    panic!(
-        "benchmarks/planner not found next to {} (set DYNRT_PLANNER_BENCH)",
-        root.display()
-    );
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/planner")
 }
 
 fn instances() -> Vec<PathBuf> {

@@ -7,6 +7,20 @@ use dynrt::memory::planner::{
 use proptest::prelude::*;
 use std::time::Duration;
 
+/// Buffers `b0, b1, ...` from (lower, lifetime length, size, alignment).
+fn to_buffers(v: Vec<(u64, u64, u64, u64)>) -> Vec<PlanBuffer> {
+    v.into_iter()
+        .enumerate()
+        .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
+            id: format!("b{i}"),
+            lower,
+            upper: lower + len,
+            size_bytes,
+            align_bytes,
+        })
+        .collect()
+}
+
 fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
     prop::collection::vec(
         (
@@ -17,18 +31,89 @@ fn buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
         ),
         1..40,
     )
-    .prop_map(|v| {
-        v.into_iter()
-            .enumerate()
-            .map(|(i, (lower, len, size_bytes, align_bytes))| PlanBuffer {
-                id: format!("b{i}"),
-                lower,
-                upper: lower + len,
-                size_bytes,
-                align_bytes,
+    .prop_map(to_buffers)
+}
+
+/// Many buffers (far more than the 256 the greedy places between two looks at the clock), so a
+/// tiny time limit really cuts phases short.
+fn many_buffers() -> impl Strategy<Value = Vec<PlanBuffer>> {
+    prop::collection::vec(
+        (
+            0u64..400,
+            prop_oneof![4 => 1u64..6, 1 => 1u64..400],
+            1u64..5000,
+            prop::sample::select(vec![1u64, 1, 8, 256]),
+        ),
+        1100..2500,
+    )
+    .prop_map(to_buffers)
+}
+
+/// The greedy baseline written out plainly: by decreasing size (ties: earlier start, then
+/// input order), each buffer into the smallest gap left by the placed buffers it meets in time
+/// (lowest on ties), else on top. Returns the height.
+fn greedy_baseline_height(bufs: &[PlanBuffer]) -> u64 {
+    let up = |x: u64, a: u64| x.div_ceil(a) * a;
+    let mut order: Vec<usize> = (0..bufs.len()).collect();
+    order.sort_by(|&a, &b| {
+        (bufs[b].size_bytes, bufs[a].lower, a).cmp(&(bufs[a].size_bytes, bufs[b].lower, b))
+    });
+    let mut offsets = vec![0u64; bufs.len()];
+    let mut placed: Vec<usize> = Vec::new();
+    let mut height = 0;
+    for i in order {
+        let b = &bufs[i];
+        let mut spans: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&j| {
+                let o = &bufs[j];
+                o.size_bytes > 0 && o.lower < b.upper && b.lower < o.upper
             })
-            .collect()
-    })
+            .map(|&j| (offsets[j], offsets[j] + bufs[j].size_bytes))
+            .collect();
+        spans.sort_unstable();
+        let (mut best, mut top): (Option<(u64, u64)>, u64) = (None, 0);
+        for (start, end) in spans {
+            if start > top && up(top, b.align_bytes) + b.size_bytes <= start {
+                let gap = start - top;
+                if best.is_none_or(|(g, _)| gap < g) {
+                    best = Some((gap, up(top, b.align_bytes)));
+                }
+            }
+            top = top.max(end);
+        }
+        offsets[i] = best.map_or(up(top, b.align_bytes), |(_, o)| o);
+        height = height.max(offsets[i] + b.size_bytes);
+        placed.push(i);
+    }
+    height
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// The anytime promise: whatever the time limit, the planner returns a valid plan no higher
+    /// than the greedy baseline.
+    #[test]
+    fn a_tiny_time_limit_still_beats_or_ties_the_greedy(bufs in many_buffers()) {
+        let baseline = greedy_baseline_height(&bufs);
+        for strategy in [PlanStrategy::Best, PlanStrategy::GreedySize, PlanStrategy::Search] {
+            for time_limit in [Duration::ZERO, Duration::from_millis(1)] {
+                let opts = PlanOptions { strategy, capacity: None, time_limit, min_align_bytes: 1 };
+                let plan = build(&bufs, &opts).unwrap();
+                validate(&bufs, &plan.offsets, 1).unwrap();
+                if strategy == PlanStrategy::GreedySize && time_limit.is_zero() {
+                    // No time for anything but the baseline: it is this greedy exactly.
+                    prop_assert_eq!(plan.height, baseline);
+                }
+                prop_assert!(
+                    plan.height <= baseline,
+                    "{} at {:?}: height {} above the greedy baseline {}",
+                    strategy, time_limit, plan.height, baseline
+                );
+            }
+        }
+    }
 }
 
 proptest! {

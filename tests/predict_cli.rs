@@ -206,14 +206,17 @@ fn compare_lists_every_policy_for_every_fixture() {
     assert_eq!(table_rows, 3 * paths.len(), "{stdout}");
 }
 
-/// The shipped traces are what `scripts/gen_traces.py` writes (stdlib Python only).
+/// The shipped traces are what `scripts/gen_traces.py` writes (stdlib Python only; `.ci/run`
+/// installs `python3`).
 #[test]
 fn fixtures_are_reproducible() {
     let out = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gen_traces.py"))
         .arg("--check")
         .output()
-        .expect("python3 runs scripts/gen_traces.py");
+        .unwrap_or_else(|e| {
+            panic!("python3 scripts/gen_traces.py: {e} (install python3: apt-get install python3)")
+        });
     assert!(
         out.status.success(),
         "{}",

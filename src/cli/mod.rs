@@ -8,6 +8,7 @@ mod bench_decode;
 mod bench_kernels;
 mod demo;
 mod info;
+mod inspect;
 mod plan;
 mod predict;
 
@@ -31,6 +32,8 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks: kernels or the decode loop.
     Bench(bench::Args),
+    /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
+    Inspect(inspect::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -43,6 +46,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Inspect(a) => inspect::run(a),
     };
     match result {
         Ok(code) => code,

@@ -18,7 +18,8 @@ pub struct Args {
     /// best | gmem-fit-first | gmem-op-size | greedy-size | search.
     #[arg(long, default_value = "best")]
     strategy: String,
-    /// Time budget of the search in milliseconds.
+    /// Time budget in milliseconds for improving on the greedy baseline (which always
+    /// completes: the plan is never worse than it).
     #[arg(long, default_value_t = 10_000)]
     time_limit_ms: u64,
     /// Every offset a multiple of this many bytes (e.g. 256 for a wgpu arena).

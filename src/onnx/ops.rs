@@ -1,0 +1,148 @@
+//! The one place that says which ONNX ops and opsets dynrt's importer takes.
+//!
+//! Until the importer (ONNX nodes → dynrt graph ops) lands, [`SUPPORTED_OPS`] is the set it
+//! is being built to map (issue 13, "Ops"): what `dynrt inspect` reports a node against. When
+//! the converter registry exists, this list becomes its key set.
+
+use std::ops::RangeInclusive;
+
+use super::schemas;
+
+/// Opset versions of the default domain (`""` / `ai.onnx`) that the loader accepts: 1 to the
+/// newest opset whose operator definitions `onnx==1.22.0` (whose backend node tests are the
+/// yardstick) knows, 27. A later opset may have changed an op in a way dynrt cannot know of,
+/// so it is refused ([`crate::onnx::OnnxError::UnsupportedOpset`]). Which definition of an
+/// op a model gets is per op: [`op_version`].
+pub const DEFAULT_DOMAIN_OPSETS: RangeInclusive<i64> = 1..=schemas::MAX_OPSET;
+
+/// The definition of `op_type` (default domain) in effect at `opset`: the newest
+/// `since_version` at or below it (ONNX's rule). `None` when the op is not in the ONNX
+/// schema table or did not exist yet at that opset.
+///
+/// ```
+/// use dynrt::onnx::ops::op_version;
+/// assert_eq!(op_version("Softmax", 17), Some(13));
+/// assert_eq!(op_version("ReduceMean", 17), Some(13));
+/// assert_eq!(op_version("ReduceMean", 18), Some(18));
+/// assert_eq!(op_version("Gelu", 17), None); // Gelu arrived in opset 20
+/// ```
+pub fn op_version(op_type: &str, opset: i64) -> Option<i64> {
+    let i = schemas::SINCE_VERSIONS
+        .binary_search_by(|(name, _)| name.cmp(&op_type))
+        .ok()?;
+    schemas::SINCE_VERSIONS[i]
+        .1
+        .iter()
+        .rev()
+        .find(|&&v| v <= opset)
+        .copied()
+}
+
+/// Op types of the default domain the importer maps, sorted.
+pub const SUPPORTED_OPS: &[&str] = &[
+    "Add",
+    "And",
+    "Attention",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "CumSum",
+    "Div",
+    "Equal",
+    "Erf",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Gather",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "Greater",
+    "Identity",
+    "LayerNormalization",
+    "Less",
+    "Log",
+    "LogSoftmax",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Min",
+    "Mul",
+    "Neg",
+    "Not",
+    "Or",
+    "Pow",
+    "RMSNormalization",
+    "Range",
+    "Reciprocal",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceSum",
+    "Relu",
+    "Reshape",
+    "RotaryEmbedding",
+    "Shape",
+    "Sigmoid",
+    "Slice",
+    "Softmax",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Tanh",
+    "Transpose",
+    "Trilu",
+    "Unsqueeze",
+    "Where",
+];
+
+/// Whether the importer maps `op_type` of `domain` (`""` or `ai.onnx` for the default one).
+pub fn is_supported(domain: &str, op_type: &str) -> bool {
+    (domain.is_empty() || domain == "ai.onnx") && SUPPORTED_OPS.binary_search(&op_type).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_is_sorted_and_unique() {
+        assert!(
+            SUPPORTED_OPS.windows(2).all(|w| w[0] < w[1]),
+            "keep SUPPORTED_OPS sorted"
+        );
+        assert!(is_supported("", "MatMul"));
+        assert!(is_supported("ai.onnx", "Softmax"));
+        assert!(!is_supported("com.microsoft", "MatMul"));
+        assert!(!is_supported("", "NonMaxSuppression"));
+        assert!(DEFAULT_DOMAIN_OPSETS.contains(&13) && DEFAULT_DOMAIN_OPSETS.contains(&21));
+    }
+
+    #[test]
+    fn schema_table_is_sorted_and_covers_the_importer() {
+        let t = schemas::SINCE_VERSIONS;
+        assert!(t.len() > 150, "{} ops", t.len());
+        assert!(
+            t.windows(2).all(|w| w[0].0 < w[1].0),
+            "table sorted by name"
+        );
+        assert!(t
+            .iter()
+            .all(|(_, v)| !v.is_empty() && v.windows(2).all(|w| w[0] < w[1])));
+        for op in SUPPORTED_OPS {
+            assert!(
+                op_version(op, schemas::MAX_OPSET).is_some(),
+                "{op} not in the schema table"
+            );
+        }
+        assert_eq!(op_version("Add", 13), Some(13));
+        assert_eq!(op_version("Add", 12), Some(7));
+        assert_eq!(op_version("Not", 1), Some(1));
+        assert_eq!(op_version("NoSuchOp", 13), None);
+    }
+}
