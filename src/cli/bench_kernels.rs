@@ -63,23 +63,31 @@ fn best_seconds(
 ) -> anyhow::Result<f64> {
     let mut best = f64::INFINITY;
     for round in 0..=rounds {
-        let mut enc = gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("bench kernels"),
-            });
-        record(&mut enc)?;
-        let t0 = Instant::now();
-        gpu.queue().submit([enc.finish()]);
-        gpu.device()
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
-        let dt = t0.elapsed().as_secs_f64();
+        let dt = submit_seconds(gpu, &mut record)?;
         if round > 0 {
             best = best.min(dt);
         }
     }
     Ok(best)
+}
+
+/// Seconds from one submit of what `record` encodes until the device is idle again.
+fn submit_seconds(
+    gpu: &Gpu,
+    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut enc = gpu
+        .device()
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("bench kernels"),
+        });
+    record(&mut enc)?;
+    let t0 = Instant::now();
+    gpu.queue().submit([enc.finish()]);
+    gpu.device()
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
+    Ok(t0.elapsed().as_secs_f64())
 }
 
 fn filled(
@@ -304,77 +312,223 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--probe`: hand-written add kernels outside [`Kernels`], to find what shape of kernel a
-/// software adapter streams fast (workgroup size, vec4s per invocation, runtime bounds checks).
+/// Where a probe kernel gets its element count and offsets.
+#[derive(Clone, Copy, PartialEq)]
+enum Params {
+    /// Count and three element offsets from a uniform (dynrt's `FlatParams`).
+    Uniform,
+    /// Count from a uniform, no offsets (every operand bound at its start).
+    UniformCount,
+    /// The count is `arrayLength` of the output, no offsets.
+    Length,
+    /// The count is a constant in the source, no offsets.
+    Constant,
+}
+
+/// One hand-written add kernel of the `--probe` matrix.
+struct AddVariant {
+    /// Invocations per workgroup.
+    wg: u32,
+    /// vec4s per invocation, at `j * wg + lid` within the workgroup's block (coalesced).
+    per: u32,
+    /// wgpu's bounds checks (`Restrict`: every index clamped to the binding) on or off.
+    checked: bool,
+    /// Inputs declared `read` (ONNX Runtime's form) instead of `read_write` (dynrt's: arena
+    /// sub-ranges of one buffer may be bound as inputs and output of one dispatch).
+    read_only: bool,
+    /// Where the element count and the operands' element offsets come from.
+    params: Params,
+    /// The per-invocation loop written out (`per` statements) instead of a `for` loop.
+    unrolled: bool,
+}
+
+impl AddVariant {
+    fn name(&self) -> String {
+        format!(
+            "wg={} vec4/inv={} checked={} inputs={} params={} {}",
+            self.wg,
+            self.per,
+            self.checked,
+            if self.read_only { "read" } else { "read_write" },
+            match self.params {
+                Params::Uniform => "uniform+offsets",
+                Params::UniformCount => "uniform",
+                Params::Length => "arrayLength",
+                Params::Constant => "constant",
+            },
+            if self.unrolled { "unrolled" } else { "loop" }
+        )
+    }
+
+    fn wgsl(&self, n4: u64) -> String {
+        let access = if self.read_only { "read" } else { "read_write" };
+        let (wg, per) = (self.wg, self.per);
+        let params = match self.params {
+            Params::Uniform | Params::UniformCount => {
+                "struct P { n: u32, oa: u32, ob: u32, oc: u32 }\n\
+                 @group(0) @binding(3) var<uniform> p: P;\n"
+                    .to_string()
+            }
+            Params::Constant => format!("const n = {n4}u;\n"),
+            Params::Length => String::new(),
+        };
+        let n = match self.params {
+            Params::Uniform | Params::UniformCount => "p.n",
+            Params::Constant => "n",
+            Params::Length => "arrayLength(&c)",
+        };
+        let one = |j: &str| {
+            let access = if self.params == Params::Uniform {
+                "c[p.oc + i] = a[p.oa + i] + b[p.ob + i];"
+            } else {
+                "c[i] = a[i] + b[i];"
+            };
+            format!("{{ let i = base + {j} * {wg}u + lid; if i < {n} {{ {access} }} }}\n")
+        };
+        let body = if self.unrolled {
+            (0..per).map(|j| one(&format!("{j}u"))).collect::<String>()
+        } else {
+            format!("for (var j = 0u; j < {per}u; j++) {}", one("j"))
+        };
+        format!(
+            "@group(0) @binding(0) var<storage, {access}> a: array<vec4<f32>>;\n\
+             @group(0) @binding(1) var<storage, {access}> b: array<vec4<f32>>;\n\
+             @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;\n\
+             {params}\
+             @compute @workgroup_size({wg}) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
+             @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
+               let base = (wid.x + wid.y * nwg.x) * {per}u * {wg}u;\n\
+               {body}\
+             }}\n"
+        )
+    }
+}
+
+/// `--probe`: a matrix of hand-written add kernels outside [`Kernels`] (workgroup size,
+/// vec4s per invocation, bounds checks, `read` vs `read_write` inputs, uniform vs constant
+/// parameters, loop vs unrolled), to find what shape of kernel an adapter streams fast.
 fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> {
     let mut rng = SplitMix64::new(7);
+    let n = n / 4 * 4;
     let bufs = (0..3)
         .map(|i| filled(engine, &format!("probe {i}"), n, &mut rng))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let n4 = n / 4;
+    let params: [u32; 4] = [n4 as u32, 0, 0, 0];
+    let ubuf = engine.allocate_init(
+        &BufferDesc {
+            label: "probe params",
+            size_bytes: 16,
+            kind: AllocKind::ClMem,
+        },
+        bytemuck::bytes_of(&params),
+    )?;
     let moved = 3.0 * n as f64 * 4.0;
     let dev = gpu.device();
     let max_dim = dev.limits().max_compute_workgroups_per_dimension;
+    let v = |wg, per, checked, read_only, params, unrolled| AddVariant {
+        wg,
+        per,
+        checked,
+        read_only,
+        params,
+        unrolled,
+    };
+    use Params::*;
+    let mut variants = vec![
+        // ONNX Runtime's add: one vec4 per invocation, 64 per workgroup, `read` inputs, the
+        // count from a uniform, no offsets.
+        v(64, 1, true, true, UniformCount, false),
+        v(64, 1, false, true, UniformCount, false),
+        // dynrt's flat4 kernel before this study: 256 per workgroup, read_write, uniform
+        // count and offsets.
+        v(256, 1, true, false, Uniform, false),
+        v(256, 1, false, false, Uniform, false),
+    ];
     for checked in [true, false] {
-        for wg in [1u32, 64, 256] {
-            for per in [1u32, 4, 16, 256] {
-                if (wg == 1) != (per == 256) {
-                    continue;
+        for (wg, per) in [
+            (64, 2),
+            (64, 4),
+            (128, 2),
+            (128, 4),
+            (256, 2),
+            (256, 4),
+            (256, 8),
+        ] {
+            variants.push(v(wg, per, checked, false, Uniform, true));
+        }
+    }
+    for params in [UniformCount, Length, Constant] {
+        variants.push(v(256, 1, true, false, params, false));
+        variants.push(v(256, 2, true, false, params, true));
+        variants.push(v(256, 4, true, false, params, true));
+    }
+    variants.push(v(256, 4, true, false, Uniform, false));
+    variants.push(v(256, 4, true, true, Uniform, true));
+    let mut compiled = Vec::new();
+    for var in &variants {
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some("probe"),
+            source: wgpu::ShaderSource::Wgsl(var.wgsl(n4).into()),
+        };
+        let module = if var.checked {
+            dev.create_shader_module(desc)
+        } else {
+            // SAFETY: every access is guarded by `i < n`, the element count of all three
+            // bindings (offsets are 0).
+            unsafe {
+                dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
+        let mut bound: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
+        if matches!(var.params, Params::Uniform | Params::UniformCount) {
+            bound.push(&ubuf);
+        }
+        let (pipe, bg) = raw_pipeline(dev, &module, "probe", &bound);
+        let groups = n4.div_ceil(u64::from(var.wg * var.per)) as u32;
+        let grid = if groups <= max_dim {
+            (groups, 1)
+        } else {
+            (max_dim, groups.div_ceil(max_dim))
+        };
+        compiled.push((pipe, bg, grid));
+    }
+    // Interleaved: every round times each variant once (one submit of `reps` dispatches, in
+    // an order that rotates), so the load of a shared machine falls on all of them alike;
+    // the median over the rounds counts.
+    let reps = 10;
+    let rounds = rounds.max(3) as usize;
+    let mut secs = vec![Vec::with_capacity(rounds); variants.len()];
+    for round in 0..=rounds {
+        for k in 0..variants.len() {
+            let idx = (k + round) % variants.len();
+            let (pipe, bg, (gx, gy)) = &compiled[idx];
+            let s = submit_seconds(gpu, |enc| {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(pipe);
+                pass.set_bind_group(0, bg, &[]);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(*gx, *gy, 1);
                 }
-                let src = format!(
-                    "@group(0) @binding(0) var<storage, read_write> a: array<vec4<f32>>;\n\
-                     @group(0) @binding(1) var<storage, read_write> b: array<vec4<f32>>;\n\
-                     @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;\n\
-                     @compute @workgroup_size({wg}) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
-                     @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
-                       let g = wid.x + wid.y * nwg.x;\n\
-                       let n = arrayLength(&c);\n\
-                       for (var j = 0u; j < {per}u; j++) {{\n\
-                         let i = (g * {per}u + j) * {wg}u + lid;\n\
-                         if i < n {{ c[i] = a[i] + b[i]; }}\n\
-                       }}\n\
-                     }}\n"
-                );
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some("probe"),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                };
-                let module = if checked {
-                    dev.create_shader_module(desc)
-                } else {
-                    // SAFETY: every access is guarded by `i < arrayLength(&c)` and all three
-                    // bindings have the same length.
-                    unsafe {
-                        dev.create_shader_module_trusted(
-                            desc,
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
-                    }
-                };
-                let bufs: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
-                let (pipe, bg) = raw_pipeline(dev, &module, "probe", &bufs);
-                let groups = (n / 4).div_ceil(u64::from(wg * per)) as u32;
-                let (gx, gy) = if groups <= max_dim {
-                    (groups, 1)
-                } else {
-                    (max_dim, groups.div_ceil(max_dim))
-                };
-                let reps = 10;
-                let s = best_seconds(gpu, rounds, |enc| {
-                    let mut pass = enc.begin_compute_pass(&Default::default());
-                    pass.set_pipeline(&pipe);
-                    pass.set_bind_group(0, &bg, &[]);
-                    for _ in 0..reps {
-                        pass.dispatch_workgroups(gx, gy, 1);
-                    }
-                    Ok(())
-                })? / f64::from(reps);
-                println!(
-                    "probe add checked={checked} wg={wg} vec4/inv={per} groups={groups}: {:.2} GB/s ({:.3} ms)",
-                    moved / s / 1e9,
-                    s * 1e3
-                );
+                Ok(())
+            })?;
+            // Round 0 warms every pipeline up.
+            if round > 0 {
+                secs[idx].push(s / f64::from(reps));
             }
         }
+    }
+    for (var, s) in variants.iter().zip(&mut secs) {
+        s.sort_by(f64::total_cmp);
+        let (lo, med, hi) = (s[0], s[s.len() / 2], s[s.len() - 1]);
+        println!(
+            "probe add {}: {:.2} GB/s median ({:.2}-{:.2}), {:.3} ms",
+            var.name(),
+            moved / med / 1e9,
+            moved / hi / 1e9,
+            moved / lo / 1e9,
+            med * 1e3
+        );
     }
     Ok(())
 }
