@@ -45,8 +45,10 @@
 # (op workloads) or when the logits are back on the host for the argmax (decode workloads);
 # tensors stay on the device between steps (ONNX Runtime: GPU tensors / IO binding). Op
 # workloads: ms/step and GB/s (3 x 4 x n bytes) or GFLOP/s (2 n^3); decode: ms/step from step
-# `measure_from` on (gpt2_tiny: steps 32-255). Counts are per step, from the same counter for
-# both runtimes on a route.
+# `measure_from` on (gpt2_tiny: steps 32-255). Natively also the process's CPU ms per step:
+# on software adapters the device is the process's own threads, so CPU time is the step's
+# whole cost and much steadier than wall time on a loaded machine. Counts are per step, from
+# the same counter for both runtimes on a route.
 #
 # ---- The dynrt side (what the ONNX importer must provide; until then every dynrt cell says
 # ---- "missing" with the reason and only ONNX Runtime's figures are measured) ----
@@ -66,8 +68,10 @@
 #   * --out DIR: every model output of the last step as DIR/<output>.npy (the harness checks
 #     op results against numpy);
 #   * --json prints one line: {"runtime":"dynrt","provider":"dynrt <version> <backend>
-#     <adapter>","load_ms":F,"steps":[{"ms":F,"counts":{...}}, ...],"peak_bytes":N,
-#     "tokens":[...]} — `counts` are the deltas over the step of the counting layer's
+#     <adapter>","load_ms":F,"steps":[{"ms":F,"cpu_ms":F,"counts":{...}}, ...],"peak_bytes":N,
+#     "tokens":[...]} — `ms` is the step's wall time, `cpu_ms` the process's CPU time over
+#     it (user + system, all threads: on a software adapter the device's work is the
+#     process's threads), `counts` are the deltas over the step of the counting layer's
 #     counters when PEER_COUNT_SHM names its counter file (12 little-endian u64 in the order
 #     create_buffer, create_buffer_bytes, destroy_buffer, allocate_memory,
 #     allocate_memory_bytes, free_memory, queue_submit, cmd_dispatch, compute_pipelines,

@@ -279,6 +279,67 @@ fn unary_ops() {
 }
 
 #[test]
+fn flat_elementwise_kernels_cover_every_element_near_workgroup_edges() {
+    // The flat and unary entry points run without wgpu's bounds checks (their indices are in
+    // bounds by construction): sizes just below, at and above multiples of a workgroup (256
+    // invocations) must write every element, with and without an offset skew (the context
+    // string's length sets the skew: 0, 4 or 8 bytes), on the scalar (odd) and vec4 paths.
+    let mut sizes = vec![1, 2, 3];
+    for m in [1, 2, 3] {
+        sizes.extend([m * 256 - 1, m * 256, m * 256 + 1]);
+    }
+    for gpu in gpus("flat_elementwise_kernels_cover_every_element_near_workgroup_edges") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(11);
+        let mut cases = 0;
+        for &n in &sizes {
+            for len in [n, 4 * n] {
+                for ctx in ["add", "add.", "add.."] {
+                    let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                    let name = format!("{ctx} {len}");
+                    let got = check(
+                        &gpu,
+                        &mut k,
+                        &Op::Binary(BinaryOp::Add),
+                        &[a, b],
+                        EXACT,
+                        &name,
+                    );
+                    assert_eq!(got.len() as u64, len);
+                    cases += 1;
+                }
+                // exp is never 0, so an element the kernel skipped cannot pass as computed.
+                let x = f32_tensor(&mut rng, &[len]);
+                let tol = Tol {
+                    atol: 1e-6,
+                    rtol: 1e-5,
+                };
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Unary(UnaryOp::Exp),
+                    &[x],
+                    tol,
+                    &format!("exp {len}"),
+                );
+                cases += 1;
+            }
+            // A skew of 16 or 32 bytes: the vec4 entry points with element offsets.
+            for skew in [16, 32] {
+                let len = 4 * n;
+                let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                let want: Vec<f32> = a.values.iter().zip(&b.values).map(|(x, y)| x + y).collect();
+                let op = Op::Binary(BinaryOp::Add);
+                let got = run(&gpu, &mut k, &op, &[a, b], &s(&[len]), DType::F32, skew).unwrap();
+                assert_eq!(got, want, "add {len} skew {skew}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, sizes.len() * (2 * 4 + 2));
+    }
+}
+
+#[test]
 fn matmul_batched_broadcast_transposed() {
     for gpu in gpus("matmul_batched_broadcast_transposed") {
         let mut k = Kernels::new(&gpu);

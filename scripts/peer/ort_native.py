@@ -9,14 +9,16 @@ Prints one JSON object on stdout, the document `dynrt bench onnx` prints too (se
 scripts/bench_peer.sh for the whole interface):
 
     {"runtime": "ort", "provider": ..., "load_ms": ...,
-     "steps": [{"ms": ..., "counts": {...}}, ...], "peak_bytes": ..., "tokens": [...]}
+     "steps": [{"ms": ..., "cpu_ms": ..., "counts": {...}}, ...], "peak_bytes": ..., "tokens": [...]}
 
 A step is one run of the model and ends when its results are complete on the device (and,
 for a decode step, when the logits have been read back for the argmax). The Python API has no
 wait for the device without a read-back (`synchronize_outputs` returns before the GPU is done),
 so an op step ends with a fence: a one-element Neg session on the same device, whose output is
 read back after the queue has run everything submitted before it (0.2-0.3 ms on an idle queue);
-the counts are taken before the fence. IO binding keeps every
+the counts are taken before the fence. `cpu_ms` is the process's CPU time (all threads) over
+the step: on a software adapter the device's work runs on this process's threads, so it is the
+step's whole cost, and far less disturbed by other processes on the machine than `ms`. IO binding keeps every
 tensor on the device between steps: op workloads bind their inputs once as device values and
 their output to a device value made once; decode workloads bind the presents of step k as the
 pasts of step k + 1 without a host round trip, and the logits to host memory. `counts` are
@@ -129,11 +131,11 @@ def main():
             io.bind_ortvalue_output(n, v)
         for _ in range(steps):
             c0 = read_counters()
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             sess.run_with_iobinding(io)
             counts = delta(c0, read_counters())
             fence.run(None, one)
-            records.append({"ms": (time.perf_counter() - t) * 1e3, "counts": counts})
+            records.append({"ms": (time.perf_counter() - t) * 1e3, "cpu_ms": (time.process_time() - cpu) * 1e3, "counts": counts})
         # The result, checked once against numpy after timing.
         got = outs[w["outputs"][0]].numpy()
         a, b = feeds[w["inputs"][0]], feeds[w["inputs"][1]]
@@ -148,7 +150,7 @@ def main():
         past = int(feeds[w["states"][0][1]].shape[2])
         for _ in range(steps):
             c0 = read_counters()
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             io.clear_binding_inputs()
             io.clear_binding_outputs()
             for n, v in cur.items():
@@ -160,11 +162,12 @@ def main():
             for o in state_in:
                 io.bind_output(o, device)
             sess.run_with_iobinding(io)
-            outs = dict(zip([o.name for o in sess.get_outputs()], io.get_outputs()))
+            # get_outputs() lists the outputs in the order they were bound.
+            outs = dict(zip([w["logits"], *state_in], io.get_outputs()))
             logits = outs[w["logits"]].numpy()
             token = int(np.argmax(logits[0, -1]))
             ms = (time.perf_counter() - t) * 1e3
-            records.append({"ms": ms, "counts": delta(c0, read_counters())})
+            records.append({"ms": ms, "cpu_ms": (time.process_time() - cpu) * 1e3, "counts": delta(c0, read_counters())})
             tokens.append(token)
             past += int(cur[w["token_input"]].shape[1])
             cur = {w["token_input"]: np.array([[token]], dtype=np.int64)}

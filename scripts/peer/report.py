@@ -54,6 +54,7 @@ def summarise(recs, row):
     start = min(row["measure_from"], max(len(r["steps"]) for r in ok) - 1)
     per_round = lambda f: med([med([f(s) for s in r["steps"][start:]]) for r in ok])
     out["ms"] = per_round(lambda s: s["ms"])
+    out["cpu_ms"] = per_round(lambda s: s.get("cpu_ms"))
     out["buffers"] = per_round(lambda s: pick(s["counts"], BUFFERS))
     out["bytes"] = per_round(lambda s: pick(s["counts"], BYTES))
     out["submits"] = per_round(lambda s: pick(s["counts"], SUBMITS))
@@ -136,10 +137,10 @@ def main():
         for line in lines:
             print(json.dumps(line))
         return
-    print("| adapter (route) | workload | ORT ms/step | dynrt ms/step | dynrt / ORT | ORT figure | dynrt figure | "
+    print("| adapter (route) | workload | ORT ms/step | dynrt ms/step | dynrt / ORT | CPU ms/step ORT / dynrt | ORT figure | dynrt figure | "
           "buffers/step ORT / dynrt | bytes created/step ORT / dynrt | submits/step ORT / dynrt | "
           "dispatches/step ORT / dynrt | peak bytes ORT / dynrt | tokens | rounds | load avg |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|---|")
+    print("|---|---|---:|---:|---:|---|---:|---:|---|---|---|---|---|---|---|---|")
     for adapter, workload, row, o, d, loads, tok, checks in table:
         unit = row["figure"] or ""
         ratio = f"{d['ms'] / o['ms']:.2f}x" if d.get("ms") and o.get("ms") else "–"
@@ -147,7 +148,7 @@ def main():
         both = lambda k, dig=1: f"{fmt(o.get(k), dig)} / {fmt(d.get(k), dig)}"
         load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "–"
         note = f" ({'; '.join(checks)})" if checks else ""
-        print(f"| {adapter} | {workload} | {fmt(o.get('ms'))} | {dyn_ms} | {ratio} | "
+        print(f"| {adapter} | {workload} | {fmt(o.get('ms'))} | {dyn_ms} | {ratio} | {both('cpu_ms', 2)} | "
               f"{fmt(o.get('figure'))} {unit if o.get('figure') else ''} | {fmt(d.get('figure'))} {unit if d.get('figure') else ''} | "
               f"{both('buffers')} | {both('bytes', 0)} | {both('submits')} | {both('dispatches')} | {both('peak', 0)} | "
               f"{tok}{note} | {o.get('rounds', 0)} / {d.get('rounds', 0)} | {load} |")

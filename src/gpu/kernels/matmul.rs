@@ -18,6 +18,7 @@ pub const FAMILY: Family = Family {
     name: "matmul",
     source: WGSL,
     bindings: |_| &[1, 2, 3],
+    unchecked: &[],
 };
 
 /// Largest M for which the small-M kernel is used instead of the tiled one.

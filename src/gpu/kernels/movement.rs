@@ -21,6 +21,7 @@ pub const FAMILY: Family = Family {
         "movement_gather" => &[1, 2, 3],
         _ => &[3],
     },
+    unchecked: &[],
 };
 
 /// `CopyParams` of `shaders/movement.wgsl` (112 bytes).

@@ -19,6 +19,7 @@ pub const FAMILY: Family = Family {
         "reduce_rms_norm" => &[1, 2, 4],
         _ => &[1, 2, 3, 4],
     },
+    unchecked: &[],
 };
 
 /// `RowParams` of `shaders/reduce.wgsl` (32 bytes).
