@@ -208,9 +208,9 @@ fn binary_ops_with_broadcasting() {
         }
         assert_eq!(cases, 76);
         let st = k.stats();
-        // 4 ops x up to 3 entry points; every other dispatch hit the cache (size-0 outputs
-        // dispatch nothing and look nothing up).
-        assert!(st.misses <= 12 && st.hits + st.misses >= 60, "{st:?}");
+        // 4 ops x up to 5 entry points (broadcast; flat and flat4, each also _aligned); every
+        // other dispatch hit the cache (size-0 outputs dispatch nothing and look nothing up).
+        assert!(st.misses <= 20 && st.hits + st.misses >= 60, "{st:?}");
         assert_eq!(st.pipelines as u64, st.misses);
     }
 }
