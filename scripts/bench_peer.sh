@@ -18,6 +18,10 @@
 #                 matmul_1024 gpt2_tiny smollm2_ctx64 smollm2_ctx256 smollm2_ctx1024
 #   --no-smollm2  skip the SmolLM2 download (98 MB), export (542 MB of f32) and workloads
 #
+# SmolLM2 runs one round per route, whatever --rounds says: one ONNX Runtime decode step costs
+# about 3 s of CPU time on lavapipe and 12-15 s on SwiftShader (40-100 s of wall time on a
+# loaded 2-core machine). With --quick it runs on native-lavapipe only.
+#
 # What it does, in order (each step says so on stderr; everything lands in target/peer/):
 #  1. the Python venv (scripts/pyenv.sh: numpy, onnx, onnxruntime, onnxruntime-ep-webgpu);
 #  2. `cargo build --release` (dynrt), web/build.sh (dynrt's wasm package, when
@@ -201,6 +205,17 @@ say "writing the model files and inputs (scripts/peer_models.py)"
 "$py" scripts/peer_models.py "$models" ${smollm2_args[@]+"${smollm2_args[@]}"} $([ $quick = 1 ] && echo --quick)
 mapfile -t chosen < <("$py" scripts/peer/manifest.py "$models" list "$workloads")
 [ ${#chosen[@]} -gt 0 ] || { echo "bench_peer.sh: no workload matches --workloads $workloads" >&2; exit 2; }
+# Rounds of a workload, and whether it runs on a route (see the SmolLM2 note above).
+rounds_of() { case $1 in smollm2_*) echo 1 ;; *) echo "$rounds" ;; esac; }
+runs_on() {
+  case $1 in
+    smollm2_*) [ $quick = 0 ] || [ "$2" = native-lavapipe ] ;;
+    *) true ;;
+  esac
+}
+for w in "${chosen[@]}"; do
+  case $w in smollm2_*) [ $quick = 1 ] && notes+=("$w: --quick runs it on native-lavapipe only (one ONNX Runtime step on SwiftShader costs 12-15 s of CPU)") ;; esac
+done
 
 reference=$out/reference.jsonl
 : > "$reference"
@@ -217,10 +232,13 @@ if [[ ",$routes," == *,browser,* ]]; then
     notes+=("browser route skipped: $browser_ok")
   else
     say "browser route: headless Chromium, WebGPU on SwiftShader ($rounds rounds, interleaved)"
-    node web/peer/run.mjs "$models" --workloads "$(IFS=,; echo "${chosen[*]}")" --rounds "$rounds" \
-      | while IFS= read -r line; do
-          "$py" -c "import json,sys; d=json.loads(sys.argv[1]); d['adapter']='SwiftShader (Chromium WebGPU)'; d['load']=float(open('/proc/loadavg').read().split()[0]); print(json.dumps(d))" "$line"
-        done >> "$results"
+    for w in "${chosen[@]}"; do
+      runs_on "$w" browser || continue
+      node web/peer/run.mjs "$models" --workloads "$w" --rounds "$(rounds_of "$w")" \
+        | while IFS= read -r line; do
+            "$py" -c "import json,sys; d=json.loads(sys.argv[1]); d['adapter']='SwiftShader (Chromium WebGPU)'; d['load']=float(open('/proc/loadavg').read().split()[0]); print(json.dumps(d))" "$line"
+          done >> "$results"
+    done
   fi
 fi
 
@@ -241,7 +259,8 @@ for route in native-swiftshader native-lavapipe; do
   if [ ! -e "$icd_file" ]; then notes+=("$route skipped: no $icd_file"); continue; fi
   say "$route: $rounds rounds per workload, interleaved"
   for w in "${chosen[@]}"; do
-    for ((r = 0; r < rounds; r++)); do
+    runs_on "$w" "$route" || continue
+    for ((r = 0; r < $(rounds_of "$w"); r++)); do
       order=(ort dynrt); [ $((r % 2)) = 1 ] && order=(dynrt ort)
       for rt in "${order[@]}"; do
         shm=$out/counters.$rt
@@ -289,7 +308,9 @@ report() {
   "$py" scripts/peer/report.py "$models" "$results" --reference "$reference"
   for n in ${notes[@]+"${notes[@]}"}; do echo "- $n"; done
 }
-args_text="$([ $quick = 1 ] && echo --quick) $([ -n "$workloads" ] && echo "--workloads $workloads")"
+args_text=""
+[ $quick = 1 ] && args_text="--quick"
+[ -n "$workloads" ] && args_text="$args_text --workloads $workloads"
 if [ $json = 1 ]; then
   report $args_text >&2
   "$py" scripts/peer/report.py "$models" "$results" --json --reference "$reference"

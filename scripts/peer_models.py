@@ -21,7 +21,8 @@ Workloads (names are what the report prints):
   scripts/export_smollm2_onnx.py's model.onnx + model.onnx.data): one decode step at a
   context of 64 / 256 / 1024 tokens: the past keys and values (ctx - 1 positions, 30 layers)
   are seeded N(0, 1) arrays and `input_ids` is one token, so no runtime spends minutes on a
-  prefill that software adapters make very slow; then greedy decode for a few steps.
+  prefill that software adapters make very slow; then greedy decode for a few steps (one
+  ONNX Runtime step costs about 3 s of CPU time on lavapipe and 12-15 s on SwiftShader).
 
 Decode protocol (both runtimes, every route): step 0 feeds `feeds/*.npy`; after every step
 the token is the argmax of `logits[0, -1, :]` (the first index on ties); the next step feeds
@@ -87,7 +88,7 @@ def op_workloads(out, rng, quick):
         save(binary_model("MatMul", [n, n], [n, n], [n, n]), os.path.join(folder, "model.onnx"))
         write_feeds(folder, {"A": rng.uniform(-1, 1, (n, n)).astype(np.float32), "B": rng.uniform(-1, 1, (n, n)).astype(np.float32)})
         # Software adapters run a 1024 matmul for seconds: fewer steps for the big ones.
-        steps = {256: 12, 512: 6, 1024: 4} if quick else {256: 30, 512: 12, 1024: 6}
+        steps = {256: 6, 512: 3, 1024: 2} if quick else {256: 20, 512: 8, 1024: 4}
         rows.append({"workload": name, "kind": "op", "op": "MatMul", "model": f"{name}/model.onnx", "feeds": f"{name}/feeds",
                      "inputs": ["A", "B"], "outputs": ["C"], "steps": steps[n], "measure_from": 1,
                      "figure": "GFLOP/s", "per_step": 2 * n ** 3})
@@ -111,7 +112,7 @@ def gpt2_workload(out, quick):
     return [{"workload": "gpt2_tiny", "kind": "decode", "model": "gpt2_tiny/model.onnx", "feeds": "gpt2_tiny/feeds",
              "inputs": list(feeds), "outputs": ["logits"] + [s[0] for s in states],
              "token_input": "input_ids", "logits": "logits", "position_input": None, "states": states,
-             "steps": 64 if quick else 256, "measure_from": 32, "figure": None, "per_step": None}]
+             "steps": 48 if quick else 256, "measure_from": 32, "figure": None, "per_step": None}]
 
 
 def smollm2_workloads(out, smollm2_dir, rng, quick):
@@ -141,7 +142,7 @@ def smollm2_workloads(out, smollm2_dir, rng, quick):
                      "feeds": f"{name}/feeds", "inputs": list(feeds), "outputs": ["logits"] + [s[0] for s in states],
                      "token_input": "input_ids", "logits": "logits",
                      "position_input": "position_ids" if "position_ids" in inputs else None, "states": states,
-                     "steps": 3 if quick else 6, "measure_from": 1, "figure": None, "per_step": None})
+                     "steps": 2 if quick else 3, "measure_from": 1, "figure": None, "per_step": None})
     return rows
 
 

@@ -22,7 +22,6 @@ in every round (and equal to the CPU EP's when given).
 import argparse
 import json
 import statistics
-import sys
 
 # Count names: the Vulkan layer's (native) and webgpu-count.js's (browser).
 BUFFERS = ("create_buffer", "createBuffer")
@@ -135,7 +134,7 @@ def main():
 
     if args.json:
         for line in lines:
-            print(json.dumps(line))
+            print(json.dumps(line, separators=(",", ":")))
         return
     print("| adapter (route) | workload | ORT ms/step | dynrt ms/step | dynrt / ORT | CPU ms/step ORT / dynrt | ORT figure | dynrt figure | "
           "buffers/step ORT / dynrt | bytes created/step ORT / dynrt | submits/step ORT / dynrt | "
@@ -152,11 +151,14 @@ def main():
               f"{fmt(o.get('figure'))} {unit if o.get('figure') else ''} | {fmt(d.get('figure'))} {unit if d.get('figure') else ''} | "
               f"{both('buffers')} | {both('bytes', 0)} | {both('submits')} | {both('dispatches')} | {both('peak', 0)} | "
               f"{tok}{note} | {o.get('rounds', 0)} / {d.get('rounds', 0)} | {load} |")
-    missing = sorted({(w, d["missing"]) for _, w, _, _, d, _, _, _ in table if d["missing"]})
+    missing = {}
+    for _, w, _, _, d, _, _, _ in table:
+        if d["missing"] and w not in missing.setdefault(d["missing"], []):
+            missing[d["missing"]].append(w)
     if missing:
         print()
-        for w, why in missing:
-            print(f"- dynrt, {w}: missing: {why}", file=sys.stdout)
+        for why, ws in missing.items():
+            print(f"- dynrt missing on {', '.join(ws)}: {why}")
 
 
 if __name__ == "__main__":

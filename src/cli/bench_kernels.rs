@@ -50,6 +50,8 @@ struct MatMulGflops {
 struct Report {
     adapter: String,
     add_bandwidth_gbps: f64,
+    /// The process's CPU time per add dispatch (all threads), in ms; null off Linux.
+    add_cpu_ms: Option<f64>,
     copy_bandwidth_gbps: f64,
     add_vs_copy: f64,
     matmul_gflops: MatMulGflops,
@@ -59,16 +61,32 @@ struct Report {
 fn best_seconds(
     gpu: &Gpu,
     rounds: u32,
-    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
+    Ok(best_and_cpu_seconds(gpu, rounds, record)?.0)
+}
+
+/// [`best_seconds`], and the process's mean CPU seconds per timed submit (all threads: on a
+/// software adapter the device's work too; `None` without `/proc/self/stat`).
+fn best_and_cpu_seconds(
+    gpu: &Gpu,
+    rounds: u32,
+    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, Option<f64>)> {
     let mut best = f64::INFINITY;
+    let mut cpu = Some(0.0);
     for round in 0..=rounds {
+        let c0 = process_cpu_seconds();
         let dt = submit_seconds(gpu, &mut record)?;
         if round > 0 {
             best = best.min(dt);
+            cpu = match (cpu, c0, process_cpu_seconds()) {
+                (Some(sum), Some(a), Some(b)) => Some(sum + (b - a)),
+                _ => None,
+            };
         }
     }
-    Ok(best)
+    Ok((best, cpu.map(|c| c / f64::from(rounds.max(1)))))
 }
 
 /// Seconds from one submit of what `record` encodes until the device is idle again.
@@ -106,7 +124,6 @@ fn filled(
     Ok(buf)
 }
 
-/// Runs `op` `reps` times per submit on fresh operands; returns the best seconds per dispatch.
 /// What every measurement needs.
 struct Bench {
     gpu: Gpu,
@@ -115,13 +132,15 @@ struct Bench {
     rounds: u32,
 }
 
+/// Runs `op` `reps` times per submit on fresh operands; returns the best seconds per dispatch
+/// and the process's mean CPU seconds per dispatch ([`best_and_cpu_seconds`]).
 fn time_op(
     b: &mut Bench,
     op: &Op,
     shapes: &[Shape],
     out: &Shape,
     reps: u32,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Option<f64>)> {
     let (gpu, engine, kernels, rounds) = (&b.gpu, &b.engine, &mut b.kernels, b.rounds);
     let mut rng = SplitMix64::new(42);
     let inputs = shapes
@@ -138,7 +157,7 @@ fn time_op(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let out_buf = filled(engine, "bench output", out.num_elements()?, &mut rng)?;
     let mut uniforms = UniformArena::new(engine);
-    let secs = best_seconds(gpu, rounds, |enc| {
+    let (secs, cpu) = best_and_cpu_seconds(gpu, rounds, |enc| {
         uniforms.reset();
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -174,7 +193,7 @@ fn time_op(
         uniforms.flush();
         Ok(())
     })?;
-    Ok(secs / reps as f64)
+    Ok((secs / reps as f64, cpu.map(|c| c / reps as f64)))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -200,7 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let n = args.add_elements.max(1024);
     let shape = Shape::new(vec![n]);
     let reps = 10;
-    let add_s = time_op(
+    let (add_s, add_cpu_s) = time_op(
         &mut b,
         &Op::Binary(BinaryOp::Add),
         &[shape.clone(), shape.clone()],
@@ -237,7 +256,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // About 0.5 GFLOP per submit so small sizes are not dominated by submit overhead.
         let flops = 2.0 * (size as f64).powi(3);
         let reps = ((0.5e9 / flops).round() as u32).clamp(1, 64);
-        let secs = time_op(
+        let (secs, _) = time_op(
             &mut b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[s.clone(), s.clone()],
@@ -250,6 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = Report {
         adapter,
         add_bandwidth_gbps: add_gbps,
+        add_cpu_ms: add_cpu_s.map(|c| c * 1e3),
         copy_bandwidth_gbps: copy_gbps,
         add_vs_copy: add_gbps / copy_gbps,
         matmul_gflops: MatMulGflops {
@@ -263,9 +283,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         println!("adapter: {}", report.adapter);
         println!(
-            "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch",
+            "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch, {} CPU ms per dispatch (all threads)",
             report.add_bandwidth_gbps,
-            add_s * 1e3
+            add_s * 1e3,
+            report
+                .add_cpu_ms
+                .map_or("–".to_string(), |c| format!("{c:.3}"))
         );
         println!(
             "copy  {copy_bytes} bytes: {:.2} GB/s (read+write), {:.3} ms per copy",
@@ -279,7 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // A decode step's projection (one token, GPT-2 small): the small-M kernel.
         let (a, w) = (Shape::new(vec![1, 768]), Shape::new(vec![768, 2304]));
         let out = Shape::new(vec![1, 2304]);
-        let secs = time_op(
+        let (secs, _) = time_op(
             &mut b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[a, w],
@@ -295,7 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
         // adapter's per-dispatch floor, which dominates a small model's decode step.
         let tiny = Shape::new(vec![1024]);
-        let secs = time_op(
+        let (secs, _) = time_op(
             &mut b,
             &Op::Binary(BinaryOp::Add),
             &[tiny.clone(), tiny.clone()],
