@@ -94,6 +94,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+orig_args="$*"
 json=0 quick=0 rounds="" routes="browser,native-swiftshader,native-lavapipe" workloads="" smollm2=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -231,7 +232,7 @@ if [[ ",$routes," == *,browser,* ]]; then
   if [ -n "$browser_ok" ]; then
     notes+=("browser route skipped: $browser_ok")
   else
-    say "browser route: headless Chromium, WebGPU on SwiftShader ($rounds rounds, interleaved)"
+    say "browser route: headless Chromium, WebGPU on SwiftShader ($rounds round(s) per workload, interleaved)"
     for w in "${chosen[@]}"; do
       runs_on "$w" browser || continue
       node web/peer/run.mjs "$models" --workloads "$w" --rounds "$(rounds_of "$w")" \
@@ -257,7 +258,7 @@ for route in native-swiftshader native-lavapipe; do
   esac
   if [ -n "$native_reason" ]; then notes+=("$route skipped: $native_reason"); continue; fi
   if [ ! -e "$icd_file" ]; then notes+=("$route skipped: no $icd_file"); continue; fi
-  say "$route: $rounds rounds per workload, interleaved"
+  say "$route: $rounds round(s) per workload (SmolLM2: 1), interleaved"
   for w in "${chosen[@]}"; do
     runs_on "$w" "$route" || continue
     for ((r = 0; r < $(rounds_of "$w"); r++)); do
@@ -303,17 +304,14 @@ done
 # ---- 6. report --------------------------------------------------------------------------
 end_load=$(cut -d' ' -f1-3 /proc/loadavg)
 report() {
-  echo "Measured $start_date with \`scripts/bench_peer.sh $*\` on $(nproc) CPU cores; load average $start_load at the start, $end_load at the end."
+  echo "Measured $start_date with \`scripts/bench_peer.sh${1:+ $1}\` on $(nproc) CPU cores; load average $start_load at the start, $end_load at the end."
   echo
   "$py" scripts/peer/report.py "$models" "$results" --reference "$reference"
   for n in ${notes[@]+"${notes[@]}"}; do echo "- $n"; done
 }
-args_text=""
-[ $quick = 1 ] && args_text="--quick"
-[ -n "$workloads" ] && args_text="$args_text --workloads $workloads"
 if [ $json = 1 ]; then
-  report $args_text >&2
+  report "$orig_args" >&2
   "$py" scripts/peer/report.py "$models" "$results" --json --reference "$reference"
 else
-  report $args_text
+  report "$orig_args"
 fi
