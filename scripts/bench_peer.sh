@@ -133,7 +133,7 @@ dynrt=$root/target/release/dynrt
 if "$dynrt" bench onnx --help >/dev/null 2>&1; then
   dynrt_native=""
 else
-  dynrt_native="dynrt has no \`bench onnx\` subcommand yet (the ONNX importer is not built): no dynrt figures natively"
+  dynrt_native="dynrt has no \`bench onnx\` subcommand yet (its interface: scripts/bench_peer.sh): no dynrt figures natively"
 fi
 
 browser_ok=""

@@ -219,7 +219,7 @@ async function dynrt() {
     const m = await import('/pkg/dynrt.js');
     await m.default();
     dynrtModule = typeof m.OnnxSession === 'function' ? m
-      : { missing: "dynrt's wasm package has no OnnxSession export yet (the ONNX importer is not built): no dynrt figures in the browser" };
+      : { missing: "dynrt's wasm package has no OnnxSession export yet (its interface: scripts/bench_peer.sh): no dynrt figures in the browser" };
   } catch (e) {
     dynrtModule = { missing: `dynrt's wasm package did not load (web/build.sh builds it): ${e}` };
   }
