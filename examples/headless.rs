@@ -29,6 +29,8 @@ fn main() -> anyhow::Result<()> {
         }
     );
     let engine = Engine::new(gpu.clone());
+    // Keep the events for the printout below (the counters are kept anyway).
+    engine.record_history(4096);
     let bytes = u64::from(LEN) * 4;
 
     // The output the kernel writes: preallocated usm_device.

@@ -5,7 +5,8 @@
 #
 #   DYNRT_ONNX_TESTS_DIR   cache folder (default: target/onnx-tests in this checkout);
 #                          the cases land in $DYNRT_ONNX_TESTS_DIR/node/
-#   PYTHON                 interpreter whose pip downloads the wheel (default: python3)
+#   PYTHON                 interpreter whose pip downloads the wheel (default: the venv of
+#                          scripts/pyenv.sh, made only when the cases are not there yet)
 #
 # The wheel is fetched with `pip download --no-deps` (the platform wheel for this machine;
 # the test data is the same in every one). A wheel already in the cache folder is reused, so
@@ -13,13 +14,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${DYNRT_ONNX_TESTS_DIR:-$root/target/onnx-tests}"
-python="${PYTHON:-python3}"
 version=1.22.0
 mkdir -p "$dir"
 if [ -f "$dir/node/.complete-$version" ]; then
   echo "$dir/node"
   exit 0
 fi
+python="${PYTHON:-$("$root/scripts/pyenv.sh")}"
 wheel="$(ls "$dir"/onnx-$version-*.whl 2>/dev/null | head -n1 || true)"
 if [ -z "$wheel" ]; then
   echo "downloading onnx==$version (pip download --no-deps) into $dir" >&2

@@ -11,6 +11,12 @@ start from (numpy + onnx; run with the python scripts/pyenv.sh prints):
 * `external.onnx` + `external.bin`: two initializers in one external file (offsets 0 and
   64), one inline.
 * `input.npy`: an f32 [2, 3] array; `empty.npy`: i64 [1, 3, 0, 4].
+* `shape_chain.onnx`: x [batch, seq, 8] reshaped to [batch, 2 * seq, 4] through a shape
+  chain (Shape, Gather, Mul, Concat, Equal/Where on shape values, Reshape), then Relu; opset
+  17. The importer tests run it on the GPU with the chain on the host.
+* `negative_dim.onnx`: x [n] reshaped to [n - 5, -1]: [5, 2] for n = 10, a negative
+  dimension for n < 5.
+* `int_div.onnx`: an i64 division the device would compute (refused when it compiles).
 """
 import pathlib
 
@@ -119,6 +125,51 @@ model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], pr
 model.ir_version = 8
 onnx.save_model(model, out / "external.onnx")
 onnx.checker.check_model(str(out / "external.onnx"))
+
+I64 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+graph = helper.make_graph(
+    [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+     helper.make_node("Gather", ["shape", "first_two"], ["batch_seq"], name="batch_seq", axis=0),
+     helper.make_node("Mul", ["batch_seq", "one_two"], ["batch_2seq"], name="double_seq"),
+     helper.make_node("Concat", ["batch_2seq", "four"], ["target"], name="target", axis=0),
+     helper.make_node("Equal", ["target", "minus_one"], ["is_open"], name="is_open"),
+     helper.make_node("Where", ["is_open", "one", "target"], ["closed"], name="closed"),
+     helper.make_node("Reshape", ["x", "closed"], ["reshaped"], name="reshape"),
+     helper.make_node("Relu", ["reshaped"], ["y"], name="relu")],
+    "shape_chain",
+    [helper.make_tensor_value_info("x", T.FLOAT, ["batch", "seq", 8])],
+    [helper.make_tensor_value_info("y", T.FLOAT, ["batch", "seq2", 4])],
+    initializer=[I64("first_two", [0, 1]), I64("one_two", [1, 2]), I64("four", [4]),
+                 I64("minus_one", -1), I64("one", 1)])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="dynrt-fixtures")
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save_model(model, out / "shape_chain.onnx")
+
+graph = helper.make_graph(
+    [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+     helper.make_node("Sub", ["shape", "five"], ["short"], name="minus_five"),
+     helper.make_node("Concat", ["short", "rest"], ["target"], name="target", axis=0),
+     helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape")],
+    "negative_dim",
+    [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+    [helper.make_tensor_value_info("y", T.FLOAT, ["m", "k"])],
+    initializer=[I64("five", [5]), I64("rest", [-1])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="dynrt-fixtures")
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save_model(model, out / "negative_dim.onnx")
+
+graph = helper.make_graph(
+    [helper.make_node("Div", ["a", "b"], ["q"], name="int_div")],
+    "int_div",
+    [helper.make_tensor_value_info("a", T.INT64, [4])],
+    [helper.make_tensor_value_info("q", T.INT64, [4])],
+    initializer=[I64("b", [1, 2, 3, 4])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="dynrt-fixtures")
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save_model(model, out / "int_div.onnx")
 
 np.save(out / "input.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
 np.save(out / "empty.npy", np.zeros((1, 3, 0, 4), dtype=np.int64))

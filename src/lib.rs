@@ -8,19 +8,43 @@
 //! # Key types
 //!
 //! * [`gpu::Gpu`] — adapter and device; [`gpu::Engine`] — every real allocation, by
-//!   [`memory::AllocKind`] (`usm_device`, `usm_host`, `usm_shared`, `cl_mem`), with bytes in use
-//!   and peak per kind and the `Allocate/Free` history (`DYNRT_VERBOSE=2`). A [`gpu::Buffer`]
-//!   frees itself on drop.
-//! * [`memory::predictor::ShapePredictor`] — how much to preallocate before a dispatch
-//!   (the reference policy bit for bit, an adaptive one, or none).
+//!   [`memory::AllocKind`] (`usm_device`, `usm_host`, `usm_shared`, `cl_mem`) and by device
+//!   region, with bytes in use and peak, and a bounded `Allocate/Free` history
+//!   (`DYNRT_VERBOSE=2`). A [`gpu::Buffer`] frees itself on drop. [`gpu::Frame`] records one
+//!   submit's copies and dispatches: the runtime's one door to wgpu.
+//! * [`memory::predictor::Sizer`] — the one sizing path (`realloc_if_needed`): the shape
+//!   predictor (the reference policy bit for bit, an adaptive one, or none) and the ledger of
+//!   what it sized; `dynrt predict` replays traces through the same code.
 //! * [`memory::pool::MemoryPool`] — reuse of buffers between nodes that are never live together,
 //!   from the memory dependencies of [`graph::deps`].
 //! * [`memory::planner`] — static offsets for buffers of known lifetime in one arena;
-//!   [`memory::regions`] — device regions and their allocators.
-//! * [`graph::Graph`] / [`graph::GraphBuilder`] — the IR with symbolic dimensions, per-op shape
-//!   inference and a CPU reference ([`graph::reference`]); [`gpu::kernels`] — the WGSL kernels.
+//!   [`memory::regions`] — device regions and their allocators (the runtime places constants,
+//!   placeholders and activations in them).
+//! * [`graph::Graph`] / [`graph::GraphBuilder`] — the IR with symbolic dimensions; each op is a
+//!   type implementing [`graph::OpDef`] (dtype rule, shape rule, CPU reference, host
+//!   evaluation); [`graph::reference`] — the independent CPU reference; [`gpu::kernels`] — one
+//!   WGSL kernel family per file.
+//! * [`shape::DType`] (plain types and block-quantized formats) and [`tensor::ConstData`]
+//!   (a constant's bytes, possibly a range of a memory-mapped file).
 //! * [`runtime::Network`] (compiled once) and [`runtime::InferRequest`] (one per request): the
-//!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`.
+//!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`, split into
+//!   a device-free session and a thin GPU executor.
+//! * [`gguf::Gguf`] — a validating GGUF parser over bytes (memory-mapped natively by
+//!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
+//!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
+//!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
+//! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that
+//!   each keep their own KV cache, greedy or sampled generation streamed as text.
+//! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
+//!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
+//!
+//! # Module map and adding an op
+//!
+//! The README has the module map (what each module holds, which may touch wgpu: only
+//! [`gpu`]) and the recipe for adding an op: the op's type in `src/graph/ops/` (one line in
+//! the `registry!` list of [`graph::ops`]), its [`gpu::kernels::Kernel`] in its family's file
+//! (one line in [`gpu::kernels::kernel_of`]), its WGSL and its test. `UnaryOp::Sqrt`, a new
+//! variant of an existing family, touched three files.
 //!
 //! # Example
 //!
@@ -60,8 +84,12 @@
 // them natively (Engine, Gpu, Network) trip this lint there; the single-threaded target is why.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fetch;
+pub mod gguf;
 pub mod gpu;
 pub mod graph;
+pub mod llm;
 pub mod memory;
 pub mod npy;
 pub mod onnx;
@@ -69,5 +97,6 @@ pub mod rng;
 pub mod runtime;
 pub mod shape;
 pub mod tensor;
+pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
 pub mod web;

@@ -138,10 +138,24 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
         "shape_updates_skipped",
         "ms_per_step",
         "sizing",
+        "regions",
     ] {
         assert!(keys.contains(&k), "missing {k} in {line}");
     }
-    assert_eq!(keys.len(), 14, "{line}");
+    assert_eq!(keys.len(), 15, "{line}");
+    // Every region was used: the weights, the inputs/outputs and KV cache, the activations.
+    for (name, r) in [
+        ("constants", v["regions"]["constants"].clone()),
+        ("placeholders", v["regions"]["placeholders"].clone()),
+        ("internal", v["regions"]["internal"].clone()),
+    ] {
+        let (bytes, buffers, peak) = (
+            r["bytes"].as_u64().unwrap(),
+            r["buffers"].as_u64().unwrap(),
+            r["peak_bytes"].as_u64().unwrap(),
+        );
+        assert!(bytes > 0 && buffers > 0 && peak >= bytes, "{name}: {r}");
+    }
     let s: DemoSummary = serde_json::from_str(line).unwrap();
     assert_eq!(
         (s.policy.as_str(), s.steps, s.tokens.len()),

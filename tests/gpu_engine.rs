@@ -2,7 +2,7 @@
 //! lavapipe, GL on llvmpipe), skipped with a printed reason only when DYNRT_REQUIRE_GPU is unset.
 
 use dynrt::gpu::{testing, AllocError, BufferDesc, Engine, Gpu, KindRequest, MapAccess};
-use dynrt::memory::accounting::{check_history, AllocOp};
+use dynrt::memory::accounting::{check_history, AllocEvent, AllocOp};
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 
@@ -37,6 +37,7 @@ fn every_kind_round_trips_and_frees() {
     let gpus = testing::gpus_or_skip("every_kind_round_trips_and_frees");
     for gpu in gpus {
         let engine = Engine::new(gpu.clone());
+        engine.record_history(1 << 16);
         let mut rng = SplitMix64::new(42);
         for kind in AllocKind::ALL {
             let size = 4 * rng.range(1, 5000);
@@ -151,6 +152,7 @@ fn sizes_round_up_to_copy_alignment() {
 fn peak_is_the_true_peak() {
     for gpu in testing::gpus_or_skip("peak_is_the_true_peak") {
         let engine = Engine::new(gpu.clone());
+        engine.record_history(1 << 16);
         let k = AllocKind::UsmDevice;
         let a = engine.allocate(&desc("a", 1000, k)).unwrap();
         let b = engine.allocate(&desc("b", 2000, k)).unwrap();
@@ -180,6 +182,7 @@ fn limits_and_misuse_are_typed_errors_and_the_engine_recovers() {
     for gpu in testing::gpus_or_skip("limits_and_misuse_are_typed_errors") {
         let budget = 64 * 1024;
         let engine = Engine::with_memory_budget(gpu.clone(), budget);
+        engine.record_history(1 << 16);
         let max = engine.max_buffer_size();
         assert!(max > 0);
 
@@ -539,6 +542,7 @@ fn large_writes_stage_in_chunks_and_async_allocation_works() {
     assert_send_sync::<dynrt::gpu::Buffer>();
     for gpu in testing::gpus_or_skip("large_writes_stage_in_chunks") {
         let engine = Engine::new(gpu.clone());
+        engine.record_history(1 << 16);
         let chunk = dynrt::gpu::UPLOAD_CHUNK_BYTES;
         let size = 2 * chunk + 1024;
         let mut rng = SplitMix64::new(5);
@@ -585,6 +589,7 @@ fn concurrent_allocations_never_exceed_the_budget() {
     for gpu in testing::gpus_or_skip("concurrent_allocations_never_exceed_the_budget") {
         let budget = 40 * 1024;
         let engine = Engine::with_memory_budget(gpu.clone(), budget);
+        engine.record_history(1 << 16);
         let over = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for t in 0..4u64 {
@@ -614,5 +619,56 @@ fn concurrent_allocations_never_exceed_the_budget() {
         assert!(history.iter().all(|e| e.current_bytes <= budget));
         assert_eq!(engine.device_bytes_in_use(), 0);
         assert_no_uncaptured(&gpu);
+    }
+}
+
+#[test]
+fn ten_thousand_allocate_free_pairs_keep_the_history_bounded() {
+    for gpu in testing::gpus_or_skip("bounded_history") {
+        let engine = Engine::new(gpu.clone());
+        // Counters always; no events kept without a recorder.
+        for _ in 0..10_000 {
+            drop(
+                engine
+                    .allocate(&desc("pair", 256, AllocKind::UsmDevice))
+                    .unwrap(),
+            );
+        }
+        assert!(engine.history().is_empty());
+        assert_eq!(engine.history_heap_bytes(), 0);
+        let k = engine.stats().kind(AllocKind::UsmDevice);
+        assert_eq!(
+            (k.allocations, k.frees, k.current_bytes),
+            (10_000, 10_000, 0)
+        );
+        // A bounded recorder keeps the last events and drops the rest.
+        engine.record_history(128);
+        for _ in 0..10_000 {
+            drop(
+                engine
+                    .allocate(&desc("pair", 256, AllocKind::UsmDevice))
+                    .unwrap(),
+            );
+        }
+        let h = engine.history();
+        assert_eq!(h.len(), 128);
+        assert_eq!(engine.history_dropped(), 20_000 - 128);
+        assert!(
+            engine.history_heap_bytes() <= 256 * std::mem::size_of::<AllocEvent>(),
+            "{} bytes",
+            engine.history_heap_bytes()
+        );
+        check_history_tail(&h);
+        assert_no_uncaptured(&gpu);
+    }
+}
+
+/// The tail of a history: alternating allocate/free of one size, current back to 0 after
+/// each free.
+fn check_history_tail(h: &[AllocEvent]) {
+    for pair in h.chunks(2) {
+        assert_eq!(pair[0].op, AllocOp::Allocate);
+        assert_eq!(pair[1].op, AllocOp::Free);
+        assert_eq!(pair[1].current_bytes, pair[0].current_bytes - 256);
     }
 }

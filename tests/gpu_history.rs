@@ -23,6 +23,7 @@ fn history_child() {
         return;
     };
     let engine = Engine::new(gpu.clone());
+    engine.record_history(1 << 16);
     let mut live = Vec::new();
     for (i, kind) in AllocKind::ALL
         .into_iter()

@@ -217,6 +217,14 @@ fn inspect_reports_io_ops_bytes_and_unsupported_nodes() {
     );
     assert_eq!(j["nodes"], 3);
     assert_eq!(j["unsupported"], serde_json::json!([]));
+    // "Supported" is the importer's converter registry, the one source of truth.
+    let hist = j["op_histogram"].as_array().unwrap();
+    assert_eq!(hist.len(), 3);
+    for op in hist {
+        let t = op["op_type"].as_str().unwrap();
+        let registered = dynrt::onnx::import::converter(t).is_some();
+        assert_eq!(op["supported"], serde_json::json!(registered), "{t}");
+    }
 
     let features = fixtures().join("features.onnx");
     let (ok, stdout, stderr) = inspect(&[features.to_str().unwrap()]);

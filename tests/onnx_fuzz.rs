@@ -6,7 +6,8 @@
 //! interesting bytes (0, 0x7f, 0x80, 0xff), random runs, truncation, insertion and deletion of
 //! byte ranges, duplicated chunks, large varints written over a byte, and splices of two seeds.
 //! Each input goes through `OnnxModel::from_bytes` (external data from a `BytesResolver` that
-//! holds `external.bin`), `testdata::decode_tensor` and `npy::read_npy`, inside
+//! holds `external.bin`) and, when it loads, the importer (`onnx::import`),
+//! `testdata::decode_tensor` and `npy::read_npy`, inside
 //! `catch_unwind`; a panic is a finding, written to `<target tmp>/onnx_fuzz/finding-N.bin` and
 //! failing the test.
 //!
@@ -159,13 +160,14 @@ fn loader_never_panics_on_mutated_files() {
                 let bytes = Bytes::from(input.clone());
                 let model = OnnxModel::from_bytes(bytes.clone(), &resolver, &options);
                 if let Ok(m) = &model {
-                    // Walk what was loaded: constants, summaries.
+                    // Walk what was loaded: constants, summaries, the import into a graph.
                     let _ = dynrt::onnx::InspectReport::new(m).to_text();
                     for n in m.graph.walk_nodes() {
                         if n.op_type == "Constant" {
                             let _ = n.constant_value();
                         }
                     }
+                    let _ = dynrt::onnx::import(m);
                 }
                 let _ = testdata::decode_tensor(bytes, "fuzz");
                 let _ = dynrt::npy::read_npy(&input);

@@ -12,18 +12,9 @@ use std::fmt::Write as _;
 
 #[test]
 fn every_node_test_case_parses() {
-    let dir = testdata::default_dir();
-    if !dir.is_dir() {
-        let msg = format!(
-            "no ONNX node tests in {} (run scripts/fetch_onnx_tests.sh)",
-            dir.display()
-        );
-        if std::env::var("DYNRT_REQUIRE_ONNX_TESTS").as_deref() == Ok("1") {
-            panic!("{msg}; DYNRT_REQUIRE_ONNX_TESTS=1");
-        }
-        eprintln!("SKIPPED: {msg}");
+    let Some(dir) = testdata::dir_or_skip() else {
         return;
-    }
+    };
     let cases = testdata::list_cases(&dir).expect("list the cases");
     assert_eq!(cases.len(), 1765, "onnx==1.22.0 ships 1765 node test cases");
 

@@ -468,39 +468,60 @@ fn unchanged_nodes_replay_their_dispatch_plans_and_changed_ones_record_afresh() 
     assert!(req.stats().reallocations > 0, "n = 128 reallocated nothing");
     drop(req);
     let st = engine.stats();
+    use dynrt::memory::accounting::{region_index, COUNTED_REGIONS};
+    use dynrt::memory::regions::Region;
+    let region = |r| st.regions[region_index(r).unwrap()];
+    // Everything the request allocated for itself is freed; its placeholder slots went back
+    // to the network's pool (kept for the network's next requests), and the constants stay
+    // with the network.
+    assert_eq!(region(Region::Internal).current_bytes, 0);
+    assert!(region(Region::Constants).current_bytes > 0);
+    let io = net.io_kind();
     for kind in dynrt::memory::AllocKind::ALL {
-        // The network's constants stay; everything the request allocated is freed.
-        if kind != dynrt::memory::AllocKind::UsmDevice {
+        if kind != dynrt::memory::AllocKind::UsmDevice && kind != io {
             assert_eq!(st.current_bytes(kind), 0, "{kind:?} still allocated");
         }
     }
+    if io != dynrt::memory::AllocKind::UsmDevice {
+        assert_eq!(
+            st.current_bytes(io),
+            region(Region::Placeholders).current_bytes,
+            "only the pooled placeholder slots stay"
+        );
+    }
     drop(net);
-    assert_eq!(
-        engine
-            .stats()
-            .current_bytes(dynrt::memory::AllocKind::UsmDevice),
-        0
-    );
+    let st = engine.stats();
+    for kind in dynrt::memory::AllocKind::ALL {
+        assert_eq!(st.current_bytes(kind), 0, "{kind:?} still allocated");
+    }
+    for (i, r) in COUNTED_REGIONS.iter().enumerate() {
+        assert_eq!(st.regions[i].current_bytes, 0, "{r} still holds bytes");
+    }
 }
 
 #[test]
 fn nodes_without_a_kernel_for_their_types_are_refused_when_the_network_compiles() {
-    // An i32 add the device would have to compute: its kernel is f32 only, so compiling
-    // refuses it naming the node, before anything is allocated (never float maths on
-    // integer bits). The same add on shape data only runs on the host and compiles.
+    // An i64 division the device would have to compute: the typed kernel does i64 add, sub,
+    // mul exactly but no division, so compiling refuses it naming the node, before anything
+    // is allocated. Integer arithmetic on shape data only runs on the host and compiles.
     let Some(gpu) = gpu() else { return };
     use dynrt::graph::{Dim, GraphBuilder};
     use dynrt::shape::DType;
     let engine = Engine::new(gpu);
     let mut b = GraphBuilder::new();
-    let a = b.input("a", &[Dim::Fixed(4)], DType::I32);
-    let c = b.constant_i32("c", Shape::new(vec![4]), &[1, 2, 3, 4]);
-    let sum = b.add_("int_sum", a, c);
-    b.output(sum);
+    let a = b.input("a", &[Dim::Fixed(4)], DType::I64);
+    let c = b.constant_bytes(
+        "c",
+        Shape::new(vec![4]),
+        DType::I64,
+        dynrt::tensor::ConstData::from_i64(&[1, 2, 3, 4]),
+    );
+    let quotient = b.div("int_div", a, c);
+    b.output(quotient);
     let before = engine.stats().total_current_bytes();
     let err = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap_err();
     assert!(
-        matches!(&err, RunError::UnsupportedDType { node, op: "add", .. } if node == "int_sum"),
+        matches!(&err, RunError::UnsupportedDType { node, op: "div", .. } if node == "int_div"),
         "{err}"
     );
     assert_eq!(engine.stats().total_current_bytes(), before);
@@ -528,4 +549,81 @@ fn nodes_without_a_kernel_for_their_types_are_refused_when_the_network_compiles(
     assert_eq!(out[0].shape, Shape::new(vec![6, 2]));
     let want: Vec<f32> = xs.iter().map(|v| v.max(0.0)).collect();
     assert_eq!(out[0].to_f32(), want);
+}
+
+#[test]
+fn placeholders_share_the_data_region_where_inputs_and_outputs_are_device_memory() {
+    // With device-memory inputs and outputs (GL and the web have no mappable storage
+    // buffers; forced here), static inputs and outputs come from the high end of the buffer
+    // whose low end holds the constants: `inflight` copies fit, one more collides and gets a
+    // buffer of its own. Results are the CPU reference's either way.
+    let Some(gpu) = gpu() else { return };
+    use dynrt::memory::accounting::region_index;
+    use dynrt::memory::regions::Region;
+    use dynrt::memory::AllocKind;
+    let engine = Engine::new(gpu);
+    let config = tiny();
+    let model = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
+    let net = Network::compile(
+        &engine,
+        model.graph.clone(),
+        NetworkOptions {
+            fixed: Bindings::from([("seq".to_string(), 1)]),
+            states: states(&model.states),
+            io_kind: Some(AllocKind::UsmDevice),
+            inflight: 2,
+            ..NetworkOptions::default()
+        },
+    )
+    .unwrap();
+    let mut cpu = CpuDecoder::new(model.graph, model.states, config.dim as u64);
+    let mut reqs: Vec<InferRequest> = (0..3)
+        .map(|_| InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap())
+        .collect();
+    let one = Shape::new(vec![1]);
+    for (step, token) in [3i32, 9, 14].into_iter().enumerate() {
+        let want = cpu.step(&[token], step as i32);
+        for (i, req) in reqs.iter_mut().enumerate() {
+            let r = req
+                .infer_blocking(
+                    &[
+                        (labels::TOKENS, &HostTensor::i32(one.clone(), &[token])),
+                        (
+                            labels::POSITIONS,
+                            &HostTensor::i32(one.clone(), &[step as i32]),
+                        ),
+                    ],
+                    &[labels::LOGITS],
+                )
+                .unwrap();
+            assert!(
+                max_err(&r[0].to_f32(), &want) <= TOL,
+                "request {i} step {step}"
+            );
+        }
+    }
+    // Three inputs/outputs per request (tokens, positions, logits). The region reserves
+    // room for the static ones only (tokens and positions: logits depend on the dynamic
+    // attention in the compile-time analysis) for two requests: 4 slots fit, the third
+    // request's inputs and every logits slot collide and get buffers of their own.
+    let (created, _, collisions) = net.placeholder_counts();
+    assert_eq!((created, collisions), (9, 5));
+    let st = engine.stats();
+    let placeholders = st.regions[region_index(Region::Placeholders).unwrap()];
+    assert!(placeholders.buffers >= 9, "{placeholders:?}");
+    // Dropping a request gives its slots back; the next request reuses them.
+    drop(reqs.remove(0));
+    let mut again = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+    again
+        .infer_blocking(
+            &[
+                (labels::TOKENS, &HostTensor::i32(one.clone(), &[1])),
+                (labels::POSITIONS, &HostTensor::i32(one, &[0])),
+            ],
+            &[labels::LOGITS],
+        )
+        .unwrap();
+    let (created_after, reused, _) = net.placeholder_counts();
+    assert_eq!(created_after, created, "the freed slots were reused");
+    assert!(reused >= 3);
 }

@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode`.
+//! `dynrt bench kernels|decode|generate`.
 
 use std::process::ExitCode;
 
@@ -15,11 +15,14 @@ enum What {
     Kernels(super::bench_kernels::Args),
     /// All preallocation policies side by side on the decode demo.
     Decode(super::bench_decode::Args),
+    /// SmolLM2: prefill tokens/s, decode ms/token by context and policy, memory, kernels.
+    Generate(super::bench_generate::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Kernels(a) => super::bench_kernels::run(a),
         What::Decode(a) => super::bench_decode::run(a),
+        What::Generate(a) => super::bench_generate::run(a),
     }
 }

@@ -1,5 +1,7 @@
 //! `dynrt bench kernels [--json]`: elementwise add bandwidth against `copy_buffer_to_buffer`
-//! for the same bytes moved, and tiled-matmul GFLOP/s for 256, 512 and 1024 square sizes.
+//! for the same bytes moved, tiled-matmul GFLOP/s for 256, 512 and 1024 square sizes, and
+//! the `linear` op on quantized weights at a real model's shapes ([`super::bench_linear`];
+//! `--only-linear`, `--no-linear`).
 //!
 //! Timing: each measurement records `reps` identical dispatches (or copies) into one command
 //! buffer, submits it, and waits for the device (`device.poll` wait); the best of `rounds`
@@ -17,6 +19,7 @@ use dynrt::graph::{ops, BinaryOp, Op};
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
+use dynrt::tensor::HostTensor;
 
 /// Arguments of `dynrt bench kernels`.
 #[derive(clap::Args)]
@@ -34,6 +37,19 @@ pub struct Args {
     /// checks) and print them; for tuning the kernels.
     #[arg(long)]
     probe: bool,
+    /// Only the `linear` section (quantized projections), not the add and matmul ones.
+    #[arg(long)]
+    only_linear: bool,
+    /// Skip the `linear` section.
+    #[arg(long, conflicts_with = "only_linear")]
+    no_linear: bool,
+    /// Rows of x (M) at which the `linear` section measures each shape, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,128,512")]
+    linear_m: Vec<u64>,
+    /// Also measure the 576->49152 head at M > 1 (tens of seconds per call on a software
+    /// adapter; a prompt runs the head for its last position only).
+    #[arg(long)]
+    linear_head_prefill: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -47,8 +63,7 @@ struct MatMulGflops {
 }
 
 #[derive(serde::Serialize)]
-struct Report {
-    adapter: String,
+struct BaseReport {
     add_bandwidth_gbps: f64,
     /// The process's CPU time per add dispatch (all threads), in ms; null off Linux.
     add_cpu_ms: Option<f64>,
@@ -57,55 +72,90 @@ struct Report {
     matmul_gflops: MatMulGflops,
 }
 
+#[derive(serde::Serialize)]
+struct Report {
+    adapter: String,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    base: Option<BaseReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linear: Option<super::bench_linear::LinearReport>,
+}
+
 /// Seconds for the fastest of `rounds` submits of what `record` encodes, after one warm-up.
-fn best_seconds(
+pub(super) fn best_seconds(
     gpu: &Gpu,
     rounds: u32,
     record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
-    Ok(best_and_cpu_seconds(gpu, rounds, record)?.0)
+    Ok(timed_rounds(gpu, rounds, record)?.best_s)
 }
 
-/// [`best_seconds`], and the process's mean CPU seconds per timed submit (all threads: on a
-/// software adapter the device's work too; `None` without `/proc/self/stat`).
-fn best_and_cpu_seconds(
+/// What [`timed_rounds`] measured.
+pub(super) struct Timing {
+    /// Wall-clock seconds of the fastest submit (submit to idle).
+    pub(super) best_s: f64,
+    /// Mean CPU seconds of the process's threads (the software adapter's included) per
+    /// submit, over the timed submits; `None` where the OS does not tell (not Linux). Less
+    /// sensitive than wall-clock time to other processes on a loaded machine.
+    pub(super) cpu_s: Option<f64>,
+}
+
+/// CPU time of every thread of this process so far, from `/proc/self/task/*/schedstat`
+/// (nanoseconds on the CPU); `None` where that does not exist.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        // A thread that exited between the listing and the read counts nothing.
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(ns as f64 * 1e-9)
+}
+
+/// [`best_seconds`], also measuring the CPU time the submits cost ([`Timing::cpu_s`]).
+pub(super) fn timed_rounds(
     gpu: &Gpu,
     rounds: u32,
     mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
-) -> anyhow::Result<(f64, Option<f64>)> {
+) -> anyhow::Result<Timing> {
     let mut best = f64::INFINITY;
     let mut cpu = Some(0.0);
     for round in 0..=rounds {
-        let c0 = process_cpu_seconds();
-        let dt = submit_seconds(gpu, &mut record)?;
+        let (dt, c) = submit_seconds(gpu, &mut record)?;
         if round > 0 {
             best = best.min(dt);
-            cpu = match (cpu, c0, process_cpu_seconds()) {
-                (Some(sum), Some(a), Some(b)) => Some(sum + (b - a)),
-                _ => None,
-            };
+            cpu = cpu.zip(c).map(|(sum, c)| sum + c);
         }
     }
-    Ok((best, cpu.map(|c| c / f64::from(rounds.max(1)))))
+    Ok(Timing {
+        best_s: best,
+        cpu_s: cpu.map(|c| c / f64::from(rounds.max(1))),
+    })
 }
 
-/// Seconds from one submit of what `record` encodes until the device is idle again.
+/// One submit of what `record` encodes: the wall-clock seconds from the submit until the
+/// device is idle again, and the process's CPU seconds over the same span
+/// ([`process_cpu_seconds`]; recording is outside both).
 fn submit_seconds(
     gpu: &Gpu,
     mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Option<f64>)> {
     let mut enc = gpu
         .device()
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("bench kernels"),
         });
     record(&mut enc)?;
+    let c0 = process_cpu_seconds();
     let t0 = Instant::now();
     gpu.queue().submit([enc.finish()]);
     gpu.device()
         .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
-    Ok(t0.elapsed().as_secs_f64())
+    let dt = t0.elapsed().as_secs_f64();
+    let cpu = c0.zip(process_cpu_seconds()).map(|(a, b)| b - a);
+    Ok((dt, cpu))
 }
 
 fn filled(
@@ -125,56 +175,82 @@ fn filled(
 }
 
 /// What every measurement needs.
-struct Bench {
-    gpu: Gpu,
-    engine: Engine,
-    kernels: Kernels,
-    rounds: u32,
+pub(super) struct Bench {
+    pub(super) gpu: Gpu,
+    pub(super) engine: Engine,
+    pub(super) kernels: Kernels,
+    pub(super) rounds: u32,
 }
 
-/// Runs `op` `reps` times per submit on fresh operands; returns the best seconds per dispatch
-/// and the process's mean CPU seconds per dispatch ([`best_and_cpu_seconds`]).
+/// Runs `op` `reps` times per submit on fresh f32 operands of `shapes`; returns the timing
+/// per dispatch (best wall-clock, mean CPU).
 fn time_op(
     b: &mut Bench,
     op: &Op,
     shapes: &[Shape],
     out: &Shape,
     reps: u32,
-) -> anyhow::Result<(f64, Option<f64>)> {
-    let (gpu, engine, kernels, rounds) = (&b.gpu, &b.engine, &mut b.kernels, b.rounds);
+) -> anyhow::Result<Timing> {
     let mut rng = SplitMix64::new(42);
-    let inputs = shapes
+    let inputs: Vec<HostTensor> = shapes
+        .iter()
+        .map(|s| {
+            let v: Vec<f32> = (0..s.num_elements()?)
+                .map(|_| rng.uniform(-1.0, 1.0))
+                .collect();
+            Ok(HostTensor::f32(s.clone(), &v))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(time_typed(b, op, &inputs, out, reps)?.0)
+}
+
+/// Runs `op` `reps` times per submit on `inputs` (any types) into an f32 output of shape
+/// `out`; returns the timing per dispatch (best wall-clock, mean CPU) and the output's
+/// values, read back after the last submit.
+pub(super) fn time_typed(
+    b: &mut Bench,
+    op: &Op,
+    inputs: &[HostTensor],
+    out: &Shape,
+    reps: u32,
+) -> anyhow::Result<(Timing, Vec<f32>)> {
+    let (gpu, engine, kernels, rounds) = (&b.gpu, &b.engine, &mut b.kernels, b.rounds);
+    let mut rng = SplitMix64::new(43);
+    let bufs = inputs
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            filled(
-                engine,
-                &format!("bench input {i}"),
-                s.num_elements()?,
-                &mut rng,
-            )
+        .map(|(i, t)| {
+            let buf = engine.allocate(&BufferDesc {
+                label: &format!("bench input {i}"),
+                size_bytes: (t.bytes.len() as u64).div_ceil(4).max(1) * 4,
+                kind: AllocKind::UsmDevice,
+            })?;
+            let mut bytes = t.bytes.clone();
+            bytes.resize(buf.size_bytes() as usize, 0);
+            engine.write(&buf, 0, &bytes)?;
+            Ok(buf)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let out_buf = filled(engine, "bench output", out.num_elements()?, &mut rng)?;
     let mut uniforms = UniformArena::new(engine);
-    let (secs, cpu) = best_and_cpu_seconds(gpu, rounds, |enc| {
+    let t = timed_rounds(gpu, rounds, |enc| {
         uniforms.reset();
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(op.name()),
                 timestamp_writes: None,
             });
-            let operands: Vec<Operand<'_>> = inputs
+            let operands: Vec<Operand<'_>> = bufs
                 .iter()
-                .zip(shapes)
-                .map(|(b, s)| Operand {
+                .zip(inputs)
+                .map(|(b, t)| Operand {
                     tensor: TensorRef {
                         buffer: b,
                         offset_bytes: 0,
                         size_bytes: b.size_bytes(),
                     },
-                    shape: s,
-                    dtype: DType::F32,
+                    shape: &t.shape,
+                    dtype: t.dtype,
                 })
                 .collect();
             let output = Operand {
@@ -193,7 +269,16 @@ fn time_op(
         uniforms.flush();
         Ok(())
     })?;
-    Ok((secs / reps as f64, cpu.map(|c| c / reps as f64)))
+    let bytes = engine.read_blocking(&out_buf, 0, out.num_elements()? * 4)?;
+    let values = bytemuck::pod_collect_to_vec::<u8, f32>(&bytes);
+    let per = f64::from(reps.max(1));
+    Ok((
+        Timing {
+            best_s: t.best_s / per,
+            cpu_s: t.cpu_s.map(|c| c / per),
+        },
+        values,
+    ))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -204,28 +289,58 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gpu: gpu.clone(),
         rounds: args.rounds,
     };
-    let engine = b.engine.clone();
     if args.probe {
-        probe2(&gpu, &engine, args.add_elements.max(1 << 16), args.rounds)?;
-        probe(&gpu, &engine, args.add_elements.max(1024), args.rounds)?;
+        probe2(&gpu, &b.engine, args.add_elements.max(1 << 16), args.rounds)?;
+        probe(&gpu, &b.engine, args.add_elements.max(1024), args.rounds)?;
     }
     let adapter = format!(
         "{} ({:?})",
         gpu.adapter_info().name,
         gpu.adapter_info().backend
     );
+    if !args.json {
+        println!("adapter: {adapter}");
+    }
+    let base = if args.only_linear {
+        None
+    } else {
+        Some(base_section(&mut b, &args)?)
+    };
+    let linear = if args.no_linear {
+        None
+    } else {
+        let r = super::bench_linear::run(&mut b, &args.linear_m, args.linear_head_prefill)?;
+        if !args.json {
+            super::bench_linear::print(&r);
+        }
+        Some(r)
+    };
+    if args.json {
+        let report = Report {
+            adapter,
+            base,
+            linear,
+        };
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
+/// The add against copy bandwidth and the f32 matmul GFLOP/s (printed unless `--json`).
+fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
+    let (gpu, engine) = (b.gpu.clone(), b.engine.clone());
     // Elementwise add: reads 2 and writes 1 operand.
     let n = args.add_elements.max(1024);
     let shape = Shape::new(vec![n]);
     let reps = 10;
-    let (add_s, add_cpu_s) = time_op(
-        &mut b,
+    let add = time_op(
+        b,
         &Op::Binary(BinaryOp::Add),
         &[shape.clone(), shape.clone()],
         &shape,
         reps,
     )?;
+    let (add_s, add_cpu_s) = (add.best_s, add.cpu_s);
     let moved = 3.0 * n as f64 * 4.0;
     let add_gbps = moved / add_s / 1e9;
 
@@ -256,18 +371,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // About 0.5 GFLOP per submit so small sizes are not dominated by submit overhead.
         let flops = 2.0 * (size as f64).powi(3);
         let reps = ((0.5e9 / flops).round() as u32).clamp(1, 64);
-        let (secs, _) = time_op(
-            &mut b,
+        let secs = time_op(
+            b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[s.clone(), s.clone()],
             &s,
             reps,
-        )?;
+        )?
+        .best_s;
         gflops[slot] = flops / secs / 1e9;
     }
 
-    let report = Report {
-        adapter,
+    let report = BaseReport {
         add_bandwidth_gbps: add_gbps,
         add_cpu_ms: add_cpu_s.map(|c| c * 1e3),
         copy_bandwidth_gbps: copy_gbps,
@@ -278,10 +393,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             m1024: gflops[2],
         },
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("adapter: {}", report.adapter);
+    if !args.json {
         println!(
             "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch, {} CPU ms per dispatch (all threads)",
             report.add_bandwidth_gbps,
@@ -302,29 +414,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // A decode step's projection (one token, GPT-2 small): the small-M kernel.
         let (a, w) = (Shape::new(vec![1, 768]), Shape::new(vec![768, 2304]));
         let out = Shape::new(vec![1, 2304]);
-        let (secs, _) = time_op(
-            &mut b,
+        let secs = time_op(
+            b,
             &Op::MatMul(ops::MatMul { transpose_b: false }),
             &[a, w],
             &out,
             10,
-        )?;
+        )?
+        .best_s;
         println!(
             "matmul 1x768 @ 768x2304 (decode step, small-M kernel): {:.1} GFLOP/s, {:.3} ms",
             2.0 * 768.0 * 2304.0 / secs / 1e9,
             secs * 1e3
         );
-        host_per_dispatch(&mut b)?;
+        host_per_dispatch(b)?;
         // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
         // adapter's per-dispatch floor, which dominates a small model's decode step.
         let tiny = Shape::new(vec![1024]);
-        let (secs, _) = time_op(
-            &mut b,
+        let secs = time_op(
+            b,
             &Op::Binary(BinaryOp::Add),
             &[tiny.clone(), tiny.clone()],
             &tiny,
             200,
-        )?;
+        )?
+        .best_s;
         println!(
             "add of 1024 elements, 200 per submit: {:.1} us per dispatch (host + device)",
             secs * 1e6
@@ -332,7 +446,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let st = b.kernels.stats();
         println!("pipelines: {} compiled, {} cache hits", st.misses, st.hits);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 /// Where a probe kernel gets its element count and offsets.
@@ -524,8 +638,7 @@ fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> 
         for k in 0..variants.len() {
             let idx = (k + round) % variants.len();
             let (pipe, bg, (gx, gy)) = &compiled[idx];
-            let c0 = process_cpu_seconds();
-            let s = submit_seconds(gpu, |enc| {
+            let (s, c) = submit_seconds(gpu, |enc| {
                 let mut pass = enc.begin_compute_pass(&Default::default());
                 pass.set_pipeline(pipe);
                 pass.set_bind_group(0, bg, &[]);
@@ -537,10 +650,7 @@ fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> 
             // Round 0 warms every pipeline up.
             if round > 0 {
                 secs[idx].push(s / f64::from(reps));
-                cpu[idx] = match (cpu[idx], c0, process_cpu_seconds()) {
-                    (Some(sum), Some(a), Some(b)) => Some(sum + (b - a)),
-                    _ => None,
-                };
+                cpu[idx] = cpu[idx].zip(c).map(|(sum, c)| sum + c);
             }
         }
     }
@@ -561,17 +671,6 @@ fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> 
         );
     }
     Ok(())
-}
-
-/// CPU time of this process (all threads, user + system) in seconds, from `/proc/self/stat`
-/// (fields 14 and 15, in USER_HZ = 100 ticks per second, the Linux ABI); `None` elsewhere.
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may hold spaces; the fields after it follow its ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }
 
 /// `--probe`: compute-only and read-only kernels (what limits a software adapter).
@@ -596,12 +695,11 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
         ("copy ro 16 vec4/inv", ro, "for (var j = 0u; j < 16u; j++) { let i = (g * 16u + j) * 64u + lid; c[i] = a[i]; }", 0.0, 32.0 * 16.0),
     ];
     let groups = (n / 4 / 16 / 64) as u32;
-    let ubuf = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("probe2 u"),
-        size: 16384,
-        usage: wgpu::BufferUsages::UNIFORM,
-        mapped_at_creation: false,
-    });
+    let ubuf = engine.allocate(&BufferDesc {
+        label: "probe2 u",
+        size_bytes: 16384,
+        kind: AllocKind::ClMem,
+    })?;
     for (name, decl, body, flops, bytes) in kernels {
         let src = format!(
             "@group(0) @binding(0) {decl}\n\
@@ -632,7 +730,7 @@ fn probe2(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()>
                 wgpu::BindGroupEntry {
                     binding: 2,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &ubuf,
+                        buffer: ubuf.raw(),
                         offset: 0,
                         size: None,
                     }),

@@ -172,6 +172,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             human_bytes(summary.peak_bytes.usm_shared),
             human_bytes(summary.peak_bytes.cl_mem)
         );
+        let r = &summary.regions;
+        println!(
+            "regions        constants {} in {} (peak {}), placeholders {} in {} (peak {}), internal {} in {} (peak {})",
+            human_bytes(r.constants.bytes),
+            r.constants.buffers,
+            human_bytes(r.constants.peak_bytes),
+            human_bytes(r.placeholders.bytes),
+            r.placeholders.buffers,
+            human_bytes(r.placeholders.peak_bytes),
+            human_bytes(r.internal.bytes),
+            r.internal.buffers,
+            human_bytes(r.internal.peak_bytes)
+        );
         println!(
             "pipelines      {} hits, {} misses; {} shape updates skipped",
             summary.pipeline_cache.hits,

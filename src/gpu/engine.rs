@@ -3,6 +3,7 @@
 use super::usage::{kind_support, kind_usages, readback_usages};
 use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
 use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 use futures::FutureExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -200,6 +201,7 @@ pub struct Buffer {
     size_bytes: u64,
     label: String,
     readback: bool,
+    region: Option<Region>,
     engine: Arc<EngineInner>,
 }
 
@@ -229,6 +231,10 @@ impl Buffer {
     /// The buffer's process-wide identity.
     pub fn uid(&self) -> BufferUid {
         self.uid
+    }
+    /// The region the buffer was allocated in ([`Engine::allocate_in`]), if any.
+    pub fn region(&self) -> Option<Region> {
+        self.region
     }
     /// The wgpu usages the buffer was created with.
     pub fn usages(&self) -> wgpu::BufferUsages {
@@ -297,9 +303,11 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         self.raw.destroy();
-        self.engine
-            .accounting()
-            .record_free(self.kind, self.size_bytes);
+        let mut acc = self.engine.accounting();
+        acc.record_free(self.kind, self.size_bytes);
+        if let Some(r) = self.region {
+            acc.record_region(r, self.size_bytes, false);
+        }
     }
 }
 
@@ -375,6 +383,29 @@ impl Engine {
     /// [`Engine::allocate_async`] (error scopes resolve asynchronously there).
     pub fn allocate(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
         self.allocate_inner(desc, kind_usages(desc.kind), false, None)
+    }
+
+    /// [`Engine::allocate`] in a device region (DESIGN §6): the buffer also counts in that
+    /// region's bytes, buffers and peak ([`MemoryStats::regions`]) until it is dropped.
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub fn allocate_in(&self, region: Region, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        let mut b = self.allocate(desc)?;
+        b.region = Some(region);
+        self.inner
+            .accounting()
+            .record_region(region, b.size_bytes, true);
+        Ok(b)
+    }
+
+    /// Counts `size_bytes` placed in (`placed`) or taken out of `region` as a range of a
+    /// buffer shared by several regions (the data region of a network: constants from one
+    /// end, placeholders from the other). The buffer itself counts by kind only.
+    pub fn note_region(&self, region: Region, size_bytes: u64, placed: bool) {
+        self.inner
+            .accounting()
+            .record_region(region, size_bytes, placed);
     }
 
     /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
@@ -474,6 +505,7 @@ impl Engine {
             size_bytes: size,
             label: desc.label.to_string(),
             readback,
+            region: None,
             engine: self.inner.clone(),
         }
     }
@@ -789,9 +821,26 @@ impl Engine {
         self.inner.accounting().stats()
     }
 
-    /// The Allocate/Free history, oldest first.
+    /// The recorded Allocate/Free events, oldest first: empty unless
+    /// [`Engine::record_history`] is on (the counters of [`Engine::stats`] are always kept).
     pub fn history(&self) -> Vec<AllocEvent> {
-        self.inner.accounting().history().to_vec()
+        self.inner.accounting().history()
+    }
+
+    /// Keeps the last `capacity` Allocate/Free events from now on (0 stops): a bounded
+    /// recorder, so a long-running process does not grow a history.
+    pub fn record_history(&self, capacity: usize) {
+        self.inner.accounting().record_history(capacity);
+    }
+
+    /// Events the recorder dropped because it was full.
+    pub fn history_dropped(&self) -> u64 {
+        self.inner.accounting().history_dropped()
+    }
+
+    /// Heap bytes the recorded events take (0 without a recorder).
+    pub fn history_heap_bytes(&self) -> usize {
+        self.inner.accounting().history_heap_bytes()
     }
 
     /// Bytes in use of the kinds that count against the budget (all but `usm_host`).

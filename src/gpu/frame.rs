@@ -6,10 +6,122 @@
 //! wgpu only through this type and the [`Engine`]: it records copies and dispatches here,
 //! then [`Frame::submit`]s and awaits [`Submitted::check`].
 
-use super::kernels::plan::Recorder;
+use super::kernels::plan::{RecordedDispatch, Recorder};
 use super::kernels::{DispatchPlan, KernelError, Kernels, Operand, UniformArena};
 use super::{Buffer, Engine};
 use crate::graph::Op;
+
+/// One command of a frame, as a [`CommandLog`] keeps it.
+#[derive(Clone)]
+enum Logged {
+    Dispatch(RecordedDispatch),
+    Copy {
+        src: wgpu::Buffer,
+        src_offset: u64,
+        dst: wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    },
+    Write {
+        dst: wgpu::Buffer,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Every command a [`Frame`] recorded, in order, with the objects it used (pipelines, bind
+/// groups, uniform slots, buffers): what a hand-written wgpu loop doing the same work would
+/// issue with everything created beforehand. `dynrt bench decode` replays it to measure the
+/// runtime's host overhead on the dynamic decode step. The log keeps the buffers it names
+/// alive; replay it only while they are in use by the request that recorded it.
+#[derive(Clone, Default)]
+pub struct CommandLog {
+    cmds: Vec<Logged>,
+}
+
+/// One command of a [`CommandLog`], for a caller that issues it with wgpu itself.
+pub enum LoggedCommand<'a> {
+    /// A compute dispatch: its pipeline, its bind group (uniform slot at `uniform_offset` of
+    /// `uniform`, whose bytes are `params`), and its workgroups.
+    Dispatch {
+        /// The pipeline.
+        pipeline: &'a wgpu::ComputePipeline,
+        /// The bind group (binding 0 is the uniform, with a dynamic offset).
+        bind_group: &'a wgpu::BindGroup,
+        /// The uniform buffer the bind group binds.
+        uniform: &'a wgpu::Buffer,
+        /// The dynamic offset of this dispatch's slot.
+        uniform_offset: u32,
+        /// The slot's bytes.
+        params: &'a [u8],
+        /// Workgroups in x and y.
+        workgroups: (u32, u32),
+    },
+    /// A buffer copy.
+    Copy {
+        /// Source buffer.
+        src: &'a wgpu::Buffer,
+        /// Source offset, bytes.
+        src_offset: u64,
+        /// Destination buffer.
+        dst: &'a wgpu::Buffer,
+        /// Destination offset, bytes.
+        dst_offset: u64,
+        /// Bytes.
+        size: u64,
+    },
+    /// A queue write made before the submit.
+    Write {
+        /// The buffer written.
+        dst: &'a wgpu::Buffer,
+        /// Offset, bytes.
+        offset: u64,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+}
+
+impl CommandLog {
+    /// The commands, in recording order.
+    pub fn commands(&self) -> impl Iterator<Item = LoggedCommand<'_>> {
+        self.cmds.iter().map(|c| match c {
+            Logged::Dispatch(d) => LoggedCommand::Dispatch {
+                pipeline: &d.pipeline,
+                bind_group: &d.bind_group,
+                uniform: &d.uniform_raw,
+                uniform_offset: d.uniform_offset,
+                params: &d.params,
+                workgroups: d.workgroups,
+            },
+            Logged::Copy {
+                src,
+                src_offset,
+                dst,
+                dst_offset,
+                size,
+            } => LoggedCommand::Copy {
+                src,
+                src_offset: *src_offset,
+                dst,
+                dst_offset: *dst_offset,
+                size: *size,
+            },
+            Logged::Write { dst, offset, bytes } => LoggedCommand::Write {
+                dst,
+                offset: *offset,
+                bytes,
+            },
+        })
+    }
+
+    /// Dispatches logged.
+    pub fn dispatches(&self) -> usize {
+        self.cmds
+            .iter()
+            .filter(|c| matches!(c, Logged::Dispatch(_)))
+            .count()
+    }
+}
 
 /// The open compute pass and the pipeline bound in it.
 struct OpenPass {
@@ -29,6 +141,8 @@ pub struct Frame<'k> {
     offsets: Vec<u32>,
     /// Queue writes made just before the submit.
     writes: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
+    /// Every command, when logging ([`Frame::log_commands`]).
+    log: Option<CommandLog>,
 }
 
 /// How [`Frame::encode_planned`] recorded a node.
@@ -84,7 +198,13 @@ impl<'k> Frame<'k> {
             uniforms,
             offsets: Vec::new(),
             writes: Vec::new(),
+            log: None,
         }
+    }
+
+    /// Logs every command recorded from now on ([`Frame::submit`] returns the log).
+    pub fn log_commands(&mut self) {
+        self.log.get_or_insert_with(CommandLog::default);
     }
 
     /// The kernels (for their generation and counters).
@@ -110,11 +230,27 @@ impl<'k> Frame<'k> {
             dst_offset_bytes,
             size_bytes,
         );
+        if let Some(log) = &mut self.log {
+            log.cmds.push(Logged::Copy {
+                src: src.raw().clone(),
+                src_offset: src_offset_bytes,
+                dst: dst.raw().clone(),
+                dst_offset: dst_offset_bytes,
+                size: size_bytes,
+            });
+        }
     }
 
     /// Schedules a queue write that lands before every command of this frame's submit (so the
     /// buffer must not be read by an earlier command of the same frame).
     pub fn write_before_submit(&mut self, dst: &Buffer, offset_bytes: u64, bytes: Vec<u8>) {
+        if let Some(log) = &mut self.log {
+            log.cmds.push(Logged::Write {
+                dst: dst.raw().clone(),
+                offset: offset_bytes,
+                bytes: bytes.clone(),
+            });
+        }
         self.writes.push((dst.raw().clone(), offset_bytes, bytes));
     }
 
@@ -147,6 +283,7 @@ impl<'k> Frame<'k> {
             pass,
             kernels,
             uniforms,
+            log,
             ..
         } = self;
         let Some(open) = pass.as_mut() else {
@@ -154,7 +291,23 @@ impl<'k> Frame<'k> {
         };
         // `encode` sets its own pipelines: which one is bound afterwards is not tracked.
         open.pipeline = None;
-        kernels.encode(&mut open.pass, uniforms, op, ins, out)
+        match log {
+            None => kernels.encode(&mut open.pass, uniforms, op, ins, out),
+            Some(log) => {
+                let mut recorder = Recorder::default();
+                let n = kernels.encode_recorded(
+                    &mut open.pass,
+                    uniforms,
+                    op,
+                    ins,
+                    out,
+                    &mut recorder,
+                )?;
+                log.cmds
+                    .extend(recorder.dispatches.into_iter().map(Logged::Dispatch));
+                Ok(n)
+            }
+        }
     }
 
     /// Records a node: replays `plan` when it matches these operands (one uniform slot,
@@ -175,6 +328,13 @@ impl<'k> Frame<'k> {
             if p.matches(ins, out, generation) && self.replay(p)? {
                 let n = p.dispatches.len();
                 self.kernels.count_replayed(n as u64);
+                if let Some(log) = &mut self.log {
+                    for (d, &offset) in p.dispatches.iter().zip(&self.offsets) {
+                        let mut d = d.clone();
+                        d.uniform_offset = offset;
+                        log.cmds.push(Logged::Dispatch(d));
+                    }
+                }
                 return Ok(Planned {
                     dispatches: n,
                     replayed: true,
@@ -201,6 +361,10 @@ impl<'k> Frame<'k> {
         let result = kernels.encode_recorded(&mut open.pass, uniforms, op, ins, out, &mut recorder);
         open.pipeline = recorder.current;
         let n = result?;
+        if let Some(log) = &mut self.log {
+            log.cmds
+                .extend(recorder.dispatches.iter().cloned().map(Logged::Dispatch));
+        }
         let operands = ins
             .iter()
             .chain(std::iter::once(out))
@@ -256,15 +420,16 @@ impl<'k> Frame<'k> {
     }
 
     /// Writes the uniform slots and the scheduled queue writes, submits the commands, and
-    /// gives the uniform arena back. Await [`Submitted::check`] for validation errors.
-    pub fn submit(mut self) -> (Submitted, UniformArena) {
+    /// gives the uniform arena back (and the command log, when logging). Await
+    /// [`Submitted::check`] for validation errors.
+    pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
         self.uniforms.flush();
         for (buf, offset, bytes) in &self.writes {
             self.engine.queue_write_raw(buf, *offset, bytes);
         }
         self.engine.gpu().queue().submit([self.encoder.finish()]);
-        (Submitted { scope: self.scope }, self.uniforms)
+        (Submitted { scope: self.scope }, self.uniforms, self.log)
     }
 
     /// Drops the recorded commands without submitting them and gives the uniform arena back

@@ -36,7 +36,7 @@ mod usage;
 pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
-pub use frame::{Frame, Planned, Submitted};
+pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
 pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
 pub use usage::{kind_support, kind_usages, KindSupport};
 

@@ -3,18 +3,29 @@
 
 use super::{AllocError, Buffer, BufferDesc, Engine};
 use crate::memory::pool::{Storage, StorageLimits};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 
 /// [`Storage`] over an [`Engine`]. Cloning the engine is cheap; the storage owns nothing else.
 #[derive(Debug, Clone)]
 pub struct EngineStorage {
     engine: Engine,
+    region: Option<Region>,
 }
 
 impl EngineStorage {
-    /// Storage that allocates from `engine`.
+    /// Storage that allocates from `engine`, in no region.
     pub fn new(engine: Engine) -> Self {
-        EngineStorage { engine }
+        EngineStorage {
+            engine,
+            region: None,
+        }
+    }
+
+    /// The same storage allocating in `region` (its buffers count there too).
+    pub fn in_region(mut self, region: Region) -> Self {
+        self.region = Some(region);
+        self
     }
 
     /// The engine.
@@ -33,11 +44,15 @@ impl Storage for EngineStorage {
         kind: AllocKind,
         label: &str,
     ) -> Result<Buffer, AllocError> {
-        self.engine.allocate(&BufferDesc {
+        let desc = BufferDesc {
             label,
             size_bytes,
             kind,
-        })
+        };
+        match self.region {
+            Some(r) => self.engine.allocate_in(r, &desc),
+            None => self.engine.allocate(&desc),
+        }
     }
 
     fn size_bytes(buffer: &Buffer) -> u64 {
@@ -50,6 +65,10 @@ impl Storage for EngineStorage {
 
     /// The device's largest buffer, the engine's budget and its device bytes in use (the
     /// numbers [`Engine::can_preallocate`] uses).
+    fn note_region(&self, region: Region, size_bytes: u64, placed: bool) {
+        self.engine.note_region(region, size_bytes, placed);
+    }
+
     fn limits(&self) -> StorageLimits {
         StorageLimits {
             max_buffer_bytes: self.engine.max_buffer_size(),

@@ -538,12 +538,29 @@ impl Graph {
     /// The first node whose inference fails, as [`GraphError::Infer`] with its label and the
     /// shapes involved; [`GraphError::UnboundSymbol`] for an input whose symbol is not bound.
     pub fn infer_shapes(&self, bindings: &Bindings) -> Result<InferredShapes, GraphError> {
+        self.infer_shapes_fed(bindings, &[])
+    }
+
+    /// [`Graph::infer_shapes`] with the values of some integer inputs known (a reshape target
+    /// fed as an input is shape data): `fed` pairs an input's id with its values.
+    ///
+    /// # Errors
+    /// As [`Graph::infer_shapes`].
+    pub fn infer_shapes_fed(
+        &self,
+        bindings: &Bindings,
+        fed: &[(NodeId, Vec<i64>)],
+    ) -> Result<InferredShapes, GraphError> {
         let mut shapes = vec![Shape::default(); self.nodes.len()];
         let mut values = vec![None; self.nodes.len()];
         for &id in &self.order {
             let (s, v) = self.infer_node(id, bindings, &shapes, &values)?;
             shapes[id.index()] = s;
-            values[id.index()] = v;
+            values[id.index()] = fed
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map(|(_, v)| v.clone())
+                .or(v);
         }
         Ok(InferredShapes { shapes, values })
     }

@@ -292,7 +292,17 @@ pub fn evaluate_tensors(
 ) -> Result<Vec<RefTensor>, GraphError> {
     let given: Vec<(&str, &Shape)> = inputs.iter().map(|(l, t)| (*l, &t.shape)).collect();
     let bindings = graph.bind(&given)?;
-    let inferred = graph.infer_shapes(&bindings)?;
+    // Small integer inputs are shape data too (a reshape target fed as an input).
+    let fed: Vec<(NodeId, Vec<i64>)> = inputs
+        .iter()
+        .filter_map(|(label, t)| match &t.values {
+            Values::Int(v) if v.len() as u64 <= super::shape_data::MAX_HOST_ELEMENTS => {
+                Some((graph.find(label)?, v.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let inferred = graph.infer_shapes_fed(&bindings, &fed)?;
     let mut values: Vec<Option<RefTensor>> = vec![None; graph.len()];
     for &id in graph.order() {
         let node = graph.node(id);

@@ -53,7 +53,8 @@ pub fn evaluate(
         .map(|v| v.into_iter().map(|x| wrap(dtype, x)).collect()))
 }
 
-/// The values of an integer constant small enough to be shape data.
+/// The values of an integer tensor (a constant, or an input fed for a run) small enough to be
+/// shape data.
 pub(crate) fn decode_constant(dtype: DType, bytes: &[u8]) -> Option<Vec<i64>> {
     let n = bytes.len() as u64 * 8 / u64::from(dtype.bits()?);
     if !dtype.is_int() || n > MAX_HOST_ELEMENTS {
@@ -83,31 +84,49 @@ pub(crate) fn broadcast_zip(
     out: &Shape,
     f: impl Fn(i64, i64) -> i64,
 ) -> Option<Vec<i64>> {
+    broadcast_map(&[(a, sa), (b, sb)], out, |v| f(v[0], v[1]))
+}
+
+/// Element-wise `f(values)` over any number of inputs broadcast into `out`.
+pub(crate) fn broadcast_map(
+    inputs: &[(&[i64], &Shape)],
+    out: &Shape,
+    f: impl Fn(&[i64]) -> i64,
+) -> Option<Vec<i64>> {
     let n = out.checked_num_elements()? as usize;
     let rank = out.rank();
-    let aligned = |s: &Shape| -> Vec<u64> {
-        let mut v = vec![0u64; rank - s.rank()];
+    let aligned = |s: &Shape| -> Option<Vec<u64>> {
+        let mut v = vec![0u64; rank.checked_sub(s.rank())?];
         v.extend(
             strides_of(s)
                 .iter()
                 .zip(s.dims())
                 .map(|(&st, &d)| if d == 1 { 0 } else { st }),
         );
-        v
+        Some(v)
     };
-    let (ta, tb) = (aligned(sa), aligned(sb));
+    let tables: Vec<Vec<u64>> = inputs
+        .iter()
+        .map(|(_, s)| aligned(s))
+        .collect::<Option<_>>()?;
     let ost = strides_of(out);
     let mut v = Vec::with_capacity(n);
+    let mut at = vec![0u64; inputs.len()];
+    let mut picked = vec![0i64; inputs.len()];
     for lin in 0..n as u64 {
-        let (mut ia, mut ib) = (0u64, 0u64);
+        at.iter_mut().for_each(|a| *a = 0);
         let mut rest = lin;
         for k in 0..rank {
             let i = rest / ost[k];
             rest %= ost[k];
-            ia += i * ta[k];
-            ib += i * tb[k];
+            for (a, t) in at.iter_mut().zip(&tables) {
+                *a += i * t[k];
+            }
         }
-        v.push(f(*a.get(ia as usize)?, *b.get(ib as usize)?));
+        for ((p, a), (x, _)) in picked.iter_mut().zip(&at).zip(inputs) {
+            *p = *x.get(*a as usize)?;
+        }
+        v.push(f(&picked));
     }
     Some(v)
 }

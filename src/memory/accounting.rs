@@ -16,10 +16,15 @@
 //! [`AllocEvent::parse`] reads such a line back and [`check_history`] verifies the arithmetic
 //! line by line, so tests (and users with a log file) can check a run.
 //!
+//! The counters are always kept; events only while they are printed (verbose) or a bounded
+//! recorder is on ([`Accounting::record_history`]): a long-running process that allocates
+//! and frees every step keeps constant memory for its history.
+//!
 //! ```
 //! use dynrt::memory::accounting::{Accounting, AllocEvent, check_history};
 //! use dynrt::memory::AllocKind;
 //! let mut acc = Accounting::new();
+//! acc.record_history(16); // keep the last 16 events
 //! acc.record_allocate(AllocKind::UsmDevice, 64);
 //! acc.record_free(AllocKind::UsmDevice, 64);
 //! let lines: Vec<String> = acc.history().iter().map(|e| e.to_string()).collect();
@@ -29,6 +34,7 @@
 //! ```
 
 use super::kind::AllocKind;
+use super::regions::Region;
 use std::fmt;
 
 /// What happened to a buffer.
@@ -269,6 +275,31 @@ pub struct KindStats {
     pub allocations: u64,
     /// Number of frees so far.
     pub frees: u64,
+    /// Sum of the sizes of every allocation so far, bytes.
+    pub bytes_allocated: u64,
+}
+
+/// Counters of one device region (DESIGN §6): what the runtime placed there, whole buffers or
+/// ranges of a shared one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RegionStats {
+    /// Bytes held now.
+    pub current_bytes: u64,
+    /// Largest `current_bytes` reached.
+    pub peak_bytes: u64,
+    /// Buffers (or ranges) held now.
+    pub buffers: u64,
+    /// Buffers (or ranges) placed so far.
+    pub allocations: u64,
+}
+
+/// The regions [`MemoryStats::regions`] counts, in its order.
+pub const COUNTED_REGIONS: [Region; 3] =
+    [Region::Constants, Region::Placeholders, Region::Internal];
+
+/// Index of a counted region in [`MemoryStats::regions`].
+pub fn region_index(r: Region) -> Option<usize> {
+    COUNTED_REGIONS.iter().position(|&x| x == r)
 }
 
 /// A snapshot of the counters of every kind.
@@ -276,6 +307,9 @@ pub struct KindStats {
 pub struct MemoryStats {
     /// Indexed by [`AllocKind::index`].
     pub per_kind: [KindStats; 4],
+    /// Per region, indexed like [`COUNTED_REGIONS`] (constants, placeholders, internal);
+    /// buffers of no region (staging, readback) count only by kind.
+    pub regions: [RegionStats; 3],
     /// Bytes handed to `queue.write_buffer` ([`crate::gpu::Engine::queue_write`]): wgpu
     /// stages them in its own belt, outside any buffer of the engine.
     pub queue_write_bytes: u64,
@@ -300,6 +334,14 @@ impl MemoryStats {
     pub fn total_current_bytes(&self) -> u64 {
         self.per_kind.iter().map(|k| k.current_bytes).sum()
     }
+    /// Sum of the sizes of every allocation so far, over all kinds.
+    pub fn bytes_allocated_total(&self) -> u64 {
+        self.per_kind.iter().map(|k| k.bytes_allocated).sum()
+    }
+    /// Allocations so far, over all kinds.
+    pub fn allocations_total(&self) -> u64 {
+        self.per_kind.iter().map(|k| k.allocations).sum()
+    }
     /// Bytes in use now over the kinds that count against the device budget
     /// ([`AllocKind::on_device`]).
     pub fn device_current_bytes(&self) -> u64 {
@@ -311,23 +353,59 @@ impl MemoryStats {
     }
 }
 
-/// Per-kind counters plus the event history. Not thread-safe by itself: the engine keeps it
-/// behind a mutex.
+/// The last events, at most `capacity` of them.
+#[derive(Debug, Clone, Default)]
+struct Recorder {
+    capacity: usize,
+    events: std::collections::VecDeque<AllocEvent>,
+    dropped: u64,
+}
+
+/// Per-kind counters, kept always, plus the events while they are printed or recorded. Not
+/// thread-safe by itself: the engine keeps it behind a mutex.
 #[derive(Debug, Clone, Default)]
 pub struct Accounting {
     stats: MemoryStats,
-    history: Vec<AllocEvent>,
+    recorder: Option<Recorder>,
     verbose: bool,
 }
 
 impl Accounting {
-    /// Empty counters; history lines go to `log::debug!` only.
+    /// Empty counters, no events kept; history lines go to `log::debug!` only.
     pub fn new() -> Accounting {
         Accounting::default()
     }
 
+    /// Keeps the last `capacity` events from now on (older ones are dropped and counted):
+    /// memory for the history stays bounded however long the process runs. A capacity of 0
+    /// stops recording and forgets what was kept.
+    pub fn record_history(&mut self, capacity: usize) {
+        if capacity == 0 {
+            self.recorder = None;
+            return;
+        }
+        let r = self.recorder.get_or_insert_with(Recorder::default);
+        r.capacity = capacity;
+        while r.events.len() > capacity {
+            r.events.pop_front();
+            r.dropped += 1;
+        }
+    }
+
+    /// Events recorded and then dropped because the recorder was full.
+    pub fn history_dropped(&self) -> u64 {
+        self.recorder.as_ref().map_or(0, |r| r.dropped)
+    }
+
+    /// Heap bytes the kept events take (0 without a recorder; at most the capacity's worth).
+    pub fn history_heap_bytes(&self) -> usize {
+        self.recorder.as_ref().map_or(0, |r| {
+            r.events.capacity() * std::mem::size_of::<AllocEvent>()
+        })
+    }
+
     /// Empty counters; when `verbose` is true each history line is also printed to stderr
-    /// (what `DYNRT_VERBOSE=2` turns on).
+    /// (what `DYNRT_VERBOSE=2` turns on), not kept.
     pub fn with_verbose(verbose: bool) -> Accounting {
         Accounting {
             verbose,
@@ -346,6 +424,7 @@ impl Accounting {
         s.current_bytes = s.current_bytes.saturating_add(size_bytes);
         s.peak_bytes = s.peak_bytes.max(s.current_bytes);
         s.allocations += 1;
+        s.bytes_allocated = s.bytes_allocated.saturating_add(size_bytes);
         let e = AllocEvent {
             op: AllocOp::Allocate,
             size_bytes,
@@ -385,7 +464,31 @@ impl Accounting {
         if self.verbose {
             eprintln!("{e}");
         }
-        self.history.push(e);
+        if let Some(r) = &mut self.recorder {
+            if r.events.len() == r.capacity {
+                r.events.pop_front();
+                r.dropped += 1;
+            }
+            r.events.push_back(e);
+        }
+    }
+
+    /// Records `bytes` placed in (`placed`) or taken out of `region`: a whole buffer of that
+    /// region, or a range of a shared buffer. Regions that are not counted are ignored.
+    pub fn record_region(&mut self, region: Region, bytes: u64, placed: bool) {
+        let Some(i) = region_index(region) else {
+            return;
+        };
+        let r = &mut self.stats.regions[i];
+        if placed {
+            r.current_bytes = r.current_bytes.saturating_add(bytes);
+            r.peak_bytes = r.peak_bytes.max(r.current_bytes);
+            r.buffers += 1;
+            r.allocations += 1;
+        } else {
+            r.current_bytes = r.current_bytes.saturating_sub(bytes);
+            r.buffers = r.buffers.saturating_sub(1);
+        }
     }
 
     /// Counts a write of `bytes` through the queue (no buffer of ours is involved).
@@ -399,9 +502,12 @@ impl Accounting {
         self.stats
     }
 
-    /// Every event so far, oldest first.
-    pub fn history(&self) -> &[AllocEvent] {
-        &self.history
+    /// The recorded events, oldest first (empty unless [`Accounting::record_history`] is on).
+    pub fn history(&self) -> Vec<AllocEvent> {
+        self.recorder
+            .as_ref()
+            .map(|r| r.events.iter().copied().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -429,6 +535,7 @@ mod tests {
     #[test]
     fn line_format_is_the_reference_one() {
         let mut acc = Accounting::new();
+        acc.record_history(8);
         acc.record_allocate(AllocKind::UsmHost, 58982400);
         let e = acc.record_allocate(AllocKind::UsmHost, 58987212);
         assert_eq!(
@@ -477,6 +584,7 @@ mod tests {
     fn random_histories_round_trip_and_check() {
         let mut rng = SplitMix64::new(7);
         let mut acc = Accounting::new();
+        acc.record_history(1000);
         let mut live: Vec<(AllocKind, u64)> = Vec::new();
         let mut true_peak = [0u64; 4];
         let mut now = [0u64; 4];
@@ -501,7 +609,7 @@ mod tests {
             .map(|e| format!("noise\n{e}\n"))
             .collect();
         let parsed = parse_history(&text).unwrap();
-        assert_eq!(parsed.as_slice(), acc.history());
+        assert_eq!(parsed, acc.history());
         check_history(&parsed).unwrap();
         for k in AllocKind::ALL {
             assert_eq!(acc.stats().current_bytes(k), now[k.index()]);
@@ -510,12 +618,46 @@ mod tests {
     }
 
     #[test]
+    fn ten_thousand_pairs_keep_the_history_bounded_and_the_counters_exact() {
+        // Without a recorder nothing is kept at all.
+        let mut acc = Accounting::new();
+        for _ in 0..10_000 {
+            acc.record_allocate(AllocKind::UsmDevice, 256);
+            acc.record_free(AllocKind::UsmDevice, 256);
+        }
+        assert!(acc.history().is_empty());
+        assert_eq!(acc.history_heap_bytes(), 0);
+        let k = acc.stats().kind(AllocKind::UsmDevice);
+        assert_eq!(
+            (k.allocations, k.frees, k.current_bytes),
+            (10_000, 10_000, 0)
+        );
+        assert_eq!(k.bytes_allocated, 2_560_000);
+        // With a bounded recorder: the last 64 events, the rest counted as dropped.
+        acc.record_history(64);
+        let bound = acc
+            .history_heap_bytes()
+            .max(64 * std::mem::size_of::<AllocEvent>());
+        for i in 0..10_000u64 {
+            acc.record_allocate(AllocKind::ClMem, 4 + i % 8);
+            acc.record_free(AllocKind::ClMem, 4 + i % 8);
+            assert!(acc.history_heap_bytes() <= 2 * bound, "pair {i}");
+        }
+        let h = acc.history();
+        assert_eq!(h.len(), 64);
+        assert_eq!(acc.history_dropped(), 20_000 - 64);
+        assert_eq!(h.last().unwrap().op, AllocOp::Free);
+        assert_eq!(acc.stats().kind(AllocKind::ClMem).allocations, 10_000);
+    }
+
+    #[test]
     fn check_history_catches_bad_arithmetic() {
         let mut acc = Accounting::new();
+        acc.record_history(8);
         acc.record_allocate(AllocKind::ClMem, 100);
         acc.record_allocate(AllocKind::ClMem, 50);
         acc.record_free(AllocKind::ClMem, 100);
-        let good = acc.history().to_vec();
+        let good = acc.history();
         check_history(&good).unwrap();
         let mut bad = good.clone();
         bad[1].current_bytes = 149;

@@ -44,6 +44,11 @@ pub trait Storage {
     fn limits(&self) -> StorageLimits {
         StorageLimits::unlimited()
     }
+    /// Counts `size_bytes` placed in (`placed`) or taken out of `region` as a range of a
+    /// buffer several regions share (nothing by default).
+    fn note_region(&self, region: crate::memory::regions::Region, size_bytes: u64, placed: bool) {
+        let _ = (region, size_bytes, placed);
+    }
 }
 
 /// Limits of a [`Storage`]: its largest buffer, its budget and the bytes in use now.

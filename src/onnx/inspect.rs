@@ -18,7 +18,8 @@ pub struct OpCount {
     pub version: Option<i64>,
     /// Number of nodes, subgraphs included.
     pub count: usize,
-    /// Whether the importer maps it ([`ops::is_supported`]) and the definition exists.
+    /// Whether the importer maps it ([`super::import::refusal`] is `None`): a converter for
+    /// the definition the model's opset selects.
     pub supported: bool,
 }
 
@@ -31,7 +32,8 @@ pub struct UnsupportedNode {
     pub domain: String,
     /// Its op type.
     pub op_type: String,
-    /// Why: `not in the importer's op list`, `not defined at opset N`, `domain not supported`.
+    /// Why: `not in the importer's op list`, `not defined at opset N`, `domain ... not
+    /// supported`, or the definition selected is older than the converter maps.
     pub reason: String,
 }
 
@@ -103,20 +105,8 @@ impl InspectReport {
         let graph = &model.graph;
         let nodes = graph.walk_nodes();
         let opset = model.opset("").unwrap_or(0);
-        // Why the importer cannot take an op, or None when it can.
-        let refusal = |domain: &str, op_type: &str| -> Option<String> {
-            if !domain.is_empty() {
-                Some(format!("domain `{domain}` not supported"))
-            } else if ops::op_version(op_type, opset).is_none()
-                && ops::is_supported(domain, op_type)
-            {
-                Some(format!("not defined at opset {opset}"))
-            } else if !ops::is_supported(domain, op_type) {
-                Some("not in the importer's op list".to_string())
-            } else {
-                None
-            }
-        };
+        // Why the importer cannot take an op, or None when it can: its converter registry.
+        let refusal = |domain: &str, op_type: &str| super::import::refusal(domain, op_type, opset);
         let mut hist: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut unsupported = Vec::new();
         for n in &nodes {

@@ -26,7 +26,9 @@
 //!   handed over (wasm32).
 //! * [`bind_inputs`] / [`parse_input_arg`] (`feeds`): a run's inputs checked against the
 //!   model (names, element types, ranks, fixed dims) and its symbolic dims bound.
-//! * [`ops`]: the op types the importer maps and the opsets it accepts.
+//! * [`mod@import`]: the importer, [`OnnxModel`] into a dynrt [`crate::graph::Graph`], with its
+//!   converter registry ([`import::CONVERTERS`], one line per op type).
+//! * [`ops`]: the opsets the loader accepts and which definition of an op they select.
 //! * [`InspectReport`] (`inspect`): what `dynrt inspect` prints.
 //! * [`testdata`]: the ONNX backend node tests (`model.onnx` + `test_data_set_N/*.pb`).
 //!
@@ -58,6 +60,7 @@
 mod error;
 pub mod external;
 mod feeds;
+pub mod import;
 mod inspect;
 mod model;
 pub mod ops;
@@ -66,11 +69,12 @@ mod schemas;
 mod tensor;
 pub mod testdata;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use error::OnnxError;
 pub use external::{ExternalData, ExternalDataError, ExternalRef};
 pub use feeds::{bind_inputs, parse_input_arg};
+pub use import::{import, ImportError, ImportedModel};
 pub use inspect::{
     DTypeBytes, ExternalFile, InitializerSummary, InspectReport, OpCount, UnsupportedNode,
 };

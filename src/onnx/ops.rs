@@ -1,8 +1,6 @@
-//! The one place that says which ONNX ops and opsets dynrt's importer takes.
-//!
-//! Until the importer (ONNX nodes → dynrt graph ops) lands, [`SUPPORTED_OPS`] is the set it
-//! is being built to map (issue 13, "Ops"): what `dynrt inspect` reports a node against. When
-//! the converter registry exists, this list becomes its key set.
+//! Which ONNX opsets the loader accepts, and which definition of an op a model's opset
+//! selects. Which ops the importer maps is its converter registry's to say
+//! ([`super::import::CONVERTERS`], [`is_supported`]).
 
 use std::ops::RangeInclusive;
 
@@ -38,72 +36,10 @@ pub fn op_version(op_type: &str, opset: i64) -> Option<i64> {
         .copied()
 }
 
-/// Op types of the default domain the importer maps, sorted.
-pub const SUPPORTED_OPS: &[&str] = &[
-    "Add",
-    "And",
-    "Attention",
-    "AveragePool",
-    "BatchNormalization",
-    "Cast",
-    "Clip",
-    "Concat",
-    "Constant",
-    "ConstantOfShape",
-    "Conv",
-    "CumSum",
-    "Div",
-    "Equal",
-    "Erf",
-    "Exp",
-    "Expand",
-    "Flatten",
-    "Gather",
-    "Gelu",
-    "Gemm",
-    "GlobalAveragePool",
-    "Greater",
-    "Identity",
-    "LayerNormalization",
-    "Less",
-    "Log",
-    "LogSoftmax",
-    "MatMul",
-    "Max",
-    "MaxPool",
-    "Min",
-    "Mul",
-    "Neg",
-    "Not",
-    "Or",
-    "Pow",
-    "RMSNormalization",
-    "Range",
-    "Reciprocal",
-    "ReduceMax",
-    "ReduceMean",
-    "ReduceSum",
-    "Relu",
-    "Reshape",
-    "RotaryEmbedding",
-    "Shape",
-    "Sigmoid",
-    "Slice",
-    "Softmax",
-    "Split",
-    "Sqrt",
-    "Squeeze",
-    "Sub",
-    "Tanh",
-    "Transpose",
-    "Trilu",
-    "Unsqueeze",
-    "Where",
-];
-
-/// Whether the importer maps `op_type` of `domain` (`""` or `ai.onnx` for the default one).
+/// Whether the importer maps `op_type` of `domain` (`""` or `ai.onnx` for the default one):
+/// whether the converter registry ([`super::import::CONVERTERS`]) has a line for it.
 pub fn is_supported(domain: &str, op_type: &str) -> bool {
-    (domain.is_empty() || domain == "ai.onnx") && SUPPORTED_OPS.binary_search(&op_type).is_ok()
+    (domain.is_empty() || domain == "ai.onnx") && super::import::converter(op_type).is_some()
 }
 
 #[cfg(test)]
@@ -111,11 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn list_is_sorted_and_unique() {
-        assert!(
-            SUPPORTED_OPS.windows(2).all(|w| w[0] < w[1]),
-            "keep SUPPORTED_OPS sorted"
-        );
+    fn support_is_the_registry() {
         assert!(is_supported("", "MatMul"));
         assert!(is_supported("ai.onnx", "Softmax"));
         assert!(!is_supported("com.microsoft", "MatMul"));
@@ -134,10 +66,17 @@ mod tests {
         assert!(t
             .iter()
             .all(|(_, v)| !v.is_empty() && v.windows(2).all(|w| w[0] < w[1])));
-        for op in SUPPORTED_OPS {
+        for c in super::super::import::CONVERTERS {
             assert!(
-                op_version(op, schemas::MAX_OPSET).is_some(),
-                "{op} not in the schema table"
+                op_version(c.op_type, schemas::MAX_OPSET).is_some(),
+                "{} not in the schema table",
+                c.op_type
+            );
+            assert!(
+                op_version(c.op_type, c.since) == Some(c.since),
+                "{}: {} is not one of its definitions",
+                c.op_type,
+                c.since
             );
         }
         assert_eq!(op_version("Add", 13), Some(13));

@@ -35,6 +35,26 @@ pub fn default_dir() -> PathBuf {
     base.join("node")
 }
 
+#[cfg(not(target_arch = "wasm32"))]
+/// [`default_dir`] when the cases are there; otherwise prints that the calling test is
+/// skipped (run `scripts/fetch_onnx_tests.sh`) and returns `None` — or panics when
+/// `DYNRT_REQUIRE_ONNX_TESTS=1` (CI), where a missing case folder is a failure. For tests.
+pub fn dir_or_skip() -> Option<PathBuf> {
+    let dir = default_dir();
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "no ONNX node tests in {} (run scripts/fetch_onnx_tests.sh)",
+        dir.display()
+    );
+    if std::env::var("DYNRT_REQUIRE_ONNX_TESTS").as_deref() == Ok("1") {
+        panic!("{msg}; DYNRT_REQUIRE_ONNX_TESTS=1");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
 /// A value of a test-data file.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -8,7 +8,7 @@ use super::external::{BytesResolver, NoExternalData};
 use super::proto::*;
 use super::*;
 
-fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
+pub(crate) fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
     let dim = dims
         .iter()
         .map(|d| Dimension {
@@ -32,7 +32,7 @@ fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
     }
 }
 
-fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+pub(crate) fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     NodeProto {
         op_type: op.to_string(),
         name: name.to_string(),
@@ -42,7 +42,7 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     }
 }
 
-fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+pub(crate) fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     TensorProto {
         name: name.to_string(),
         data_type: 1,
@@ -57,39 +57,44 @@ fn raw_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     }
 }
 
-/// y = MatMul(x [batch, 4], w [4, 2]) + b, opset 17.
-fn model() -> ModelProto {
+/// A model of IR version 8 importing the default domain at opset 17, around `graph`.
+pub(crate) fn opset17(graph: GraphProto) -> ModelProto {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
             version: 17,
         }],
-        graph: Some(GraphProto {
-            name: "g".to_string(),
-            node: vec![
-                node("MatMul", "mm", &["x", "w"], &["xw"]),
-                node("Add", "add", &["xw", "b"], &["y"]),
-            ],
-            initializer: vec![
-                raw_f32("w", &[4, 2], &[1.0; 8]),
-                TensorProto {
-                    name: "b".to_string(),
-                    data_type: 1,
-                    dims: vec![2],
-                    float_data: vec![0.5, -0.5],
-                    ..Default::default()
-                },
-            ],
-            input: vec![value("x", 1, &["batch", "4"])],
-            output: vec![value("y", 1, &["batch", "2"])],
-            ..Default::default()
-        }),
+        graph: Some(graph),
         ..Default::default()
     }
 }
 
-fn load(m: &ModelProto) -> Result<OnnxModel, OnnxError> {
+/// y = MatMul(x [batch, 4], w [4, 2]) + b, opset 17.
+fn model() -> ModelProto {
+    opset17(GraphProto {
+        name: "g".to_string(),
+        node: vec![
+            node("MatMul", "mm", &["x", "w"], &["xw"]),
+            node("Add", "add", &["xw", "b"], &["y"]),
+        ],
+        initializer: vec![
+            raw_f32("w", &[4, 2], &[1.0; 8]),
+            TensorProto {
+                name: "b".to_string(),
+                data_type: 1,
+                dims: vec![2],
+                float_data: vec![0.5, -0.5],
+                ..Default::default()
+            },
+        ],
+        input: vec![value("x", 1, &["batch", "4"])],
+        output: vec![value("y", 1, &["batch", "2"])],
+        ..Default::default()
+    })
+}
+
+pub(crate) fn load(m: &ModelProto) -> Result<OnnxModel, OnnxError> {
     OnnxModel::from_bytes(
         Bytes::from(m.encode_to_vec()),
         &NoExternalData,
@@ -312,7 +317,7 @@ fn graph_checks_name_the_node() {
     ));
 }
 
-fn attr(name: &str, ty: i32) -> AttributeProto {
+pub(crate) fn attr(name: &str, ty: i32) -> AttributeProto {
     AttributeProto {
         name: name.to_string(),
         r#type: ty,

@@ -5,7 +5,7 @@
 
 use super::RunError;
 use crate::graph::deps::{basic_dependencies, lifetimes, DepGraph};
-use crate::graph::{ops, Bindings, Dim, Graph, NodeId, Op, Position};
+use crate::graph::{ops, Bindings, Dim, Graph, GraphError, InferError, NodeId, Op, Position};
 use crate::memory::planner::{self, PlanBuffer, PlanOptions, Strategy};
 use crate::memory::pool::NetworkId;
 use crate::memory::AllocKind;
@@ -39,6 +39,10 @@ pub struct NetworkOptions {
     /// decide (`Engine::preferred_kind`: `usm_shared` where the adapter maps storage
     /// buffers, else `usm_device` with staging).
     pub io_kind: Option<AllocKind>,
+    /// Inferences in flight the placeholders are sized for: how many copies of the inputs
+    /// and outputs the data region keeps room for, and how many free copies the network's
+    /// placeholder pool keeps for its next requests.
+    pub inflight: usize,
 }
 
 impl Default for NetworkOptions {
@@ -48,6 +52,7 @@ impl Default for NetworkOptions {
             fixed: Bindings::new(),
             states: Vec::new(),
             io_kind: None,
+            inflight: 2,
         }
     }
 }
@@ -220,10 +225,20 @@ impl Compiled {
                 _ => node.inputs.iter().all(|i| is_static[i.index()]),
             };
             if st {
-                let (s, v) = graph.infer_node(id, &options.fixed, &shapes, &values)?;
-                shapes[id.index()] = s;
-                values[id.index()] = v;
-                is_static[id.index()] = true;
+                match graph.infer_node(id, &options.fixed, &shapes, &values) {
+                    Ok((s, v)) => {
+                        shapes[id.index()] = s;
+                        values[id.index()] = v;
+                        is_static[id.index()] = true;
+                    }
+                    // A shape rule that needs values known only per run (a target fed as an
+                    // input): the node and what follows are dynamic.
+                    Err(GraphError::Infer {
+                        source: InferError::MissingShapeData { .. },
+                        ..
+                    }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
 

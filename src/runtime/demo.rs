@@ -27,15 +27,13 @@
 
 use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use super::report::{
-    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, SizingCounts, TraceSample,
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
+    TraceSample,
 };
-use super::{
-    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats, StateBinding,
-};
+use super::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
-use crate::memory::accounting::AllocOp;
 use crate::memory::predictor::Policy;
 use crate::memory::AllocKind;
 use crate::rng::SplitMix64;
@@ -171,14 +169,7 @@ impl Demo {
         let weights = DecoderWeights::generate(&config.model);
         let dg = build_graph(&config.model, &weights)?;
         let graph = dg.graph.clone();
-        let states: Vec<StateBinding> = dg
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
+        let states = dg.state_bindings();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };
@@ -382,9 +373,14 @@ impl Demo {
         let allocs = self.stats().allocations;
         let reallocations = allocs.saturating_sub(self.last_allocs) as u32;
         self.last_allocs = allocs;
+        let mut region_bytes = [0u64; 3];
+        for (r, s) in region_bytes.iter_mut().zip(&stats.regions) {
+            *r = s.current_bytes;
+        }
         self.trace.samples.push(TraceSample {
             step,
             bytes_in_use,
+            region_bytes,
             reallocations,
         });
         self.step += 1;
@@ -438,7 +434,6 @@ impl Demo {
     pub fn summary(&self) -> DemoSummary {
         let info = self.engine.gpu().adapter_info();
         let stats = self.engine.stats();
-        let history = self.engine.history();
         let mut peak = [0u64; 4];
         for k in AllocKind::ALL {
             peak[k.index()] = stats.peak_bytes(k);
@@ -458,18 +453,15 @@ impl Demo {
             steps: self.generated.len() as u32,
             tokens: self.generated.clone(),
             max_abs_err: self.max_abs_err,
-            allocations: total_allocations(&self.engine),
+            allocations: stats.allocations_total(),
             reallocations: rs.reallocations,
-            bytes_allocated_total: history
-                .iter()
-                .filter(|e| e.op == AllocOp::Allocate)
-                .map(|e| e.size_bytes)
-                .sum(),
+            bytes_allocated_total: stats.bytes_allocated_total(),
             peak_bytes: PeakBytes::from_array(peak),
             pipeline_cache: CacheCounts { hits, misses },
             shape_updates_skipped: rs.shape_updates_skipped,
             ms_per_step,
             sizing: self.sizing(),
+            regions: RegionReport::from_stats(&stats),
         }
     }
 
@@ -481,9 +473,4 @@ impl Demo {
     pub fn step_blocking(&mut self) -> Result<StepReport, RunError> {
         pollster::block_on(self.step())
     }
-}
-
-fn total_allocations(engine: &Engine) -> u64 {
-    let s = engine.stats();
-    AllocKind::ALL.iter().map(|&k| s.kind(k).allocations).sum()
 }

@@ -1,17 +1,51 @@
 //! The runtime: a graph compiled for a device ([`Network`]) and the per-iteration loop of a
 //! dynamic-shape inference ([`InferRequest`]), plus the built-in decoder demo ([`demo`]).
 //!
+//! Files: `compile.rs` (the device-free plan: roles, states, static shapes, memory
+//! dependencies, the arena plan), `network.rs` (the device half: the data region, the
+//! kernels' dtype check), `session/` (the device-free per-iteration state: update_shape,
+//! sizing through [`crate::memory::predictor::Sizer`], and in `session/kv.rs` the KV-cache
+//! states; generic over a storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
+//! writes, one [`crate::gpu::Frame`] per iteration, readbacks), `placeholders.rs` (the
+//! placeholder pool), [`demo`], [`model`], [`report`].
+//!
 //! # Network: compiled once, shared
 //!
 //! [`Network::compile`] takes a [`crate::graph::Graph`] and an [`crate::gpu::Engine`]:
 //!
-//! * **Constants in two phases** (`reference/openvino-gpu-memory-allocation.md`, "Constant
-//!   memory allocation"): every constant is first written into a `usm_host` staging buffer;
-//!   once the processing order is fixed and the users of each constant are known to be GPU
-//!   kernels, a `usm_device` buffer is allocated for it, the staging bytes are copied there in
-//!   one submit and the staging buffers are freed. The history therefore shows the
-//!   `Allocate ... usm_host` / `Free ... usm_host` pair per constant. The device copies live in
-//!   an `Arc` shared by every request of the network (weights are read-only).
+//! * **Kernels' dtype rules**: every node the device computes must have a kernel for its
+//!   element types ([`crate::gpu::kernels::Kernel::check_dtypes`]); otherwise compiling fails
+//!   with [`RunError::UnsupportedDType`] naming the node, before anything is allocated.
+//! * **Device regions** (`reference/device-runtime-memory-management.rst`, DESIGN §6), each
+//!   counted by the engine ([`crate::memory::accounting::MemoryStats::regions`], reported by
+//!   `dynrt demo --json` and drawn by `--report`):
+//!   - *constants*: the weights of the network family (shared by [`Network::specialize`]d
+//!     siblings), placed once from the low end of one or more device buffers (the *data
+//!     region*, each segment at most the device's largest buffer) and freed with the last
+//!     network that uses them. They are uploaded straight from each constant's bytes
+//!     ([`crate::tensor::ConstData`], possibly a range of a memory-mapped file) through the
+//!     engine's bounded staging chunks: nothing is expanded or copied whole on the host.
+//!   - *placeholders*: network inputs and outputs, per inference. Each request is one
+//!     inference in flight: it takes slots from its network's placeholder pool and gives them
+//!     back when it is dropped; the pool keeps [`NetworkOptions::inflight`] free copies of
+//!     each placeholder for the next requests. The KV-cache states (in-outs that outlive an
+//!     inference and move between requests) count in this region too.
+//!   - *internal*: activations (the static arena of the planner, the memory pool's records),
+//!     host values, the per-dispatch uniform slots and the NaN source of poison mode.
+//! * **The bidirectional allocator, where it fits on wgpu**: constants from the low end of
+//!   the data region and placeholders from the high end, with a typed collision error
+//!   ([`crate::memory::regions::RegionError::Collision`]) when they would meet. It fits where
+//!   inputs and outputs are plain device memory (`usm_device`: GL, the web): the last segment
+//!   keeps room for `inflight` copies of the inputs and outputs whose shapes are static, and a
+//!   slot that does not fit (a dynamic shape, a request beyond `inflight`) collides and gets a
+//!   buffer of its own. It does not fit where inputs and outputs are `usm_shared` (adapters
+//!   with `MAPPABLE_PRIMARY_BUFFERS`): WebGPU maps whole buffers, and a mapped buffer may not
+//!   be used by any submitted command, so the host writing one request's inputs would stall
+//!   every kernel reading weights from the same buffer; and a mappable usage would force the
+//!   weights into host-visible memory on discrete GPUs. There the placeholders are buffers of
+//!   their own, pooled the same way. Two wgpu facts shape the region on every adapter: a
+//!   buffer cannot grow (its size is fixed when the network compiles, hence the static-shape
+//!   reserve), and one buffer is at most `max_buffer_size` (hence the segments).
 //! * **Memory dependencies once**: the basic pass plus lifetime overlap
 //!   ([`crate::graph::deps`]). The reference adds the "skipped branch" pass to the basic one
 //!   for the same reason: a node processed between a tensor's producer and its last user must
@@ -22,11 +56,16 @@
 //!   `min_storage_buffer_offset_alignment`, DESIGN §6) or, with the planner off, acquired from
 //!   the request's pool in descending order of size. Activations belong to a request, never
 //!   to the network: two requests may run interleaved and must not share them.
-//!
+//! * **Kinds** come from the reference rule ([`crate::gpu::Engine::preferred_kind`]): inputs
+//!   and outputs are memory the host locks and kernels bind (`usm_shared` where the adapter
+//!   maps storage buffers, else `usm_device` with staging); constants and activations are
+//!   kernel memory (`usm_device`).
+
 //! # InferRequest: one per stream of inferences
 //!
-//! A request owns a [`crate::memory::predictor::ShapePredictor`], a memory pool over the
-//! engine, its activation buffers and its *states* (the KV cache). One call to
+//! A request owns a [`crate::memory::predictor::Sizer`] (the shape predictor and the ledger
+//! of what it sized: the same code `dynrt predict` replays), a memory pool over the engine,
+//! its activation buffers, its placeholder slots and its *states* (the KV cache). One call to
 //! [`InferRequest::infer`] runs one iteration, DESIGN §3, for each node in processing order:
 //!
 //! 1. `update_shape` — compare the input shapes with those the node saw last time; equal:
@@ -37,12 +76,17 @@
 //!    every shape). The kernel picks the entry from the concrete shapes (a `vec4` variant when
 //!    sizes allow), so the lookup happens when the dispatch is recorded; hits and misses are
 //!    counted there.
-//! 3. `realloc_if_needed` — if the node's buffer holds the new output, reuse it (and still
-//!    record the shape in the predictor); otherwise ask the predictor, check
-//!    `can_preallocate` against the engine's limits and budget, and take a buffer of the
-//!    predicted size from the pool (or the engine with the pool off). A preallocation that
-//!    fails for lack of memory falls back to the exact size; a buffer is never smaller than
-//!    the actual output. The adaptive policy may also shrink a buffer that stays mostly empty.
+//! 3. `realloc_if_needed` — the request's [`crate::memory::predictor::Sizer`] decides, with
+//!    the rules `dynrt predict` replays ([`crate::memory::predictor::Ledger`]): if the
+//!    node's buffer holds the new output, reuse it (and still record the shape in the
+//!    predictor); otherwise ask the predictor, check `can_preallocate` against the engine's
+//!    limits and budget, and take a buffer of the decided size from the pool, the placeholder
+//!    pool (inputs, outputs) or the engine (pool off). A preallocation that fails for lack of
+//!    memory falls back to the exact size; a buffer is never smaller than the actual output.
+//!    Under the adaptive policy a mostly empty buffer is shrunk while the request
+//!    over-reserves. With [`RunOptions::trace`] every decision is a row of the request's shape
+//!    trace ([`InferRequest::sizing_trace`]; `dynrt demo --trace-out`), whose replay gives the
+//!    run's [`InferRequest::sizing`] numbers.
 //! 4. `dispatch` — encode the kernel on the node's buffers with the actual byte ranges. A
 //!    kernel node keeps what it recorded (pipeline, bind group, uniform bytes, workgroups) as
 //!    its *dispatch plan*; while update_shape skips the node and its operands are the same
@@ -72,9 +116,11 @@
 //!
 //! # Inputs and outputs
 //!
-//! Network inputs and outputs use `usm_shared` when the adapter maps storage buffers
-//! (`MAPPABLE_PRIMARY_BUFFERS`, e.g. lavapipe), and `usm_device` with `usm_host` staging
-//! otherwise (GL, the browser).
+//! Network inputs and outputs are placeholders (see above): `usm_shared` when the adapter
+//! maps storage buffers (`MAPPABLE_PRIMARY_BUFFERS`, e.g. lavapipe), written and read by
+//! mapping; `usm_device` otherwise (GL, the browser), written through the queue and read
+//! through `usm_host` readback buffers, and placed in the data region's high end where they
+//! fit.
 //!
 //! # Poison
 //!
@@ -89,6 +135,7 @@ mod error;
 pub mod model;
 mod network;
 mod options;
+mod placeholders;
 pub mod report;
 mod request;
 mod session;

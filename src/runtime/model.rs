@@ -294,6 +294,19 @@ pub struct DecoderGraph {
     pub states: Vec<(String, String)>,
 }
 
+impl DecoderGraph {
+    /// The states as the runtime takes them ([`NetworkOptions::states`](crate::runtime::NetworkOptions::states)).
+    pub fn state_bindings(&self) -> Vec<crate::runtime::StateBinding> {
+        self.states
+            .iter()
+            .map(|(past, present)| crate::runtime::StateBinding {
+                past: past.clone(),
+                present: present.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Builds the decoder graph for `config` with `weights`.
 ///
 /// Symbols: `seq` (tokens this step) and `past` (tokens in the cache before it). The KV cache

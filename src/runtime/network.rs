@@ -2,21 +2,29 @@
 //! on the device: the constants and the pipeline cache. See the module docs of
 //! [`crate::runtime`] for the design.
 
-use super::compile::{Compiled, NetworkOptions, Role, Target};
+use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
+use super::placeholders::{PlaceholderPool, RegionHighEnd};
 use super::RunError;
 use crate::gpu::kernels::{kernel_of, Kernels};
-use crate::gpu::{Buffer, BufferDesc, Engine, KindRequest};
+use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, KindRequest};
 use crate::graph::{Graph, NodeId, Op};
+use crate::memory::regions::{BidirectionalAllocator, End, Region};
 use crate::memory::AllocKind;
 use crate::shape::DType;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The placeholder pool of a network family (engine buffers).
+pub(crate) type Placeholders = Arc<Mutex<PlaceholderPool<Buffer>>>;
+
 pub(crate) struct Inner {
     pub engine: Engine,
     pub compiled: Arc<Compiled>,
-    /// Device copies of the constants, by node id (shared by every request, and by the
-    /// networks specialised from this one).
-    pub constants: Arc<Vec<Option<Buffer>>>,
+    /// The constants on the device (shared by every request, and by the networks
+    /// specialised from this one): freed with the last of them.
+    pub data: Arc<DataRegion>,
+    /// Input and output slots, per inference, pooled per network (shared by the family: it
+    /// may hold the data region's high end).
+    pub placeholders: Placeholders,
     /// The pipeline cache, shared by the requests and the specialised networks (recording a
     /// dispatch may compile one).
     pub kernels: Arc<Mutex<Kernels>>,
@@ -26,6 +34,35 @@ impl Inner {
     /// The kernels (a poisoned lock only means a panic elsewhere; the cache stays consistent).
     pub fn kernels(&self) -> MutexGuard<'_, Kernels> {
         self.kernels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The data region of a network family (DESIGN §6, constants region): device buffers
+/// ("segments", each at most the device's largest buffer) holding every constant the device
+/// reads, placed from the low end with the bidirectional allocator, read-only, uploaded
+/// once in bounded staging chunks straight from the constants' bytes (a loader's shared
+/// backing is never copied whole or expanded on the host). Where placeholders may share it
+/// (see [`super::placeholders`]), the last segment keeps room at its high end for them.
+pub(crate) struct DataRegion {
+    engine: Engine,
+    segments: Vec<Arc<Buffer>>,
+    /// Per node id: `(segment, offset, size)` of a constant on the device.
+    placed: Vec<Option<(usize, u64, u64)>>,
+}
+
+impl DataRegion {
+    /// Where constant `id` is on the device: its segment, offset and size.
+    pub fn constant(&self, id: NodeId) -> Option<(&Buffer, u64, u64)> {
+        let (seg, off, size) = (*self.placed.get(id.index())?)?;
+        Some((self.segments.get(seg)?, off, size))
+    }
+}
+
+impl Drop for DataRegion {
+    fn drop(&mut self) {
+        for &(_, _, size) in self.placed.iter().flatten() {
+            self.engine.note_region(Region::Constants, size, false);
+        }
     }
 }
 
@@ -47,8 +84,9 @@ impl std::fmt::Debug for Network {
     }
 }
 
-/// What specialised networks share: device constants and the pipeline cache.
-type Shared = (Arc<Vec<Option<Buffer>>>, Arc<Mutex<Kernels>>);
+/// What specialised networks share: the data region, the placeholder pool and the pipeline
+/// cache.
+type Shared = (Arc<DataRegion>, Placeholders, Arc<Mutex<Kernels>>);
 
 impl Network {
     /// Compiles `graph` for `engine`'s device.
@@ -78,7 +116,8 @@ impl Network {
     /// As [`Network::compile`].
     pub fn specialize(&self, options: NetworkOptions) -> Result<Network, RunError> {
         let shared = (
-            Arc::clone(&self.inner.constants),
+            Arc::clone(&self.inner.data),
+            Arc::clone(&self.inner.placeholders),
             Arc::clone(&self.inner.kernels),
         );
         Self::compile_inner(
@@ -112,18 +151,29 @@ impl Network {
         };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;
-        let (constants, kernels) = match shared {
+        let (data, placeholders, kernels) = match shared {
             Some(shared) => shared,
-            None => (
-                Arc::new(upload_constants(engine, &compiled)?),
-                Arc::new(Mutex::new(Kernels::new(gpu))),
-            ),
+            None => {
+                let (data, region) = build_data_region(engine, &compiled, options.inflight)?;
+                let pool = PlaceholderPool::new(
+                    region,
+                    AllocKind::UsmDevice,
+                    target.align_bytes,
+                    options.inflight,
+                );
+                (
+                    Arc::new(data),
+                    Arc::new(Mutex::new(pool)),
+                    Arc::new(Mutex::new(Kernels::new(gpu))),
+                )
+            }
         };
         Ok(Network {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
                 compiled: Arc::new(compiled),
-                constants,
+                data,
+                placeholders,
                 kernels,
             }),
         })
@@ -160,6 +210,18 @@ impl Network {
                     && matches!(c.role, Role::Kernel | Role::Copy | Role::ConcatCopy)
             })
             .count()
+    }
+
+    /// Placeholder pool counters of the network family: `(slots created, slots reused, slots
+    /// that would have collided with the constants in the data region)`.
+    pub fn placeholder_counts(&self) -> (u64, u64, u64) {
+        let p = self
+            .inner
+            .placeholders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .counts();
+        (p.created, p.reused, p.collisions)
     }
 
     /// Pipeline cache counters `(hits, misses)` of this network (shared by its requests and
@@ -200,61 +262,147 @@ fn check_kernel_dtypes(c: &Compiled) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Constants in two phases: host staging first, then device buffers once the users are known
-/// (`reference/openvino-gpu-memory-allocation.md`). Returns the device buffers by node id.
-fn upload_constants(engine: &Engine, c: &Compiled) -> Result<Vec<Option<Buffer>>, RunError> {
+/// Places and uploads the constants the device reads (see [`DataRegion`]). When the network's
+/// inputs and outputs are device memory (no `MAPPABLE_PRIMARY_BUFFERS`: GL, the web), the
+/// last segment also keeps `inflight` copies' worth of the static inputs and outputs at its
+/// high end for the placeholder pool, which it returns with the segment's allocator.
+fn build_data_region(
+    engine: &Engine,
+    c: &Compiled,
+    inflight: usize,
+) -> Result<(DataRegion, RegionHighEnd<Buffer>), RunError> {
     let graph = &c.graph;
-    let n = graph.len();
+    let gpu = engine.gpu();
+    let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
+    let max_seg = engine.max_buffer_size();
     let alloc_err = |what: String| move |source| RunError::Alloc { what, source };
-    // Phase 1: every constant into usm_host staging, before we look at who uses it.
-    let mut staged: Vec<(NodeId, Buffer, u64)> = Vec::new();
+    let users = graph.users();
+    // Constants read on the device (not only as shape data), in processing order.
+    let mut wanted: Vec<(NodeId, u64)> = Vec::new();
     for node in &c.nodes {
         if node.role != Role::Constant {
             continue;
         }
-        let gn = graph.node(node.id);
-        let Op::Constant(k) = &gn.op else {
-            continue;
-        };
-        let bytes = k.data.bytes();
-        let size = (bytes.len() as u64).div_ceil(4).max(1) * 4;
-        let label = format!("{} (staging)", gn.label);
-        let buf = engine
-            .allocate_init(
-                &BufferDesc {
-                    label: &label,
-                    size_bytes: size,
-                    kind: AllocKind::UsmHost,
-                },
-                bytes,
-            )
-            .map_err(alloc_err(format!("staging constant `{}`", gn.label)))?;
-        staged.push((node.id, buf, size));
-    }
-    // Phase 2: the users are known now; constants read by kernels move to usm_device.
-    let users = graph.users();
-    let mut out: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();
-    for (id, staging, size) in &staged {
-        let on_device = users[id.index()]
+        let on_device = users[node.id.index()]
             .iter()
             .any(|u| c.node(c.pos(*u)).role != Role::ShapeOnly);
-        if !on_device {
-            continue;
+        if let (true, Op::Constant(k)) = (on_device, &graph.node(node.id).op) {
+            wanted.push((node.id, (k.data.len() as u64).div_ceil(4).max(1) * 4));
         }
-        let label = graph.node(*id).label.clone();
-        let dev = engine
-            .allocate(&BufferDesc {
-                label: &label,
-                size_bytes: *size,
-                kind: AllocKind::UsmDevice,
-            })
-            .map_err(alloc_err(format!("constant `{label}`")))?;
-        engine
-            .copy(staging, 0, &dev, 0, *size)
-            .map_err(alloc_err(format!("constant `{label}`")))?;
-        out[id.index()] = Some(dev);
     }
-    // Staging buffers are freed here; wgpu keeps them alive until the copies have run.
-    drop(staged);
-    Ok(out)
+    // Placeholders may share the region where they are plain device memory.
+    let mut reserve = 0u64;
+    if c.io_kind == AllocKind::UsmDevice {
+        for node in &c.nodes {
+            let io = node.is_output || matches!(node.role, Role::Input { state: None });
+            let state = matches!(node.role, Role::StateConcat { .. });
+            if let (true, false, Some(shape)) = (io, state, &node.static_shape) {
+                let b = padded_bytes(shape, node.dtype)?.max(4);
+                reserve = reserve.saturating_add(b.div_ceil(align) * align);
+            }
+        }
+        reserve = reserve.saturating_mul(inflight as u64);
+    }
+    // Pack into segments of at most the largest buffer.
+    let mut segs: Vec<BidirectionalAllocator> = Vec::new();
+    let mut placed: Vec<Option<(usize, u64, u64)>> = (0..graph.len()).map(|_| None).collect();
+    for &(id, size) in &wanted {
+        if size > max_seg {
+            return Err(RunError::Alloc {
+                what: format!("constant `{}`", graph.node(id).label),
+                source: AllocError::TooLarge {
+                    requested_bytes: size,
+                    max_bytes: max_seg,
+                },
+            });
+        }
+        let fits = segs
+            .last_mut()
+            .and_then(|a| a.allocate(End::Low, size, align).ok());
+        let offset = match fits {
+            Some(o) => o,
+            None => {
+                let mut a = BidirectionalAllocator::new(max_seg);
+                let o = a
+                    .allocate(End::Low, size, align)
+                    .map_err(|e| RunError::Plan(e.to_string()))?;
+                segs.push(a);
+                o
+            }
+        };
+        placed[id.index()] = Some((segs.len() - 1, offset, size));
+    }
+    let last_low = segs.last().map_or(0, |a| a.frontiers().0);
+    let share = reserve > 0 && last_low.saturating_add(reserve) <= max_seg;
+    if share && segs.is_empty() {
+        segs.push(BidirectionalAllocator::new(max_seg));
+    }
+    let kind = engine.preferred_kind(&KindRequest {
+        host_access: false,
+        kernel_access: true,
+        kernel_io_bytes: 0,
+    });
+    let mut segments = Vec::with_capacity(segs.len());
+    let n_segs = segs.len();
+    let mut region = None;
+    for (i, a) in segs.iter().enumerate() {
+        let low = a.frontiers().0.div_ceil(4).max(1) * 4;
+        // Placeholders are aligned from the top down: the region's end is aligned too, so
+        // the reserve holds its full count of slots.
+        let size = if share && i + 1 == n_segs {
+            low.div_ceil(align) * align + reserve
+        } else {
+            low
+        };
+        let buf = engine
+            .allocate(&BufferDesc {
+                label: "dynrt data region",
+                size_bytes: size,
+                kind,
+            })
+            .map_err(alloc_err("data region".into()))?;
+        let buf = Arc::new(buf);
+        if share && i + 1 == n_segs {
+            // The same constants at the low end, the rest for placeholders.
+            let mut shared = BidirectionalAllocator::new(buf.size_bytes());
+            if low > 0 {
+                shared
+                    .allocate(End::Low, a.frontiers().0.max(1), 1)
+                    .map_err(|e| RunError::Plan(e.to_string()))?;
+            }
+            region = Some((Arc::clone(&buf), shared));
+        }
+        segments.push(buf);
+    }
+    let data = DataRegion {
+        engine: engine.clone(),
+        segments,
+        placed,
+    };
+    // Upload: each constant's bytes straight from its (possibly shared) backing, through
+    // the engine's bounded staging chunks; only a ragged tail is copied to pad it to 4.
+    for &(id, _) in &wanted {
+        let Some((seg, off, size)) = data.placed[id.index()] else {
+            continue;
+        };
+        let Op::Constant(k) = &graph.node(id).op else {
+            continue;
+        };
+        let label = &graph.node(id).label;
+        let bytes = k.data.bytes();
+        let whole = bytes.len() / 4 * 4;
+        let buf = &data.segments[seg];
+        engine
+            .write(buf, off, &bytes[..whole])
+            .map_err(alloc_err(format!("constant `{label}`")))?;
+        if whole < bytes.len() || bytes.is_empty() {
+            let mut tail = bytes[whole..].to_vec();
+            tail.resize(4, 0);
+            engine
+                .write(buf, off + whole as u64, &tail)
+                .map_err(alloc_err(format!("constant `{label}`")))?;
+        }
+        engine.note_region(Region::Constants, size, true);
+    }
+    Ok((data, region))
 }

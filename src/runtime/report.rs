@@ -4,11 +4,16 @@
 //! Device-free: the runtime fills a [`MemoryTrace`]; this module only formats it, so the
 //! picture and the JSON are unit-tested without a GPU.
 
+use crate::memory::accounting::{MemoryStats, COUNTED_REGIONS};
 use crate::memory::AllocKind;
 use std::fmt::Write as _;
 
 /// Bytes in use per allocation kind, indexed by [`AllocKind::index`].
 pub type BytesPerKind = [u64; 4];
+
+/// Bytes per device region, indexed like [`COUNTED_REGIONS`] (constants, placeholders,
+/// internal).
+pub type BytesPerRegion = [u64; 3];
 
 /// One sample of the memory trace: taken after a step's work was submitted.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -17,6 +22,8 @@ pub struct TraceSample {
     pub step: u32,
     /// Bytes in use per kind after the step, as the engine counts them.
     pub bytes_in_use: BytesPerKind,
+    /// Bytes per device region after the step.
+    pub region_bytes: BytesPerRegion,
     /// Real allocations made during the step (reallocations of node outputs, KV growth,
     /// internal buffers; the first step also counts the network's build-time allocations).
     pub reallocations: u32,
@@ -79,6 +86,44 @@ pub struct SizingCounts {
     pub peak_needed_bytes: u64,
 }
 
+/// One device region in the report: what it holds at the end of the run and its peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RegionCounts {
+    /// Bytes held at the end of the run.
+    pub bytes: u64,
+    /// Buffers (or ranges of a shared buffer) held at the end of the run.
+    pub buffers: u64,
+    /// Largest bytes held at once.
+    pub peak_bytes: u64,
+}
+
+/// The device regions of DESIGN §6 as the runtime used them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RegionReport {
+    /// Weights and other constants: once per loaded network, read-only.
+    pub constants: RegionCounts,
+    /// Network inputs and outputs (pooled per network) and the KV-cache in-outs.
+    pub placeholders: RegionCounts,
+    /// Activations (the planner's arena and the pool), host values, uniform slots.
+    pub internal: RegionCounts,
+}
+
+impl RegionReport {
+    /// From the engine's counters.
+    pub fn from_stats(stats: &MemoryStats) -> Self {
+        let c = |i: usize| RegionCounts {
+            bytes: stats.regions[i].current_bytes,
+            buffers: stats.regions[i].buffers,
+            peak_bytes: stats.regions[i].peak_bytes,
+        };
+        RegionReport {
+            constants: c(0),
+            placeholders: c(1),
+            internal: c(2),
+        }
+    }
+}
+
 /// The object `dynrt demo --json` prints (field names and order are the issue's contract).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DemoSummary {
@@ -111,10 +156,14 @@ pub struct DemoSummary {
     pub ms_per_step: f64,
     /// The sizer's decisions over the run.
     pub sizing: SizingCounts,
+    /// Bytes, buffers and peak per device region.
+    pub regions: RegionReport,
 }
 
 /// Colours of the four kinds in the picture (same order as [`AllocKind::ALL`]).
 const KIND_COLOURS: [&str; 4] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"];
+/// Colours of the regions (dashed), same order as [`COUNTED_REGIONS`].
+const REGION_COLOURS: [&str; 3] = ["#555555", "#8c564b", "#17becf"];
 
 /// Draws bytes in use per kind over the steps, one polyline per kind that was ever used,
 /// with a red tick at every step that reallocated (its count above it). `title` is printed
@@ -129,7 +178,7 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
     let max_bytes = trace
         .samples
         .iter()
-        .flat_map(|s| s.bytes_in_use.iter().copied())
+        .flat_map(|s| s.bytes_in_use.iter().chain(s.region_bytes.iter()).copied())
         .max()
         .unwrap_or(0)
         .max(1) as f64;
@@ -189,21 +238,21 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
             sample.reallocations
         );
     }
+    // One `x,y` point per sample of the series `value`.
+    let points_of = |value: &dyn Fn(&TraceSample) -> u64| {
+        let mut points = String::new();
+        for sample in &trace.samples {
+            let _ = write!(points, "{:.1},{:.1} ", x(sample.step), y(value(sample)));
+        }
+        points
+    };
     let mut legend_y = top + 10.0;
     for kind in AllocKind::ALL {
         let k = kind.index();
         if trace.samples.iter().all(|s| s.bytes_in_use[k] == 0) {
             continue;
         }
-        let mut points = String::new();
-        for sample in &trace.samples {
-            let _ = write!(
-                points,
-                "{:.1},{:.1} ",
-                x(sample.step),
-                y(sample.bytes_in_use[k])
-            );
-        }
+        let points = points_of(&|s: &TraceSample| s.bytes_in_use[k]);
         let colour = KIND_COLOURS[k];
         // A single sample still shows as a dot.
         if n == 1 {
@@ -227,6 +276,31 @@ pub fn render_svg(trace: &MemoryTrace, title: &str) -> String {
             left + plot_w + 30.0,
             legend_y + 10.0,
             kind.name()
+        );
+        legend_y += 20.0;
+    }
+    // Regions: dashed, in colours of their own.
+    for (i, region) in COUNTED_REGIONS.iter().enumerate() {
+        if trace.samples.iter().all(|s| s.region_bytes[i] == 0) {
+            continue;
+        }
+        let points = points_of(&|s: &TraceSample| s.region_bytes[i]);
+        let colour = REGION_COLOURS[i];
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="6,4" points="{}"/>"#,
+            points.trim_end()
+        );
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2" stroke-dasharray="4,2"/><text x="{:.1}" y="{:.1}">region {}</text>"#,
+            left + plot_w + 12.0,
+            legend_y + 6.0,
+            left + plot_w + 24.0,
+            legend_y + 6.0,
+            left + plot_w + 30.0,
+            legend_y + 10.0,
+            region.name()
         );
         legend_y += 20.0;
     }
@@ -278,6 +352,7 @@ mod tests {
                 .map(|i| TraceSample {
                     step: i,
                     bytes_in_use: [1000 + 100 * i as u64, 0, 64, 0],
+                    region_bytes: [500, 64, 500 + 100 * i as u64],
                     reallocations: u32::from(i % 10 == 0),
                 })
                 .collect(),
@@ -289,11 +364,17 @@ mod tests {
         let svg = render_svg(&trace(), "a <b> run");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(
-            svg.matches("<polyline").count(),
+            svg.matches("<polyline").count() - svg.matches("stroke-dasharray=\"6,4\"").count(),
             2,
-            "usm_device and usm_shared only"
+            "kinds: usm_device and usm_shared only"
         );
         assert_eq!(svg.matches("reallocation(s)").count(), 2, "steps 0 and 10");
+        assert_eq!(
+            svg.matches("stroke-dasharray=\"6,4\"").count(),
+            3,
+            "three regions"
+        );
+        assert!(svg.contains(">region constants<") && svg.contains(">region internal<"));
         assert!(svg.contains("a &lt;b&gt; run"));
         assert!(svg.contains(">usm_device<") && !svg.contains(">usm_host<"));
     }
@@ -328,11 +409,19 @@ mod tests {
                 peak_reserved_bytes: 10,
                 peak_needed_bytes: 11,
             },
+            regions: RegionReport {
+                constants: RegionCounts {
+                    bytes: 12,
+                    buffers: 1,
+                    peak_bytes: 12,
+                },
+                ..RegionReport::default()
+            },
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(
             json,
-            r#"{"adapter":"a","backend":"vulkan","policy":"adaptive","steps":2,"tokens":[1,2],"max_abs_err":0.5,"allocations":3,"reallocations":1,"bytes_allocated_total":10,"peak_bytes":{"usm_device":1,"usm_host":2,"usm_shared":3,"cl_mem":4},"pipeline_cache":{"hits":5,"misses":6},"shape_updates_skipped":7,"ms_per_step":1.25,"sizing":{"rows":8,"reallocations":9,"reclaims":1,"peak_reserved_bytes":10,"peak_needed_bytes":11}}"#
+            r#"{"adapter":"a","backend":"vulkan","policy":"adaptive","steps":2,"tokens":[1,2],"max_abs_err":0.5,"allocations":3,"reallocations":1,"bytes_allocated_total":10,"peak_bytes":{"usm_device":1,"usm_host":2,"usm_shared":3,"cl_mem":4},"pipeline_cache":{"hits":5,"misses":6},"shape_updates_skipped":7,"ms_per_step":1.25,"sizing":{"rows":8,"reallocations":9,"reclaims":1,"peak_reserved_bytes":10,"peak_needed_bytes":11},"regions":{"constants":{"bytes":12,"buffers":1,"peak_bytes":12},"placeholders":{"bytes":0,"buffers":0,"peak_bytes":0},"internal":{"bytes":0,"buffers":0,"peak_bytes":0}}}"#
         );
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(12), "12 B");

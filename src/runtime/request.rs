@@ -10,9 +10,10 @@ use super::session::{MovedState, Session, View};
 use super::RunError;
 use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
-use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, Engine, Frame};
+use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, CommandLog, Engine, Frame};
 use crate::graph::{ops, NodeId, Op};
 use crate::memory::predictor::{Sizer, SizingSummary};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
@@ -53,6 +54,10 @@ pub struct InferRequest {
     nan_source: Option<Buffer>,
     /// Per-dispatch uniform slots of this request's submits (taken while encoding).
     uniforms: Option<UniformArena>,
+    /// Whether iterations log their commands ([`InferRequest::log_commands`]).
+    log_commands: bool,
+    /// The last iteration's command log.
+    last_log: Option<CommandLog>,
 }
 
 impl std::fmt::Debug for InferRequest {
@@ -95,12 +100,12 @@ fn tensor_of<'a>(
     if !session.is_constant(k) {
         return None;
     }
-    let buffer = inner.constants[id.index()].as_ref()?;
+    let (buffer, offset_bytes, size_bytes) = inner.data.constant(id)?;
     Some(Operand {
         tensor: TensorRef {
             buffer,
-            offset_bytes: 0,
-            size_bytes: buffer.size_bytes(),
+            offset_bytes,
+            size_bytes,
         },
         shape: session.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
@@ -119,7 +124,9 @@ impl InferRequest {
         let session = Session::new(
             Arc::clone(&inner.compiled),
             options,
-            EngineStorage::new(engine.clone()),
+            EngineStorage::new(engine.clone()).in_region(Region::Internal),
+            EngineStorage::new(engine.clone()).in_region(Region::Placeholders),
+            Arc::clone(&inner.placeholders),
         )?;
         let n = inner.compiled.nodes.len();
         Ok(InferRequest {
@@ -128,6 +135,8 @@ impl InferRequest {
             plans: (0..n).map(|_| None).collect(),
             nan_source: None,
             uniforms: Some(UniformArena::new(engine)),
+            log_commands: false,
+            last_log: None,
         })
     }
 
@@ -158,9 +167,30 @@ impl InferRequest {
         self.session.sizer().trace()
     }
 
+    /// Logs every command of the following iterations (dispatches with their pipelines, bind
+    /// groups and uniform bytes; copies; queue writes): [`InferRequest::take_command_log`]
+    /// gives the last one. For benchmarks that replay the same work with plain wgpu calls.
+    pub fn log_commands(&mut self, on: bool) {
+        self.log_commands = on;
+        if !on {
+            self.last_log = None;
+        }
+    }
+
+    /// The command log of the last iteration, when logging.
+    pub fn take_command_log(&mut self) -> Option<CommandLog> {
+        self.last_log.take()
+    }
+
     /// Rows currently held by each state (the past length of the KV cache).
     pub fn state_shapes(&self) -> Vec<Shape> {
         self.session.state_shapes()
+    }
+
+    /// Bytes the KV cache's buffers reserve (the rows held plus the room preallocated for
+    /// growth), summed over the states.
+    pub fn state_reserved_bytes(&self) -> u64 {
+        self.session.state_reserved_bytes()
     }
 
     /// Takes the KV cache out of this request (which then starts a new sequence) to continue
@@ -257,8 +287,10 @@ impl InferRequest {
         }
 
         // Inputs: written before the submit that reads them. usm_shared buffers are mapped
-        // and written directly; device buffers through the queue (which lands at the start of
-        // the next submit: nothing earlier reads these buffers).
+        // and written directly (now); device buffers through the queue when the frame is
+        // submitted (a queue write lands at the start of the next submit: nothing earlier
+        // reads these buffers).
+        let mut queued: Vec<(usize, Vec<u8>)> = Vec::new();
         for &(label, t) in inputs {
             let Some(id) = compiled.graph.find(label) else {
                 continue;
@@ -281,7 +313,7 @@ impl InferRequest {
                     .await
                     .map_err(alloc_err(format!("writing input `{label}`")))?;
             } else {
-                self.engine().queue_write(buf, off, &bytes);
+                queued.push((k, bytes));
             }
         }
 
@@ -295,6 +327,14 @@ impl InferRequest {
         let submitted = {
             let mut kernels = inner.kernels();
             let mut frame = Frame::begin(&engine, &mut kernels, uniforms, "dynrt iteration");
+            if self.log_commands {
+                frame.log_commands();
+            }
+            for (k, bytes) in queued {
+                if let Some((buf, off)) = self.session.slot_buffer(k) {
+                    frame.write_before_submit(buf, off, bytes);
+                }
+            }
             let mut encoded = Ok(());
             for k in 0..compiled.nodes.len() {
                 if let Err(e) = self.encode_node(&inner, k, &mut frame) {
@@ -306,8 +346,9 @@ impl InferRequest {
                 self.uniforms = Some(frame.abandon());
                 return Err(e);
             }
-            let (submitted, uniforms) = frame.submit();
+            let (submitted, uniforms, log) = frame.submit();
             self.uniforms = Some(uniforms);
+            self.last_log = log;
             submitted
         };
         submitted.check().await.map_err(|reason| RunError::Kernel {
@@ -337,14 +378,18 @@ impl InferRequest {
         // All bits set is a quiet NaN in f32 (and -1 in i32): any read of unwritten bytes shows.
         let buf = self
             .engine()
-            .allocate_init(
+            .allocate_in(
+                Region::Internal,
                 &BufferDesc {
                     label: "dynrt poison source",
                     size_bytes: size,
                     kind: AllocKind::UsmDevice,
                 },
-                &vec![0xFFu8; size as usize],
             )
+            .map_err(alloc_err("poison source"))?;
+        // All bits set: written through staging (the buffer is in order before any fill).
+        self.engine()
+            .write(&buf, 0, &vec![0xFFu8; size as usize])
             .map_err(alloc_err("poison source"))?;
         self.nan_source = Some(buf);
         Ok(())
@@ -367,11 +412,17 @@ impl InferRequest {
         let poison = self.session.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
+        // Not host values: their upload is a queue write, which lands before every command
+        // of the submit, so a fill here would overwrite it (they own their buffer anyway).
         let poison_now = self.session.take_poison(k)
             && poison
             && !matches!(
                 c.role,
-                Role::Input { .. } | Role::Constant | Role::StateConcat { .. } | Role::ShapeOnly
+                Role::Input { .. }
+                    | Role::Constant
+                    | Role::StateConcat { .. }
+                    | Role::ShapeOnly
+                    | Role::HostValue
             );
         let mut stats = RunStats::default();
         if poison_now {

@@ -91,10 +91,14 @@ pub struct FlatParams {
 }
 
 impl Kernel for BinaryOp {
-    /// f32 only: integer arithmetic (shape data) runs on the host, and an integer binary
-    /// node that would need a dispatch is refused when the network compiles.
+    /// f32 here; integer types (i32, u32, i8, u8, i64 but no i64 division) in the typed
+    /// kernel of the `logic` family, in their real bytes.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        f32_only(inputs, output)
+        if output == DType::F32 {
+            f32_only(inputs, output)
+        } else {
+            super::logic::check_int_binary(*self, inputs, output)
+        }
     }
 
     fn encode(
@@ -103,6 +107,9 @@ impl Kernel for BinaryOp {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
+        if out.dtype != DType::F32 {
+            return super::logic::encode_typed(e, self.code(), inputs, out);
+        }
         let (a, b) = (&inputs[0], &inputs[1]);
         let n = numel("output", out.shape)?;
         let (ba, oa) = e.bind("input 0", &a.tensor, numel("input 0", a.shape)? * 4)?;

@@ -185,6 +185,8 @@ impl Encoder<'_, '_> {
                     pipeline,
                     bind_group: bg,
                     uniform_chunk: ubuf.uid(),
+                    uniform_raw: ubuf.raw().clone(),
+                    uniform_offset: uoffset,
                     params: bytemuck::bytes_of(params).to_vec(),
                     workgroups: (x as u32, y as u32),
                 });

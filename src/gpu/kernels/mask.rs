@@ -1,6 +1,6 @@
 //! The `mask` family (`shaders/mask.wgsl`): the causal attention mask over a growing past,
-//! and `where` with three-way broadcasting (its uniform is the elementwise family's
-//! [`BroadcastParams`]).
+//! and `where` with three-way broadcasting on f32 values (its uniform is the elementwise
+//! family's [`BroadcastParams`]); `where` on other types runs in the `logic` family.
 
 use super::elementwise::BroadcastParams;
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s, INPUT_NAMES};
@@ -43,15 +43,27 @@ pub struct CausalParams {
     pub _pad: [u32; 2],
 }
 
+/// Whether `mask_where` runs a `where`: a 32-bit condition (f32, i32, u32) and f32 values.
+/// Every other combination (bool conditions, integer or bool values) runs in the typed
+/// kernel of the `logic` family, which moves values as their bits.
+fn where_in_mask(inputs: &[DType], output: DType) -> bool {
+    matches!(inputs.first(), Some(DType::F32 | DType::I32 | DType::U32))
+        && f32_only(&inputs[1..], output).is_ok()
+}
+
 impl Kernel for Where {
-    /// A 32-bit condition (f32, i32, u32), f32 values: the kernel selects f32 words, and an
-    /// integer value could be a NaN pattern a GPU may canonicalise.
+    /// Any condition and values of a type of the typed kernel (f32, f16, bf16, i32, u32, i8,
+    /// u8, bool, i64), the values of one type.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let cond_ok = matches!(inputs.first(), Some(DType::F32 | DType::I32 | DType::U32));
-        if cond_ok && f32_only(&inputs[1..], output).is_ok() {
+        let family = &super::logic::FAMILY_TYPES;
+        let typed = family.contains(&output)
+            && inputs.iter().all(|d| family.contains(d))
+            && inputs.get(1) == Some(&output)
+            && inputs.get(2) == Some(&output);
+        if where_in_mask(inputs, output) || typed {
             Ok(())
         } else {
-            Err("an f32, i32 or u32 condition and f32 values")
+            Err("a condition and values of f32, f16, bf16, i32, u32, i8, u8, bool or i64")
         }
     }
     fn encode(
@@ -60,6 +72,10 @@ impl Kernel for Where {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
+        let types: Vec<DType> = inputs.iter().map(|o| o.dtype).collect();
+        if !where_in_mask(&types, out.dtype) {
+            return super::logic::encode_typed(e, super::logic::OP_WHERE, inputs, out);
+        }
         check_rank(out.shape)?;
         let n = numel("output", out.shape)?;
         let mut bound = Vec::new();

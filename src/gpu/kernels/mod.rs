@@ -21,16 +21,21 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`matmul`], [`reduce`], [`movement`], [`mask`]; [`layout`] (the
-//! kernels' own index arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
+//! [`quant`] (linear and gather on quantized weights), [`reduce`], [`movement`], [`mask`],
+//! [`attention`] (RoPE, grouped-query attention); [`layout`] (the kernels' own index
+//! arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
 
+pub mod attention;
 pub mod elementwise;
 pub mod encoder;
 pub mod layout;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
 pub mod plan;
+pub mod quant;
 pub mod reduce;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
@@ -79,12 +84,15 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 5] = [
+pub const FAMILIES: [&Family; 8] = [
     &elementwise::FAMILY,
+    &logic::FAMILY,
     &matmul::FAMILY,
+    &quant::FAMILY,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
+    &attention::FAMILY,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -93,6 +101,7 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
     Some(match op {
         Op::Input(_) | Op::Constant(_) => return None,
         Op::MatMul(o) => o,
+        Op::Linear(o) => o,
         Op::Binary(o) => o,
         Op::Unary(o) => o,
         Op::Softmax(o) => o,
@@ -107,6 +116,13 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::Rope(o) => o,
+        Op::Attention(o) => o,
+        Op::Compare(o) => o,
+        Op::Logic(o) => o,
+        Op::Not(o) => o,
+        Op::Cast(o) => o,
+        Op::Identity(o) => o,
     })
 }
 
@@ -169,7 +185,9 @@ pub struct TensorRef<'a> {
     pub buffer: &'a Buffer,
     /// Start of the tensor in the buffer, a multiple of 4.
     pub offset_bytes: u64,
-    /// Bytes available from `offset_bytes` (at least the tensor's size).
+    /// Bytes available from `offset_bytes`: at least the tensor's size rounded up to a whole
+    /// 4-byte word (kernels of 1- and 2-byte types read and write the words their elements
+    /// share, as the runtime allocates them).
     pub size_bytes: u64,
 }
 
@@ -298,6 +316,27 @@ pub enum KernelError {
         /// `max_compute_workgroups_per_dimension`.
         max: u32,
     },
+    /// The kernel does not handle these parameters (named, with the limit).
+    #[error("op `{op}`: {reason}")]
+    Unsupported {
+        /// The op name.
+        op: &'static str,
+        /// What is beyond the kernel, with the numbers.
+        reason: String,
+    },
+    /// A block-quantized weight whose rows do not hold whole blocks (every GGUF tensor
+    /// does; the kernels read whole blocks).
+    #[error("{what}: K = {k} is not a multiple of the {dtype} block of {block} elements")]
+    PartialBlock {
+        /// Which operand.
+        what: &'static str,
+        /// The weight's element type.
+        dtype: DType,
+        /// The row length.
+        k: u64,
+        /// Elements per block.
+        block: u32,
+    },
     /// A uniform chunk could not be allocated.
     #[error("uniform slots: {0}")]
     Uniforms(String),
@@ -339,6 +378,7 @@ pub struct Kernels {
     /// generation must not be replayed.
     generation: u64,
     pub(crate) max_workgroups_per_dim: u32,
+    pub(crate) quant_layout: quant::QuantLayout,
     pub(crate) storage_align_bytes: u64,
     pub(crate) max_binding_bytes: u64,
 }
@@ -357,6 +397,7 @@ impl Kernels {
             bind_groups: HashMap::new(),
             generation: 0,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            quant_layout: quant::QuantLayout::for_device(gpu.adapter_info().device_type),
             storage_align_bytes: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
         }
@@ -368,6 +409,18 @@ impl Kernels {
         self.max_workgroups_per_dim =
             max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
         self.generation += 1;
+    }
+
+    /// Overrides how the quantized-weight kernels spread their work (chosen from the adapter's
+    /// device type by [`Kernels::new`]); tests use it to run both layouts on one adapter.
+    pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
+        self.quant_layout = layout;
+        self.generation += 1;
+    }
+
+    /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).
+    pub fn quant_layout(&self) -> quant::QuantLayout {
+        self.quant_layout
     }
 
     /// Changes whenever dispatches recorded earlier may no longer be what [`Kernels::encode`]

@@ -1,9 +1,10 @@
 //! The `movement` family (`shaders/movement.wgsl`): one strided copy serving reshape,
 //! transpose, slice and each input of a concat; the gather of embedding rows; and the fill
-//! that writes `shape_of`'s values. They move 32-bit words, so they run on any 4-byte type.
+//! that writes `shape_of`'s values. They move 32-bit words, so they run on any 4-byte type
+//! (a gather from an f16 or block-quantized table is the `quant` family's).
 
 use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, MAX_RANK};
-use super::{words_only, Encoder, Family, Kernel, KernelError, Operand};
+use super::{quant, words_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::movement::slice_ranges;
 use crate::graph::ops::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
 use crate::shape::{DType, Shape};
@@ -248,13 +249,17 @@ impl Kernel for Concat {
 }
 
 impl Kernel for Gather {
-    /// A table of 32-bit words, i32 or u32 ids (out-of-range and negative ids give zeros).
+    /// A table of 32-bit words (copied as bits), or an f16/q4_1/q8_0 table dequantized to
+    /// f32 rows ([`quant::encode_gather`]); i32 or u32 ids (out-of-range and negative ids give
+    /// zeros).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         let ids_ok = matches!(inputs.get(1), Some(DType::I32 | DType::U32));
-        if ids_ok && words_only(&inputs[..1], output).is_ok() {
+        let table = inputs.first().copied().unwrap_or(output);
+        let dequantized = quant::is_gather_table(table) && output == DType::F32;
+        if ids_ok && (dequantized || words_only(&[table], output).is_ok()) {
             Ok(())
         } else {
-            Err("a table of 32-bit elements and i32 or u32 ids")
+            Err("a table of 32-bit elements (or f16, q4_1, q8_0 giving f32) and i32 or u32 ids")
         }
     }
     fn encode(
@@ -264,6 +269,9 @@ impl Kernel for Gather {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let (table, ids) = (&inputs[0], &inputs[1]);
+        if quant::is_gather_table(table.dtype) {
+            return quant::encode_gather(e, table, ids, out);
+        }
         let n = numel("output", out.shape)?;
         let num_ids = numel("input 1", ids.shape)?;
         let rows = table.shape.dims().first().copied().unwrap_or(0);

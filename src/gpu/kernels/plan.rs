@@ -8,11 +8,16 @@ use crate::gpu::BufferUid;
 /// One dispatch as [`super::Kernels::encode_recorded`] recorded it: everything needed to
 /// record it again without the shape checks, the parameter computation and the cache
 /// lookups, as long as the operands are the same buffer ranges with the same shapes.
+#[derive(Clone)]
 pub(crate) struct RecordedDispatch {
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) bind_group: wgpu::BindGroup,
     /// The uniform chunk the bind group binds; a replay must land its slot in this chunk.
     pub(crate) uniform_chunk: BufferUid,
+    /// The same chunk's wgpu buffer (for command logs).
+    pub(crate) uniform_raw: wgpu::Buffer,
+    /// The dynamic offset of the slot when it was recorded.
+    pub(crate) uniform_offset: u32,
     /// The uniform parameters (the bytes of the `#[repr(C)]` struct).
     pub(crate) params: Vec<u8>,
     /// Workgroups in x and y.

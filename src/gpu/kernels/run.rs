@@ -93,6 +93,8 @@ pub fn run_op(
             &vec![0xFF; out_size.div_ceil(4) as usize * 4],
         )
         .map_err(dev_err)?;
+    // Ranges cover whole words, as the runtime's allocations do (kernels of 1- and 2-byte
+    // types read and write the words their elements share).
     let operands: Vec<Operand<'_>> = inputs
         .iter()
         .zip(&offsets)
@@ -100,7 +102,7 @@ pub fn run_op(
             tensor: TensorRef {
                 buffer: &buf,
                 offset_bytes: off,
-                size_bytes: t.bytes.len() as u64,
+                size_bytes: (t.bytes.len() as u64).div_ceil(4) * 4,
             },
             shape: &t.shape,
             dtype: t.dtype,
@@ -110,7 +112,7 @@ pub fn run_op(
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: out_off,
-            size_bytes: out_size,
+            size_bytes: out_size.div_ceil(4) * 4,
         },
         shape: output_shape,
         dtype: output_dtype,
@@ -120,7 +122,7 @@ pub fn run_op(
         frame.abandon();
         return Err(e.into());
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let bytes = engine
         .read_blocking(&buf, out_off, out_size)
@@ -190,7 +192,8 @@ pub fn run_graph(
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: offsets[id.index()],
-            size_bytes: sizes[id.index()],
+            // Padded to whole words as written (a q8_0 weight may end mid-word).
+            size_bytes: sizes[id.index()].div_ceil(4) * 4,
         },
         shape: &inferred.shapes[id.index()],
         dtype: graph.node(id).dtype,
@@ -210,7 +213,7 @@ pub fn run_graph(
             });
         }
     }
-    let (submitted, _uniforms) = frame.submit();
+    let (submitted, _uniforms, _) = frame.submit();
     pollster::block_on(submitted.check()).map_err(dev_err)?;
     let mut out = Vec::new();
     for o in graph.outputs() {

@@ -9,10 +9,12 @@
 //! (256 bytes) and one bind group per dispatch; chunks are kept and reused by later
 //! iterations (queue order makes a rewrite visible only to later submits).
 //!
-//! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage), so they appear in the
-//! accounting, the history and the budget like every other buffer.
+//! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage, in the internal
+//! region), so they appear in the accounting, the history and the budget like every other
+//! buffer.
 
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine};
+use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 
 /// Bytes of one uniform chunk: a binding only spans one slot, so the chunk size is free. 16 KiB
@@ -70,11 +72,14 @@ impl UniformArena {
         debug_assert!(bytes.len() as u64 <= self.slot_bytes);
         if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > CHUNK_BYTES {
             if self.used_chunks == self.chunks.len() {
-                let buffer = self.engine.allocate(&BufferDesc {
-                    label: "dynrt kernel uniforms",
-                    size_bytes: CHUNK_BYTES,
-                    kind: AllocKind::ClMem,
-                })?;
+                let buffer = self.engine.allocate_in(
+                    Region::Internal,
+                    &BufferDesc {
+                        label: "dynrt kernel uniforms",
+                        size_bytes: CHUNK_BYTES,
+                        kind: AllocKind::ClMem,
+                    },
+                )?;
                 self.chunks.push(Chunk {
                     buffer,
                     data: Vec::with_capacity(CHUNK_BYTES as usize),

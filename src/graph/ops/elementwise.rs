@@ -1,6 +1,6 @@
 //! Elementwise ops: binary with NumPy broadcasting, unary activations.
 
-use super::{all_f32, checked, is_index, DTypeError, InferError, OpDef};
+use super::{all_f32, checked, DTypeError, InferError, OpDef};
 use crate::graph::reference::{index, wrap, RefError, RefTensor, Values};
 use crate::graph::shape_data;
 use crate::shape::{DType, Shape};
@@ -16,6 +16,16 @@ pub enum BinaryOp {
     Mul,
     /// `a / b` (integers: truncated toward zero; division by zero gives 0)
     Div,
+    /// `a ^ b` (floats: a negative base takes integer exponents, as NumPy; integers: exact
+    /// wrapping powers, a negative exponent gives `1 / a^-b` truncated: 0 unless `|a| = 1`)
+    Pow,
+    /// `min(a, b)`
+    Min,
+    /// `max(a, b)`
+    Max,
+    /// `silu(a) * b = a / (1 + exp(-a)) * b`: the gated unit of a SwiGLU feed-forward
+    /// (`a` the gate projection, `b` the up projection). f32 only.
+    SiluMul,
 }
 
 impl BinaryOp {
@@ -26,6 +36,10 @@ impl BinaryOp {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
+            BinaryOp::SiluMul => "silu_mul",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Min => "min",
+            BinaryOp::Max => "max",
         }
     }
 
@@ -34,13 +48,22 @@ impl BinaryOp {
         self as u32
     }
 
-    /// Applies the op in f32, as the GPU does.
+    /// Applies the op in f32, as the GPU does (`silu_mul` with an f64 intermediate, as the
+    /// reference computes activations).
+    /// Applies the op in f32, as the GPU does (`pow` in f64, rounded once).
     pub fn apply(self, a: f32, b: f32) -> f32 {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
+            BinaryOp::SiluMul => {
+                let a = f64::from(a);
+                (a / (1.0 + (-a).exp()) * f64::from(b)) as f32
+            }
+            BinaryOp::Pow => f64::from(a).powf(f64::from(b)) as f32,
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => a.max(b),
         }
     }
 
@@ -51,8 +74,40 @@ impl BinaryOp {
             BinaryOp::Sub => a.wrapping_sub(b),
             BinaryOp::Mul => a.wrapping_mul(b),
             BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+            // Never reached: the dtype rule refuses integers for silu_mul.
+            BinaryOp::SiluMul => 0,
+            BinaryOp::Pow => int_pow(a, b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => a.max(b),
         }
     }
+}
+
+/// `a^b` in wrapping i64 by squaring; a negative exponent truncates `1 / a^-b` (0 unless
+/// `|a| = 1`; `0^-b` gives 0 rather than a division by zero).
+fn int_pow(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        return match a {
+            1 => 1,
+            -1 => {
+                if b % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let (mut base, mut e, mut acc) = (a, b as u64, 1i64);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    acc
 }
 
 impl OpDef for BinaryOp {
@@ -62,12 +117,17 @@ impl OpDef for BinaryOp {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// f32 on both sides, or the same integer type on both (shape arithmetic; whether a
-    /// device kernel exists for it is the kernel's own dtype rule).
+    /// f32 on both sides, or the same integer type (not bool) on both (shape arithmetic,
+    /// integer tensors; whether a device kernel exists for it is the kernel's own dtype
+    /// rule); `silu_mul` f32 only.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if *self == BinaryOp::SiluMul {
+            return all_f32(inputs);
+        }
+        let int = |d: DType| d.is_int() && d != DType::Bool;
         let ok = inputs.len() == 2
             && inputs[0] == inputs[1]
-            && (inputs[0] == DType::F32 || is_index(inputs[0]));
+            && (inputs[0] == DType::F32 || int(inputs[0]));
         if ok {
             Ok(inputs[0])
         } else {
@@ -133,6 +193,36 @@ pub enum UnaryOp {
     Silu,
     /// `exp(x)`
     Exp,
+    /// `sqrt(x)` (NaN below 0)
+    Sqrt,
+    /// `1 / x`
+    Reciprocal,
+    /// `-x`
+    Neg,
+    /// `ln(x)`
+    Log,
+    /// `tanh(x)`
+    Tanh,
+    /// The error function.
+    Erf,
+    /// `1 / (1 + exp(-x))`
+    Sigmoid,
+    /// GELU, exact form: `0.5 x (1 + erf(x / sqrt(2)))` (ONNX `Gelu` without approximation).
+    GeluErf,
+    /// `|x|`
+    Abs,
+    /// Round down.
+    Floor,
+    /// Round up.
+    Ceil,
+    /// Round to nearest, ties to even.
+    Round,
+    /// `sin(x)`
+    Sin,
+    /// `cos(x)`
+    Cos,
+    /// -1, 0 or 1 (0 for +-0).
+    Sign,
 }
 
 impl UnaryOp {
@@ -143,6 +233,21 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::Silu => "silu",
             UnaryOp::Exp => "exp",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Sign => "sign",
         }
     }
 
@@ -162,6 +267,29 @@ impl UnaryOp {
             }
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
             UnaryOp::Exp => x.exp(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Neg => -x,
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Sign => {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            }
         };
         y as f32
     }
@@ -186,6 +314,27 @@ impl OpDef for UnaryOp {
     fn reference(&self, inputs: &[&RefTensor], _: &Shape, _: DType) -> Result<Values, RefError> {
         let x = inputs[0].floats(UnaryOp::name(*self))?;
         Ok(Values::F32(x.iter().map(|&v| self.apply(v)).collect()))
+    }
+}
+
+impl crate::graph::GraphBuilder {
+    /// `silu(gate) * up` with broadcasting: the SwiGLU gate ([`BinaryOp::SiluMul`]).
+    pub fn silu_mul(
+        &mut self,
+        label: impl Into<String>,
+        gate: crate::graph::NodeId,
+        up: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.binary(label, BinaryOp::SiluMul, gate, up)
+    }
+
+    /// `sqrt(x)` ([`UnaryOp::Sqrt`]).
+    pub fn sqrt(
+        &mut self,
+        label: impl Into<String>,
+        x: crate::graph::NodeId,
+    ) -> crate::graph::NodeId {
+        self.unary(label, UnaryOp::Sqrt, x)
     }
 }
 
@@ -250,6 +399,8 @@ mod tests {
         assert!((UnaryOp::Gelu.apply(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(UnaryOp::Relu.apply(-2.0), 0.0);
         assert!((UnaryOp::Silu.apply(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert_eq!(UnaryOp::Sqrt.apply(2.25), 1.5);
+        assert!(UnaryOp::Sqrt.apply(-1.0).is_nan());
     }
 
     #[test]
@@ -267,5 +418,15 @@ mod tests {
         assert!(UnaryOp::Exp.output_dtype(&[DType::I32]).is_err());
         assert_eq!(BinaryOp::Div.apply_int(7, 0), 0);
         assert_eq!(BinaryOp::Div.apply_int(-7, 2), -3);
+        assert!(BinaryOp::SiluMul
+            .output_dtype(&[DType::I32, DType::I32])
+            .is_err());
+    }
+
+    #[test]
+    fn silu_mul_is_the_swiglu_gate() {
+        assert!((BinaryOp::SiluMul.apply(1.0, 2.0) - 2.0 * 0.731_058_6).abs() < 1e-6);
+        assert_eq!(BinaryOp::SiluMul.apply(0.0, 5.0), 0.0);
+        assert!((BinaryOp::SiluMul.apply(-100.0, 1.0)).abs() < 1e-30);
     }
 }

@@ -3,6 +3,7 @@
 use super::elementwise::broadcast;
 use super::{all_f32, DTypeError, InferError, OpDef, MASK_VALUE};
 use crate::graph::reference::{index, RefError, RefTensor, Values};
+use crate::graph::shape_data;
 use crate::shape::{DType, Shape};
 
 /// `cond ? a : b` elementwise with three-way broadcasting; `cond` is true where nonzero.
@@ -70,6 +71,17 @@ impl OpDef for Where {
                 })
             }
         })
+    }
+    fn host_evaluable(&self) -> bool {
+        true
+    }
+    fn host_value(&self, shapes: &[&Shape], values: &[&[i64]], out: &Shape) -> Option<Vec<i64>> {
+        let ins = [
+            (values[0], shapes[0]),
+            (values[1], shapes[1]),
+            (values[2], shapes[2]),
+        ];
+        shape_data::broadcast_map(&ins, out, |v| if v[0] != 0 { v[1] } else { v[2] })
     }
 }
 

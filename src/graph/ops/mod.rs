@@ -16,10 +16,17 @@
 //! an op" in the crate docs.
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
+//! [`linear`] (`x · wᵀ` on quantized weights),
+//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
+//! (comparisons, boolean logic, cast, identity), [`matmul`],
 //! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
-//! gather, shape_of), [`mask`] (causal mask, where).
+//! gather, shape_of), [`mask`] (causal mask, where), [`attention`] (RoPE, grouped-query
+//! attention over a KV cache).
 
+pub mod attention;
 pub mod elementwise;
+pub mod linear;
+pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
@@ -30,7 +37,10 @@ use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 use std::fmt;
 
+pub use attention::{rope_table, Attention, Rope};
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use linear::Linear;
+pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
 pub use mask::{CausalMask, Where};
 pub use matmul::MatMul;
 pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
@@ -107,6 +117,15 @@ pub enum InferError {
     CausalMask {
         /// The input shape.
         shape: Shape,
+    },
+    /// An op's parameters do not fit its inputs (a head size that does not divide a width,
+    /// ...).
+    #[error("{op}: {reason}")]
+    Invalid {
+        /// The op name.
+        op: &'static str,
+        /// What is wrong, with the numbers.
+        reason: String,
     },
     /// An op that needs at least one input got none.
     #[error("op needs at least one input")]
@@ -250,6 +269,8 @@ registry! {
     Constant(source::Constant),
     /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
     MatMul(matmul::MatMul),
+    /// `x · wᵀ` with the weight in its stored format (q4_1, q8_0, f16, f32). Inputs: x, w.
+    Linear(linear::Linear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.
@@ -278,6 +299,20 @@ registry! {
     CausalMask(mask::CausalMask),
     /// The shape of its input as an i32 tensor. Inputs: x.
     ShapeOf(movement::ShapeOf),
+    /// Rotary position embedding on adjacent pairs. Inputs: x, positions, cos/sin table.
+    Rope(attention::Rope),
+    /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
+    Attention(attention::Attention),
+    /// Comparison with broadcasting, bool result. Inputs: a, b.
+    Compare(logic::CompareOp),
+    /// Boolean logic with broadcasting. Inputs: a, b (bool).
+    Logic(logic::LogicOp),
+    /// Boolean negation. Inputs: x (bool).
+    Not(logic::Not),
+    /// Element type conversion. Inputs: x.
+    Cast(logic::Cast),
+    /// A copy of its input. Inputs: x.
+    Identity(logic::Identity),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that

@@ -48,7 +48,8 @@ pub struct Slice {
 }
 
 /// Embedding lookup along axis 0: `out[i.., d..] = table[ids[i..], d..]`. Ids out of range
-/// (negative included) give zeros. Inputs: table, ids (i32, u32 or i64).
+/// (negative included) give zeros. Inputs: table, ids (i32, u32 or i64). An f16, q4_1 or
+/// q8_0 table (a model's embedding kept in its file format) gives f32 rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gather;
 
@@ -261,13 +262,16 @@ impl OpDef for Gather {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// Any table type (a quantized embedding table is for its own kernel to accept); integer
-    /// ids.
+    /// Any table type, integer ids. f16 and block-quantized (q4_1, q8_0) tables give f32
+    /// rows, dequantized by the kernel; other tables keep their type.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
         if !is_index(inputs[1]) {
             return Err(DTypeError::at(1, "i32, u32 or i64 (ids)"));
         }
-        Ok(inputs[0])
+        Ok(match inputs[0] {
+            DType::F16 | DType::Q4_1 | DType::Q8_0 => DType::F32,
+            d => d,
+        })
     }
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         infer_gather(inputs[0], inputs[1])

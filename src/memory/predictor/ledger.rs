@@ -166,22 +166,11 @@ impl Ledger {
         if needed > old.reserved_bytes {
             let (predicted, prediction) =
                 predictor.predict_preallocation_shape(id, shape, dtype_bits, false)?;
-            let mut size = needed;
-            if predicted {
-                let predicted_bytes = prediction.size_bytes_for_bits(dtype_bits)?;
-                // The old buffer is still allocated while the new one is requested.
-                let in_use = self
-                    .total_reserved_bytes
-                    .saturating_add(limits.other_in_use_bytes);
-                if can_preallocate(
-                    predicted_bytes,
-                    limits.max_buffer_bytes,
-                    in_use,
-                    limits.budget_bytes,
-                ) {
-                    size = predicted_bytes.max(needed);
-                }
-            }
+            let size = if predicted {
+                self.grow_to(prediction.size_bytes_for_bits(dtype_bits)?, needed, limits)
+            } else {
+                needed
+            };
             decision.predicted = predicted;
             decision.prediction = prediction;
             decision.reallocated = true;
@@ -223,6 +212,25 @@ impl Ledger {
     ) -> Result<(), PredictorError> {
         let old = self.entries.get(id).copied().unwrap_or_default();
         self.record(id, old, needed_bytes, reserved_bytes, shape, 8)
+    }
+
+    /// The size a predicted buffer gets: `predicted_bytes` when [`can_preallocate`] allows it
+    /// (the old buffer still counts as in use while the new one is requested), else `needed`;
+    /// never below `needed`.
+    pub fn grow_to(&self, predicted_bytes: u64, needed: u64, limits: &MemoryLimits) -> u64 {
+        let in_use = self
+            .total_reserved_bytes
+            .saturating_add(limits.other_in_use_bytes);
+        if can_preallocate(
+            predicted_bytes,
+            limits.max_buffer_bytes,
+            in_use,
+            limits.budget_bytes,
+        ) {
+            predicted_bytes.max(needed)
+        } else {
+            needed
+        }
     }
 
     /// Whether the request reserves more than `1 + PRESSURE * (ratio - 1)` times its peak need.

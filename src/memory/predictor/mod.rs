@@ -408,7 +408,14 @@ impl ShapePredictor {
             None
         };
         // The reference records the shape before anything else, even when the buffer is reused.
-        let entry = self.history.entry(id.to_string()).or_default();
+        // The id's entry without allocating its key on every call (this runs for every node
+        // whose shape changed, every iteration).
+        if !self.history.contains_key(id) {
+            self.history.insert(id.to_string(), IdHistory::default());
+        }
+        let Some(entry) = self.history.get_mut(id) else {
+            return Ok((false, Shape::default()));
+        };
         if let Some(previous) = entry.shapes.back() {
             if previous.rank() != current.rank() {
                 return Err(PredictorError::RankChanged {

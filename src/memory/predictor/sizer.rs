@@ -10,7 +10,7 @@
 //! reserved bytes as the run.
 
 use super::ledger::{Decision, Ledger, MemoryLimits};
-use super::{can_preallocate, Policy, PredictorError, PredictorOptions, ShapePredictor};
+use super::{Policy, PredictorError, PredictorOptions, ShapePredictor};
 use crate::shape::{DType, Shape};
 use std::fmt::Write as _;
 
@@ -113,7 +113,7 @@ impl Sizer {
     }
 
     /// A raw predictor call with `can_reuse` as given (a trace with a `can_reuse` column, one
-    /// call per row): `false` allocates the prediction when [`can_preallocate`] allows it,
+    /// call per row): `false` allocates the prediction when [`super::can_preallocate`] allows it,
     /// else the exact size; `true` keeps the buffer whatever its size (the caller says it is
     /// reused), only recording the shape.
     ///
@@ -137,22 +137,12 @@ impl Sizer {
         };
         let mut reserved = old_reserved;
         if !can_reuse {
-            reserved = needed;
-            if predicted {
-                let predicted_bytes = prediction.size_bytes(dtype)?;
-                let in_use = self
-                    .ledger
-                    .total_reserved_bytes()
-                    .saturating_add(limits.other_in_use_bytes);
-                if can_preallocate(
-                    predicted_bytes,
-                    limits.max_buffer_bytes,
-                    in_use,
-                    limits.budget_bytes,
-                ) {
-                    reserved = predicted_bytes.max(needed);
-                }
-            }
+            reserved = if predicted {
+                self.ledger
+                    .grow_to(prediction.size_bytes(dtype)?, needed, limits)
+            } else {
+                needed
+            };
         }
         self.ledger.set(id, shape, needed, reserved)?;
         let d = Decision {

@@ -9,19 +9,31 @@
 
 use super::compile::{padded_bytes, Compiled, Role};
 use super::options::{RunOptions, RunStats};
+use super::placeholders::{Lease, PlaceholderPool};
 use super::RunError;
-use crate::graph::{ops, Bindings, Dim, NodeId, Op, Position};
+use crate::graph::{ops, shape_data, Bindings, Dim, NodeId, Op, Position};
 use crate::memory::pool::{MemoryPool, PoolRequest, PoolView, Storage};
 use crate::memory::predictor::{MemoryLimits, Sizer};
 use crate::memory::AllocKind;
 use crate::shape::{DType, Shape};
 use crate::tensor::{encode_i64, HostTensor};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+mod kv;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use kv::{MovedState, StateSlot};
+
+/// A network family's placeholder pool, shared by its requests.
+pub(crate) type SharedPlaceholders<B> = Arc<Mutex<PlaceholderPool<B>>>;
 
 /// Where a node's output lives.
 pub(crate) enum Mem<B> {
     None,
     Pool(PoolView),
+    /// A placeholder slot (network inputs and outputs).
+    Placeholder(Lease<B>),
     Own(B),
     Arena(u64),
     /// The state buffer (past inputs and in-place concats).
@@ -42,34 +54,22 @@ pub(crate) struct Slot<B> {
     pub reinferred: bool,
 }
 
-/// One KV-cache state of a request.
-pub(crate) struct StateSlot<B> {
-    /// Holds the past rows; `None` before the first append.
-    pub buffer: Option<B>,
-    /// Rows' bytes valid in `buffer` (the past).
-    pub valid_bytes: u64,
-    /// Shape of the past tensor.
-    pub shape: Shape,
-    /// A larger buffer allocated this iteration; the past is copied into it in order.
-    pub grown: Option<B>,
-    /// Bytes this iteration appends.
-    pub append_bytes: u64,
-    /// Shape after this iteration.
-    pub next_shape: Shape,
+/// The placeholder pool (a poisoned lock only means a panic elsewhere; the pool's state is
+/// consistent between statements).
+fn lock<B>(p: &SharedPlaceholders<B>) -> MutexGuard<'_, PlaceholderPool<B>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<B> StateSlot<B> {
-    /// The buffer the state is in after this iteration.
-    pub fn current(&self) -> Option<&B> {
-        self.grown.as_ref().or(self.buffer.as_ref())
+impl<S: Storage> Drop for Session<S> {
+    /// Gives the placeholder slots back to the network's pool for its next requests.
+    fn drop(&mut self) {
+        let mut pool = lock(&self.placeholders);
+        for slot in &mut self.slots {
+            if let Mem::Placeholder(lease) = std::mem::replace(&mut slot.mem, Mem::None) {
+                self.freed.extend(pool.release(&self.io_storage, lease));
+            }
+        }
     }
-}
-
-/// One KV-cache tensor moving between requests: its buffer and the rows it holds.
-pub(crate) struct MovedState<B> {
-    pub buffer: Option<B>,
-    pub valid_bytes: u64,
-    pub shape: Shape,
 }
 
 /// What one try of [`Session::obtain`] got: the memory, its capacity, and the bytes of a
@@ -91,20 +91,50 @@ pub(crate) struct Session<S: Storage> {
     options: RunOptions,
     /// The one sizing path (`dynrt predict` replays the same code).
     sizer: Sizer,
+    /// Allocations of the internal region (activations, the arena, host values).
     storage: S,
+    /// Allocations of the placeholders region (placeholder buffers, KV-cache in-outs).
+    io_storage: S,
+    /// The network family's placeholder pool and this session's inference in it.
+    placeholders: SharedPlaceholders<S::Buffer>,
+    inference: u32,
     pool: MemoryPool<S>,
     arena: Option<S::Buffer>,
     slots: Vec<Slot<S::Buffer>>,
     pub states: Vec<StateSlot<S::Buffer>>,
     /// Output shape per node id (valid for nodes updated at least once).
     shapes: Vec<Shape>,
-    /// Host values per node id (shape data).
+    /// Host values per node id (shape data; small integer inputs included, so a shape rule
+    /// can read a target fed as an input).
     values: Vec<Option<Vec<i64>>>,
+    /// Per node id: whether its host value changed in the current iteration (a node whose
+    /// input values changed is inferred again even when no input shape did).
+    value_changed: Vec<bool>,
+    /// Per node id: whether its values reach a shape rule (through host-evaluable integer
+    /// nodes); only such inputs' values are read on the host.
+    feeds_shape: Vec<bool>,
     stats: RunStats,
     /// Whether the current iteration is the first (allocations then are not reallocations).
     first_iteration: bool,
     /// Ids of buffers freed since the executor last asked ([`Session::take_freed`]).
     freed: Vec<u64>,
+}
+
+/// Per node id: whether the node's values reach a shape rule ([`ops::OpDef::shape_data_inputs`])
+/// directly or through host-evaluable integer nodes.
+fn feeds_shape(graph: &crate::graph::Graph) -> Vec<bool> {
+    let mut feeds = vec![false; graph.len()];
+    for &id in graph.order().iter().rev() {
+        let node = graph.node(id);
+        let def = node.op.def();
+        let passes = feeds[id.index()] && node.dtype.is_int() && def.host_evaluable();
+        for (pos, &i) in node.inputs.iter().enumerate() {
+            if passes || def.shape_data_inputs().contains(&pos) {
+                feeds[i.index()] = true;
+            }
+        }
+    }
+    feeds
 }
 
 impl<S: Storage + Clone> Session<S> {
@@ -117,18 +147,26 @@ impl<S: Storage + Clone> Session<S> {
         compiled: Arc<Compiled>,
         options: RunOptions,
         storage: S,
+        io_storage: S,
+        placeholders: SharedPlaceholders<S::Buffer>,
     ) -> Result<Session<S>, RunError> {
         let n = compiled.graph.len();
+        let inference = lock(&placeholders).begin_inference();
         let mut s = Session {
             options,
             sizer: Self::fresh_sizer(&options),
             pool: MemoryPool::new(storage.clone()),
             storage,
+            io_storage,
+            placeholders,
+            inference,
             arena: None,
             slots: Vec::with_capacity(n),
             states: Vec::new(),
             shapes: vec![Shape::default(); n],
             values: vec![None; n],
+            value_changed: vec![false; n],
+            feeds_shape: feeds_shape(&compiled.graph),
             stats: RunStats::default(),
             first_iteration: true,
             freed: Vec::new(),
@@ -263,116 +301,6 @@ impl<S: Storage + Clone> Session<S> {
         std::mem::take(&mut self.freed)
     }
 
-    /// Rows currently held by each state.
-    pub fn state_shapes(&self) -> Vec<Shape> {
-        self.states.iter().map(|s| s.shape.clone()).collect()
-    }
-
-    /// Takes the KV cache out with the sizer that sized it (the session then starts a new
-    /// sequence, with a fresh sizer).
-    pub fn take_states(&mut self) -> (Vec<MovedState<S::Buffer>>, Sizer) {
-        let sizer = std::mem::replace(&mut self.sizer, Self::fresh_sizer(&self.options));
-        let leaving: Vec<u64> = self
-            .states
-            .iter()
-            .filter_map(|s| s.buffer.as_ref().map(S::id))
-            .collect();
-        self.freed.extend(leaving);
-        let states = self
-            .states
-            .iter_mut()
-            .map(|s| {
-                let shape = s.shape.clone();
-                if let Some(d) = s.shape.0.first_mut() {
-                    *d = 0;
-                }
-                s.next_shape = s.shape.clone();
-                MovedState {
-                    buffer: s.buffer.take(),
-                    valid_bytes: std::mem::take(&mut s.valid_bytes),
-                    shape,
-                }
-            })
-            .collect();
-        (states, sizer)
-    }
-
-    /// Continues the sequence held in `states` (from [`Session::take_states`]). A session
-    /// that has not sized anything yet adopts the sequence's `sizer` (its predictor history,
-    /// ledger, summary and trace continue); one that has keeps its own and records the
-    /// states' buffers in its ledger.
-    ///
-    /// # Errors
-    /// [`RunError::BadState`] when the number of states or their row shapes differ; the
-    /// session is unchanged then.
-    pub fn put_states(
-        &mut self,
-        states: Vec<MovedState<S::Buffer>>,
-        sizer: Sizer,
-    ) -> Result<(), RunError> {
-        let c = &self.compiled;
-        let bad = |i: usize, reason: String| {
-            let s = &c.states[i.min(c.states.len().saturating_sub(1))];
-            RunError::BadState {
-                past: c.graph.node(s.past).label.clone(),
-                present: c.graph.node(s.present).label.clone(),
-                reason,
-            }
-        };
-        if states.len() != self.states.len() || self.states.is_empty() {
-            return Err(bad(
-                0,
-                format!(
-                    "{} states given, the network has {}",
-                    states.len(),
-                    self.states.len()
-                ),
-            ));
-        }
-        for (i, (given, mine)) in states.iter().zip(&self.states).enumerate() {
-            if given.shape.dims().get(1..) != mine.shape.dims().get(1..) {
-                return Err(bad(
-                    i,
-                    format!("rows of shape {} do not fit {}", given.shape, mine.shape),
-                ));
-            }
-        }
-        let replaced: Vec<u64> = self
-            .states
-            .iter()
-            .filter_map(|s| s.buffer.as_ref().map(S::id))
-            .collect();
-        self.freed.extend(replaced);
-        let adopt = self.sizer.summary().rows == 0;
-        for (si, (given, mine)) in states.into_iter().zip(&mut self.states).enumerate() {
-            if !adopt {
-                let present = &c.graph.node(c.states[si].present).label;
-                let capacity = given.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
-                self.sizer
-                    .correct(present, &given.shape, given.valid_bytes, capacity)?;
-            }
-            mine.buffer = given.buffer;
-            mine.valid_bytes = given.valid_bytes;
-            mine.shape = given.shape;
-            mine.next_shape = mine.shape.clone();
-        }
-        if adopt {
-            self.sizer = sizer;
-        }
-        Ok(())
-    }
-
-    /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
-    pub fn reset_states(&mut self) {
-        for s in &mut self.states {
-            s.valid_bytes = 0;
-            if let Some(d) = s.shape.0.first_mut() {
-                *d = 0;
-            }
-            s.next_shape = s.shape.clone();
-        }
-    }
-
     fn count_allocation(&mut self, size_bytes: u64) {
         self.stats.allocations += 1;
         self.stats.bytes_allocated_total += size_bytes;
@@ -408,13 +336,29 @@ impl<S: Storage + Clone> Session<S> {
         // The old buffer is dead (this node recomputes its output), so it is released first:
         // the pool may then hand its record to someone else, and peak memory stays lower.
         self.release_slot(k);
-        // Network inputs and host values are written by the host before the submit (their
-        // writes land before every command of it), so they must never share memory with a
-        // node that runs earlier in the same submit: they own their buffers.
-        let pooled =
-            self.options.pool && !matches!(node.role, Role::HostValue | Role::Input { .. });
+        // Network inputs and outputs are placeholders: slots of the network's placeholder
+        // pool, never shared with another node of the same inference. Host values are written
+        // by the host before the submit (their writes land before every command of it), so
+        // they must never share memory with a node that runs earlier in the same submit: they
+        // own their buffers.
+        let io = node.is_output || matches!(node.role, Role::Input { .. });
+        let pooled = self.options.pool && !io && node.role != Role::HostValue;
+        let placeholders = Arc::clone(&self.placeholders);
+        let inference = self.inference;
         let mut attempt = |size: u64| -> Attempt<S::Buffer> {
-            if pooled {
+            if io {
+                let lease = lock(&placeholders).acquire(
+                    &mut self.io_storage,
+                    c.network_id,
+                    inference,
+                    size,
+                    kind,
+                    label,
+                )?;
+                let cap = lease.size_bytes;
+                // A slot taken from the pool's free copies is no new allocation.
+                Ok((Mem::Placeholder(lease), cap, Some(cap)))
+            } else if pooled {
                 let req = PoolRequest {
                     size_bytes: size,
                     kind,
@@ -489,6 +433,10 @@ impl<S: Storage + Clone> Session<S> {
                 self.freed.push(S::id(&b));
                 drop(b);
             }
+            Mem::Placeholder(lease) => {
+                let freed = lock(&self.placeholders).release(&self.io_storage, lease);
+                self.freed.extend(freed);
+            }
             other => slot.mem = other,
         }
         if matches!(self.slots[k].mem, Mem::None) {
@@ -553,65 +501,6 @@ impl<S: Storage + Clone> Session<S> {
         Ok(())
     }
 
-    /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
-    /// past. A larger buffer is taken from the storage; the past is copied into it in order.
-    fn realloc_state(&mut self, k: usize, s: usize, new_shape: &Shape) -> Result<(), RunError> {
-        let c = Arc::clone(&self.compiled);
-        let node = &c.nodes[k];
-        let label = &c.graph.node(node.id).label;
-        let needed = padded_bytes(new_shape, node.dtype)?.max(4);
-        let st = &self.states[s];
-        let capacity = st.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
-        let past_bytes = st.valid_bytes;
-        self.states[s].append_bytes = needed.saturating_sub(past_bytes);
-        self.states[s].next_shape = new_shape.clone();
-        let limits = self.limits();
-        let d = self
-            .sizer
-            .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
-        self.count_prediction(&d, node.dtype)?;
-        if !d.reallocated && capacity >= needed {
-            self.stats.reuses += 1;
-            return Ok(());
-        }
-        let size = if d.reallocated {
-            self.stats.reclaims += u64::from(d.reclaimed);
-            d.reserved_bytes.div_ceil(4).saturating_mul(4).max(needed)
-        } else {
-            needed
-        };
-        let oom = |reason: String| RunError::OutOfMemory {
-            node: label.clone(),
-            requested_bytes: needed,
-            reason,
-        };
-        let buf = match self.storage.allocate(size, AllocKind::UsmDevice, label) {
-            Ok(b) => {
-                if size > needed {
-                    self.stats.preallocations += 1;
-                }
-                b
-            }
-            Err(_) if size > needed => {
-                self.stats.preallocation_fallbacks += 1;
-                let b = self
-                    .storage
-                    .allocate(needed, AllocKind::UsmDevice, label)
-                    .map_err(|e| oom(e.to_string()))?;
-                self.sizer
-                    .correct(label, new_shape, d.needed_bytes, S::size_bytes(&b))?;
-                b
-            }
-            Err(e) => return Err(oom(e.to_string())),
-        };
-        self.count_allocation(S::size_bytes(&buf));
-        if self.states[s].buffer.is_some() {
-            self.stats.state_growths += 1;
-        }
-        self.states[s].grown = Some(buf);
-        Ok(())
-    }
-
     /// Phase 1 of an iteration: checks the given inputs, binds the symbols, then for every
     /// node in processing order `update_shape` (skipped when no input shape changed) and
     /// `realloc_if_needed`. Marks the nodes re-inferred (their dispatch plans are stale).
@@ -667,29 +556,45 @@ impl<S: Storage + Clone> Session<S> {
             bindings.entry(k.clone()).or_insert(*v);
         }
 
+        self.value_changed.iter_mut().for_each(|v| *v = false);
         for k in 0..c.nodes.len() {
             let node = &c.nodes[k];
             let id = node.id;
             let gn = graph.node(id);
-            // update_shape: skip when no input shape changed (data-dependent values such as
-            // ShapeOf results are functions of shapes, so they cannot change either). Compared
-            // in place: this runs for every node of every iteration.
+            // update_shape: skip when no input shape and no input's host value changed (host
+            // values are functions of shapes and of the small integer inputs). Compared in
+            // place: this runs for every node of every iteration.
             let input_shape = match &gn.op {
                 Op::Input(_) => Some(graph.input_shape(id, &bindings)?),
                 _ => None,
             };
-            let changed = match (&self.slots[k].in_shapes, &input_shape) {
-                (None, _) => true,
-                (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
-                (Some(prev), None) => {
-                    prev.len() != gn.inputs.len()
-                        || gn
-                            .inputs
-                            .iter()
-                            .zip(prev)
-                            .any(|(i, p)| &self.shapes[i.index()] != p)
-                }
+            // A small integer input's values are host values too (a reshape target fed as an
+            // input is shape data).
+            let fed = match (&gn.op, self.feeds_shape[id.index()]) {
+                (Op::Input(_), true) => inputs
+                    .iter()
+                    .find(|(l, _)| *l == gn.label)
+                    .and_then(|(_, t)| shape_data::decode_constant(gn.dtype, &t.bytes)),
+                _ => None,
             };
+            if matches!(gn.op, Op::Input(_)) && fed != self.values[id.index()] {
+                self.value_changed[id.index()] = true;
+            }
+            let values_changed = self.value_changed[id.index()]
+                || gn.inputs.iter().any(|i| self.value_changed[i.index()]);
+            let changed = values_changed
+                || match (&self.slots[k].in_shapes, &input_shape) {
+                    (None, _) => true,
+                    (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
+                    (Some(prev), None) => {
+                        prev.len() != gn.inputs.len()
+                            || gn
+                                .inputs
+                                .iter()
+                                .zip(prev)
+                                .any(|(i, p)| &self.shapes[i.index()] != p)
+                    }
+                };
             if !changed {
                 self.stats.shape_updates_skipped += 1;
                 if node.role == Role::HostValue && self.options.poison {
@@ -707,6 +612,10 @@ impl<S: Storage + Clone> Session<S> {
             };
             self.stats.shape_updates += 1;
             let (shape, value) = graph.infer_node(id, &bindings, &self.shapes, &self.values)?;
+            let value = fed.or(value);
+            if value != self.values[id.index()] {
+                self.value_changed[id.index()] = true;
+            }
             // update_impl happens when the dispatch is recorded (module docs).
             match node.role {
                 Role::Constant | Role::ShapeOnly | Role::Input { state: Some(_) } => {}
@@ -813,6 +722,7 @@ impl<S: Storage + Clone> Session<S> {
             Mem::None | Mem::Constant => None,
             Mem::Pool(v) => self.pool.buffer(v).ok().map(|b| (b, v.offset_bytes)),
             Mem::Own(b) => Some((b, 0)),
+            Mem::Placeholder(l) => Some((&*l.buffer, l.offset_bytes)),
             Mem::Arena(off) => self.arena.as_ref().map(|a| (a, *off)),
             Mem::State(s) => self.states[*s].current().map(|b| (b, 0)),
         }
@@ -840,7 +750,9 @@ impl<S: Storage + Clone> Session<S> {
         };
         let available = S::size_bytes(buffer).saturating_sub(offset_bytes);
         let size_bytes = match self.slots[k].mem {
-            Mem::Arena(_) | Mem::Pool(_) => self.slots[k].capacity_bytes.min(available),
+            Mem::Arena(_) | Mem::Pool(_) | Mem::Placeholder(_) => {
+                self.slots[k].capacity_bytes.min(available)
+            }
             _ => available,
         };
         Some(View {
@@ -850,171 +762,5 @@ impl<S: Storage + Clone> Session<S> {
             shape: &self.shapes[id.index()],
             dtype: c.nodes[k].dtype,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::graph::Graph;
-    use crate::memory::pool::HostStorage;
-    use crate::memory::predictor::Policy;
-    use crate::runtime::compile::{NetworkOptions, StateBinding, Target};
-    use crate::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
-    use proptest::prelude::*;
-    use std::collections::BTreeMap;
-
-    fn decoder() -> (Graph, Vec<StateBinding>) {
-        let config = DecoderConfig {
-            layers: 1,
-            heads: 2,
-            dim: 8,
-            vocab: 16,
-            max_positions: 256,
-            seed: 1,
-        };
-        let g = build_graph(&config, &DecoderWeights::generate(&config)).unwrap();
-        let states = g
-            .states
-            .iter()
-            .map(|(p, q)| StateBinding {
-                past: p.clone(),
-                present: q.clone(),
-            })
-            .collect();
-        (g.graph, states)
-    }
-
-    fn step_inputs(seq: u64, at: u64) -> (HostTensor, HostTensor) {
-        let ids: Vec<i32> = (0..seq as i32).map(|i| i % 16).collect();
-        let pos: Vec<i32> = (at as i32..(at + seq) as i32).collect();
-        (
-            HostTensor::i32(Shape::new(vec![seq]), &ids),
-            HostTensor::i32(Shape::new(vec![seq]), &pos),
-        )
-    }
-
-    /// Checks what the executor relies on after `prepare`: every output the device writes
-    /// has a buffer range at least as large as its shape, nodes that must not share memory
-    /// do not share a pool record, and the states' bookkeeping adds up.
-    fn check_prepared(s: &Session<HostStorage>) -> Result<(), TestCaseError> {
-        let c = Arc::clone(&s.compiled);
-        let mut record_of: BTreeMap<usize, crate::memory::pool::RecordId> = BTreeMap::new();
-        for (k, node) in c.nodes.iter().enumerate() {
-            let needed = s.shape(node.id).size_bytes(node.dtype).unwrap();
-            match node.role {
-                Role::Kernel | Role::Copy | Role::ConcatCopy | Role::HostValue => {
-                    let v = s
-                        .view(node.id)
-                        .ok_or_else(|| TestCaseError::fail(format!("node {k} has no buffer")))?;
-                    prop_assert!(
-                        v.size_bytes >= needed,
-                        "node {k}: {} < {needed}",
-                        v.size_bytes
-                    );
-                    prop_assert!(
-                        v.offset_bytes + needed <= v.buffer.data.len() as u64,
-                        "node {k} runs past its buffer"
-                    );
-                }
-                Role::StateConcat { state } => {
-                    let st = &s.states[state];
-                    let cap = st.current().map_or(0, |b| b.data.len() as u64);
-                    prop_assert!(cap >= needed, "state {state}: capacity {cap} < {needed}");
-                    prop_assert_eq!(st.valid_bytes + st.append_bytes, needed.div_ceil(4) * 4);
-                }
-                _ => {}
-            }
-            if let Mem::Pool(v) = &s.slots[k].mem {
-                record_of.insert(k, v.record);
-            }
-        }
-        for (&k, r) in &record_of {
-            for p in &c.nodes[k].restrictions {
-                if let Some(r2) = record_of.get(&p.index()) {
-                    prop_assert!(
-                        r != r2,
-                        "positions {k} and {} conflict but share a record",
-                        p
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-        #[test]
-        fn sessions_on_host_storage_size_every_output_and_keep_the_kv_cache(
-            chunks in prop::collection::vec(1u64..6, 1..12),
-            policy in prop::sample::select(vec![Policy::None, Policy::Reference, Policy::Adaptive]),
-            pool in any::<bool>(),
-            planner in any::<bool>(),
-            fixed_seq in any::<bool>(),
-        ) {
-            let (graph, states) = decoder();
-            let mut fixed = Bindings::new();
-            let chunks: Vec<u64> = if fixed_seq {
-                fixed.insert("seq".into(), 1);
-                chunks.iter().map(|_| 1).collect()
-            } else {
-                chunks
-            };
-            let options = NetworkOptions { planner, fixed, states, io_kind: None };
-            let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice };
-            let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
-            let storage = HostStorage::new();
-            let mut run = RunOptions::new(policy);
-            run.pool = pool;
-            let mut s = Session::new(compiled, run, storage.clone()).unwrap();
-            let mut rows = 0u64;
-            for &seq in &chunks {
-                let (ids, pos) = step_inputs(seq, rows);
-                s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)]).unwrap();
-                check_prepared(&s)?;
-                s.commit();
-                rows += seq;
-                for shape in s.state_shapes() {
-                    prop_assert_eq!(shape.dims(), &[rows, 8]);
-                }
-            }
-            prop_assert!(storage.bytes_in_use() > 0);
-            drop(s);
-            prop_assert_eq!(storage.bytes_in_use(), 0, "dropping the session frees everything");
-        }
-    }
-
-    #[test]
-    fn a_failed_step_leaves_the_states_as_they_were() {
-        let (graph, states) = decoder();
-        let options = NetworkOptions {
-            states,
-            ..NetworkOptions::default()
-        };
-        let target = Target {
-            align_bytes: 256,
-            io_kind: AllocKind::UsmDevice,
-        };
-        let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
-        // A host budget that holds a short prefill but not a long one.
-        let storage = HostStorage::with_budget(200_000);
-        let mut s = Session::new(compiled, RunOptions::new(Policy::Reference), storage).unwrap();
-        let (ids, pos) = step_inputs(4, 0);
-        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
-            .unwrap();
-        s.commit();
-        let (ids, pos) = step_inputs(200, 4);
-        let e = s
-            .prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
-            .unwrap_err();
-        assert!(matches!(e, RunError::OutOfMemory { .. }), "{e}");
-        s.abort();
-        assert!(s.state_shapes().iter().all(|sh| sh.dims() == [4, 8]));
-        let (ids, pos) = step_inputs(1, 4);
-        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
-            .unwrap();
-        s.commit();
-        assert!(s.state_shapes().iter().all(|sh| sh.dims() == [5, 8]));
     }
 }

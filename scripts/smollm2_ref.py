@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""Independent reference for dynrt's GGUF, tokenizer and llama code, on numpy, the `gguf`
+package (its reader and `dequantize`), the `tokenizers` package and `jinja2`. Run it with the
+python of scripts/pyenv.sh.
+
+  generate        tokenise a prompt (raw, or in the model's chat template), run the llama
+                  forward pass in float64 (or float32), greedy-decode N tokens; write JSON
+                  (prompt ids, generated ids, text, per-step top logits) and the full logit
+                  rows as a float32 .npy (steps x vocab)
+  tokenize        encode strings with special tokens matched and as plain text; decode
+  dequant         sha256 and first values of every tensor dequantized to float32
+  write-test-gguf write a small GGUF with every metadata type and F32/F16/Q8_0/Q4_1
+                  tensors, and a JSON of what it holds (values as the package dequantizes)
+
+The forward pass mirrors llama.cpp's llama graph: RMSNorm; Q/K/V projections; RoPE on
+*adjacent* pairs (x[2i], x[2i+1]) with the base from the metadata, because GGUF's llama Q/K
+rows are permuted from the Hugging Face layout; grouped-query attention with a causal mask;
+SwiGLU; the head is token_embd when there is no output.weight (tied).
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, GGMLQuantizationType
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.quants import dequantize, quantize
+
+
+def field(reader, key, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def tensor_array(t, dtype=np.float32):
+    """A tensor dequantized, shaped (rows..., row_len): numpy order, the reverse of ggml's dims."""
+    shape = tuple(int(d) for d in reversed(t.shape))
+    return np.asarray(dequantize(t.data, t.tensor_type), dtype=dtype).reshape(shape)
+
+
+# --- tokenizer -------------------------------------------------------------------------------
+
+
+def build_tokenizer(reader):
+    """The Hugging Face tokenizer of a GPT-2 style GGUF vocabulary.
+
+    SmolLM2's own tokenizer.json is Sequence[Digits(individual_digits=True),
+    ByteLevel(add_prefix_space=False, use_regex=True)], no normalizer, a BPE model, the
+    ByteLevel decoder, and its 17 special tokens as added tokens; llama.cpp's `smollm`
+    pre-tokenizer is the same split (the regex \\p{N} first, then GPT-2's).
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    model = field(reader, "tokenizer.ggml.model")
+    pre = field(reader, "tokenizer.ggml.pre", "default")
+    if model != "gpt2":
+        sys.exit(f"tokenizer.ggml.model is {model!r}: only gpt2 is handled")
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    types = field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    merges = [tuple(m.split(" ")) for m in field(reader, "tokenizer.ggml.merges")]
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    tok = Tokenizer(models.BPE(vocab, merges, dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("smollm", "starcoder", "refact", "codeshell"):
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    elif pre in ("gpt2", "default"):
+        tok.pre_tokenizer = byte_level
+    else:
+        sys.exit(f"tokenizer.ggml.pre {pre!r} is not handled")
+    tok.decoder = decoders.ByteLevel()
+    # Control tokens (type 3) are special; user-defined ones (type 4) are added tokens that
+    # are always matched.
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i, ty in enumerate(types) if ty == 3])
+    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i, ty in enumerate(types) if ty == 4])
+    return tok
+
+
+def encode(tok, text, allow_special=True):
+    tok.encode_special_tokens = not allow_special
+    try:
+        return tok.encode(text, add_special_tokens=False).ids
+    finally:
+        tok.encode_special_tokens = False
+
+
+def render_chat(reader, messages, add_generation_prompt=True):
+    """The chat template rendered as Hugging Face transformers renders it."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    source = field(reader, "tokenizer.chat_template")
+    if source is None:
+        sys.exit("the model has no tokenizer.chat_template")
+    tokens = field(reader, "tokenizer.ggml.tokens")
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    bos = field(reader, "tokenizer.ggml.bos_token_id")
+    eos = field(reader, "tokenizer.ggml.eos_token_id")
+    return env.from_string(source).render(
+        messages=messages,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=tokens[bos] if bos is not None else "",
+        eos_token=tokens[eos] if eos is not None else "",
+    )
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+class Llama:
+    def __init__(self, reader, dtype):
+        self.dtype = dtype
+        arch = field(reader, "general.architecture")
+        if arch != "llama":
+            sys.exit(f"general.architecture is {arch!r}, not llama")
+
+        def key(k, default=None):
+            return field(reader, f"{arch}.{k}", default)
+
+        self.n_layers = int(key("block_count"))
+        self.width = int(key("embedding_length"))
+        self.n_heads = int(key("attention.head_count"))
+        self.n_kv = int(key("attention.head_count_kv", self.n_heads))
+        self.head_dim = int(key("attention.key_length", self.width // self.n_heads))
+        self.rope_dim = int(key("rope.dimension_count", self.head_dim))
+        self.eps = float(key("attention.layer_norm_rms_epsilon"))
+        self.rope_base = float(key("rope.freq_base", 10000.0))
+        self.context = int(key("context_length"))
+        tensors = {t.name: t for t in reader.tensors}
+
+        def w(name):
+            return tensor_array(tensors[name], dtype)
+
+        self.embd = w("token_embd.weight")
+        self.vocab = self.embd.shape[0]
+        self.tied = "output.weight" not in tensors
+        self.head = self.embd if self.tied else w("output.weight")
+        self.out_norm = w("output_norm.weight")
+        self.layers = []
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            self.layers.append({n: w(p + n + ".weight") for n in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+        i = np.arange(self.rope_dim // 2, dtype=np.float64)
+        self.inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim)
+
+    def config(self):
+        return {
+            "layers": self.n_layers, "embedding": self.width, "heads": self.n_heads, "kv_heads": self.n_kv,
+            "head_dim": self.head_dim, "rope_dim": self.rope_dim, "rms_eps": self.eps, "rope_base": self.rope_base,
+            "context": self.context, "vocab": self.vocab, "tied_output": self.tied,
+        }
+
+    def rms_norm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, positions):
+        """x: (T, heads, head_dim); rotates the adjacent pairs of the first rope_dim elements."""
+        angles = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # (T, rope_dim/2)
+        cos = np.cos(angles).astype(self.dtype)[:, None, :]
+        sin = np.sin(angles).astype(self.dtype)[:, None, :]
+        out = x.copy()
+        x0 = x[..., 0:self.rope_dim:2]
+        x1 = x[..., 1:self.rope_dim:2]
+        out[..., 0:self.rope_dim:2] = x0 * cos - x1 * sin
+        out[..., 1:self.rope_dim:2] = x0 * sin + x1 * cos
+        return out
+
+    def forward(self, ids, cache):
+        """Runs the new tokens `ids` after the `cache` (a list of per-layer (K, V)); returns
+        the logits of the last position."""
+        t = len(ids)
+        past = 0 if cache[0] is None else cache[0][0].shape[0]
+        positions = np.arange(past, past + t)
+        x = self.embd[np.asarray(ids)]
+        group = self.n_heads // self.n_kv
+        scale = 1.0 / np.sqrt(self.head_dim)
+        # Query i (absolute position past + i) sees keys 0..=past + i.
+        mask = np.arange(past + t)[None, :] > positions[:, None]
+        for li, L in enumerate(self.layers):
+            h = self.rms_norm(x, L["attn_norm"])
+            q = self.rope((h @ L["attn_q"].T).reshape(t, self.n_heads, self.head_dim), positions)
+            k = self.rope((h @ L["attn_k"].T).reshape(t, self.n_kv, self.head_dim), positions)
+            v = (h @ L["attn_v"].T).reshape(t, self.n_kv, self.head_dim)
+            if cache[li] is not None:
+                k = np.concatenate([cache[li][0], k])
+                v = np.concatenate([cache[li][1], v])
+            cache[li] = (k, v)
+            out = np.empty((t, self.n_heads, self.head_dim), dtype=self.dtype)
+            for hd in range(self.n_heads):
+                kv = hd // group
+                s = (q[:, hd, :] @ k[:, kv, :].T) * scale
+                s = np.where(mask, -np.inf, s)
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                out[:, hd, :] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, kv, :]
+            x = x + out.reshape(t, -1) @ L["attn_output"].T
+            h = self.rms_norm(x, L["ffn_norm"])
+            g = h @ L["ffn_gate"].T
+            x = x + ((g / (1.0 + np.exp(-g))) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+        last = self.rms_norm(x[-1], self.out_norm)
+        return last @ self.head.T
+
+
+def cmd_generate(a):
+    reader = GGUFReader(a.model)
+    tok = build_tokenizer(reader)
+    if a.chat is not None:
+        text = render_chat(reader, [{"role": "user", "content": a.chat}])
+    else:
+        text = a.prompt
+    prompt_ids = encode(tok, text, allow_special=a.special == "allow")
+    dtype = np.float64 if a.dtype == "float64" else np.float32
+    model = Llama(reader, dtype)
+    if len(prompt_ids) + a.max_tokens > model.context:
+        sys.exit(f"{len(prompt_ids)} prompt tokens + {a.max_tokens} exceed the context of {model.context}")
+    eos = field(reader, "tokenizer.ggml.eos_token_id")
+    cache = [None] * model.n_layers
+    logits = model.forward(prompt_ids, cache)
+    generated, rows, top = [], [], []
+    for _ in range(a.max_tokens):
+        rows.append(logits.astype(np.float32))
+        order = np.argsort(-logits, kind="stable")[:5]
+        top.append([[int(i), float(logits[i])] for i in order])
+        nxt = int(np.argmax(logits))
+        generated.append(nxt)
+        if nxt == eos and not a.ignore_eos:
+            break
+        if len(generated) < a.max_tokens:
+            logits = model.forward([nxt], cache)
+    shown = [i for i in generated if i != eos]
+    out = {
+        "model": a.model,
+        "dtype": a.dtype,
+        "chat": a.chat is not None,
+        "input": a.chat if a.chat is not None else a.prompt,
+        "rendered": text,
+        "prompt_ids": prompt_ids,
+        "generated_ids": generated,
+        "text": tok.decode(shown, skip_special_tokens=False),
+        "eos_id": eos,
+        "config": model.config(),
+        "top5": top,
+        "logits_npy": a.logits,
+        "logits_shape": [len(rows), model.vocab],
+    }
+    if a.logits:
+        np.save(a.logits, np.stack(rows))
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+    print(out["text"])
+
+
+def cmd_tokenize(a):
+    reader = GGUFReader(a.model)
+    tok = build_tokenizer(reader)
+    with open(a.input, encoding="utf-8") as f:
+        texts = json.load(f)["texts"]
+    allow = [encode(tok, t, True) for t in texts]
+    plain = [encode(tok, t, False) for t in texts]
+    out = {
+        "allow": allow,
+        "plain": plain,
+        "decoded_allow": [tok.decode(ids, skip_special_tokens=False) for ids in allow],
+        "chat": render_chat(reader, [{"role": "user", "content": "What is the capital of France?"}]),
+    }
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False)
+
+
+def cmd_dequant(a):
+    reader = GGUFReader(a.model)
+    out = []
+    for t in reader.tensors:
+        v = tensor_array(t)
+        out.append({
+            "name": t.name,
+            "type": int(t.tensor_type),
+            "dims": [int(d) for d in t.shape],
+            "sha256": hashlib.sha256(np.ascontiguousarray(v, dtype="<f4").tobytes()).hexdigest(),
+            "first": [float(x) for x in v.reshape(-1)[:16]],
+        })
+    with open(a.out, "w") as f:
+        json.dump({"tensors": out}, f)
+
+
+def cmd_write_test_gguf(a):
+    V = GGUFValueType
+    w = GGUFWriter(a.out, arch="llama")
+    w.add_custom_alignment(64)
+    scalars = [
+        ("t.u8", 200, V.UINT8), ("t.i8", -100, V.INT8), ("t.u16", 60000, V.UINT16), ("t.i16", -30000, V.INT16),
+        ("t.u32", 4000000000, V.UINT32), ("t.i32", -2000000000, V.INT32), ("t.f32", 1.0e-5, V.FLOAT32),
+        ("t.bool", True, V.BOOL), ("t.str", "héllo <|im_start|> 😀", V.STRING),
+        ("t.u64", 2**63 + 5, V.UINT64), ("t.i64", -2**62, V.INT64), ("t.f64", 3.141592653589793, V.FLOAT64),
+    ]
+    for k, v, ty in scalars:
+        w.add_key_value(k, v, ty)
+    arrays = [
+        ("a.u8", [1, 2, 255], V.UINT8), ("a.i8", [-1, 2], V.INT8), ("a.u16", [7, 65535], V.UINT16),
+        ("a.i16", [-7], V.INT16), ("a.u32", [1, 2, 3], V.UINT32), ("a.i32", [-5, 6], V.INT32),
+        ("a.f32", [0.5, -2.25], V.FLOAT32), ("a.bool", [True, False, True], V.BOOL),
+        ("a.str", ["a", "", "ü b"], V.STRING), ("a.u64", [2**64 - 1], V.UINT64),
+        ("a.i64", [-(2**63)], V.INT64), ("a.f64", [1e300, -0.0], V.FLOAT64),
+    ]
+    for k, v, ty in arrays:
+        w.add_key_value(k, v, V.ARRAY, sub_type=ty)
+    # Nested arrays: the writer infers inner element types (int -> i32, str -> string).
+    nested = {"a.nested": [[1, 2], [3]], "a.nested_str": [["x", "y"], ["z"]], "a.deep": [[[4, 5], [6]]]}
+    for k, v in nested.items():
+        w.add_key_value(k, v, V.ARRAY, sub_type=V.ARRAY)
+
+    rng = np.random.default_rng(12)
+    tensors = []
+    for name, qtype, shape in [
+        ("f32", GGMLQuantizationType.F32, (3, 5)),
+        ("f16", GGMLQuantizationType.F16, (4, 6)),
+        ("q8_0", GGMLQuantizationType.Q8_0, (3, 64)),
+        ("q4_1", GGMLQuantizationType.Q4_1, (5, 96)),
+        ("q4_1_3d", GGMLQuantizationType.Q4_1, (2, 3, 32)),
+    ]:
+        data = rng.standard_normal(shape).astype(np.float32) * 3
+        raw = quantize(data, qtype)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        values = np.asarray(dequantize(raw, qtype), dtype=np.float32).reshape(-1)
+        tensors.append({"name": name, "type": int(qtype), "dims": list(reversed(shape)),
+                        "values": [float(x) for x in values]})
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    def stored(v, ty):
+        """The value as the file holds it (an f32 key holds the float rounded to f32)."""
+        return float(np.float32(v)) if ty == V.FLOAT32 else v
+
+    expect = {
+        "scalars": [{"key": k, "type": ty.name, "value": stored(v, ty)} for k, v, ty in scalars],
+        "arrays": [{"key": k, "type": ty.name, "value": v} for k, v, ty in arrays],
+        "nested": nested,
+        "alignment": 64,
+        "tensors": tensors,
+        "quant_sizes": {t.name: [int(t), bs, ts] for t, (bs, ts) in GGML_QUANT_SIZES.items()},
+    }
+    with open(a.json, "w", encoding="utf-8") as f:
+        json.dump(expect, f, ensure_ascii=False)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--model", required=True)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="raw text")
+    src.add_argument("--chat", help="a user message, rendered with the model's chat template")
+    g.add_argument("--special", choices=["allow", "plain"], default="allow",
+                   help="match control tokens written in the text (default) or encode them as text")
+    g.add_argument("--max-tokens", type=int, default=16)
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-sequence token")
+    g.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    g.add_argument("--out", required=True, help="JSON result")
+    g.add_argument("--logits", help="float32 .npy of the logit rows (steps x vocab)")
+    g.set_defaults(fn=cmd_generate)
+    t = sub.add_parser("tokenize")
+    t.add_argument("--model", required=True)
+    t.add_argument("--input", required=True, help='JSON {"texts": [...]}')
+    t.add_argument("--out", required=True)
+    t.set_defaults(fn=cmd_tokenize)
+    d = sub.add_parser("dequant")
+    d.add_argument("--model", required=True)
+    d.add_argument("--out", required=True)
+    d.set_defaults(fn=cmd_dequant)
+    wt = sub.add_parser("write-test-gguf")
+    wt.add_argument("--out", required=True)
+    wt.add_argument("--json", required=True)
+    wt.set_defaults(fn=cmd_write_test_gguf)
+    a = p.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

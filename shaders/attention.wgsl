@@ -1,0 +1,301 @@
+// The attention family of a llama-style decoder: rotary position embedding on adjacent pairs
+// and causal grouped-query attention over a sequence-major KV cache.
+//
+// Entry points:
+//   attention_rope  workgroup size 256, one invocation per pair (x[2i], x[2i+1]) of x
+//                   [rows, width]: out = (x0 cos - x1 sin, x0 sin + x1 cos) with cos/sin read
+//                   from the table row of the row's position, for the first rope_dim elements
+//                   of each head; later elements pass through; a position outside the table
+//                   writes zeros. Invocations linearised (wid.x + wid.y * num_workgroups.x) *
+//                   256 + lid.
+//   attention_gqa   workgroup size 64, one workgroup per (query row s, head h), linearised
+//                   wid.x + wid.y * num_workgroups.x = s * heads + h. Query s sees keys
+//                   0..=past + s (past = t - s) of KV head h / (heads / kv_heads). Each
+//                   invocation takes keys lid, lid + 64, ... and keeps its own online softmax
+//                   (running max m, sum l, accumulator acc[head_dim]) so any number of keys
+//                   works with registers of one head; the 64 partial results are then merged
+//                   in workgroup memory (max, rescaled sums, then the accumulators 32 dims at a
+//                   time). head_dim <= 128 (MAX_D).
+//   attention_gqa4  the same with vec4 loads and vec4 registers, when head_dim and the q, k, v
+//                   element offsets are multiples of 4 (the usual case). On lavapipe at 2048
+//                   keys it took 3.3 ms per SmolLM2 layer against the scalar entry's 4.4 ms
+//                   (best of 19 submits each, interleaved). Sharing each K/V load between the
+//                   query heads of a group through per-invocation arrays was tried and was
+//                   3-4x slower there: the arrays it needs spill.
+//
+// Bindings (group 0):
+//   attention_rope: 0 uniform RopeParams, 1 x [rows, width], 2 positions [rows] (i32),
+//                   3 table [table_rows, rope_dim], 4 out [rows, width]
+//   attention_gqa(4): 0 uniform GqaParams, 1 q [s, heads * head_dim],
+//                   2 k [t, kv_heads * head_dim], 3 v [t, kv_heads * head_dim],
+//                   4 out [s, heads * head_dim]
+//
+// Rust mirrors (src/gpu/kernels/attention.rs, #[repr(C)], bytemuck::Pod):
+//   struct RopeParams { rows: u32, width: u32, head_dim: u32, rope_dim: u32,
+//                       table_rows: u32, x_offset: u32, pos_offset: u32, table_offset: u32,
+//                       out_offset: u32, _pad: [u32; 3] }                        // 48 bytes
+//   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
+//                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
+//                      scale: f32, _pad: [u32; 2] }                              // 48 bytes
+// Offsets are in elements from the start of each binding.
+
+struct RopeParams {
+    rows: u32,
+    width: u32,
+    head_dim: u32,
+    rope_dim: u32,
+    table_rows: u32,
+    x_offset: u32,
+    pos_offset: u32,
+    table_offset: u32,
+    out_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+struct GqaParams {
+    s: u32,
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    q_offset: u32,
+    k_offset: u32,
+    v_offset: u32,
+    out_offset: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> rp: RopeParams;
+@group(0) @binding(0) var<uniform> gp: GqaParams;
+
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> positions: array<i32>;
+@group(0) @binding(3) var<storage, read_write> table: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dst: array<f32>;
+
+@group(0) @binding(1) var<storage, read_write> q: array<f32>;
+@group(0) @binding(2) var<storage, read_write> k: array<f32>;
+@group(0) @binding(3) var<storage, read_write> v: array<f32>;
+
+@group(0) @binding(1) var<storage, read_write> q4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> k4: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> v4: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn attention_rope(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let pair = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let half_width = rp.width / 2u;
+    if pair >= rp.rows * half_width {
+        return;
+    }
+    let row = pair / half_width;
+    let col = (pair % half_width) * 2u;
+    let d = col % rp.head_dim;
+    let xi = rp.x_offset + row * rp.width + col;
+    let oi = rp.out_offset + row * rp.width + col;
+    let p = positions[rp.pos_offset + row];
+    if p < 0 || u32(p) >= rp.table_rows {
+        dst[oi] = 0.0;
+        dst[oi + 1u] = 0.0;
+        return;
+    }
+    let x0 = x[xi];
+    let x1 = x[xi + 1u];
+    if d >= rp.rope_dim {
+        dst[oi] = x0;
+        dst[oi + 1u] = x1;
+        return;
+    }
+    let ti = rp.table_offset + u32(p) * rp.rope_dim + d;
+    let c = table[ti];
+    let sn = table[ti + 1u];
+    dst[oi] = x0 * c - x1 * sn;
+    dst[oi + 1u] = x0 * sn + x1 * c;
+}
+
+const WG: u32 = 64u;
+const MAX_D: u32 = 128u;
+// Lowest finite f32: the running max of an invocation that has seen no key yet (exp of it
+// minus any finite score is exactly 0, never NaN).
+const LOWEST: f32 = -3.4028234663852886e38;
+
+var<workgroup> m_sh: array<f32, 64>;
+var<workgroup> l_sh: array<f32, 64>;
+var<workgroup> acc_sh: array<f32, 2048>;
+
+// Merges the 64 partial softmaxes of a workgroup (each invocation's running max m and sum
+// l): returns this invocation's rescale factor exp(m - max) and 1 / (the rescaled total).
+// Called by every invocation in uniform control flow.
+fn merge_softmax(lid: u32, m: f32, l: f32) -> vec2<f32> {
+    m_sh[lid] = m;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if lid < stride {
+            m_sh[lid] = max(m_sh[lid], m_sh[lid + stride]);
+        }
+        workgroupBarrier();
+    }
+    let f = exp(m - m_sh[0]);
+    l_sh[lid] = l * f;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if lid < stride {
+            l_sh[lid] += l_sh[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    return vec2<f32>(f, 1.0 / l_sh[0]);
+}
+
+// After every invocation wrote its rescaled accumulators of dims c..c+32 to acc_sh: sums
+// each dim over the 64 invocations into the output row at ob, scaled by inv.
+fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
+    workgroupBarrier();
+    if lid < 32u && c + lid < hd {
+        var sum = 0.0;
+        for (var i = 0u; i < WG; i++) {
+            sum += acc_sh[i * 32u + lid];
+        }
+        dst[ob + c + lid] = sum * inv;
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(64)
+fn attention_gqa(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    // Uniform per workgroup (builtins and uniforms only): the early return keeps every
+    // barrier below in uniform control flow.
+    let item = wid.x + wid.y * nwg.x;
+    if item >= gp.s * gp.heads {
+        return;
+    }
+    let s = item / gp.heads;
+    let h = item % gp.heads;
+    let g = h / (gp.heads / gp.kv_heads);
+    let hd = gp.head_dim;
+    let last = gp.t - gp.s + s;
+    let kw = gp.kv_heads * hd;
+
+    var qv: array<f32, MAX_D>;
+    var acc: array<f32, MAX_D>;
+    let qb = gp.q_offset + s * gp.heads * hd + h * hd;
+    for (var e = 0u; e < hd; e++) {
+        qv[e] = q[qb + e] * gp.scale;
+        acc[e] = 0.0;
+    }
+    var m = LOWEST;
+    var l = 0.0;
+    for (var j = lid; j <= last; j += WG) {
+        let kb = gp.k_offset + j * kw + g * hd;
+        var score = 0.0;
+        for (var e = 0u; e < hd; e++) {
+            score += qv[e] * k[kb + e];
+        }
+        if score > m {
+            // A new running max: rescale what was summed so far.
+            let corr = exp(m - score);
+            l *= corr;
+            for (var e = 0u; e < hd; e++) {
+                acc[e] *= corr;
+            }
+            m = score;
+        }
+        let w = exp(score - m);
+        l += w;
+        let vb = gp.v_offset + j * kw + g * hd;
+        for (var e = 0u; e < hd; e++) {
+            acc[e] += w * v[vb + e];
+        }
+    }
+
+    let fi = merge_softmax(lid, m, l);
+    let ob = gp.out_offset + s * gp.heads * hd + h * hd;
+    for (var c = 0u; c < hd; c += 32u) {
+        for (var e = 0u; e < 32u; e++) {
+            if c + e < hd {
+                acc_sh[lid * 32u + e] = acc[c + e] * fi.x;
+            }
+        }
+        store_dims(lid, c, hd, ob, fi.y);
+    }
+}
+
+// attention_gqa with vec4 loads and registers: head_dim and the q/k/v element offsets are
+// multiples of 4 (offsets in the uniform are still in f32 elements).
+@compute @workgroup_size(64)
+fn attention_gqa4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let item = wid.x + wid.y * nwg.x;
+    if item >= gp.s * gp.heads {
+        return;
+    }
+    let s = item / gp.heads;
+    let h = item % gp.heads;
+    let g = h / (gp.heads / gp.kv_heads);
+    let hd4 = gp.head_dim / 4u;
+    let last = gp.t - gp.s + s;
+    let kw4 = gp.kv_heads * hd4;
+
+    var qv: array<vec4<f32>, 32>;
+    var acc: array<vec4<f32>, 32>;
+    let qb = gp.q_offset / 4u + s * gp.heads * hd4 + h * hd4;
+    for (var e = 0u; e < hd4; e++) {
+        qv[e] = q4[qb + e] * gp.scale;
+        acc[e] = vec4<f32>(0.0);
+    }
+    var m = LOWEST;
+    var l = 0.0;
+    for (var j = lid; j <= last; j += WG) {
+        let kb = gp.k_offset / 4u + j * kw4 + g * hd4;
+        var score = 0.0;
+        for (var e = 0u; e < hd4; e++) {
+            score += dot(qv[e], k4[kb + e]);
+        }
+        if score > m {
+            let corr = exp(m - score);
+            l *= corr;
+            for (var e = 0u; e < hd4; e++) {
+                acc[e] *= corr;
+            }
+            m = score;
+        }
+        let w = exp(score - m);
+        l += w;
+        let vb = gp.v_offset / 4u + j * kw4 + g * hd4;
+        for (var e = 0u; e < hd4; e++) {
+            acc[e] += w * v4[vb + e];
+        }
+    }
+
+    let fi = merge_softmax(lid, m, l);
+    let hd = gp.head_dim;
+    let ob = gp.out_offset + s * gp.heads * hd + h * hd;
+    for (var c = 0u; c < hd; c += 32u) {
+        for (var e = 0u; e < 8u; e++) {
+            let i4 = c / 4u + e;
+            if i4 < hd4 {
+                let a = acc[i4] * fi.x;
+                acc_sh[lid * 32u + e * 4u] = a.x;
+                acc_sh[lid * 32u + e * 4u + 1u] = a.y;
+                acc_sh[lid * 32u + e * 4u + 2u] = a.z;
+                acc_sh[lid * 32u + e * 4u + 3u] = a.w;
+            }
+        }
+        store_dims(lid, c, hd, ob, fi.y);
+    }
+}

@@ -1,0 +1,549 @@
+// Kernels that read weights in their stored format and dequantize as they read: the `linear`
+// op, y[m, n] = sum_k x[m, k] * w[n, k], and the embedding gather from f16 / block tables.
+//
+// Weights w [N, K] are read as 32-bit words in the GGUF row layout. The format is a
+// pipeline-overridable constant (WEIGHT_FORMAT), so each format gets its own pipeline with the
+// switches folded away:
+//   0 f32   K words per row
+//   1 f16   element e = n * K + k is half (e & 1) of word e / 2
+//   2 q4_1  blocks of 32 elements in 20 bytes (5 words): word 0 = f16 d | f16 m << 16, words
+//           1..4 = 16 bytes of nibbles; byte j holds element j (low nibble) and j + 16 (high);
+//           value = d * q + m. Blocks are word aligned.
+//   3 q8_0  blocks of 32 elements in 34 bytes: f16 d, 32 i8 q; value = d * q. A block starts
+//           at a byte offset that is 0 or 2 mod 4; both cases read 9 words.
+// Block formats need K % 32 == 0 (checked on the host); f32 and f16 take any K (the last
+// partial block is read element by element).
+//
+// What bounds these kernels on llvmpipe/lavapipe (README, "Graph and kernels"): every storage
+// or workgroup-memory load costs a few ns per invocation and component, while FMAs and values
+// held in registers (constant-indexed, so the compiler keeps them out of memory) are cheap.
+// So the linear kernels load each weight word once per call, reuse every loaded x value
+// across many weight rows, and keep x and the accumulators in registers; dot products of a
+// block use the raw quantized values, d * dot(x, q) + m * sum(x), so a q4_1 block costs 5
+// loads and no dequantization multiply per element.
+//
+// Entry points (linear):
+//   quant_matvec_wg8, quant_matvec_wg64  decode (a few rows of x): each invocation owns
+//       `rows` consecutive output rows (uniform, <= 64) of one x row and walks K one block at
+//       a time: the 32 values of x are loaded once per block into registers and used for all
+//       its rows, each weight word is loaded once. The same body with 8 invocations per
+//       workgroup (software adapters: one SIMD group per workgroup, so the host picks `rows`
+//       to give every CPU thread a full group) or 64 (hardware GPUs).
+//   quant_regtile  prefill on software adapters: each invocation computes an 8 x `rows`
+//       block of the output (8 rows of x held in registers, `rows` <= 64 weight rows walked
+//       one at a time), reading x and the packed weights straight from storage: per 32-element
+//       block, 256 loads of x and 5 (q4_1) per weight row feed 256 FMAs per weight row.
+//       8 invocations per workgroup.
+//   quant_tiled  prefill on hardware GPUs: a workgroup of 8x8 invocations computes a 64x64
+//       output tile (64 rows of x, 64 output columns), each invocation an 8x8 register block.
+//       K is walked one 32-element block at a time: the workgroup stages the 64x32 tile of x
+//       and dequantizes the 64 weight blocks (one per invocation) into workgroup memory, then
+//       every invocation does 32 x (8 + 8 loads, 64 FMAs). On llvmpipe those workgroup loads
+//       cost as much as storage loads, which is why quant_regtile exists (about 5x faster
+//       there; README).
+//   quant_gather  embedding rows from an f16 or block-quantized table (below).
+//
+// Bindings (group 0):
+//   0 uniform  LinearParams | GatherParams (dynamic offset)
+//   1 storage read_write  x    f32 [M, K]                    (linear)
+//   2 storage read_write  w    u32 words of the weight/table
+//   3 storage read_write  out  f32
+//   4 storage read_write  ids  i32/u32                        (gather)
+//
+// Rust mirrors (src/gpu/kernels/quant.rs, #[repr(C)], bytemuck::Pod):
+//   struct LinearParams { m: u32, k: u32, n: u32, blocks: u32,
+//                         x_offset: u32, w_offset: u32, out_offset: u32, tiles_n: u32,
+//                         rows: u32, _pad: [u32; 3] }                     // 48 bytes
+//   struct GatherParams { num_ids: u32, row: u32, rows: u32, table_offset: u32,
+//                         ids_offset: u32, out_offset: u32, _pad: [u32; 2] } // 32 bytes
+// x_offset and out_offset are in f32 elements, w_offset and table_offset in words, from each
+// binding's start. Workgroups are linearised over a 2-D grid (wid.x + wid.y * nwg.x).
+
+override WEIGHT_FORMAT: u32 = 2u;
+
+struct LinearParams {
+    m: u32,
+    k: u32,
+    n: u32,
+    blocks: u32,
+    x_offset: u32,
+    w_offset: u32,
+    out_offset: u32,
+    tiles_n: u32,
+    rows: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: LinearParams;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+
+// Most output rows per invocation of quant_matvec_* and quant_regtile.
+const ROWS_MAX: u32 = 64u;
+
+// Element e of an f32 or f16 tensor starting at word wo (the partial last block of a row,
+// unaligned f16 rows, f16 tables).
+fn element_at(wo: u32, e: u32) -> f32 {
+    if WEIGHT_FORMAT == 0u {
+        return bitcast<f32>(w[wo + e]);
+    }
+    let h = unpack2x16float(w[wo + e / 2u]);
+    return select(h.x, h.y, (e & 1u) == 1u);
+}
+
+fn weight_at(n: u32, k: u32) -> f32 {
+    return element_at(p.w_offset, n * p.k + k);
+}
+
+// The 4 nibbles at bits shift, shift + 8, shift + 16, shift + 24 of q.
+fn nibbles(q: u32, shift: u32) -> vec4<f32> {
+    let v = (vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(15u);
+    return vec4<f32>(v);
+}
+
+// The 4 signed bytes of q, lowest first.
+fn bytes_i8(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<i32>(bitcast<i32>(q)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+
+// The 32 stored values of one block of a tensor starting at word wo, as 8 vec4s in element
+// order, and its (scale, minimum) in dm, so that value = dm.x * q + dm.y: block number blk for
+// the block formats, elements e .. e + 31 for f32 and f16 (dm = (1, 0)).
+fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    var v: array<vec4<f32>, 8>;
+    switch WEIGHT_FORMAT {
+        case 2u: {
+            let wi = wo + blk * 5u;
+            *dm = unpack2x16float(w[wi]);
+            for (var i = 0u; i < 4u; i++) {
+                let q = w[wi + 1u + i];
+                v[i] = nibbles(q, 0u);
+                v[i + 4u] = nibbles(q, 4u);
+            }
+        }
+        case 3u: {
+            let byte = wo * 4u + blk * 34u;
+            let wi = byte / 4u;
+            let odd = (byte & 2u) != 0u;
+            var u = w[wi];
+            *dm = vec2<f32>(unpack2x16float(select(u, u >> 16u, odd)).x, 0.0);
+            for (var i = 0u; i < 8u; i++) {
+                let next = w[wi + 1u + i];
+                let q = select((u >> 16u) | (next << 16u), next, odd);
+                u = next;
+                v[i] = bytes_i8(q);
+            }
+        }
+        case 1u: {
+            *dm = vec2<f32>(1.0, 0.0);
+            if (e & 1u) == 0u {
+                let wi = wo + e / 2u;
+                for (var i = 0u; i < 8u; i++) {
+                    v[i] = vec4<f32>(unpack2x16float(w[wi + 2u * i]), unpack2x16float(w[wi + 2u * i + 1u]));
+                }
+            } else {
+                for (var i = 0u; i < 8u; i++) {
+                    let j = e + 4u * i;
+                    v[i] = vec4<f32>(element_at(wo, j), element_at(wo, j + 1u), element_at(wo, j + 2u), element_at(wo, j + 3u));
+                }
+            }
+        }
+        default: {
+            *dm = vec2<f32>(1.0, 0.0);
+            let wi = wo + e;
+            for (var i = 0u; i < 8u; i++) {
+                let j = wi + 4u * i;
+                v[i] = bitcast<vec4<f32>>(vec4<u32>(w[j], w[j + 1u], w[j + 2u], w[j + 3u]));
+            }
+        }
+    }
+    return v;
+}
+
+// The dequantized values of a block (see raw_block).
+fn block_values(wo: u32, blk: u32, e: u32) -> array<vec4<f32>, 8> {
+    var dm: vec2<f32>;
+    var v = raw_block(wo, blk, e, &dm);
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = dm.x * v[i] + dm.y;
+    }
+    return v;
+}
+
+// Block b of weight row n, raw.
+fn weight_raw(n: u32, b: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    return raw_block(p.w_offset, n * p.blocks + b, n * p.k + b * 32u, dm);
+}
+
+// sum(a * b) over 32 values: vec4 FMAs, one horizontal sum.
+fn dot8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> f32 {
+    let t = fma(a[7], b[7], fma(a[6], b[6], fma(a[5], b[5], fma(a[4], b[4],
+        fma(a[3], b[3], fma(a[2], b[2], fma(a[1], b[1], a[0] * b[0])))))));
+    return (t.x + t.y) + (t.z + t.w);
+}
+
+fn sum8(a: array<vec4<f32>, 8>) -> f32 {
+    let t = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    return (t.x + t.y) + (t.z + t.w);
+}
+
+// Block b of x row `row` (clamped to the last row: rows past M compute a copy, never stored).
+fn load_x(row: u32, b: u32) -> array<vec4<f32>, 8> {
+    let j = p.x_offset + min(row, p.m - 1u) * p.k + b * 32u;
+    return array<vec4<f32>, 8>(
+        vec4<f32>(x[j], x[j + 1u], x[j + 2u], x[j + 3u]),
+        vec4<f32>(x[j + 4u], x[j + 5u], x[j + 6u], x[j + 7u]),
+        vec4<f32>(x[j + 8u], x[j + 9u], x[j + 10u], x[j + 11u]),
+        vec4<f32>(x[j + 12u], x[j + 13u], x[j + 14u], x[j + 15u]),
+        vec4<f32>(x[j + 16u], x[j + 17u], x[j + 18u], x[j + 19u]),
+        vec4<f32>(x[j + 20u], x[j + 21u], x[j + 22u], x[j + 23u]),
+        vec4<f32>(x[j + 24u], x[j + 25u], x[j + 26u], x[j + 27u]),
+        vec4<f32>(x[j + 28u], x[j + 29u], x[j + 30u], x[j + 31u]),
+    );
+}
+
+// x[row, k], clamped like load_x.
+fn x_at(row: u32, k: u32) -> f32 {
+    return x[p.x_offset + min(row, p.m - 1u) * p.k + k];
+}
+
+// The matrix-vector kernel's invocation gi: output rows n0 .. n0 + rows of x row m.
+fn matvec(gi: u32) {
+    let rows = p.rows;
+    let per_m = (p.n + rows - 1u) / rows;
+    let m = gi / per_m;
+    if m >= p.m {
+        return;
+    }
+    let n0 = (gi % per_m) * rows;
+    var acc: array<f32, ROWS_MAX>;
+    for (var b = 0u; b < p.blocks; b++) {
+        let xs = load_x(m, b);
+        let s = sum8(xs);
+        for (var r = 0u; r < rows; r++) {
+            // Rows past N repeat the last row (not stored), keeping the loop free of branches.
+            var dm: vec2<f32>;
+            let wv = weight_raw(min(n0 + r, p.n - 1u), b, &dm);
+            acc[r] += dm.x * dot8(xs, wv) + dm.y * s;
+        }
+    }
+    // f32 / f16 rows whose K is not a multiple of 32: the rest element by element.
+    for (var k = p.blocks * 32u; k < p.k; k++) {
+        let xv = x_at(m, k);
+        for (var r = 0u; r < rows; r++) {
+            acc[r] += xv * weight_at(min(n0 + r, p.n - 1u), k);
+        }
+    }
+    let ob = p.out_offset + m * p.n;
+    for (var r = 0u; r < rows; r++) {
+        if n0 + r < p.n {
+            dst[ob + n0 + r] = acc[r];
+        }
+    }
+}
+
+@compute @workgroup_size(8, 1, 1)
+fn quant_matvec_wg8(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    matvec((wid.x + wid.y * nwg.x) * 8u + lidx);
+}
+
+@compute @workgroup_size(64, 1, 1)
+fn quant_matvec_wg64(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    matvec((wid.x + wid.y * nwg.x) * 64u + lidx);
+}
+
+// Prefill without workgroup memory: invocation gi computes rows m0 .. m0 + 8 of x against
+// weight rows n0 .. n0 + rows. The 8 x blocks are named values (constant indices only), so
+// they stay in registers; the accumulators are indexed by the weight row.
+@compute @workgroup_size(8, 1, 1)
+fn quant_regtile(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let rows = p.rows;
+    let gi = (wid.x + wid.y * nwg.x) * 8u + lidx;
+    let per_m = (p.n + rows - 1u) / rows;
+    let m0 = (gi / per_m) * 8u;
+    if m0 >= p.m {
+        return;
+    }
+    let n0 = (gi % per_m) * rows;
+    var a0: array<f32, ROWS_MAX>;
+    var a1: array<f32, ROWS_MAX>;
+    var a2: array<f32, ROWS_MAX>;
+    var a3: array<f32, ROWS_MAX>;
+    var a4: array<f32, ROWS_MAX>;
+    var a5: array<f32, ROWS_MAX>;
+    var a6: array<f32, ROWS_MAX>;
+    var a7: array<f32, ROWS_MAX>;
+    for (var b = 0u; b < p.blocks; b++) {
+        let x0 = load_x(m0, b);
+        let x1 = load_x(m0 + 1u, b);
+        let x2 = load_x(m0 + 2u, b);
+        let x3 = load_x(m0 + 3u, b);
+        let x4 = load_x(m0 + 4u, b);
+        let x5 = load_x(m0 + 5u, b);
+        let x6 = load_x(m0 + 6u, b);
+        let x7 = load_x(m0 + 7u, b);
+        let s0 = sum8(x0);
+        let s1 = sum8(x1);
+        let s2 = sum8(x2);
+        let s3 = sum8(x3);
+        let s4 = sum8(x4);
+        let s5 = sum8(x5);
+        let s6 = sum8(x6);
+        let s7 = sum8(x7);
+        for (var j = 0u; j < rows; j++) {
+            var dm: vec2<f32>;
+            let wv = weight_raw(min(n0 + j, p.n - 1u), b, &dm);
+            a0[j] += dm.x * dot8(x0, wv) + dm.y * s0;
+            a1[j] += dm.x * dot8(x1, wv) + dm.y * s1;
+            a2[j] += dm.x * dot8(x2, wv) + dm.y * s2;
+            a3[j] += dm.x * dot8(x3, wv) + dm.y * s3;
+            a4[j] += dm.x * dot8(x4, wv) + dm.y * s4;
+            a5[j] += dm.x * dot8(x5, wv) + dm.y * s5;
+            a6[j] += dm.x * dot8(x6, wv) + dm.y * s6;
+            a7[j] += dm.x * dot8(x7, wv) + dm.y * s7;
+        }
+    }
+    for (var k = p.blocks * 32u; k < p.k; k++) {
+        let x0 = x_at(m0, k);
+        let x1 = x_at(m0 + 1u, k);
+        let x2 = x_at(m0 + 2u, k);
+        let x3 = x_at(m0 + 3u, k);
+        let x4 = x_at(m0 + 4u, k);
+        let x5 = x_at(m0 + 5u, k);
+        let x6 = x_at(m0 + 6u, k);
+        let x7 = x_at(m0 + 7u, k);
+        for (var j = 0u; j < rows; j++) {
+            let wv = weight_at(min(n0 + j, p.n - 1u), k);
+            a0[j] += x0 * wv;
+            a1[j] += x1 * wv;
+            a2[j] += x2 * wv;
+            a3[j] += x3 * wv;
+            a4[j] += x4 * wv;
+            a5[j] += x5 * wv;
+            a6[j] += x6 * wv;
+            a7[j] += x7 * wv;
+        }
+    }
+    for (var j = 0u; j < rows; j++) {
+        if n0 + j < p.n {
+            let o = p.out_offset + m0 * p.n + n0 + j;
+            store_if(m0, o, a0[j]);
+            store_if(m0 + 1u, o + p.n, a1[j]);
+            store_if(m0 + 2u, o + 2u * p.n, a2[j]);
+            store_if(m0 + 3u, o + 3u * p.n, a3[j]);
+            store_if(m0 + 4u, o + 4u * p.n, a4[j]);
+            store_if(m0 + 5u, o + 5u * p.n, a5[j]);
+            store_if(m0 + 6u, o + 6u * p.n, a6[j]);
+            store_if(m0 + 7u, o + 7u * p.n, a7[j]);
+        }
+    }
+}
+
+fn store_if(row: u32, o: u32, v: f32) {
+    if row < p.m {
+        dst[o] = v;
+    }
+}
+
+const TM: u32 = 64u;
+const TN: u32 = 64u;
+const TK: u32 = 32u;
+
+// Xs[k * TM + m], Ws[k * TN + n]: k-major so the inner loop reads 4 consecutive words.
+var<workgroup> Xs: array<f32, 2048>;
+var<workgroup> Ws: array<f32, 2048>;
+
+@compute @workgroup_size(8, 8, 1)
+fn quant_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    // Uniform control flow up to the barriers: everything depends on uniforms and ids only.
+    let t = wid.x + wid.y * nwg.x;
+    let row0 = (t / p.tiles_n) * TM;
+    let col0 = (t % p.tiles_n) * TN;
+    if row0 >= p.m {
+        return;
+    }
+    let tx = lid.x;
+    let ty = lid.y;
+    var c00 = vec4<f32>(0.0);
+    var c01 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0);
+    var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0);
+    var c21 = vec4<f32>(0.0);
+    var c30 = vec4<f32>(0.0);
+    var c31 = vec4<f32>(0.0);
+    var c40 = vec4<f32>(0.0);
+    var c41 = vec4<f32>(0.0);
+    var c50 = vec4<f32>(0.0);
+    var c51 = vec4<f32>(0.0);
+    var c60 = vec4<f32>(0.0);
+    var c61 = vec4<f32>(0.0);
+    var c70 = vec4<f32>(0.0);
+    var c71 = vec4<f32>(0.0);
+
+    let ktiles = (p.k + TK - 1u) / TK;
+    for (var kt = 0u; kt < ktiles; kt++) {
+        let k0 = kt * TK;
+        // x: consecutive invocations walk k (contiguous in row-major x).
+        for (var r = 0u; r < 32u; r++) {
+            let idx = lidx + 64u * r;
+            let am = idx / TK;
+            let ak = idx % TK;
+            let gm = row0 + am;
+            let gk = k0 + ak;
+            var av = 0.0;
+            if gm < p.m && gk < p.k {
+                av = x[p.x_offset + gm * p.k + gk];
+            }
+            Xs[ak * TM + am] = av;
+        }
+        // w: invocation i dequantizes block kt of weight row col0 + i (zeros past N).
+        let gn = col0 + lidx;
+        if gn < p.n && kt < p.blocks {
+            let wv = block_values(p.w_offset, gn * p.blocks + kt, gn * p.k + k0);
+            for (var i = 0u; i < 8u; i++) {
+                for (var j = 0u; j < 4u; j++) {
+                    Ws[(4u * i + j) * TN + lidx] = wv[i][j];
+                }
+            }
+        } else {
+            for (var kk = 0u; kk < TK; kk++) {
+                var v = 0.0;
+                if gn < p.n && k0 + kk < p.k {
+                    v = weight_at(gn, k0 + kk);
+                }
+                Ws[kk * TN + lidx] = v;
+            }
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk++) {
+            let ai = kk * TM + ty * 8u;
+            let bj = kk * TN + tx * 8u;
+            let a0 = vec4<f32>(Xs[ai], Xs[ai + 1u], Xs[ai + 2u], Xs[ai + 3u]);
+            let a1 = vec4<f32>(Xs[ai + 4u], Xs[ai + 5u], Xs[ai + 6u], Xs[ai + 7u]);
+            let b0 = vec4<f32>(Ws[bj], Ws[bj + 1u], Ws[bj + 2u], Ws[bj + 3u]);
+            let b1 = vec4<f32>(Ws[bj + 4u], Ws[bj + 5u], Ws[bj + 6u], Ws[bj + 7u]);
+            c00 += a0[0] * b0;
+            c01 += a0[0] * b1;
+            c10 += a0[1] * b0;
+            c11 += a0[1] * b1;
+            c20 += a0[2] * b0;
+            c21 += a0[2] * b1;
+            c30 += a0[3] * b0;
+            c31 += a0[3] * b1;
+            c40 += a1[0] * b0;
+            c41 += a1[0] * b1;
+            c50 += a1[1] * b0;
+            c51 += a1[1] * b1;
+            c60 += a1[2] * b0;
+            c61 += a1[2] * b1;
+            c70 += a1[3] * b0;
+            c71 += a1[3] * b1;
+        }
+        workgroupBarrier();
+    }
+
+    let gn0 = col0 + tx * 8u;
+    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01);
+    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11);
+    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21);
+    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31);
+    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41);
+    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51);
+    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61);
+    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71);
+}
+
+// Stores one row of an 8x8 register block, skipping what lies outside the output.
+fn store_tile_row(gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if gm >= p.m {
+        return;
+    }
+    let base = p.out_offset + gm * p.n;
+    for (var j = 0u; j < 4u; j++) {
+        if gn0 + j < p.n {
+            dst[base + gn0 + j] = lo[j];
+        }
+        if gn0 + 4u + j < p.n {
+            dst[base + gn0 + 4u + j] = hi[j];
+        }
+    }
+}
+
+struct GatherParams {
+    num_ids: u32,
+    row: u32,
+    rows: u32,
+    table_offset: u32,
+    ids_offset: u32,
+    out_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> gp: GatherParams;
+@group(0) @binding(4) var<storage, read_write> ids: array<u32>;
+
+// Embedding rows from an f16 or block-quantized table [rows, row]: one invocation per
+// 32-element block of the output for block formats (row % 32 == 0), per element for f16. Ids
+// >= rows (negative i32 included) give zeros.
+@compute @workgroup_size(64, 1, 1)
+fn quant_gather(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = (wid.x + wid.y * nwg.x) * 64u + lidx;
+    if WEIGHT_FORMAT >= 2u {
+        let per_row = gp.row / 32u;
+        if i >= gp.num_ids * per_row {
+            return;
+        }
+        let which = i / per_row;
+        let c = i % per_row;
+        let id = ids[gp.ids_offset + which];
+        let o = gp.out_offset + which * gp.row + c * 32u;
+        var v: array<vec4<f32>, 8>;
+        if id < gp.rows {
+            v = block_values(gp.table_offset, id * per_row + c, 0u);
+        }
+        for (var j = 0u; j < 8u; j++) {
+            dst[o + 4u * j] = v[j].x;
+            dst[o + 4u * j + 1u] = v[j].y;
+            dst[o + 4u * j + 2u] = v[j].z;
+            dst[o + 4u * j + 3u] = v[j].w;
+        }
+    } else {
+        if i >= gp.num_ids * gp.row {
+            return;
+        }
+        let which = i / gp.row;
+        let c = i % gp.row;
+        let id = ids[gp.ids_offset + which];
+        var v = 0.0;
+        if id < gp.rows {
+            v = element_at(gp.table_offset, id * gp.row + c);
+        }
+        dst[gp.out_offset + i] = v;
+    }
+}

@@ -1,0 +1,256 @@
+//! The `linear` section of `dynrt bench kernels`: the `linear` op on the projection shapes of
+//! SmolLM2-135M (width 576, FFN 1536, 9 query / 3 KV heads of 64, vocabulary 49152; Q4_1
+//! projections, the tied Q8_0 head), at M = 1 (decode, the matrix-vector kernel) and the
+//! prefill sizes (the tiled kernel). Weights are random values quantized with ggml's rounding:
+//! the kernels' speed does not depend on the values.
+//!
+//! Per shape: ms per call, weight bytes streamed per second (the matrix-vector kernel reads
+//! every weight byte once per call; at prefill sizes the same bytes count, so the figure shows
+//! how far a call is from streaming), and how often a token runs it. The whole model's
+//! projections + head per token at M = 1 is the sum over shapes of count x ms; at M = 128 and
+//! 512, the projections' ms per call divided by M gives ms per prompt token (the head runs
+//! once per prompt, for the last position only).
+
+use super::bench_kernels::{time_typed, Bench};
+use dynrt::gguf::{quantize, GgmlType};
+use dynrt::graph::ops::Linear;
+use dynrt::graph::Op;
+use dynrt::rng::SplitMix64;
+use dynrt::shape::{DType, Shape};
+use dynrt::tensor::{decode_f32, HostTensor};
+
+/// One projection shape of the model.
+struct Proj {
+    name: &'static str,
+    k: u64,
+    n: u64,
+    dtype: DType,
+    /// Calls per token (30 layers; q and o, k and v, gate and up share a shape).
+    per_token: u32,
+}
+
+/// SmolLM2-135M's projections: `576→576` (q, o), `576→192` (k, v), `576→1536` (gate, up),
+/// `1536→576` (down), 30 layers, and the tied head `576→49152`.
+const SHAPES: [Proj; 5] = [
+    Proj {
+        name: "q,o",
+        k: 576,
+        n: 576,
+        dtype: DType::Q4_1,
+        per_token: 60,
+    },
+    Proj {
+        name: "k,v",
+        k: 576,
+        n: 192,
+        dtype: DType::Q4_1,
+        per_token: 60,
+    },
+    Proj {
+        name: "gate,up",
+        k: 576,
+        n: 1536,
+        dtype: DType::Q4_1,
+        per_token: 60,
+    },
+    Proj {
+        name: "down",
+        k: 1536,
+        n: 576,
+        dtype: DType::Q4_1,
+        per_token: 30,
+    },
+    Proj {
+        name: "head",
+        k: 576,
+        n: 49152,
+        dtype: DType::Q8_0,
+        per_token: 1,
+    },
+];
+
+/// One measurement: a shape at one M.
+#[derive(serde::Serialize)]
+pub(super) struct Point {
+    /// Rows of x.
+    m: u64,
+    /// Milliseconds per call, wall-clock (best of the rounds).
+    ms: f64,
+    /// CPU milliseconds per call, all threads of the process (the software adapter's): the
+    /// work, less disturbed than `ms` by other load on the machine. `None` off Linux.
+    cpu_ms: Option<f64>,
+    /// Weight bytes per wall-clock second, GB/s (every call reads the whole weight).
+    weight_gbps: f64,
+    /// 2 M N K / wall-clock second, GFLOP/s.
+    gflops: f64,
+}
+
+/// One shape's figures.
+#[derive(serde::Serialize)]
+pub(super) struct ShapeReport {
+    name: &'static str,
+    k: u64,
+    n: u64,
+    dtype: DType,
+    /// Bytes of the weight (as in the GGUF: the device holds exactly these).
+    weight_bytes: u64,
+    /// Calls per generated token.
+    per_token: u32,
+    points: Vec<Point>,
+}
+
+/// The section's report.
+#[derive(serde::Serialize)]
+pub(super) struct LinearReport {
+    shapes: Vec<ShapeReport>,
+    /// Sum over shapes of calls per token x ms at M = 1: the projections + head of one
+    /// decode step, wall-clock.
+    decode_ms_per_token: Option<f64>,
+    /// The same sum of CPU ms.
+    decode_cpu_ms_per_token: Option<f64>,
+    /// Per prefill size M: the projections' ms per prompt token (sum of calls per token x ms
+    /// / M, the head excluded: it runs once per prompt).
+    prefill_ms_per_token: Vec<(u64, f64)>,
+}
+
+fn weight(rng: &mut SplitMix64, p: &Proj) -> anyhow::Result<(HostTensor, Vec<f32>)> {
+    let v: Vec<f32> = (0..p.n * p.k).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let ty = match p.dtype {
+        DType::Q8_0 => GgmlType::Q8_0,
+        _ => GgmlType::Q4_1,
+    };
+    let bytes = quantize(p.name, ty, &v)?;
+    let values = decode_f32(p.dtype, &bytes)?;
+    let t = HostTensor {
+        shape: Shape::new(vec![p.n, p.k]),
+        dtype: p.dtype,
+        bytes,
+    };
+    Ok((t, values))
+}
+
+/// Checks rows 0 and M - 1 of a measured output against the dequantized weight in f64, so a
+/// figure never comes from a kernel that computed something else (or nothing: a pipeline the
+/// device refused leaves the output as it was).
+fn spot_check(p: &Proj, x: &[f32], w: &[f32], m: u64, got: &[f32]) -> anyhow::Result<()> {
+    let k = p.k as usize;
+    let n = p.n as usize;
+    for row in [0, m as usize - 1] {
+        for j in 0..n {
+            let want: f64 = x[row * k..(row + 1) * k]
+                .iter()
+                .zip(&w[j * k..(j + 1) * k])
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let g = f64::from(got[row * n + j]);
+            anyhow::ensure!(
+                (g - want).abs() <= 2e-6 * p.k as f64 + 1e-5 + 1e-5 * want.abs(),
+                "{} at M = {m}: output [{row}, {j}] is {g}, the reference {want}",
+                p.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Measures every shape at every M of `ms` (the head at M = 1 only unless `head_prefill`).
+pub(super) fn run(b: &mut Bench, ms: &[u64], head_prefill: bool) -> anyhow::Result<LinearReport> {
+    let mut rng = SplitMix64::new(11);
+    let mut shapes = Vec::new();
+    for p in &SHAPES {
+        let (w, wv) = weight(&mut rng, p)?;
+        let weight_bytes = w.bytes.len() as u64;
+        let mut points = Vec::new();
+        for &m in ms.iter().filter(|&&m| m > 0) {
+            if p.name == "head" && m > 1 && !head_prefill {
+                continue;
+            }
+            let xv: Vec<f32> = (0..m * p.k).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let x = HostTensor::f32(Shape::new(vec![m, p.k]), &xv);
+            let out = Shape::new(vec![m, p.n]);
+            // Several calls per submit where one is short, so the submit's own cost does not
+            // count for much.
+            let reps = if m == 1 { 20 } else { 1 };
+            let (t, got) = time_typed(b, &Op::Linear(Linear), &[x, w.clone()], &out, reps)?;
+            spot_check(p, &xv, &wv, m, &got)?;
+            points.push(Point {
+                m,
+                ms: t.best_s * 1e3,
+                cpu_ms: t.cpu_s.map(|c| c * 1e3),
+                weight_gbps: weight_bytes as f64 / t.best_s / 1e9,
+                gflops: 2.0 * (m * p.n * p.k) as f64 / t.best_s / 1e9,
+            });
+        }
+        shapes.push(ShapeReport {
+            name: p.name,
+            k: p.k,
+            n: p.n,
+            dtype: p.dtype,
+            weight_bytes,
+            per_token: p.per_token,
+            points,
+        });
+    }
+    fn at(s: &ShapeReport, m: u64) -> Option<&Point> {
+        s.points.iter().find(|p| p.m == m)
+    }
+    let decode_ms_per_token = shapes
+        .iter()
+        .map(|s| at(s, 1).map(|p| p.ms * f64::from(s.per_token)))
+        .sum::<Option<f64>>();
+    let decode_cpu_ms_per_token = shapes
+        .iter()
+        .map(|s| {
+            at(s, 1)
+                .and_then(|p| p.cpu_ms)
+                .map(|c| c * f64::from(s.per_token))
+        })
+        .sum::<Option<f64>>();
+    let prefill_ms_per_token = ms
+        .iter()
+        .filter(|&&m| m > 1)
+        .filter_map(|&m| {
+            shapes
+                .iter()
+                .filter(|s| s.name != "head")
+                .map(|s| at(s, m).map(|p| p.ms * f64::from(s.per_token) / m as f64))
+                .sum::<Option<f64>>()
+                .map(|t| (m, t))
+        })
+        .collect();
+    Ok(LinearReport {
+        shapes,
+        decode_ms_per_token,
+        decode_cpu_ms_per_token,
+        prefill_ms_per_token,
+    })
+}
+
+/// Prints the section as text.
+pub(super) fn print(r: &LinearReport) {
+    println!("linear (x · wᵀ) on SmolLM2-135M's shapes (ms wall-clock, cpu ms of all threads):");
+    for s in &r.shapes {
+        println!(
+            "  {:8} {:>4}->{:<5} {} x{:<2} {:>9} bytes",
+            s.name, s.k, s.n, s.dtype, s.per_token, s.weight_bytes
+        );
+        for p in &s.points {
+            let cpu = p
+                .cpu_ms
+                .map_or(String::new(), |c| format!(", cpu {c:.3} ms"));
+            println!(
+                "      M={:<4} {:>9.3} ms{cpu}, {:.2} GB/s of weights, {:.2} GFLOP/s",
+                p.m, p.ms, p.weight_gbps, p.gflops
+            );
+        }
+    }
+    if let Some(t) = r.decode_ms_per_token {
+        let cpu = r
+            .decode_cpu_ms_per_token
+            .map_or(String::new(), |c| format!(" (cpu {c:.1} ms)"));
+        println!("  decode, projections + head: {t:.1} ms per token{cpu}");
+    }
+    for (m, t) in &r.prefill_ms_per_token {
+        println!("  prefill M={m}, projections: {t:.2} ms per prompt token");
+    }
+}

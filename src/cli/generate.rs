@@ -1,0 +1,291 @@
+//! `dynrt generate` (one prompt, text streamed to stdout) and `dynrt chat` (an interactive
+//! multi-turn session): SmolLM2 from its GGUF on the GPU.
+
+use anyhow::Context;
+use dynrt::fetch::{self, FetchError, FetchOptions, SMOLLM2_135M_INSTRUCT};
+use dynrt::gpu::{Engine, Gpu, GpuOptions};
+use dynrt::llm::{GenerateParams, Generation, Model, ModelOptions, SamplingParams, Session};
+use dynrt::memory::predictor::Policy;
+use dynrt::memory::AllocKind;
+use dynrt::runtime::report::{human_bytes, render_svg, PeakBytes, RegionReport};
+use dynrt::runtime::RunOptions;
+use serde_json::json;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use web_time::Instant;
+
+/// Which model and how memory is managed (shared by `generate`, `chat` and the bench).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The GGUF to run (default: the fetched SmolLM2-135M-Instruct; fetched on first use).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Preallocation policy of the KV cache and the growing buffers: none, reference,
+    /// adaptive.
+    #[arg(long, default_value = "adaptive")]
+    pub policy: String,
+    /// Turn the memory pool off (every node owns its buffer).
+    #[arg(long = "no-pool")]
+    pub no_pool: bool,
+    /// Turn the static planner off (decode activations come from the pool).
+    #[arg(long = "no-planner")]
+    pub no_planner: bool,
+}
+
+/// How tokens are chosen and how many.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Tokens to generate at most.
+    #[arg(long = "max-tokens", default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 0)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to this probability mass (1: all).
+    #[arg(long = "top-p", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep generating after the end-of-sequence token.
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> GenerateParams {
+        GenerateParams {
+            max_tokens: self.max_tokens,
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                seed: self.seed,
+            },
+            stop_at_eos: !self.ignore_eos,
+            keep_logits: false,
+        }
+    }
+}
+
+/// Arguments of `dynrt generate`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(group = clap::ArgGroup::new("input").required(true))]
+pub struct Args {
+    /// Raw text to continue (control tokens written in it are matched).
+    #[arg(long, group = "input")]
+    pub prompt: Option<String>,
+    /// A user message, rendered with the model's chat template.
+    #[arg(long, group = "input")]
+    pub chat: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print one JSON object (tokens, text, speed, memory) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG of bytes in use per kind over the steps.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// Arguments of `dynrt chat`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// The model file to open: `--model`, else the default model in the cache, fetched first
+/// when it is not there.
+pub fn model_path(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match fetch::resolve_model(explicit) {
+        Ok(p) => Ok(p),
+        Err(FetchError::NotFetched { .. }) if explicit.is_none() => {
+            eprintln!("the model is not in the cache yet: fetching it (once)");
+            let dir = fetch::models_dir()?;
+            fetch::fetch(
+                &SMOLLM2_135M_INSTRUCT,
+                &FetchOptions::new(dir),
+                &mut super::fetch::print_event,
+            )
+            .context("the model is missing and fetching it failed: run `dynrt fetch` to retry, or give --model PATH")
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The engine, the model loaded on it, and the run options of its sessions.
+pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
+    let policy: Policy = args.policy.parse().context("--policy")?;
+    let mut run = RunOptions::from_env(policy)?;
+    run.pool = !args.no_pool;
+    let path = model_path(args.model.as_deref())?;
+    let engine = Engine::new(Gpu::new_blocking(GpuOptions::from_env()?)?);
+    let t = Instant::now();
+    let model = Model::load(
+        &engine,
+        &path,
+        ModelOptions {
+            planner: !args.no_planner,
+            ..ModelOptions::default()
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
+    log::info!(
+        "loaded {} in {:.1} s",
+        path.display(),
+        t.elapsed().as_secs_f64()
+    );
+    Ok((engine, model, run))
+}
+
+/// The memory and speed figures of a session after a generation (the JSON of `generate`).
+pub fn summary(
+    engine: &Engine,
+    session: &Session,
+    g: &Generation,
+    policy: &str,
+) -> serde_json::Value {
+    let stats = engine.stats();
+    let mut peak = [0u64; 4];
+    for k in AllocKind::ALL {
+        peak[k.index()] = stats.peak_bytes(k);
+    }
+    let info = engine.gpu().adapter_info();
+    let model = session.model();
+    let ss = session.stats();
+    let (reserved, needed) = (session.kv_reserved_bytes(), session.kv_needed_bytes());
+    json!({
+        "adapter": info.name,
+        "backend": format!("{:?}", info.backend).to_lowercase(),
+        "policy": policy,
+        "tokens": g.tokens,
+        "text": g.text,
+        "stop": g.stop,
+        "prompt_tokens": g.prompt_tokens,
+        "prefill_ms": g.prefill_ms,
+        "prefill_tokens_per_s": g.prefill_tokens_per_s(),
+        "decode_steps": g.decode_ms.len(),
+        "decode_ms_per_token": g.decode_ms_per_token(),
+        "peak_bytes": PeakBytes::from_array(peak),
+        "regions": RegionReport::from_stats(&stats),
+        "allocations": ss.run.allocations,
+        "reallocations": ss.run.reallocations,
+        "kv_reserved_bytes": reserved,
+        "kv_needed_bytes": needed,
+        "kv_reserved_over_needed": if needed > 0 { reserved as f64 / needed as f64 } else { 0.0 },
+        "weights_device_bytes": model.weight_bytes(),
+        "weights_file_bytes": model.file_tensor_bytes(),
+    })
+}
+
+/// Runs `dynrt generate`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (engine, model, run) = open(&args.model)?;
+    let mut session = model.session(run);
+    let params = args.sampling.params();
+    let stdout = std::io::stdout();
+    let stream = !args.json;
+    let mut on_text = |piece: &str| {
+        if stream {
+            let mut out = stdout.lock();
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+    };
+    let g = match (&args.prompt, &args.chat) {
+        (_, Some(chat)) => session.chat_blocking(chat, &params, &mut on_text)?,
+        (Some(prompt), None) => session.generate_blocking(prompt, &params, &mut on_text)?,
+        (None, None) => anyhow::bail!("give --prompt TEXT or --chat TEXT"),
+    };
+    if let Some(path) = &args.report {
+        let title = format!(
+            "dynrt generate: {} policy, {} prompt + {} generated tokens on {}",
+            args.model.policy,
+            g.prompt_tokens,
+            g.tokens.len(),
+            engine.gpu().adapter_info().name
+        );
+        std::fs::write(path, render_svg(session.trace(), &title))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&summary(&engine, &session, &g, &args.model.policy))?
+        );
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens at {:.1} tokens/s; {} generated, {:.1} ms per token; KV {} reserved for {} needed; peak device {}]",
+            g.prompt_tokens,
+            g.prefill_tokens_per_s(),
+            g.tokens.len(),
+            g.decode_ms_per_token(),
+            human_bytes(session.kv_reserved_bytes()),
+            human_bytes(session.kv_needed_bytes()),
+            human_bytes(engine.stats().peak_bytes(AllocKind::UsmDevice)),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `dynrt chat`: one line of stdin per turn; `/reset` starts over, `/quit` or end of
+/// input ends.
+pub fn run_chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let (_engine, model, run) = open(&args.model)?;
+    let mut session = model.session(run);
+    let params = args.sampling.params();
+    eprintln!(
+        "chatting with {} ({} layers, context {}): one message per line, /reset to start over, /quit to end",
+        model.config().architecture,
+        model.config().num_layers,
+        model.config().context_len
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        print!("> ");
+        std::io::stdout().flush()?;
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        let text = line.trim();
+        match text {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                session.reset();
+                eprintln!("(new conversation)");
+                continue;
+            }
+            _ => {}
+        }
+        let mut on_text = |piece: &str| {
+            print!("{piece}");
+            let _ = std::io::stdout().flush();
+        };
+        match session.chat_blocking(text, &params, &mut on_text) {
+            Ok(g) => {
+                println!();
+                eprintln!(
+                    "[{} new prompt tokens at {:.1} tokens/s, {} generated at {:.1} ms per token, {} in the cache]",
+                    g.prompt_tokens,
+                    g.prefill_tokens_per_s(),
+                    g.tokens.len(),
+                    g.decode_ms_per_token(),
+                    session.cached_tokens().len()
+                );
+            }
+            Err(e) => eprintln!("\nerror: {e}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,262 @@
+//! The hyper-parameters of a llama-architecture model, read from GGUF metadata alone and
+//! checked against the shapes of its tensors.
+
+use super::{GgmlType, Gguf, GgufError};
+
+/// A llama-style decoder (SmolLM2, TinyLlama, Llama 2/3 without RoPE scaling) as its GGUF
+/// describes it. Every field comes from the metadata (`{arch}.*` keys) or the tensor index;
+/// nothing is a constant of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// `general.architecture` (`"llama"`).
+    pub architecture: String,
+    /// Decoder blocks (`{arch}.block_count`).
+    pub num_layers: u32,
+    /// Model width, the residual stream (`{arch}.embedding_length`).
+    pub embedding_len: u32,
+    /// Query heads (`{arch}.attention.head_count`).
+    pub num_heads: u32,
+    /// Key/value heads, fewer than `num_heads` for grouped-query attention
+    /// (`{arch}.attention.head_count_kv`, else `num_heads`).
+    pub num_kv_heads: u32,
+    /// Elements per head (`{arch}.attention.key_length`, else `embedding_len / num_heads`).
+    pub head_dim: u32,
+    /// Hidden width of the SwiGLU feed-forward (`{arch}.feed_forward_length`).
+    pub ffn_len: u32,
+    /// RMSNorm epsilon (`{arch}.attention.layer_norm_rms_epsilon`).
+    pub rms_eps: f32,
+    /// RoPE base frequency (`{arch}.rope.freq_base`, else 10000 as in llama.cpp).
+    pub rope_base: f32,
+    /// Elements of each head that RoPE rotates, in adjacent pairs `(x[2i], x[2i+1])`
+    /// (`{arch}.rope.dimension_count`, else `head_dim`). GGUF's llama Q/K rows are permuted
+    /// from the Hugging Face layout so that pairs are adjacent, not halves.
+    pub rope_dim: u32,
+    /// Longest context the model was trained for, in tokens (`{arch}.context_length`).
+    pub context_len: u32,
+    /// Vocabulary size: rows of `token_embd.weight` (also `{arch}.vocab_size` and the token
+    /// list's length when present, which must agree).
+    pub vocab_size: u32,
+    /// True when there is no `output.weight`: the head is `token_embd.weight` (tied).
+    pub tied_output: bool,
+    /// Type of `token_embd.weight` (the embedding, and the head when tied).
+    pub embedding_type: GgmlType,
+}
+
+impl LlamaConfig {
+    /// Reads the configuration of `gguf` and checks every tensor the forward pass uses:
+    /// present, with the shape the metadata implies.
+    ///
+    /// # Errors
+    /// [`GgufError::MissingKey`], [`GgufError::WrongType`], [`GgufError::ValueOutOfRange`]
+    /// (zero sizes, a negative epsilon, RoPE scaling, another architecture),
+    /// [`GgufError::Inconsistent`] (heads that do not divide, vocabulary sizes that
+    /// disagree), [`GgufError::MissingTensor`] and [`GgufError::TensorShape`].
+    pub fn from_gguf(gguf: &Gguf) -> Result<LlamaConfig, GgufError> {
+        let arch = gguf.get_str("general.architecture")?.to_owned();
+        if arch != "llama" {
+            return Err(GgufError::ValueOutOfRange {
+                key: "general.architecture".into(),
+                value: arch,
+                reason: "only the llama architecture is supported".into(),
+            });
+        }
+        let key = |k: &str| format!("{arch}.{k}");
+        let positive = |k: &str| -> Result<u32, GgufError> {
+            let full = key(k);
+            match gguf.get_u32(&full)? {
+                0 => Err(GgufError::ValueOutOfRange {
+                    key: full,
+                    value: "0".into(),
+                    reason: "must be positive".into(),
+                }),
+                v => Ok(v),
+            }
+        };
+        let num_layers = positive("block_count")?;
+        let embedding_len = positive("embedding_length")?;
+        let num_heads = positive("attention.head_count")?;
+        let num_kv_heads = match gguf.opt_u32(&key("attention.head_count_kv"))? {
+            None => num_heads,
+            Some(_) => positive("attention.head_count_kv")?,
+        };
+        let ffn_len = positive("feed_forward_length")?;
+        let context_len = positive("context_length")?;
+        let head_dim = match gguf.opt_u32(&key("attention.key_length"))? {
+            Some(_) => positive("attention.key_length")?,
+            None => {
+                if embedding_len % num_heads != 0 {
+                    return Err(GgufError::Inconsistent {
+                        reason: format!(
+                            "embedding_length {embedding_len} is not a multiple of head_count \
+                             {num_heads} and attention.key_length is absent"
+                        ),
+                    });
+                }
+                embedding_len / num_heads
+            }
+        };
+        if let Some(v) = gguf.opt_u32(&key("attention.value_length"))? {
+            if v != head_dim {
+                return Err(GgufError::Inconsistent {
+                    reason: format!(
+                        "attention.value_length {v} differs from the key length {head_dim}"
+                    ),
+                });
+            }
+        }
+        if num_heads % num_kv_heads != 0 {
+            return Err(GgufError::Inconsistent {
+                reason: format!(
+                    "head_count {num_heads} is not a multiple of head_count_kv {num_kv_heads}"
+                ),
+            });
+        }
+        let rms_eps = gguf.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+            return Err(GgufError::ValueOutOfRange {
+                key: key("attention.layer_norm_rms_epsilon"),
+                value: rms_eps.to_string(),
+                reason: "must be a finite non-negative number".into(),
+            });
+        }
+        let rope_base = gguf.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        if !(rope_base.is_finite() && rope_base > 1.0) {
+            return Err(GgufError::ValueOutOfRange {
+                key: key("rope.freq_base"),
+                value: rope_base.to_string(),
+                reason: "must be a finite number above 1".into(),
+            });
+        }
+        let rope_dim = gguf
+            .opt_u32(&key("rope.dimension_count"))?
+            .unwrap_or(head_dim);
+        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+            return Err(GgufError::ValueOutOfRange {
+                key: key("rope.dimension_count"),
+                value: rope_dim.to_string(),
+                reason: format!("must be even, positive and at most the head dim {head_dim}"),
+            });
+        }
+        if let Some(scaling) = gguf.opt_str(&key("rope.scaling.type"))? {
+            if scaling != "none" {
+                return Err(GgufError::ValueOutOfRange {
+                    key: key("rope.scaling.type"),
+                    value: scaling.to_owned(),
+                    reason: "RoPE scaling is not supported".into(),
+                });
+            }
+        }
+
+        let embd = gguf.require_tensor("token_embd.weight")?;
+        let vocab_size = match embd.dims() {
+            [w, v] if *w == u64::from(embedding_len) && u32::try_from(*v).is_ok_and(|v| v > 0) => {
+                *v as u32
+            }
+            found => {
+                return Err(GgufError::TensorShape {
+                    tensor: "token_embd.weight".into(),
+                    expected: vec![embedding_len.into(), 0],
+                    found: found.to_vec(),
+                })
+            }
+        };
+        if let Some(v) = gguf.opt_u32(&key("vocab_size"))? {
+            if v != vocab_size {
+                return Err(GgufError::Inconsistent {
+                    reason: format!(
+                        "{arch}.vocab_size {v} but token_embd.weight has {vocab_size} rows"
+                    ),
+                });
+            }
+        }
+        if gguf.get("tokenizer.ggml.tokens").is_some() {
+            let n = gguf.get_str_array("tokenizer.ggml.tokens")?.len();
+            if n != vocab_size as usize {
+                return Err(GgufError::Inconsistent {
+                    reason: format!(
+                        "tokenizer.ggml.tokens has {n} tokens but token_embd.weight has {vocab_size} rows"
+                    ),
+                });
+            }
+        }
+
+        let config = LlamaConfig {
+            architecture: arch,
+            num_layers,
+            embedding_len,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            ffn_len,
+            rms_eps,
+            rope_base,
+            rope_dim,
+            context_len,
+            vocab_size,
+            tied_output: gguf.tensor("output.weight").is_none(),
+            embedding_type: embd.ggml_type(),
+        };
+        for (name, dims) in config.expected_tensors() {
+            let t = gguf.require_tensor(&name)?;
+            if t.dims() != dims.as_slice() {
+                return Err(GgufError::TensorShape {
+                    tensor: name,
+                    expected: dims,
+                    found: t.dims().to_vec(),
+                });
+            }
+        }
+        Ok(config)
+    }
+
+    /// Query heads that share one key/value head.
+    pub fn group_size(&self) -> u32 {
+        self.num_heads / self.num_kv_heads
+    }
+
+    /// Width of all query heads together: `num_heads * head_dim`.
+    pub fn q_len(&self) -> u32 {
+        self.num_heads * self.head_dim
+    }
+
+    /// Width of the keys (and of the values) of one token in one layer:
+    /// `num_kv_heads * head_dim`.
+    pub fn kv_len(&self) -> u32 {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Every tensor the forward pass reads and its dims in ggml order (innermost first): a
+    /// projection from `n_in` to `n_out` is `[n_in, n_out]`. The embedding is included; the
+    /// separate head `output.weight` only when not tied.
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
+        let (w, q, kv, f, v) = (
+            u64::from(self.embedding_len),
+            u64::from(self.q_len()),
+            u64::from(self.kv_len()),
+            u64::from(self.ffn_len),
+            u64::from(self.vocab_size),
+        );
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), vec![w, v]),
+            ("output_norm.weight".to_owned(), vec![w]),
+        ];
+        if !self.tied_output {
+            out.push(("output.weight".to_owned(), vec![w, v]));
+        }
+        for l in 0..self.num_layers {
+            let t = |s: &str| format!("blk.{l}.{s}.weight");
+            out.extend([
+                (t("attn_norm"), vec![w]),
+                (t("attn_q"), vec![w, q]),
+                (t("attn_k"), vec![w, kv]),
+                (t("attn_v"), vec![w, kv]),
+                (t("attn_output"), vec![q, w]),
+                (t("ffn_norm"), vec![w]),
+                (t("ffn_gate"), vec![w, f]),
+                (t("ffn_up"), vec![w, f]),
+                (t("ffn_down"), vec![f, w]),
+            ]);
+        }
+        out
+    }
+}

@@ -1,0 +1,206 @@
+//! A tiny llama GGUF with random weights: a whole model in kilobytes, for tests of the
+//! parser, the tokenizer, kernels and the forward pass (`scripts/smollm2_ref.py` runs on it
+//! as on the real model).
+
+use super::{quantize, GgmlType, GgufBuilder, GgufError, MetaArray, MetaValue};
+use crate::rng::SplitMix64;
+
+/// The shape of a [`TinyLlama`] model. Dims must make whole quantization blocks (32) for
+/// the quantized tensors: `embedding_len`, `ffn_len` and `num_heads * head_dim` multiples
+/// of 32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TinyLlama {
+    /// Decoder blocks.
+    pub num_layers: u32,
+    /// Model width.
+    pub embedding_len: u32,
+    /// Query heads.
+    pub num_heads: u32,
+    /// Key/value heads (divides `num_heads`).
+    pub num_kv_heads: u32,
+    /// Elements per head (`embedding_len / num_heads` unless set otherwise; written as
+    /// `attention.key_length` when it differs).
+    pub head_dim: u32,
+    /// SwiGLU hidden width.
+    pub ffn_len: u32,
+    /// Context length written in the metadata.
+    pub context_len: u32,
+    /// RoPE base.
+    pub rope_base: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Type of the projections (`Q4_1` like SmolLM2, or `Q8_0`, `F16`, `F32`).
+    pub projection_type: GgmlType,
+    /// Type of the embedding (`Q8_0` like SmolLM2).
+    pub embedding_type: GgmlType,
+    /// Write a separate `output.weight` (untied head) instead of sharing the embedding.
+    pub untied_output: bool,
+}
+
+impl Default for TinyLlama {
+    /// 2 layers, width 64, 4 heads of 16 over 2 KV heads, FFN 96: SmolLM2's structure
+    /// (grouped-query attention, Q4_1 projections, a tied Q8_0 embedding) at toy size.
+    fn default() -> Self {
+        TinyLlama {
+            num_layers: 2,
+            embedding_len: 64,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 16,
+            ffn_len: 96,
+            context_len: 256,
+            rope_base: 100_000.0,
+            rms_eps: 1e-5,
+            projection_type: GgmlType::Q4_1,
+            embedding_type: GgmlType::Q8_0,
+            untied_output: false,
+        }
+    }
+}
+
+/// The control tokens of the tiny vocabulary, after the 256 byte tokens and the merges.
+pub const TINY_SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// Merge rules of the tiny vocabulary, highest priority first.
+const TINY_MERGES: [&str; 6] = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r"];
+
+/// SmolLM2's chat template (ChatML with a default system prompt).
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+type TensorSpec = (String, GgmlType, Vec<u64>, Vec<u8>);
+
+/// A weight of `dims` (innermost first), uniform in ±1.7/sqrt(fan-in), quantized to `ty`.
+fn weight(
+    rng: &mut SplitMix64,
+    name: &str,
+    ty: GgmlType,
+    dims: [u64; 2],
+) -> Result<TensorSpec, GgufError> {
+    let scale = 1.7 / (dims[0] as f32).sqrt();
+    let x: Vec<f32> = (0..dims[0] * dims[1])
+        .map(|_| rng.uniform(-scale, scale))
+        .collect();
+    Ok((name.to_owned(), ty, dims.to_vec(), quantize(name, ty, &x)?))
+}
+
+/// An F32 norm weight of `w` elements around 1.
+fn norm(rng: &mut SplitMix64, name: String, w: u64) -> TensorSpec {
+    let x: Vec<u8> = (0..w)
+        .flat_map(|_| rng.uniform(0.8, 1.2).to_le_bytes())
+        .collect();
+    (name, GgmlType::F32, vec![w], x)
+}
+
+impl TinyLlama {
+    /// The vocabulary: 256 byte tokens, the merged tokens, then [`TINY_SPECIAL_TOKENS`].
+    pub fn tokens() -> Vec<String> {
+        let mut tokens = crate::tokenizer::byte_level_tokens();
+        tokens.extend(TINY_MERGES.iter().map(|m| m.replace(' ', "")));
+        tokens.extend(TINY_SPECIAL_TOKENS.iter().map(|s| s.to_string()));
+        tokens
+    }
+
+    /// The model as GGUF bytes, weights drawn from `seed` (uniform, scaled by 1/sqrt(fan-in)
+    /// so activations stay of order one), norms around 1.
+    ///
+    /// # Errors
+    /// [`GgufError::PartialBlock`] when a dim is not a whole number of blocks;
+    /// [`GgufError::UnsupportedTensorType`] for a type [`quantize`] does not write.
+    pub fn build(&self, seed: u64) -> Result<Vec<u8>, GgufError> {
+        let mut rng = SplitMix64::new(seed);
+        let tokens = Self::tokens();
+        let vocab = tokens.len() as u64;
+        let n_normal = tokens.len() - TINY_SPECIAL_TOKENS.len();
+        let mut types = vec![1i32; n_normal];
+        types.extend([3; TINY_SPECIAL_TOKENS.len()]);
+        let (w, q, kv, f) = (
+            u64::from(self.embedding_len),
+            u64::from(self.num_heads * self.head_dim),
+            u64::from(self.num_kv_heads * self.head_dim),
+            u64::from(self.ffn_len),
+        );
+        let eos = (n_normal + 2) as u32;
+        let mut b = GgufBuilder::new()
+            .metadata("general.architecture", MetaValue::Str("llama".into()))
+            .metadata("general.name", MetaValue::Str("dynrt tiny llama".into()))
+            .metadata("llama.block_count", MetaValue::U32(self.num_layers))
+            .metadata("llama.context_length", MetaValue::U32(self.context_len))
+            .metadata("llama.embedding_length", MetaValue::U32(self.embedding_len))
+            .metadata("llama.feed_forward_length", MetaValue::U32(self.ffn_len))
+            .metadata("llama.attention.head_count", MetaValue::U32(self.num_heads))
+            .metadata(
+                "llama.attention.head_count_kv",
+                MetaValue::U32(self.num_kv_heads),
+            )
+            .metadata("llama.rope.freq_base", MetaValue::F32(self.rope_base))
+            .metadata(
+                "llama.attention.layer_norm_rms_epsilon",
+                MetaValue::F32(self.rms_eps),
+            )
+            .metadata("llama.rope.dimension_count", MetaValue::U32(self.head_dim))
+            .metadata("llama.vocab_size", MetaValue::U32(vocab as u32))
+            .metadata("tokenizer.ggml.model", MetaValue::Str("gpt2".into()))
+            .metadata("tokenizer.ggml.pre", MetaValue::Str("smollm".into()))
+            .metadata(
+                "tokenizer.ggml.tokens",
+                MetaValue::Array(MetaArray::Str(tokens)),
+            )
+            .metadata(
+                "tokenizer.ggml.token_type",
+                MetaValue::Array(MetaArray::I32(types)),
+            )
+            .metadata(
+                "tokenizer.ggml.merges",
+                MetaValue::Array(MetaArray::Str(
+                    TINY_MERGES.iter().map(|m| m.to_string()).collect(),
+                )),
+            )
+            .metadata("tokenizer.ggml.bos_token_id", MetaValue::U32(eos - 1))
+            .metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(eos))
+            .metadata("tokenizer.ggml.add_bos_token", MetaValue::Bool(false))
+            .metadata(
+                "tokenizer.chat_template",
+                MetaValue::Str(CHATML_TEMPLATE.into()),
+            );
+        if self.num_heads * self.head_dim != self.embedding_len {
+            b = b.metadata("llama.attention.key_length", MetaValue::U32(self.head_dim));
+            b = b.metadata(
+                "llama.attention.value_length",
+                MetaValue::U32(self.head_dim),
+            );
+        }
+        let rng = &mut rng;
+        let mut tensors = vec![weight(
+            rng,
+            "token_embd.weight",
+            self.embedding_type,
+            [w, vocab],
+        )?];
+        if self.untied_output {
+            tensors.push(weight(
+                rng,
+                "output.weight",
+                self.embedding_type,
+                [w, vocab],
+            )?);
+        }
+        tensors.push(norm(rng, "output_norm.weight".into(), w));
+        let p = self.projection_type;
+        for l in 0..self.num_layers {
+            let t = |s: &str| format!("blk.{l}.{s}.weight");
+            tensors.push(norm(rng, t("attn_norm"), w));
+            tensors.push(weight(rng, &t("attn_q"), p, [w, q])?);
+            tensors.push(weight(rng, &t("attn_k"), p, [w, kv])?);
+            tensors.push(weight(rng, &t("attn_v"), p, [w, kv])?);
+            tensors.push(weight(rng, &t("attn_output"), p, [q, w])?);
+            tensors.push(norm(rng, t("ffn_norm"), w));
+            tensors.push(weight(rng, &t("ffn_gate"), p, [w, f])?);
+            tensors.push(weight(rng, &t("ffn_up"), p, [w, f])?);
+            tensors.push(weight(rng, &t("ffn_down"), p, [f, w])?);
+        }
+        for (name, ty, dims, data) in tensors {
+            b = b.tensor(name, ty, &dims, data);
+        }
+        b.build()
+    }
+}

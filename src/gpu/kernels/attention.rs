@@ -1,0 +1,189 @@
+//! The `attention` family (`shaders/attention.wgsl`): rotary position embedding on adjacent
+//! pairs ([`Rope`]) and causal grouped-query attention with an online softmax
+//! ([`Attention`]), one kernel for prefill and decode.
+
+use super::layout::{numel, u32_of};
+use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
+use crate::graph::ops::{Attention, Rope};
+use crate::shape::DType;
+use bytemuck::{Pod, Zeroable};
+
+/// `shaders/attention.wgsl`.
+pub const WGSL: &str = include_str!("../../../shaders/attention.wgsl");
+
+/// The family: entry points and their storage bindings.
+pub const FAMILY: Family = Family {
+    name: "attention",
+    source: WGSL,
+    bindings: |_| &[1, 2, 3, 4],
+    unchecked: &[],
+};
+
+/// Largest head the attention kernel holds in registers (`MAX_D` of the WGSL).
+pub const MAX_HEAD_DIM: u64 = 128;
+
+/// `RopeParams` of `shaders/attention.wgsl` (48 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct RopeParams {
+    /// Rows of x (tokens).
+    pub rows: u32,
+    /// Row length (heads * head_dim).
+    pub width: u32,
+    /// Elements per head.
+    pub head_dim: u32,
+    /// Elements of each head that are rotated (the table's row length).
+    pub rope_dim: u32,
+    /// Rows of the table (positions it covers).
+    pub table_rows: u32,
+    /// x element offset.
+    pub x_offset: u32,
+    /// Positions element offset.
+    pub pos_offset: u32,
+    /// Table element offset.
+    pub table_offset: u32,
+    /// Output element offset.
+    pub out_offset: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
+}
+
+/// `GqaParams` of `shaders/attention.wgsl` (48 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct GqaParams {
+    /// Query rows S.
+    pub s: u32,
+    /// Key rows T (past + S).
+    pub t: u32,
+    /// Query heads.
+    pub heads: u32,
+    /// Key/value heads.
+    pub kv_heads: u32,
+    /// Elements per head.
+    pub head_dim: u32,
+    /// q element offset.
+    pub q_offset: u32,
+    /// k element offset.
+    pub k_offset: u32,
+    /// v element offset.
+    pub v_offset: u32,
+    /// Output element offset.
+    pub out_offset: u32,
+    /// `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// Padding.
+    pub _pad: [u32; 2],
+}
+
+impl Kernel for Rope {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        if inputs == [DType::F32, DType::I32, DType::F32] && output == DType::F32 {
+            Ok(())
+        } else {
+            Err("f32 x, i32 positions, an f32 table")
+        }
+    }
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let n = numel("output", out.shape)?;
+        let (rows, width) = (out.shape.dims()[0], out.shape.dims()[1]);
+        let table = &inputs[2];
+        let (table_rows, rope_dim) = (table.shape.dims()[0], table.shape.dims()[1]);
+        let (bx, ox) = e.bind("input 0", &inputs[0].tensor, n * 4)?;
+        let (bp, op) = e.bind("positions", &inputs[1].tensor, rows * 4)?;
+        let (bt, ot) = e.bind("table", &table.tensor, numel("table", table.shape)? * 4)?;
+        let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+        let p = RopeParams {
+            rows: u32_of("output", rows)?,
+            width: u32_of("output", width)?,
+            head_dim: self.head_dim,
+            rope_dim: u32_of("table", rope_dim)?,
+            table_rows: u32_of("table", table_rows)?,
+            x_offset: ox,
+            pos_offset: op,
+            table_offset: ot,
+            out_offset: oo,
+            _pad: [0; 3],
+        };
+        e.dispatch(
+            FAMILY.key("attention_rope"),
+            &p,
+            &[bx, bp, bt, bo],
+            (n / 2).div_ceil(256),
+        )?;
+        Ok(1)
+    }
+}
+
+impl Kernel for Attention {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        f32_only(inputs, output)
+    }
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (s, qw) = (q.shape.dims()[0], q.shape.dims()[1]);
+        let t = k.shape.dims()[0];
+        let head_dim = qw / u64::from(self.num_heads);
+        if head_dim > MAX_HEAD_DIM {
+            return Err(KernelError::Unsupported {
+                op: "attention",
+                reason: format!(
+                    "head_dim {head_dim} is above the kernel's register budget of {MAX_HEAD_DIM}"
+                ),
+            });
+        }
+        let (bq, oq) = e.bind("queries", &q.tensor, numel("queries", q.shape)? * 4)?;
+        let (bk, ok) = e.bind("keys", &k.tensor, numel("keys", k.shape)? * 4)?;
+        let (bv, ov) = e.bind("values", &v.tensor, numel("values", v.shape)? * 4)?;
+        let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
+        let p = GqaParams {
+            s: u32_of("queries", s)?,
+            t: u32_of("keys", t)?,
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            head_dim: head_dim as u32,
+            q_offset: oq,
+            k_offset: ok,
+            v_offset: ov,
+            out_offset: oo,
+            scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+            _pad: [0; 2],
+        };
+        // vec4 loads where head and offsets allow (the usual case: arena offsets are
+        // aligned, heads are multiples of 4).
+        let vec4 = head_dim % 4 == 0 && [oq, ok, ov].iter().all(|o| o % 4 == 0);
+        let entry = if vec4 {
+            "attention_gqa4"
+        } else {
+            "attention_gqa"
+        };
+        e.dispatch(
+            FAMILY.key(entry),
+            &p,
+            &[bq, bk, bv, bo],
+            s * u64::from(self.num_heads),
+        )?;
+        Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_structs_match_the_wgsl_layout() {
+        assert_eq!(std::mem::size_of::<RopeParams>(), 48);
+        assert_eq!(std::mem::size_of::<GqaParams>(), 48);
+    }
+}

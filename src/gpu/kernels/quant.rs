@@ -1,0 +1,372 @@
+//! The `quant` family (`shaders/quant.wgsl`): kernels that read weights in their stored
+//! format (q4_1, q8_0, f16, f32; GGUF row layout) and dequantize as they read, so a model's
+//! weights stay as compact on the device as in its file (no repacking: q8_0's 34-byte blocks
+//! are read at either word alignment). The weight format is the pipeline's specialisation
+//! constant.
+//!
+//! The `linear` op (`y = x · wᵀ`) has a matrix-vector kernel for decode (M <=
+//! [`QuantLayout::matvec_max_m`] rows of x: each invocation owns several output rows, so every loaded x
+//! value serves all of them and every weight word is loaded once) and two prefill kernels,
+//! picked by [`QuantLayout`]: on software adapters a register-tiled kernel without workgroup
+//! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
+//! that dequantizes weight blocks into workgroup memory. Why two: on llvmpipe a
+//! workgroup-memory load costs as much as a storage load, and the register-tiled kernel is
+//! about 5x faster there (README, "Quantized weights"). The embedding `gather` from an f16 or
+//! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
+
+use super::layout::{numel, rows, u32_of};
+use super::{Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use crate::gpu::wgpu;
+use crate::graph::ops::linear::infer;
+use crate::graph::ops::Linear;
+use crate::shape::DType;
+use bytemuck::{Pod, Zeroable};
+
+/// `shaders/quant.wgsl`.
+pub const WGSL: &str = include_str!("../../../shaders/quant.wgsl");
+
+/// The family: entry points and their storage bindings.
+pub const FAMILY: Family = Family {
+    name: "quant",
+    source: WGSL,
+    bindings: |entry| match entry {
+        "quant_gather" => &[2, 3, 4],
+        _ => &[1, 2, 3],
+    },
+    unchecked: &[],
+};
+
+/// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).
+pub const ROWS_MAX: u64 = 64;
+
+/// Output rows per invocation of the matrix-vector kernel on hardware GPUs.
+const GPU_MATVEC_ROWS: u64 = 4;
+
+/// How the `quant` kernels spread their work, by the kind of adapter ([`Kernels::new`] picks
+/// it from the adapter's device type; [`Kernels::set_quant_layout`] overrides it, as the tests
+/// do to check both).
+///
+/// [`Kernels::new`]: super::Kernels::new
+/// [`Kernels::set_quant_layout`]: super::Kernels::set_quant_layout
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantLayout {
+    /// A software adapter (llvmpipe, lavapipe, SwiftShader) running `threads` CPU threads:
+    /// workgroups of 8 invocations (one 256-bit SIMD group each), as many output rows per
+    /// invocation as still gives every thread a group, and the register-tiled prefill kernel.
+    Cpu {
+        /// Threads the adapter runs workgroups on (the host's available parallelism).
+        threads: u32,
+    },
+    /// A hardware GPU: 64-invocation workgroups, 4 output rows per invocation for decode, and
+    /// the workgroup-memory tiled kernel for prefill.
+    Gpu,
+}
+
+impl QuantLayout {
+    /// Largest M (rows of x) served by the matrix-vector kernel, which reads the weight once
+    /// per row of x; more rows take a prefill kernel, which reads it once per 8 (software
+    /// adapters: measured faster from 4 rows on llvmpipe) or 64 rows (hardware GPUs: below 9
+    /// rows a 64-row tile would mostly compute padding).
+    pub fn matvec_max_m(self) -> u64 {
+        match self {
+            QuantLayout::Cpu { .. } => 3,
+            QuantLayout::Gpu => 8,
+        }
+    }
+
+    /// The layout for an adapter of `device_type`.
+    pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
+        if device_type == wgpu::DeviceType::Cpu {
+            #[cfg(not(target_arch = "wasm32"))]
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            #[cfg(target_arch = "wasm32")]
+            let threads = 1;
+            QuantLayout::Cpu { threads }
+        } else {
+            QuantLayout::Gpu
+        }
+    }
+}
+
+/// Rows per invocation for `n` output rows spread over at least `lanes_wanted` invocations
+/// (a multiple of the SIMD width), at most [`ROWS_MAX`], and as many as that allows: when `n`
+/// needs more invocations than `lanes_wanted` at [`ROWS_MAX`] rows, the next multiple of
+/// `lanes_wanted` that fits.
+fn rows_per_lane(n: u64, lanes_wanted: u64) -> u64 {
+    let lanes_wanted = lanes_wanted.max(1);
+    let c = n.div_ceil(lanes_wanted * ROWS_MAX).max(1);
+    n.div_ceil(lanes_wanted * c).clamp(1, ROWS_MAX)
+}
+
+/// `LinearParams` of `shaders/quant.wgsl` (48 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct LinearParams {
+    /// Rows of x (the product of its leading dimensions).
+    pub m: u32,
+    /// Inner dimension.
+    pub k: u32,
+    /// Output columns (weight rows).
+    pub n: u32,
+    /// Whole 32-element blocks per weight row (`K / 32`).
+    pub blocks: u32,
+    /// x element offset.
+    pub x_offset: u32,
+    /// Weight word offset.
+    pub w_offset: u32,
+    /// Output element offset.
+    pub out_offset: u32,
+    /// 64-column tiles (`quant_tiled`).
+    pub tiles_n: u32,
+    /// Output rows per invocation (`quant_matvec_*`, `quant_regtile`).
+    pub rows: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
+}
+
+/// `GatherParams` of `shaders/quant.wgsl` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct GatherParams {
+    /// Number of ids.
+    pub num_ids: u32,
+    /// Elements per table row.
+    pub row: u32,
+    /// Rows in the table.
+    pub rows: u32,
+    /// Table word offset.
+    pub table_offset: u32,
+    /// Ids word offset.
+    pub ids_offset: u32,
+    /// Output element offset.
+    pub out_offset: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
+}
+
+/// The `WEIGHT_FORMAT` constant of the WGSL for a weight type, `None` for types the kernels
+/// do not read.
+pub fn weight_format(dtype: DType) -> Option<u32> {
+    match dtype {
+        DType::F32 => Some(0),
+        DType::F16 => Some(1),
+        DType::Q4_1 => Some(2),
+        DType::Q8_0 => Some(3),
+        _ => None,
+    }
+}
+
+impl Kernel for Linear {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        let ok = inputs.first() == Some(&DType::F32)
+            && inputs.get(1).and_then(|&w| weight_format(w)).is_some()
+            && output == DType::F32;
+        if ok {
+            Ok(())
+        } else {
+            Err("f32 x, q4_1/q8_0/f16/f32 weights and an f32 output")
+        }
+    }
+
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let (x, w) = (&inputs[0], &inputs[1]);
+        infer(x.shape, w.shape).map_err(|source| KernelError::Infer {
+            op: "linear",
+            source,
+        })?;
+        let format = weight_format(w.dtype).ok_or(KernelError::DType {
+            op: "linear",
+            inputs: vec![x.dtype, w.dtype],
+            output: out.dtype,
+            expected: "q4_1/q8_0/f16/f32 weights",
+        })?;
+        let (m, k) = rows(x.shape);
+        let n = w.shape.dims()[0];
+        if let Some(block) = w.dtype.block() {
+            if k % u64::from(block.elements) != 0 {
+                return Err(KernelError::PartialBlock {
+                    what: "input 1",
+                    dtype: w.dtype,
+                    k,
+                    block: block.elements,
+                });
+            }
+        }
+        let w_bytes = w
+            .shape
+            .size_bytes(w.dtype)
+            .map_err(|_| KernelError::TooManyElements {
+                what: "input 1",
+                elements: u64::MAX,
+                max: u64::from(u32::MAX),
+            })?;
+        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
+        // Whole words: the last q8_0 block may end halfway through one.
+        let (bw, ow) = e.bind("input 1", &w.tensor, w_bytes.div_ceil(4) * 4)?;
+        let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
+        let mut p = LinearParams {
+            m: u32_of("input 0", m)?,
+            k: u32_of("input 0", k)?,
+            n: u32_of("input 1", n)?,
+            blocks: u32_of("input 0", k / 32)?,
+            x_offset: ox,
+            w_offset: ow,
+            out_offset: oo,
+            tiles_n: u32_of("output", n.div_ceil(64))?,
+            rows: 1,
+            _pad: [0; 3],
+        };
+        // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
+        // each weight block across many rows of x.
+        let layout = e.kernels.quant_layout;
+        let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
+            (true, QuantLayout::Cpu { threads }) => {
+                let rows = rows_per_lane(n, 8 * u64::from(threads));
+                p.rows = rows as u32;
+                ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
+            }
+            (true, QuantLayout::Gpu) => {
+                p.rows = GPU_MATVEC_ROWS as u32;
+                (
+                    "quant_matvec_wg64",
+                    (m * n.div_ceil(GPU_MATVEC_ROWS)).div_ceil(64),
+                )
+            }
+            (false, QuantLayout::Cpu { threads }) => {
+                // Invocations of 8 x rows each; enough weight-row groups to give every thread
+                // a SIMD group.
+                let row_blocks = m.div_ceil(8);
+                let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
+                let rows = n.div_ceil(groups).clamp(1, ROWS_MAX);
+                p.rows = rows as u32;
+                ("quant_regtile", (row_blocks * n.div_ceil(rows)).div_ceil(8))
+            }
+            (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
+        };
+        let key = PipelineKey {
+            family: &FAMILY,
+            entry,
+            constant: Some(("WEIGHT_FORMAT", format)),
+        };
+        e.dispatch(key, &p, &[bx, bw, bo], workgroups)?;
+        Ok(1)
+    }
+}
+
+/// The types of table [`encode_gather`] dequantizes.
+pub fn is_gather_table(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::Q4_1 | DType::Q8_0)
+}
+
+/// Records the embedding lookup of `ids` (i32 or u32, shape checked by the caller) in an f16
+/// or block-quantized `table` `[V, ...]` into the f32 `out`: each picked row dequantized,
+/// zeros for ids outside `0..V`. Block tables need their last dimension to hold whole blocks.
+///
+/// # Errors
+/// [`KernelError::DType`] for another table type, [`KernelError::PartialBlock`], and the
+/// binding and size errors of [`Encoder::bind`].
+pub fn encode_gather(
+    e: &mut Encoder<'_, '_>,
+    table: &Operand<'_>,
+    ids: &Operand<'_>,
+    out: &Operand<'_>,
+) -> Result<usize, KernelError> {
+    let format = weight_format(table.dtype)
+        .filter(|_| is_gather_table(table.dtype))
+        .ok_or(KernelError::DType {
+            op: "gather",
+            inputs: vec![table.dtype, ids.dtype],
+            output: out.dtype,
+            expected: "an f16, q4_1 or q8_0 table",
+        })?;
+    let dims = table.shape.dims();
+    let rows_in_table = dims.first().copied().unwrap_or(0);
+    let row: u64 = dims.iter().skip(1).product();
+    if let Some(block) = table.dtype.block() {
+        let last = dims.last().copied().unwrap_or(1);
+        if dims.len() < 2 || last % u64::from(block.elements) != 0 {
+            return Err(KernelError::PartialBlock {
+                what: "input 0",
+                dtype: table.dtype,
+                k: last,
+                block: block.elements,
+            });
+        }
+    }
+    let table_bytes =
+        table
+            .shape
+            .size_bytes(table.dtype)
+            .map_err(|_| KernelError::TooManyElements {
+                what: "input 0",
+                elements: u64::MAX,
+                max: u64::from(u32::MAX),
+            })?;
+    let n = numel("output", out.shape)?;
+    let num_ids = numel("input 1", ids.shape)?;
+    let (bt, ot) = e.bind(
+        "input 0",
+        &table.tensor,
+        (table_bytes.div_ceil(4) * 4).max(4),
+    )?;
+    let (bi, oi) = e.bind("input 1", &ids.tensor, num_ids * 4)?;
+    let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
+    let p = GatherParams {
+        num_ids: u32_of("input 1", num_ids)?,
+        row: u32_of("input 0", row)?,
+        rows: u32_of("input 0", rows_in_table)?,
+        table_offset: ot,
+        ids_offset: oi,
+        out_offset: oo,
+        _pad: [0; 2],
+    };
+    // One invocation per block of 32 output values (block tables) or per value (f16).
+    let lanes = if table.dtype.block().is_some() {
+        n / 32
+    } else {
+        n
+    };
+    let key = PipelineKey {
+        family: &FAMILY,
+        entry: "quant_gather",
+        constant: Some(("WEIGHT_FORMAT", format)),
+    };
+    e.dispatch(key, &p, &[bt, bo, bi], lanes.div_ceil(64))?;
+    Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_per_lane_gives_every_thread_a_simd_group() {
+        // SmolLM2-135M's shapes on 2 threads (16 invocations wanted).
+        assert_eq!(rows_per_lane(576, 16), 36);
+        assert_eq!(rows_per_lane(192, 16), 12);
+        assert_eq!(rows_per_lane(1536, 16), 48);
+        assert_eq!(rows_per_lane(49152, 16), 64);
+        assert_eq!(rows_per_lane(7, 16), 1);
+        assert_eq!(rows_per_lane(0, 16), 1);
+        for n in 1..3000 {
+            let r = rows_per_lane(n, 16);
+            assert!((1..=ROWS_MAX).contains(&r), "{n}");
+            assert!(n.div_ceil(r) >= 16.min(n), "{n}: {r}");
+        }
+    }
+
+    #[test]
+    fn uniform_struct_matches_the_wgsl_layout() {
+        assert_eq!(std::mem::size_of::<LinearParams>(), 48);
+        assert_eq!(std::mem::size_of::<GatherParams>(), 32);
+        for d in Linear::WEIGHT_TYPES {
+            assert!(weight_format(d).is_some(), "{d}");
+        }
+        assert_eq!(weight_format(DType::BF16), None);
+    }
+}

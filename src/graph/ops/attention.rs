@@ -1,0 +1,384 @@
+//! The attention ops of a llama-style decoder: rotary position embedding on adjacent pairs
+//! ([`Rope`]) and causal grouped-query attention over a sequence-major KV cache
+//! ([`Attention`]).
+
+use super::{DTypeError, InferError, OpDef};
+use crate::graph::reference::{RefError, RefTensor, Values};
+use crate::shape::{DType, Shape};
+
+/// Rotary position embedding on **adjacent pairs** `(x[2i], x[2i+1])` of every head, as
+/// GGUF's llama Q/K rows need (llama.cpp permutes the Hugging Face rows so that the pairs
+/// are adjacent instead of half a head apart).
+///
+/// Inputs: x `[S, N * head_dim]` (f32, N heads side by side), positions `[S]` (i32, the
+/// absolute position of each row), and a cos/sin table `[P, R]` (f32) whose row `p` holds
+/// `cos(p θ_i), sin(p θ_i)` for `i < R / 2` (see [`rope_table`]). The first `R` elements of
+/// each head are rotated, `out[2i] = x[2i] cos - x[2i+1] sin`, `out[2i+1] = x[2i] sin +
+/// x[2i+1] cos`; elements from `R` on pass through. A row whose position is outside `0..P`
+/// is written as zeros (a caller's bug shows instead of wrapping around).
+///
+/// The table carries the angles instead of the kernel computing `p θ_i` in f32: positions up
+/// to the context length (8192 for SmolLM2) times frequencies near 1 give angles of
+/// thousands of radians, where an f32 product is off by about 5e-4 radians; the table is
+/// computed in f64 on the host and rounded once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rope {
+    /// Elements per head (even).
+    pub head_dim: u32,
+}
+
+/// Causal grouped-query attention over a KV cache laid out sequence-major.
+///
+/// Inputs: q `[S, H * D]`, k `[T, KVH * D]`, v `[T, KVH * D]` (f32) with `T >= S`: the keys
+/// and values of the `T - S` past tokens followed by the `S` new ones, exactly the rows a KV
+/// cache appended in place holds. Output `[S, H * D]`: for query row `s` and head `h`,
+/// `softmax_j(q·k_j / sqrt(D))` over keys `j <= T - S + s` of KV head `h / (H / KVH)`,
+/// times `v_j`. One op serves prefill (`T = S` with no past, or on top of a past) and
+/// decode (`S = 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attention {
+    /// Query heads `H`.
+    pub num_heads: u32,
+    /// Key/value heads `KVH` (divides `H`).
+    pub num_kv_heads: u32,
+}
+
+/// The cos/sin table of [`Rope`] for `positions` rows: row `p` holds `cos(p θ_i), sin(p θ_i)`
+/// for `i < rope_dim / 2`, `θ_i = base^(-2i / rope_dim)`, computed in f64 and rounded to f32
+/// (`positions * rope_dim` values, row-major).
+pub fn rope_table(base: f64, rope_dim: u32, positions: u32) -> Vec<f32> {
+    let half = rope_dim / 2;
+    let mut out = Vec::with_capacity(positions as usize * rope_dim as usize);
+    for p in 0..positions {
+        for i in 0..half {
+            let theta = base.powf(-2.0 * f64::from(i) / f64::from(rope_dim));
+            let angle = f64::from(p) * theta;
+            out.push(angle.cos() as f32);
+            out.push(angle.sin() as f32);
+        }
+    }
+    out
+}
+
+fn invalid(op: &'static str, reason: String) -> InferError {
+    InferError::Invalid { op, reason }
+}
+
+/// `[rows, cols]` of a rank-2 input, or the rank error naming it.
+fn matrix(shape: &Shape, input: usize, expected: &'static str) -> Result<(u64, u64), InferError> {
+    match shape.dims() {
+        &[r, c] => Ok((r, c)),
+        _ => Err(InferError::Rank {
+            input,
+            shape: shape.clone(),
+            expected,
+        }),
+    }
+}
+
+impl OpDef for Rope {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (3, 3)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if inputs[0] != DType::F32 {
+            return Err(DTypeError::at(0, "f32"));
+        }
+        if inputs[1] != DType::I32 {
+            return Err(DTypeError::at(1, "i32 (positions)"));
+        }
+        if inputs[2] != DType::F32 {
+            return Err(DTypeError::at(2, "f32 (the cos/sin table)"));
+        }
+        Ok(DType::F32)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let (s, w) = matrix(inputs[0], 0, "[S, heads * head_dim]")?;
+        if inputs[1].dims() != [s] {
+            return Err(InferError::Mismatch {
+                what: "rope positions must be [S] for x [S, W]",
+                left: inputs[0].clone(),
+                right: inputs[1].clone(),
+            });
+        }
+        let (_, r) = matrix(inputs[2], 2, "[positions, rope_dim] (the cos/sin table)")?;
+        let d = u64::from(self.head_dim);
+        if d == 0 || d % 2 != 0 || w % d != 0 {
+            return Err(invalid(
+                "rope",
+                format!("head_dim {d} must be even, positive and divide the width {w}"),
+            ));
+        }
+        if r == 0 || r % 2 != 0 || r > d {
+            return Err(invalid(
+                "rope",
+                format!(
+                    "the table's row length (rope_dim) {r} must be even, positive and at most \
+                     head_dim {d}"
+                ),
+            ));
+        }
+        Ok(inputs[0].clone())
+    }
+    fn preserves_shape(&self) -> bool {
+        true
+    }
+    /// Plain loops over rows, heads and pairs, the rotation in f64.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let x = inputs[0].floats("rope")?;
+        let pos = inputs[1].ints("rope")?;
+        let table = inputs[2].floats("rope")?;
+        let (s, w) = (out.dims()[0] as usize, out.dims()[1] as usize);
+        let (p_rows, r) = (
+            inputs[2].shape.dims()[0] as usize,
+            inputs[2].shape.dims()[1] as usize,
+        );
+        let d = self.head_dim as usize;
+        let mut y = vec![0f32; s * w];
+        for (row, &p) in pos.iter().enumerate().take(s) {
+            if p < 0 || p as usize >= p_rows {
+                continue; // zeros
+            }
+            let p = p as usize;
+            for head in 0..w / d {
+                let base = row * w + head * d;
+                y[base..base + d].copy_from_slice(&x[base..base + d]);
+                for i in 0..r / 2 {
+                    let c = f64::from(table[p * r + 2 * i]);
+                    let sn = f64::from(table[p * r + 2 * i + 1]);
+                    let x0 = f64::from(x[base + 2 * i]);
+                    let x1 = f64::from(x[base + 2 * i + 1]);
+                    y[base + 2 * i] = (x0 * c - x1 * sn) as f32;
+                    y[base + 2 * i + 1] = (x0 * sn + x1 * c) as f32;
+                }
+            }
+        }
+        Ok(Values::F32(y))
+    }
+}
+
+impl OpDef for Attention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (3, 3)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        super::all_f32(inputs)
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let (h, kvh) = (u64::from(self.num_heads), u64::from(self.num_kv_heads));
+        if h == 0 || kvh == 0 || h % kvh != 0 {
+            return Err(invalid(
+                "attention",
+                format!("{h} query heads must be a positive multiple of {kvh} key/value heads"),
+            ));
+        }
+        let (s, qw) = matrix(inputs[0], 0, "[S, heads * head_dim] (queries)")?;
+        let (t, kw) = matrix(inputs[1], 1, "[T, kv_heads * head_dim] (keys)")?;
+        matrix(inputs[2], 2, "[T, kv_heads * head_dim] (values)")?;
+        if qw == 0 || qw % h != 0 {
+            return Err(invalid(
+                "attention",
+                format!("query width {qw} is not a positive multiple of {h} heads"),
+            ));
+        }
+        let d = qw / h;
+        if kw != kvh * d {
+            return Err(InferError::Mismatch {
+                what: "attention keys must be [T, kv_heads * head_dim]",
+                left: inputs[0].clone(),
+                right: inputs[1].clone(),
+            });
+        }
+        if inputs[2] != inputs[1] {
+            return Err(InferError::Mismatch {
+                what: "attention values must have the keys' shape",
+                left: inputs[1].clone(),
+                right: inputs[2].clone(),
+            });
+        }
+        if t < s {
+            return Err(InferError::Mismatch {
+                what: "attention needs at least as many keys as queries (keys = past + queries)",
+                left: inputs[0].clone(),
+                right: inputs[1].clone(),
+            });
+        }
+        Ok(inputs[0].clone())
+    }
+    /// Per query row and head: scores in f64, max-subtracted softmax over the visible keys,
+    /// the weighted sum of values in f64.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let q = inputs[0].floats("attention")?;
+        let k = inputs[1].floats("attention")?;
+        let v = inputs[2].floats("attention")?;
+        let (s, qw) = (out.dims()[0] as usize, out.dims()[1] as usize);
+        let (t, kw) = (
+            inputs[1].shape.dims()[0] as usize,
+            inputs[1].shape.dims()[1] as usize,
+        );
+        let h = self.num_heads as usize;
+        let group = h / self.num_kv_heads as usize;
+        let d = qw / h;
+        let scale = 1.0 / (d as f64).sqrt();
+        let past = t - s;
+        let mut y = vec![0f32; s * qw];
+        for row in 0..s {
+            let visible = past + row + 1;
+            for head in 0..h {
+                let g = head / group;
+                let qrow = &q[row * qw + head * d..][..d];
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| {
+                        let krow = &k[j * kw + g * d..][..d];
+                        qrow.iter()
+                            .zip(krow)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
+                let sum: f64 = weights.iter().sum();
+                for e in 0..d {
+                    let acc: f64 = weights
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &wt)| wt * f64::from(v[j * kw + g * d + e]))
+                        .sum();
+                    y[row * qw + head * d + e] = (acc / sum) as f32;
+                }
+            }
+        }
+        Ok(Values::F32(y))
+    }
+}
+
+impl crate::graph::GraphBuilder {
+    /// Rotary position embedding of `x` `[S, N * head_dim]` at `positions` `[S]` (i32) with a
+    /// cos/sin `table` `[P, rope_dim]` ([`rope_table`]); see [`Rope`].
+    pub fn rope(
+        &mut self,
+        label: impl Into<String>,
+        x: crate::graph::NodeId,
+        positions: crate::graph::NodeId,
+        table: crate::graph::NodeId,
+        head_dim: u32,
+    ) -> crate::graph::NodeId {
+        self.add(label, Rope { head_dim }, &[x, positions, table])
+    }
+
+    /// Causal grouped-query attention of `q` `[S, H * D]` over `k`, `v` `[T, KVH * D]`; see
+    /// [`Attention`].
+    pub fn attention(
+        &mut self,
+        label: impl Into<String>,
+        q: crate::graph::NodeId,
+        k: crate::graph::NodeId,
+        v: crate::graph::NodeId,
+        num_heads: u32,
+        num_kv_heads: u32,
+    ) -> crate::graph::NodeId {
+        self.add(
+            label,
+            Attention {
+                num_heads,
+                num_kv_heads,
+            },
+            &[q, k, v],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(d: &[u64]) -> Shape {
+        Shape(d.to_vec())
+    }
+
+    #[test]
+    fn rope_shape_rule_checks_positions_table_and_heads() {
+        let r = Rope { head_dim: 8 };
+        assert_eq!(
+            r.infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[]),
+            Ok(s(&[3, 16]))
+        );
+        assert!(r
+            .infer(&[&s(&[3, 16]), &s(&[2]), &s(&[10, 8])], &[])
+            .is_err());
+        assert!(r
+            .infer(&[&s(&[3, 12]), &s(&[3]), &s(&[10, 8])], &[])
+            .is_err());
+        assert!(r
+            .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 10])], &[])
+            .is_err());
+        let e = Rope { head_dim: 0 }
+            .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[])
+            .unwrap_err();
+        assert!(e.to_string().contains("head_dim 0"), "{e}");
+        assert!(r
+            .output_dtype(&[DType::F32, DType::F32, DType::F32])
+            .is_err());
+    }
+
+    #[test]
+    fn rope_table_holds_cos_and_sin_of_position_times_frequency() {
+        let t = rope_table(10_000.0, 4, 3);
+        assert_eq!(t.len(), 12);
+        assert_eq!(&t[..4], &[1.0, 0.0, 1.0, 0.0]);
+        assert!((t[4] - 1f32.cos()).abs() < 1e-7 && (t[5] - 1f32.sin()).abs() < 1e-7);
+        let theta1 = 10_000f64.powf(-0.5);
+        assert!((f64::from(t[10]) - (2.0 * theta1).cos()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn attention_shape_rule_checks_heads_and_cache() {
+        let a = Attention {
+            num_heads: 4,
+            num_kv_heads: 2,
+        };
+        assert_eq!(
+            a.infer(&[&s(&[2, 32]), &s(&[5, 16]), &s(&[5, 16])], &[]),
+            Ok(s(&[2, 32]))
+        );
+        // Fewer keys than queries, values unlike keys, a key width that is not KVH * D.
+        assert!(a
+            .infer(&[&s(&[6, 32]), &s(&[5, 16]), &s(&[5, 16])], &[])
+            .is_err());
+        assert!(a
+            .infer(&[&s(&[2, 32]), &s(&[5, 16]), &s(&[4, 16])], &[])
+            .is_err());
+        assert!(a
+            .infer(&[&s(&[2, 32]), &s(&[5, 8]), &s(&[5, 8])], &[])
+            .is_err());
+        let bad = Attention {
+            num_heads: 3,
+            num_kv_heads: 2,
+        };
+        assert!(bad
+            .infer(&[&s(&[2, 30]), &s(&[5, 20]), &s(&[5, 20])], &[])
+            .is_err());
+    }
+
+    #[test]
+    fn attention_reference_of_one_key_is_its_value() {
+        // One query over one key: softmax of a single score is 1, the output is the value.
+        let a = Attention {
+            num_heads: 2,
+            num_kv_heads: 1,
+        };
+        let q = RefTensor::from_f32(s(&[1, 4]), DType::F32, vec![1.0, 2.0, 3.0, 4.0]);
+        let k = RefTensor::from_f32(s(&[1, 2]), DType::F32, vec![0.5, -1.0]);
+        let v = RefTensor::from_f32(s(&[1, 2]), DType::F32, vec![7.0, -3.0]);
+        let out = a.reference(&[&q, &k, &v], &s(&[1, 4]), DType::F32).unwrap();
+        assert_eq!(out, Values::F32(vec![7.0, -3.0, 7.0, -3.0]));
+    }
+}

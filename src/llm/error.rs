@@ -1,0 +1,82 @@
+//! The errors of loading a model and generating text.
+
+use crate::gguf::GgufError;
+use crate::graph::GraphError;
+use crate::runtime::RunError;
+use crate::tensor::TensorError;
+use crate::tokenizer::TokenizerError;
+
+/// Why a model could not be loaded or a generation could not run. After any of them the
+/// engine holds no more memory than before the call that failed (a failed load frees what
+/// it had uploaded), and a session stays usable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The GGUF is malformed or is not a llama model dynrt can run (names the key, tensor or
+    /// offset).
+    #[error("model file: {0}")]
+    Gguf(#[from] GgufError),
+    /// The model's tokenizer could not be built, or a token id is unknown.
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] TokenizerError),
+    /// A tensor of a type dynrt cannot hold on the device.
+    #[error("tensor `{tensor}` has type {ggml_type}, which dynrt cannot run (supported: F32, F16, Q8_0, Q4_1)")]
+    UnsupportedWeight {
+        /// The tensor's name.
+        tensor: String,
+        /// Its GGUF type name.
+        ggml_type: &'static str,
+    },
+    /// The graph could not be built (a bug in the builder, reported rather than a panic).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A tensor's bytes could not be referenced.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// The runtime failed: compiling, allocating (over budget, too large) or running.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The prompt does not fit in the context with what the session already holds.
+    #[error(
+        "{new_tokens} new tokens after {past_tokens} in the cache exceed the model's context of \
+         {context_len} tokens: shorten the prompt or start a new session"
+    )]
+    ContextFull {
+        /// Tokens already in the KV cache.
+        past_tokens: usize,
+        /// Tokens the call wanted to add.
+        new_tokens: usize,
+        /// The model's context length.
+        context_len: u32,
+    },
+    /// The prompt encodes to no tokens.
+    #[error("the prompt is empty: give at least one token of text")]
+    EmptyPrompt,
+    /// A generation parameter is out of range.
+    #[error("{name} = {value} is invalid: {reason}")]
+    BadParameter {
+        /// The parameter (`temperature`, `top_p`, ...).
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        reason: &'static str,
+    },
+    /// A token id outside the vocabulary was given to the model.
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    UnknownToken {
+        /// The id.
+        id: u32,
+        /// Tokens in the vocabulary.
+        vocab_size: u32,
+    },
+    /// The model file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,260 @@
+//! The llama forward pass as a dynrt graph, built from a GGUF's metadata and tensor index.
+//!
+//! Per layer: RMSNorm, the Q/K/V projections, RoPE on adjacent pairs of Q and K, the K/V
+//! rows appended in place to the layer's KV cache (a state of the runtime), grouped-query
+//! attention over the whole cache, the output projection and the residual; RMSNorm, the
+//! SwiGLU feed-forward (`down(silu(gate(h)) * up(h))`) and the residual. After the last
+//! layer only the **last row** is normalised and projected to logits, so a prefill of `S`
+//! tokens computes the head once, not `S` times.
+//!
+//! Symbols: `seq` (tokens this step) and `past` (tokens already in the cache). The KV cache
+//! is sequence-major, `[past, kv_heads * head_dim]` per layer: a step's rows are one
+//! contiguous range at its end, so the runtime appends them with one copy and grows the
+//! buffer with one copy of the old rows (a head-major `[kv_heads, past, head_dim]` layout
+//! would interleave new rows into every head's block). The attention kernel reads it in
+//! this layout directly.
+//!
+//! Weights are constants referencing the model's bytes ([`crate::tensor::ConstData::slice`]
+//! of the memory map or of the bytes a page fetched): nothing is expanded or copied on the
+//! host; the runtime streams them into the constants region in bounded chunks.
+
+use super::LlmError;
+use crate::gguf::{GgmlType, Gguf, LlamaConfig};
+use crate::graph::ops::rope_table;
+use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
+use crate::runtime::StateBinding;
+use crate::shape::{DType, Shape};
+use crate::tensor::{Backing, ConstData};
+
+/// Labels of the graph's inputs and outputs.
+pub mod labels {
+    /// Token ids of the step, `[seq]` i32.
+    pub const TOKENS: &str = "tokens";
+    /// Absolute positions of the step's tokens, `[seq]` i32 (`past..past + seq`).
+    pub const POSITIONS: &str = "positions";
+    /// Logits of the step's last token, `[1, vocab]` f32.
+    pub const LOGITS: &str = "logits";
+
+    /// Layer `l`'s past keys input, `[past, kv_heads * head_dim]`.
+    pub fn past_k(l: u32) -> String {
+        format!("blk.{l}.past_k")
+    }
+    /// Layer `l`'s past values input.
+    pub fn past_v(l: u32) -> String {
+        format!("blk.{l}.past_v")
+    }
+    /// Layer `l`'s keys after this step (`past_k` with the step's rows appended).
+    pub fn present_k(l: u32) -> String {
+        format!("blk.{l}.present_k")
+    }
+    /// Layer `l`'s values after this step.
+    pub fn present_v(l: u32) -> String {
+        format!("blk.{l}.present_v")
+    }
+}
+
+/// How the projection weights reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WeightFormat {
+    /// As stored in the file (Q4_1, Q8_0, F16, F32): the bytes of the memory map go to the
+    /// device unchanged, the `linear` kernels dequantize blocks as they read them, the
+    /// embedding rows are gathered from the quantized table, and the tied head is a
+    /// `linear` on that same table. Device bytes for weights equal the file's tensor bytes
+    /// (plus the RoPE table).
+    Native,
+    /// Dequantized to f32 on the host once, at load (4 bytes per weight on the device: about
+    /// 5.6x the Q4_1 bytes). Projections run through the tiled `matmul` with a transposed
+    /// right side.
+    F32,
+}
+
+/// The graph of a llama model and the KV-cache states the runtime carries between steps.
+#[derive(Debug, Clone)]
+pub struct LlamaGraph {
+    /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v`; outputs `logits`, then per
+    /// layer `present_k`/`present_v`.
+    pub graph: Graph,
+    /// `(past, present)` of each cache tensor, layer by layer, keys before values.
+    pub states: Vec<StateBinding>,
+    /// Bytes of every weight constant the graph holds (the rope table included).
+    pub weight_bytes: u64,
+}
+
+/// The dtype of a GGUF tensor type, for the types dynrt can hold.
+fn dtype_of(ty: GgmlType) -> Option<DType> {
+    Some(match ty {
+        GgmlType::F32 => DType::F32,
+        GgmlType::F16 => DType::F16,
+        GgmlType::Q8_0 => DType::Q8_0,
+        GgmlType::Q4_1 => DType::Q4_1,
+        _ => return None,
+    })
+}
+
+struct Builder<'a> {
+    b: GraphBuilder,
+    gguf: &'a Gguf,
+    backing: &'a Backing,
+    format: WeightFormat,
+    weight_bytes: u64,
+}
+
+impl Builder<'_> {
+    /// Tensor `name` as a constant `[rows, row_len]` (or `[len]` for a vector) in the type
+    /// the format asks for.
+    fn weight(&mut self, name: &str) -> Result<NodeId, LlmError> {
+        let info = self.gguf.require_tensor(name)?;
+        let ty = info.ggml_type();
+        let shape = Shape::new(info.dims().iter().rev().copied().collect::<Vec<u64>>());
+        let dtype = dtype_of(ty).ok_or_else(|| LlmError::UnsupportedWeight {
+            tensor: name.to_owned(),
+            ggml_type: ty.name(),
+        })?;
+        let bytes = self.gguf.tensor_bytes((**self.backing).as_ref(), name)?;
+        let node = if dtype == DType::F32 || self.format == WeightFormat::Native {
+            // The file's bytes, referenced (no copy): f32 norms, or every weight as stored.
+            let r = info.byte_range();
+            let data = ConstData::slice(self.backing.clone(), r.start as usize..r.end as usize)?;
+            self.weight_bytes += data.len() as u64;
+            self.b.constant_bytes(name, shape, dtype, data)
+        } else {
+            let mut values = vec![0f32; info.num_elements() as usize];
+            crate::gguf::dequantize(name, ty, bytes, &mut values)?;
+            self.weight_bytes += values.len() as u64 * 4;
+            self.b.constant(name, shape, values)
+        };
+        Ok(node)
+    }
+
+    /// `x · wᵀ` for `w` `[n_out, n_in]`.
+    fn project(&mut self, label: String, x: NodeId, w: NodeId) -> NodeId {
+        match self.format {
+            WeightFormat::Native => self.b.linear(label, x, w),
+            WeightFormat::F32 => self.b.matmul(label, x, w, true),
+        }
+    }
+
+    /// Rows `ids` of the embedding table (f32 out whatever the table's format).
+    fn embed(&mut self, table: NodeId, ids: NodeId) -> NodeId {
+        self.b.gather("embed", table, ids)
+    }
+}
+
+/// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`.
+///
+/// # Errors
+/// [`LlmError::UnsupportedWeight`] for a tensor type dynrt cannot hold; GGUF errors for a
+/// tensor that is missing or whose bytes cannot be read; [`LlmError::Graph`] if the graph
+/// does not validate.
+pub fn build_llama_graph(
+    gguf: &Gguf,
+    backing: &Backing,
+    config: &LlamaConfig,
+    format: WeightFormat,
+) -> Result<LlamaGraph, LlmError> {
+    let kv = u64::from(config.kv_len());
+    let d = config.head_dim;
+    let (h, kvh) = (config.num_heads, config.num_kv_heads);
+    let eps = config.rms_eps;
+    let mut bl = Builder {
+        b: GraphBuilder::new(),
+        gguf,
+        backing,
+        format,
+        weight_bytes: 0,
+    };
+    let seq = Dim::sym("seq");
+    let past = Dim::sym("past");
+    let tokens =
+        bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
+    let positions =
+        bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
+    let table_values = rope_table(
+        f64::from(config.rope_base),
+        config.rope_dim,
+        config.context_len,
+    );
+    bl.weight_bytes += table_values.len() as u64 * 4;
+    let table = bl.b.constant(
+        "rope_table",
+        Shape::new(vec![
+            u64::from(config.context_len),
+            u64::from(config.rope_dim),
+        ]),
+        table_values,
+    );
+    let embd = bl.weight("token_embd.weight")?;
+    let mut x = bl.embed(embd, tokens);
+    let mut presents = Vec::new();
+    let mut states = Vec::new();
+    for l in 0..config.num_layers {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        let past_k = bl.b.input(
+            labels::past_k(l),
+            &[past.clone(), Dim::Fixed(kv)],
+            DType::F32,
+        );
+        let past_v = bl.b.input(
+            labels::past_v(l),
+            &[past.clone(), Dim::Fixed(kv)],
+            DType::F32,
+        );
+        let attn_norm = bl.weight(&p("attn_norm.weight"))?;
+        let hn = bl.b.rms_norm(p("attn_norm"), x, attn_norm, eps);
+        let wq = bl.weight(&p("attn_q.weight"))?;
+        let wk = bl.weight(&p("attn_k.weight"))?;
+        let wv = bl.weight(&p("attn_v.weight"))?;
+        let q = bl.project(p("q"), hn, wq);
+        let k = bl.project(p("k"), hn, wk);
+        let v = bl.project(p("v"), hn, wv);
+        let q = bl.b.rope(p("q.rope"), q, positions, table, d);
+        let k = bl.b.rope(p("k.rope"), k, positions, table, d);
+        // In-place concatenation: the runtime appends the step's rows to the cache buffer.
+        let kc = bl.b.concat(labels::present_k(l), &[past_k, k], 0);
+        let vc = bl.b.concat(labels::present_v(l), &[past_v, v], 0);
+        presents.extend([kc, vc]);
+        states.push(StateBinding {
+            past: labels::past_k(l),
+            present: labels::present_k(l),
+        });
+        states.push(StateBinding {
+            past: labels::past_v(l),
+            present: labels::present_v(l),
+        });
+        let attn = bl.b.attention(p("attn"), q, kc, vc, h, kvh);
+        let wo = bl.weight(&p("attn_output.weight"))?;
+        let o = bl.project(p("attn_out"), attn, wo);
+        x = bl.b.add_(p("attn_res"), x, o);
+        let ffn_norm = bl.weight(&p("ffn_norm.weight"))?;
+        let hf = bl.b.rms_norm(p("ffn_norm"), x, ffn_norm, eps);
+        let wg = bl.weight(&p("ffn_gate.weight"))?;
+        let wu = bl.weight(&p("ffn_up.weight"))?;
+        let wd = bl.weight(&p("ffn_down.weight"))?;
+        let gate = bl.project(p("ffn_gate"), hf, wg);
+        let up = bl.project(p("ffn_up"), hf, wu);
+        let act = bl.b.silu_mul(p("ffn_act"), gate, up);
+        let down = bl.project(p("ffn_down"), act, wd);
+        x = bl.b.add_(p("ffn_res"), x, down);
+    }
+    // Only the last position needs logits.
+    let last = bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1]);
+    let out_norm = bl.weight("output_norm.weight")?;
+    let xf = bl.b.rms_norm("output_norm", last, out_norm, eps);
+    let head = if config.tied_output {
+        embd
+    } else {
+        bl.weight("output.weight")?
+    };
+    let logits = bl.project(labels::LOGITS.into(), xf, head);
+    let mut b = bl.b;
+    b.output(logits);
+    for pr in presents {
+        b.output(pr);
+    }
+    Ok(LlamaGraph {
+        graph: b.build()?,
+        states,
+        weight_bytes: bl.weight_bytes,
+    })
+}

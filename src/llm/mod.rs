@@ -1,0 +1,252 @@
+//! Language models from GGUF files: load once, open sessions, generate text.
+//!
+//! [`Model::load`] (natively, by memory map) or [`Model::from_backing`] (any bytes: the
+//! browser's fetched file) reads a llama-architecture GGUF — SmolLM2-135M-Instruct is the
+//! model dynrt is tested with — builds its forward pass as a graph ([`graph`]), and compiles
+//! it twice from one upload of the weights: a **prefill** network (`seq` and `past` free: a
+//! prompt of any length on top of any past) and a **decode** network (`seq = 1`: every
+//! activation of a step has a static shape and lives in one planned arena; only attention's
+//! inputs grow). They share the constants region and the pipeline cache
+//! ([`crate::runtime::Network::specialize`]).
+//!
+//! A [`Session`] is one conversation: its own requests, shape predictor and KV cache (per
+//! layer K and V, preallocated with room by the predictor, appended in place each step,
+//! grown with one copy), so several sessions of one model run side by side and share only
+//! the weights. [`Session::generate`] continues the session with a raw prompt,
+//! [`Session::chat`] with a user message rendered by the model's chat template on top of the
+//! conversation so far (the cache is kept across turns: only the new turn is prefilled).
+//! Both stream text through the tokenizer's [`crate::tokenizer::StreamDecoder`] and stop at
+//! the end-of-sequence token or after `max_tokens`.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use dynrt::gpu::{Engine, Gpu, GpuOptions};
+//! use dynrt::llm::{GenerateParams, Model, ModelOptions};
+//! use dynrt::memory::predictor::Policy;
+//! use dynrt::runtime::RunOptions;
+//! let engine = Engine::new(Gpu::new_blocking(GpuOptions::from_env()?)?);
+//! let model = Model::load(&engine, "SmolLM2-135M-Instruct.Q4_1.gguf", ModelOptions::default())?;
+//! let mut session = model.session(RunOptions::new(Policy::Adaptive));
+//! let reply = session.chat_blocking(
+//!     "What is the capital of France?",
+//!     &GenerateParams::default(),
+//!     &mut |text| print!("{text}"),
+//! )?;
+//! println!("\n{} tokens", reply.tokens.len());
+//! # Ok(()) }
+//! ```
+
+mod error;
+pub mod graph;
+pub mod sample;
+mod session;
+
+pub use error::LlmError;
+pub use graph::{build_llama_graph, LlamaGraph, WeightFormat};
+pub use sample::{Sampler, SamplingParams};
+pub use session::{GenerateParams, Generation, Session, SessionStats, StopReason};
+
+use crate::gguf::{Gguf, LlamaConfig};
+use crate::gpu::Engine;
+use crate::graph::Bindings;
+use crate::runtime::{Network, NetworkOptions};
+use crate::tensor::Backing;
+use crate::tokenizer::Tokenizer;
+use std::sync::Arc;
+
+/// How a model is loaded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelOptions {
+    /// How projection weights reach the device.
+    pub format: WeightFormat,
+    /// Plan the decode network's static activations into one arena (off: they come from
+    /// the memory pool).
+    pub planner: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            format: WeightFormat::Native,
+            planner: true,
+        }
+    }
+}
+
+pub(crate) struct ModelInner {
+    pub engine: Engine,
+    pub config: LlamaConfig,
+    pub tokenizer: Tokenizer,
+    pub prefill: Network,
+    pub decode: Network,
+    /// Tokens that end a generation: EOS and the other end-of-text control tokens.
+    pub stop_ids: Vec<u32>,
+    pub weight_bytes: u64,
+    pub file_tensor_bytes: u64,
+    pub options: ModelOptions,
+}
+
+/// A loaded model: configuration, tokenizer and the two compiled networks sharing the
+/// weights on the device. Cheap to clone (an `Arc`); the weights are freed with the last
+/// clone and the last session.
+#[derive(Clone)]
+pub struct Model {
+    pub(crate) inner: Arc<ModelInner>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", &self.inner.config)
+            .field("weight_bytes", &self.inner.weight_bytes)
+            .finish()
+    }
+}
+
+impl Model {
+    /// Maps the GGUF file at `path` and loads it (see [`Model::from_backing`]). The map
+    /// stays open while the model lives.
+    ///
+    /// # Errors
+    /// [`LlmError::Io`] when the file cannot be opened or mapped; the errors of
+    /// [`Model::from_backing`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn load(
+        engine: &Engine,
+        path: impl AsRef<std::path::Path>,
+        options: ModelOptions,
+    ) -> Result<Model, LlmError> {
+        let path = path.as_ref();
+        let io = |source| LlmError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: a read-only map of a file nobody writes while it is open, as for
+        // `gguf::MappedGguf` (whose safety argument applies word for word): the model cache
+        // is only ever replaced by an atomic rename.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Model::from_backing(engine, Arc::new(map), options)
+    }
+
+    /// Loads the GGUF held in `backing` (a memory map, or the bytes a page fetched): parses
+    /// and validates the file, reads the configuration and tokenizer from its metadata,
+    /// builds the graph with constants that reference `backing` (nothing copied), and
+    /// compiles the prefill and decode networks, uploading the weights once into the
+    /// constants region in bounded chunks.
+    ///
+    /// # Errors
+    /// [`LlmError::Gguf`] for a malformed file or a model that is not a supported llama
+    /// (every check of [`Gguf::parse`] and [`LlamaConfig::from_gguf`]);
+    /// [`LlmError::Tokenizer`]; [`LlmError::UnsupportedWeight`]; [`LlmError::Run`] when
+    /// compiling or uploading fails (over the memory budget, a buffer too large). Nothing
+    /// stays allocated after an error.
+    pub fn from_backing(
+        engine: &Engine,
+        backing: Backing,
+        options: ModelOptions,
+    ) -> Result<Model, LlmError> {
+        let bytes: &[u8] = (*backing).as_ref();
+        let gguf = Gguf::parse(bytes)?;
+        let config = LlamaConfig::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let lg = build_llama_graph(&gguf, &backing, &config, options.format)?;
+        let file_tensor_bytes = gguf.tensors().iter().map(|t| t.size_bytes()).sum();
+        let fixed = |pairs: &[(&str, u64)]| -> Bindings {
+            pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+        };
+        let decode = Network::compile(
+            engine,
+            lg.graph,
+            NetworkOptions {
+                planner: options.planner,
+                fixed: fixed(&[("seq", 1)]),
+                states: lg.states.clone(),
+                ..NetworkOptions::default()
+            },
+        )?;
+        let prefill = decode.specialize(NetworkOptions {
+            planner: options.planner,
+            fixed: Bindings::new(),
+            states: lg.states,
+            ..NetworkOptions::default()
+        })?;
+        let mut stop_ids: Vec<u32> = tokenizer.eos_id().into_iter().collect();
+        for text in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"] {
+            if let Some(id) = tokenizer
+                .token_id(text)
+                .filter(|&i| tokenizer.is_control(i))
+            {
+                if !stop_ids.contains(&id) {
+                    stop_ids.push(id);
+                }
+            }
+        }
+        Ok(Model {
+            inner: Arc::new(ModelInner {
+                engine: engine.clone(),
+                config,
+                tokenizer,
+                prefill,
+                decode,
+                stop_ids,
+                weight_bytes: lg.weight_bytes,
+                file_tensor_bytes,
+                options,
+            }),
+        })
+    }
+
+    /// The hyper-parameters read from the file.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.inner.config
+    }
+
+    /// The tokenizer read from the file.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    /// The engine the weights live on.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The options the model was loaded with.
+    pub fn options(&self) -> ModelOptions {
+        self.inner.options
+    }
+
+    /// Tokens that end a generation (EOS, `<|im_end|>`, `<|endoftext|>` where the
+    /// vocabulary has them as control tokens).
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.inner.stop_ids
+    }
+
+    /// Bytes of the weights as the graph holds them (the constants region's payload: the
+    /// rope table included).
+    pub fn weight_bytes(&self) -> u64 {
+        self.inner.weight_bytes
+    }
+
+    /// Bytes of every tensor in the GGUF file.
+    pub fn file_tensor_bytes(&self) -> u64 {
+        self.inner.file_tensor_bytes
+    }
+
+    /// Bytes one token takes in the KV cache: keys and values of every layer, f32.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let c = &self.inner.config;
+        2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * 4
+    }
+
+    /// The two compiled networks `(prefill, decode)`.
+    pub fn networks(&self) -> (&Network, &Network) {
+        (&self.inner.prefill, &self.inner.decode)
+    }
+
+    /// A new session (its own predictor, pool and KV cache) with `run` options.
+    pub fn session(&self, run: crate::runtime::RunOptions) -> Session {
+        Session::new(self.clone(), run)
+    }
+}

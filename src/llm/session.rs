@@ -1,0 +1,554 @@
+//! A conversation with a model: its requests, KV cache, token history and counters.
+
+use super::graph::labels;
+use super::sample::{Sampler, SamplingParams};
+use super::{LlmError, Model};
+use crate::memory::AllocKind;
+use crate::runtime::report::{MemoryTrace, TraceSample};
+use crate::runtime::{HostTensor, InferRequest, RunOptions, RunStats};
+use crate::shape::Shape;
+use crate::tokenizer::{ChatMessage, Special};
+use web_time::Instant;
+
+/// What a generation does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GenerateParams {
+    /// Tokens to generate at most (the stop token included when it comes).
+    pub max_tokens: usize,
+    /// How each token is chosen (greedy by default).
+    pub sampling: SamplingParams,
+    /// Stop at the model's stop tokens ([`Model::stop_ids`]); off, always generate
+    /// `max_tokens` (the reference comparisons do this).
+    pub stop_at_eos: bool,
+    /// Keep every step's logits in [`Generation::logits`] (vocabulary floats per token).
+    pub keep_logits: bool,
+}
+
+impl Default for GenerateParams {
+    /// Greedy, up to 256 tokens, stopping at EOS, logits not kept.
+    fn default() -> Self {
+        GenerateParams {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop_at_eos: true,
+            keep_logits: false,
+        }
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// A stop token was generated (it is the last of [`Generation::tokens`]).
+    Eos,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The KV cache reached the model's context length.
+    ContextFull,
+}
+
+/// What one generation produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Generated ids, in order (a stop token included).
+    pub tokens: Vec<u32>,
+    /// Their text, control tokens left out.
+    pub text: String,
+    /// Tokens this call fed as its prompt (the new turn only, on top of the cache).
+    pub prompt_tokens: usize,
+    /// Why it ended.
+    pub stop: StopReason,
+    /// Milliseconds of the prefill (the prompt's forward pass, its readback included).
+    pub prefill_ms: f64,
+    /// Milliseconds of each decode step, readback and sampling included.
+    pub decode_ms: Vec<f64>,
+    /// Logits of every generated token, when [`GenerateParams::keep_logits`].
+    pub logits: Vec<Vec<f32>>,
+}
+
+impl Generation {
+    /// Prompt tokens per second of the prefill.
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        if self.prefill_ms > 0.0 {
+            self.prompt_tokens as f64 / (self.prefill_ms / 1e3)
+        } else {
+            0.0
+        }
+    }
+
+    /// Mean milliseconds per decode step (0 without decode steps).
+    pub fn decode_ms_per_token(&self) -> f64 {
+        if self.decode_ms.is_empty() {
+            0.0
+        } else {
+            self.decode_ms.iter().sum::<f64>() / self.decode_ms.len() as f64
+        }
+    }
+}
+
+/// Counters of a session since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SessionStats {
+    /// The runtime's counters of every request the session ran (allocations,
+    /// reallocations, dispatches, ...).
+    pub run: RunStats,
+    /// Forward passes: prefills and decode steps.
+    pub steps: u64,
+    /// Turns whose prompt could not continue the cache (a chat template that rewrote the
+    /// past): the cache was dropped and the whole conversation prefilled again.
+    pub full_prefills: u64,
+    /// Largest KV-cache bytes reserved after a step.
+    pub kv_reserved_peak_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    None,
+    Prefill,
+    Decode,
+}
+
+/// One conversation with a [`Model`]: its own requests (a prefill request per prompt and
+/// one decode request), shape predictor and KV cache. Dropping it frees them; the model's
+/// weights stay.
+pub struct Session {
+    model: Model,
+    run: RunOptions,
+    prefill: Option<InferRequest>,
+    decode: Option<InferRequest>,
+    holder: Holder,
+    /// Ids in the KV cache, in order.
+    cached: Vec<u32>,
+    /// The last generated token, not yet fed to the model.
+    pending: Option<u32>,
+    /// The chat so far and its text as the model saw it (rendered turns and replies).
+    messages: Vec<ChatMessage>,
+    chat_text: String,
+    /// Counters of requests already dropped.
+    dropped: RunStats,
+    stats: SessionStats,
+    trace: MemoryTrace,
+    last_allocations: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("cached_tokens", &self.cached.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(model: Model, run: RunOptions) -> Session {
+        Session {
+            model,
+            run,
+            prefill: None,
+            decode: None,
+            holder: Holder::None,
+            cached: Vec::new(),
+            pending: None,
+            messages: Vec::new(),
+            chat_text: String::new(),
+            dropped: RunStats::default(),
+            stats: SessionStats::default(),
+            trace: MemoryTrace::default(),
+            last_allocations: 0,
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Ids held in the KV cache, in order.
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// The chat so far ([`Session::chat`]).
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> SessionStats {
+        let live = self
+            .prefill
+            .iter()
+            .chain(self.decode.iter())
+            .fold(self.dropped, |acc, r| acc.merged(&r.stats()));
+        SessionStats {
+            run: live,
+            ..self.stats
+        }
+    }
+
+    /// Bytes the KV cache reserves now (rows held plus room for growth).
+    pub fn kv_reserved_bytes(&self) -> u64 {
+        self.holder_request()
+            .map_or(0, InferRequest::state_reserved_bytes)
+    }
+
+    /// Bytes the KV cache needs for the rows it holds.
+    pub fn kv_needed_bytes(&self) -> u64 {
+        self.cached.len() as u64 * self.model.kv_bytes_per_token()
+    }
+
+    /// Memory after every step (one sample per forward pass), for `--report` pictures.
+    pub fn trace(&self) -> &MemoryTrace {
+        &self.trace
+    }
+
+    /// Forgets the conversation: the cache is emptied (its buffers are kept for reuse).
+    pub fn reset(&mut self) {
+        for r in self.prefill.iter_mut().chain(self.decode.iter_mut()) {
+            r.reset_states();
+        }
+        self.cached.clear();
+        self.pending = None;
+        self.messages.clear();
+        self.chat_text.clear();
+    }
+
+    fn holder_request(&self) -> Option<&InferRequest> {
+        match self.holder {
+            Holder::None => None,
+            Holder::Prefill => self.prefill.as_ref(),
+            Holder::Decode => self.decode.as_ref(),
+        }
+    }
+
+    /// Runs the model on `tokens` after the cache (a prefill for several, a decode step for
+    /// one) and returns the logits of the last of them. The tokens join the cache.
+    ///
+    /// # Errors
+    /// [`LlmError::EmptyPrompt`], [`LlmError::UnknownToken`], [`LlmError::ContextFull`]
+    /// (nothing runs then); [`LlmError::Run`] from the runtime (the cache is unchanged).
+    pub async fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
+        let config = self.model.config().clone();
+        if tokens.is_empty() {
+            return Err(LlmError::EmptyPrompt);
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t >= config.vocab_size) {
+            return Err(LlmError::UnknownToken {
+                id,
+                vocab_size: config.vocab_size,
+            });
+        }
+        let past = self.cached.len();
+        if past + tokens.len() > config.context_len as usize {
+            return Err(LlmError::ContextFull {
+                past_tokens: past,
+                new_tokens: tokens.len(),
+                context_len: config.context_len,
+            });
+        }
+        let target = if tokens.len() == 1 {
+            Holder::Decode
+        } else {
+            Holder::Prefill
+        };
+        self.move_cache_to(target)?;
+        let request = match target {
+            Holder::Decode => self.decode.as_mut(),
+            _ => self.prefill.as_mut(),
+        };
+        let Some(request) = request else {
+            return Err(LlmError::EmptyPrompt);
+        };
+        let n = tokens.len() as u64;
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = (past..past + tokens.len()).map(|p| p as i32).collect();
+        let tok_t = HostTensor::i32(Shape::new(vec![n]), &ids);
+        let pos_t = HostTensor::i32(Shape::new(vec![n]), &pos);
+        let out = request
+            .infer(
+                &[(labels::TOKENS, &tok_t), (labels::POSITIONS, &pos_t)],
+                &[labels::LOGITS],
+            )
+            .await?;
+        self.cached.extend_from_slice(tokens);
+        self.stats.steps += 1;
+        self.sample_memory();
+        Ok(out
+            .into_iter()
+            .next()
+            .map(|t| t.to_f32())
+            .unwrap_or_default())
+    }
+
+    /// Makes `target`'s request exist and hold the KV cache (moving it without a copy from
+    /// the other request; a prefill request whose cache moved out is dropped with its
+    /// activations).
+    fn move_cache_to(&mut self, target: Holder) -> Result<(), LlmError> {
+        let inner = &self.model.inner;
+        let slot = match target {
+            Holder::Decode => &mut self.decode,
+            _ => &mut self.prefill,
+        };
+        if slot.is_none() {
+            let net = match target {
+                Holder::Decode => &inner.decode,
+                _ => &inner.prefill,
+            };
+            *slot = Some(InferRequest::new(net, self.run)?);
+        }
+        if self.holder == target || self.holder == Holder::None {
+            self.holder = target;
+            return Ok(());
+        }
+        let states = match self.holder {
+            Holder::Prefill => self.prefill.as_mut().map(InferRequest::take_states),
+            Holder::Decode => self.decode.as_mut().map(InferRequest::take_states),
+            Holder::None => None,
+        };
+        if self.holder == Holder::Prefill {
+            // Its activations are not needed until the next prompt.
+            if let Some(r) = self.prefill.take() {
+                self.dropped = self.dropped.merged(&r.stats());
+            }
+        }
+        let dest = match target {
+            Holder::Decode => self.decode.as_mut(),
+            _ => self.prefill.as_mut(),
+        };
+        if let (Some(states), Some(dest)) = (states, dest) {
+            if let Err(e) = dest.put_states(states) {
+                // Sibling networks always agree on the states; should they not, the cache
+                // is lost rather than half-moved.
+                self.cached.clear();
+                self.pending = None;
+                self.holder = target;
+                return Err(e.into());
+            }
+        }
+        self.holder = target;
+        Ok(())
+    }
+
+    fn sample_memory(&mut self) {
+        let stats = self.model.engine().stats();
+        let mut bytes_in_use = [0u64; 4];
+        for k in AllocKind::ALL {
+            bytes_in_use[k.index()] = stats.current_bytes(k);
+        }
+        let mut region_bytes = [0u64; 3];
+        for (r, s) in region_bytes.iter_mut().zip(&stats.regions) {
+            *r = s.current_bytes;
+        }
+        let allocations = self.stats().run.allocations;
+        let reallocations = allocations.saturating_sub(self.last_allocations) as u32;
+        self.last_allocations = allocations;
+        self.stats.kv_reserved_peak_bytes = self
+            .stats
+            .kv_reserved_peak_bytes
+            .max(self.kv_reserved_bytes());
+        self.trace.samples.push(TraceSample {
+            step: self.trace.samples.len() as u32,
+            bytes_in_use,
+            region_bytes,
+            reallocations,
+        });
+    }
+
+    /// Feeds `prompt` (after the cache and the last generated token, if it was not fed
+    /// yet) and generates up to `params.max_tokens` tokens, calling `on_text` with each
+    /// piece of text as soon as it is complete UTF-8.
+    ///
+    /// # Errors
+    /// [`LlmError::BadParameter`] for bad sampling parameters or `max_tokens` 0,
+    /// [`LlmError::ContextFull`]
+    /// when the prompt does not fit, [`LlmError::UnknownToken`], runtime errors.
+    pub async fn generate_ids(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        if params.max_tokens == 0 {
+            return Err(LlmError::BadParameter {
+                name: "max_tokens",
+                value: "0".into(),
+                reason: "must be at least 1 (Session::forward runs a prompt alone)",
+            });
+        }
+        let mut sampler = Sampler::new(params.sampling)?;
+        let mut feed: Vec<u32> = self.pending.into_iter().collect();
+        feed.extend_from_slice(prompt);
+        if feed.is_empty() {
+            return Err(LlmError::EmptyPrompt);
+        }
+        let prompt_tokens = feed.len();
+        let t0 = Instant::now();
+        let mut logits = self.forward(&feed).await?;
+        self.pending = None;
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let model = self.model.clone();
+        let context = model.config().context_len as usize;
+        let mut decoder = model.tokenizer().stream_decoder(true);
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut decode_ms = Vec::new();
+        let mut kept = Vec::new();
+        let stop = loop {
+            let t = Instant::now();
+            let token = sampler.sample(&logits);
+            if params.keep_logits {
+                kept.push(std::mem::take(&mut logits));
+            }
+            tokens.push(token);
+            let piece = decoder.push(token)?;
+            if !piece.is_empty() {
+                on_text(&piece);
+                text.push_str(&piece);
+            }
+            if params.stop_at_eos && model.stop_ids().contains(&token) {
+                self.pending = Some(token);
+                break StopReason::Eos;
+            }
+            if tokens.len() >= params.max_tokens {
+                self.pending = Some(token);
+                break StopReason::MaxTokens;
+            }
+            if self.cached.len() >= context {
+                self.pending = Some(token);
+                break StopReason::ContextFull;
+            }
+            logits = self.forward(&[token]).await?;
+            decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        };
+        let tail = decoder.finish();
+        if !tail.is_empty() {
+            on_text(&tail);
+            text.push_str(&tail);
+        }
+        Ok(Generation {
+            tokens,
+            text,
+            prompt_tokens,
+            stop,
+            prefill_ms,
+            decode_ms,
+            logits: kept,
+        })
+    }
+
+    /// Encodes `prompt` (control tokens written in it are matched, as a rendered template
+    /// would be) and generates after it ([`Session::generate_ids`]).
+    ///
+    /// # Errors
+    /// As [`Session::generate_ids`].
+    pub async fn generate(
+        &mut self,
+        prompt: &str,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        let ids = self.model.tokenizer().encode(prompt, Special::Allow);
+        self.generate_ids(&ids, params, on_text).await
+    }
+
+    /// One chat turn: `user` is added to the conversation, which is rendered with the
+    /// model's chat template; only what the cache does not hold yet is prefilled (the new
+    /// turn, on top of the past ones), then the reply is generated and kept in the
+    /// conversation.
+    ///
+    /// # Errors
+    /// [`LlmError::Tokenizer`] when the model has no chat template or it fails; as
+    /// [`Session::generate_ids`].
+    pub async fn chat(
+        &mut self,
+        user: &str,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        let model = self.model.clone();
+        let tokenizer = model.tokenizer();
+        let mut messages = self.messages.clone();
+        messages.push(ChatMessage::user(user));
+        let rendered = tokenizer.apply_chat_template(&messages, true)?;
+        // The template re-renders the whole chat; when it extends what the cache holds
+        // (the usual case) only the new text is encoded and prefilled.
+        let ids = match rendered.strip_prefix(self.chat_text.as_str()) {
+            Some(suffix) if !self.chat_text.is_empty() => {
+                // A stop token the reply ended with is in the rendered text again.
+                if self
+                    .pending
+                    .is_some_and(|t| self.model.stop_ids().contains(&t))
+                {
+                    self.pending = None;
+                }
+                tokenizer.encode(suffix, Special::Allow)
+            }
+            _ => {
+                if !self.cached.is_empty() {
+                    self.stats.full_prefills += 1;
+                }
+                self.reset();
+                tokenizer.encode(&rendered, Special::Allow)
+            }
+        };
+        let reply = self.generate_ids(&ids, params, on_text).await?;
+        messages.push(ChatMessage::new("assistant", reply.text.clone()));
+        self.chat_text = rendered;
+        self.chat_text.push_str(&reply.text);
+        self.messages = messages;
+        Ok(reply)
+    }
+
+    /// [`Session::generate`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Session::generate`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate_blocking(
+        &mut self,
+        prompt: &str,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        pollster::block_on(self.generate(prompt, params, on_text))
+    }
+
+    /// [`Session::generate_ids`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Session::generate_ids`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate_ids_blocking(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        pollster::block_on(self.generate_ids(prompt, params, on_text))
+    }
+
+    /// [`Session::chat`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Session::chat`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn chat_blocking(
+        &mut self,
+        user: &str,
+        params: &GenerateParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, LlmError> {
+        pollster::block_on(self.chat(user, params, on_text))
+    }
+
+    /// [`Session::forward`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Session::forward`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward_blocking(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LlmError> {
+        pollster::block_on(self.forward(tokens))
+    }
+}

@@ -1,0 +1,279 @@
+//! Importer tests on models built from the wire structs (device-free): values to nodes,
+//! symbolic and unknown dims, initializers shared with the model buffer, shape chains marked
+//! shape-only and evaluated on the host, the one error listing every unsupported node, and
+//! malformed graphs named by node.
+
+use super::*;
+use crate::graph::Bindings;
+use crate::onnx::proto::*;
+use crate::onnx::tests::{attr, node, opset17, raw_f32, value};
+
+fn model_of(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: &[&str]) -> ModelProto {
+    opset17(GraphProto {
+        name: "g".to_string(),
+        node: nodes,
+        input: inputs,
+        output: outputs.iter().map(|o| value(o, 1, &[])).collect(),
+        ..Default::default()
+    })
+}
+
+fn load(m: &ModelProto) -> OnnxModel {
+    crate::onnx::tests::load(m).expect("the test model loads")
+}
+
+fn i64s(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.to_string(),
+        data_type: 7,
+        dims: dims.to_vec(),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn bindings(pairs: &[(&str, u64)]) -> Bindings {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[test]
+fn registry_is_sorted_and_refusals_say_why() {
+    assert!(
+        CONVERTERS.windows(2).all(|w| w[0].op_type < w[1].op_type),
+        "keep CONVERTERS sorted, one line per op type"
+    );
+    assert!(converter("Add").is_some() && converter("NoSuchOp").is_none());
+    assert_eq!(refusal("", "Add", 17), None);
+    assert_eq!(
+        refusal("", "NonMaxSuppression", 17).as_deref(),
+        Some("not in the importer's op list")
+    );
+    assert_eq!(
+        refusal("com.microsoft", "Add", 17).as_deref(),
+        Some("domain `com.microsoft` not supported")
+    );
+    assert_eq!(
+        refusal("", "Gelu", 17).as_deref(),
+        Some("not defined at opset 17")
+    );
+    // Clip-1 had other attributes than the Clip-6 the converter maps.
+    assert!(refusal("", "Clip", 5)
+        .unwrap()
+        .contains("maps Clip-6 and later"));
+}
+
+#[test]
+fn every_unsupported_node_is_listed_in_one_error() {
+    let mut m = model_of(
+        vec![
+            node("Relu", "ok", &["x"], &["a"]),
+            node("NonMaxSuppression", "nms", &["a"], &["b"]),
+            node("Relu", "ok2", &["b"], &["c"]),
+            node("TopK", "", &["c"], &["y"]),
+        ],
+        vec![value("x", 1, &["n"])],
+        &["y"],
+    );
+    m.graph.as_mut().unwrap().node[3].domain = "com.example".into();
+    m.opset_import.push(OperatorSetIdProto {
+        domain: "com.example".into(),
+        version: 1,
+    });
+    let err = import(&load(&m)).unwrap_err();
+    let ImportError::Unsupported { nodes } = &err else {
+        panic!("{err}");
+    };
+    let names: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.op_type.as_str()))
+        .collect();
+    assert_eq!(names, [("nms", "NonMaxSuppression"), ("TopK#3", "TopK")]);
+    let msg = err.to_string();
+    assert!(msg.starts_with("2 unsupported node(s): `nms`"), "{msg}");
+    assert!(msg.contains("domain `com.example` not supported"), "{msg}");
+}
+
+#[test]
+fn inputs_become_dims_and_initializers_share_the_model_bytes() {
+    let mut m = model_of(
+        vec![
+            node("MatMul", "mm", &["x", "w"], &["xw"]),
+            node("Add", "add", &["xw", "b"], &["y"]),
+        ],
+        vec![value("x", 1, &["batch", "4"])],
+        &["y"],
+    );
+    // A dim with neither dim_value nor dim_param.
+    let g = m.graph.as_mut().unwrap();
+    if let Some(TypeValue::Tensor(t)) = g.input[0].r#type.as_mut().unwrap().value.as_mut() {
+        t.shape.as_mut().unwrap().dim.insert(
+            0,
+            Dimension {
+                value: None,
+                denotation: String::new(),
+            },
+        );
+    }
+    g.node[0].input = vec!["x".into(), "w".into()];
+    g.initializer = vec![
+        raw_f32("w", &[4, 2], &[1.0; 8]),
+        raw_f32("b", &[2], &[0.5, -0.5]),
+    ];
+    let model = load(&m);
+    let imported = import(&model).unwrap();
+    let graph = &imported.graph;
+    assert_eq!(imported.inputs.len(), 1);
+    let x = graph.node(imported.inputs[0].node);
+    assert_eq!(x.label, "x");
+    let Op::Input(Input { dims, .. }) = &x.op else {
+        panic!("{:?}", x.op)
+    };
+    assert_eq!(dims, &[Dim::sym("x:0"), Dim::sym("batch"), Dim::Fixed(4)]);
+    // The weight's constant is a view of the bytes the model was decoded from.
+    let w = graph.find("w").unwrap();
+    let Op::Constant(c) = &graph.node(w).op else {
+        panic!("w is not a constant")
+    };
+    let init = model.graph.initializer("w").unwrap().tensor().unwrap();
+    assert_eq!(c.data.bytes().as_ptr(), init.bytes().unwrap().as_ptr());
+    assert_eq!(imported.outputs[0].name, "y");
+    assert_eq!(graph.node(imported.outputs[0].node).label, "y");
+    let shapes = graph
+        .infer_shapes(&bindings(&[("x:0", 3), ("batch", 5)]))
+        .unwrap();
+    assert_eq!(
+        shapes.shapes[imported.outputs[0].node.index()],
+        Shape::new(vec![3, 5, 2])
+    );
+}
+
+/// `x [batch, seq, 8]` reshaped to `[batch, seq * 2, 4]` through a shape chain:
+/// Shape → Gather([0, 1]) → Slice / Mul → Concat → Reshape.
+fn shape_chain_model() -> ModelProto {
+    let mut m = model_of(
+        vec![
+            node("Shape", "shape", &["x"], &["s"]),
+            node("Gather", "bs", &["s", "i01"], &["b_s"]),
+            node("Mul", "double", &["b_s", "k12"], &["b_2s"]),
+            node("Concat", "target", &["b_2s", "four"], &["t"]),
+            node("Reshape", "reshape", &["x", "t"], &["y"]),
+        ],
+        vec![value("x", 1, &["batch", "seq", "8"])],
+        &["y"],
+    );
+    let mut cat = attr("axis", attribute_type::INT);
+    cat.i = Some(0);
+    let g = m.graph.as_mut().unwrap();
+    g.node[3].attribute.push(cat);
+    g.initializer = vec![
+        i64s("i01", &[2], &[0, 1]),
+        i64s("k12", &[2], &[1, 2]),
+        i64s("four", &[1], &[4]),
+    ];
+    m
+}
+
+#[test]
+fn shape_chains_are_shape_only_and_computed_on_the_host() {
+    let imported = import(&load(&shape_chain_model())).unwrap();
+    let g = &imported.graph;
+    for label in ["s", "b_s", "b_2s", "t", "i01", "k12", "four"] {
+        let id = g.find(label).unwrap_or_else(|| panic!("no node {label}"));
+        assert!(g.is_shape_only(id), "{label} should stay on the host");
+    }
+    let y = imported.outputs[0].node;
+    assert!(!g.is_shape_only(y));
+    let shapes = g
+        .infer_shapes(&bindings(&[("batch", 2), ("seq", 3)]))
+        .unwrap();
+    assert_eq!(shapes.shapes[y.index()], Shape::new(vec![2, 6, 4]));
+    assert_eq!(
+        shapes.values[g.find("t").unwrap().index()],
+        Some(vec![2, 6, 4])
+    );
+    // The CPU reference recomputes the chain its own way and agrees with the host values.
+    let x = crate::graph::reference::RefTensor::from_f32(
+        Shape::new(vec![2, 3, 8]),
+        DType::F32,
+        (0..48).map(|v| v as f32).collect(),
+    );
+    let out = crate::graph::reference::evaluate_tensors(g, &[("x", x)]).unwrap();
+    assert_eq!(out[y.index()].shape, Shape::new(vec![2, 6, 4]));
+}
+
+#[test]
+fn malformed_graphs_are_errors_naming_the_node() {
+    // Fixed shapes that do not broadcast.
+    let mut m = model_of(
+        vec![node("Add", "bad_add", &["x", "z"], &["y"])],
+        vec![value("x", 1, &["2", "3"]), value("z", 1, &["4"])],
+        &["y"],
+    );
+    let err = import(&load(&m)).unwrap_err();
+    assert!(
+        matches!(&err, ImportError::Infer { node, .. } if node == "bad_add"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("cannot broadcast 2x3 with 4"),
+        "{err}"
+    );
+    // With a symbol the same graph may be valid for some binding: the error waits for a run.
+    m.graph.as_mut().unwrap().input[0] = value("x", 1, &["2", "n"]);
+    assert!(import(&load(&m)).is_ok());
+    // A type the op does not take, named.
+    let m = model_of(
+        vec![node("Sqrt", "root", &["x"], &["y"])],
+        vec![value("x", 6, &["2"])],
+        &["y"],
+    );
+    let err = import(&load(&m)).unwrap_err();
+    assert!(
+        matches!(&err, ImportError::NodeDType { node, got: DType::I32, .. } if node == "root"),
+        "{err}"
+    );
+    // A type dynrt does not hold, named.
+    let m = model_of(
+        vec![node("Relu", "r", &["x"], &["y"])],
+        vec![value("x", 11, &["2"])],
+        &["y"],
+    );
+    assert!(matches!(
+        import(&load(&m)).unwrap_err(),
+        ImportError::UnsupportedDType { value, dtype: TensorDType::F64 } if value == "x"
+    ));
+    // A required attribute missing.
+    let m = model_of(
+        vec![node("Cast", "c", &["x"], &["y"])],
+        vec![value("x", 1, &["2"])],
+        &["y"],
+    );
+    let err = import(&load(&m)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "node `c` (Cast): attribute `to` is required"
+    );
+}
+
+#[test]
+fn outputs_that_alias_get_their_own_node() {
+    let mut m = model_of(
+        vec![
+            node("Identity", "id", &["x"], &["y"]),
+            node("Constant", "c", &[], &["k"]),
+        ],
+        vec![value("x", 9, &["3"])],
+        &["y", "k"],
+    );
+    let mut v = attr("value_ints", attribute_type::INTS);
+    v.ints = vec![1, 2];
+    m.graph.as_mut().unwrap().node[1].attribute.push(v);
+    let imported = import(&load(&m)).unwrap();
+    let g = &imported.graph;
+    for (o, dtype) in imported.outputs.iter().zip([DType::Bool, DType::I64]) {
+        let n = g.node(o.node);
+        assert_eq!(n.label, o.name);
+        assert!(matches!(n.op, Op::Identity(_)), "{:?}", n.op);
+        assert_eq!(o.dtype, dtype);
+    }
+}

@@ -1,0 +1,653 @@
+//! The tokenizer of a GGUF model: GPT-2 style byte-level BPE read from the file's metadata,
+//! special tokens, streaming decode and the chat template.
+//!
+//! [`Tokenizer::from_gguf`] reads `tokenizer.ggml.tokens`, `token_type`, `merges`, `pre`,
+//! the BOS/EOS ids and `tokenizer.chat_template`. Encoding:
+//!
+//! 1. With [`Special::Allow`], control tokens (`<|im_start|>`, type 3) are matched in the
+//!    text as whole tokens, leftmost-longest; user-defined tokens (type 4) always are. With
+//!    [`Special::Plain`] a control token's text is encoded like any other text.
+//! 2. The [`PreTokenizer`] cuts the rest into words (SmolLM2: digits alone, then GPT-2's
+//!    split).
+//! 3. Each word's UTF-8 bytes become one-byte tokens that BPE merges, lowest rank first.
+//!
+//! No BOS is added (SmolLM2's `tokenizer.ggml.add_bos_token` is false; see
+//! [`Tokenizer::add_bos`]). Decoding maps byte-level characters back to bytes and shows
+//! invalid UTF-8 as U+FFFD; [`StreamDecoder`] does the same one token at a time.
+//!
+//! The result equals the Python `tokenizers` package's for the same vocabulary, merges and
+//! pre-tokenizer (a test compares them on a few hundred strings).
+//!
+//! ```
+//! use dynrt::tokenizer::{PreTokenizer, Special, Tokenizer, TokenizerParts};
+//! // A toy vocabulary: the 256 byte tokens, then "ab" and one control token.
+//! let bytes = dynrt::tokenizer::byte_level_tokens();
+//! let mut tokens = bytes.clone();
+//! tokens.push("ab".into());
+//! tokens.push("<|end|>".into());
+//! let mut token_types = vec![1; 257];
+//! token_types.push(3);
+//! let tok = Tokenizer::from_parts(TokenizerParts {
+//!     tokens,
+//!     token_types: Some(token_types),
+//!     merges: vec!["a b".into()],
+//!     pre: PreTokenizer::Gpt2,
+//!     bos_id: None,
+//!     eos_id: Some(257),
+//!     add_bos: false,
+//!     chat_template: None,
+//! })?;
+//! let ids = tok.encode("abc<|end|>", Special::Allow);
+//! assert_eq!(ids, vec![256, u32::from(b'c'), 257]);
+//! assert_eq!(tok.decode(&ids)?, "abc<|end|>");
+//! # Ok::<(), dynrt::tokenizer::TokenizerError>(())
+//! ```
+
+mod bpe;
+mod chat;
+mod error;
+mod pretokenize;
+mod stream;
+
+pub use chat::{ChatMessage, ChatTemplate, TEMPLATE_FUEL};
+pub use error::TokenizerError;
+pub use pretokenize::PreTokenizer;
+pub use stream::StreamDecoder;
+
+use crate::gguf::Gguf;
+use aho_corasick::{AhoCorasick, MatchKind};
+use bpe::Merge;
+use std::collections::HashMap;
+
+/// Whether control tokens written in the text are matched as the tokens they name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Special {
+    /// `<|im_start|>` in the text is token 1: for rendered chat templates.
+    Allow,
+    /// `<|im_start|>` in the text is encoded as the characters it is: for user text that
+    /// must not inject control tokens.
+    Plain,
+}
+
+/// What a token is, from `tokenizer.ggml.token_type` (llama.cpp's numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenKind {
+    /// 1: ordinary byte-level text.
+    Normal,
+    /// 2: the unknown token.
+    Unknown,
+    /// 3: a control token (`<|im_start|>`), matched only with [`Special::Allow`].
+    Control,
+    /// 4: an added token always matched in text.
+    UserDefined,
+    /// 5: an unused slot.
+    Unused,
+    /// 6: a raw byte (SentencePiece vocabularies).
+    Byte,
+}
+
+impl TokenKind {
+    fn from_gguf(value: i32) -> Option<TokenKind> {
+        Some(match value {
+            1 => TokenKind::Normal,
+            2 => TokenKind::Unknown,
+            3 => TokenKind::Control,
+            4 => TokenKind::UserDefined,
+            5 => TokenKind::Unused,
+            6 => TokenKind::Byte,
+            _ => return None,
+        })
+    }
+}
+
+/// The pieces a [`Tokenizer`] is built from (what a GGUF's metadata holds).
+#[derive(Debug, Clone)]
+pub struct TokenizerParts {
+    /// Token texts by id: byte-level characters for normal tokens, plain text for control
+    /// and user-defined ones.
+    pub tokens: Vec<String>,
+    /// [`TokenKind`] numbers by id (llama.cpp's 1..=6); `None` means all normal.
+    pub token_types: Option<Vec<i32>>,
+    /// Merge rules `"left right"`, highest priority first.
+    pub merges: Vec<String>,
+    /// How text is cut into words.
+    pub pre: PreTokenizer,
+    /// Beginning-of-sequence id, if any.
+    pub bos_id: Option<u32>,
+    /// End-of-sequence id, if any (SmolLM2: `<|im_end|>`).
+    pub eos_id: Option<u32>,
+    /// Whether the model expects BOS before a prompt (the tokenizer never adds it itself).
+    pub add_bos: bool,
+    /// The chat template, if any.
+    pub chat_template: Option<ChatTemplate>,
+}
+
+/// A byte-level BPE tokenizer. Immutable once built; share it by reference.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    /// The bytes each id decodes to.
+    token_bytes: Vec<Vec<u8>>,
+    kinds: Vec<TokenKind>,
+    text_to_id: HashMap<String, u32>,
+    /// The one-byte token of each byte; `None` for bytes the vocabulary lacks.
+    byte_ids: [Option<u32>; 256],
+    merges: HashMap<(u32, u32), Merge>,
+    pre: PreTokenizer,
+    /// Control and user-defined tokens, for [`Special::Allow`].
+    all_special: Option<(AhoCorasick, Vec<u32>)>,
+    /// User-defined tokens only, for [`Special::Plain`].
+    user_defined: Option<(AhoCorasick, Vec<u32>)>,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+    add_bos: bool,
+    chat_template: Option<ChatTemplate>,
+}
+
+/// The 256 one-byte token texts in byte order (`"Ā"` for byte 0, `"!"` for `!`, `"Ġ"` for
+/// space): the start of every byte-level vocabulary, handy for building test tokenizers.
+pub fn byte_level_tokens() -> Vec<String> {
+    bpe::byte_to_char_table()
+        .iter()
+        .map(|c| c.to_string())
+        .collect()
+}
+
+fn matcher(texts: Vec<(&str, u32)>) -> Option<(AhoCorasick, Vec<u32>)> {
+    let (patterns, ids): (Vec<&str>, Vec<u32>) =
+        texts.into_iter().filter(|(t, _)| !t.is_empty()).unzip();
+    if patterns.is_empty() {
+        return None;
+    }
+    // Building fails only past aho-corasick's size limits, far beyond any vocabulary's
+    // special tokens; without a matcher the texts are then encoded as plain text.
+    AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostLongest)
+        .build(&patterns)
+        .ok()
+        .map(|ac| (ac, ids))
+}
+
+impl Tokenizer {
+    /// Reads the tokenizer of a GGUF model.
+    ///
+    /// # Errors
+    /// [`TokenizerError::Gguf`] for missing or mistyped keys, and the errors of
+    /// [`Tokenizer::from_parts`]; [`TokenizerError::UnsupportedModel`] and
+    /// [`TokenizerError::UnsupportedPreTokenizer`] for other tokenizer kinds.
+    pub fn from_gguf(gguf: &Gguf) -> Result<Tokenizer, TokenizerError> {
+        let model = gguf.get_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel {
+                model: model.to_owned(),
+            });
+        }
+        let pre_name = gguf.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
+            TokenizerError::UnsupportedPreTokenizer {
+                name: pre_name.to_owned(),
+            }
+        })?;
+        let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?.to_vec();
+        let token_types = match gguf.get("tokenizer.ggml.token_type") {
+            Some(_) => Some(gguf.get_i32_array("tokenizer.ggml.token_type")?.to_vec()),
+            None => None,
+        };
+        let merges = gguf.get_str_array("tokenizer.ggml.merges")?.to_vec();
+        let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
+            match gguf.opt_u32(key)? {
+                Some(id) if id as usize >= tokens.len() => {
+                    Err(TokenizerError::SpecialIdOutOfRange {
+                        key,
+                        id: id.into(),
+                        vocab_size: tokens.len(),
+                    })
+                }
+                other => Ok(other),
+            }
+        };
+        let bos_id = id("tokenizer.ggml.bos_token_id")?;
+        let eos_id = id("tokenizer.ggml.eos_token_id")?;
+        let add_bos = gguf
+            .opt_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(false);
+        let text_of = |id: Option<u32>| id.map(|i| tokens[i as usize].clone()).unwrap_or_default();
+        let chat_template = match gguf.opt_str("tokenizer.chat_template")? {
+            Some(src) => Some(ChatTemplate::new(src, text_of(bos_id), text_of(eos_id))?),
+            None => None,
+        };
+        Tokenizer::from_parts(TokenizerParts {
+            tokens,
+            token_types,
+            merges,
+            pre,
+            bos_id,
+            eos_id,
+            add_bos,
+            chat_template,
+        })
+    }
+
+    /// Builds a tokenizer from its pieces and checks them: token types known, normal
+    /// tokens byte-level text, merges of two known tokens into a known token, BOS/EOS
+    /// inside the vocabulary. A token text that appears twice maps to its first id; a merge
+    /// rule that appears twice keeps its first rank (as llama.cpp). Bytes without a
+    /// one-byte token are dropped when encoding ([`missing_bytes`](Self::missing_bytes)).
+    ///
+    /// # Errors
+    /// [`TokenizerError::BadVocabularySize`], [`TokenizerError::LengthMismatch`],
+    /// [`TokenizerError::UnknownTokenType`], [`TokenizerError::NotByteLevel`],
+    /// [`TokenizerError::BadMerge`],
+    /// [`TokenizerError::SpecialIdOutOfRange`].
+    pub fn from_parts(parts: TokenizerParts) -> Result<Tokenizer, TokenizerError> {
+        let n = parts.tokens.len();
+        if n == 0 || n > u32::MAX as usize {
+            return Err(TokenizerError::BadVocabularySize { count: n });
+        }
+        let kinds: Vec<TokenKind> = match &parts.token_types {
+            None => vec![TokenKind::Normal; n],
+            Some(types) => {
+                if types.len() != n {
+                    return Err(TokenizerError::LengthMismatch {
+                        what: "tokenizer.ggml.token_type",
+                        expected: n,
+                        actual: types.len(),
+                    });
+                }
+                types
+                    .iter()
+                    .enumerate()
+                    .map(|(id, &value)| {
+                        TokenKind::from_gguf(value).ok_or(TokenizerError::UnknownTokenType {
+                            id: id as u32,
+                            value,
+                        })
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        for (key, id) in [
+            ("tokenizer.ggml.bos_token_id", parts.bos_id),
+            ("tokenizer.ggml.eos_token_id", parts.eos_id),
+        ] {
+            if let Some(id) = id.filter(|&id| id as usize >= n) {
+                return Err(TokenizerError::SpecialIdOutOfRange {
+                    key,
+                    id: id.into(),
+                    vocab_size: n,
+                });
+            }
+        }
+
+        let char_to_byte = bpe::char_to_byte_map();
+        let mut token_bytes = Vec::with_capacity(n);
+        let mut text_to_id = HashMap::with_capacity(n);
+        for (id, (text, kind)) in parts.tokens.iter().zip(&kinds).enumerate() {
+            let bytes = if *kind == TokenKind::Normal {
+                text.chars()
+                    .map(|ch| {
+                        char_to_byte
+                            .get(&ch)
+                            .copied()
+                            .ok_or_else(|| TokenizerError::NotByteLevel {
+                                id: id as u32,
+                                token: text.clone(),
+                                ch,
+                            })
+                    })
+                    .collect::<Result<Vec<u8>, _>>()?
+            } else {
+                text.as_bytes().to_vec()
+            };
+            token_bytes.push(bytes);
+            text_to_id.entry(text.clone()).or_insert(id as u32);
+        }
+
+        let table = bpe::byte_to_char_table();
+        let mut byte_ids = [None; 256];
+        for (slot, symbol) in byte_ids.iter_mut().zip(table) {
+            *slot = text_to_id
+                .get(symbol.encode_utf8(&mut [0; 4]) as &str)
+                .copied()
+                .filter(|&id| kinds[id as usize] == TokenKind::Normal);
+        }
+
+        let mut merges = HashMap::with_capacity(parts.merges.len());
+        for (index, rule) in parts.merges.iter().enumerate() {
+            let bad = |reason| TokenizerError::BadMerge {
+                index,
+                merge: rule.clone(),
+                reason,
+            };
+            let mut halves = rule.split(' ');
+            let (Some(left), Some(right), None) = (halves.next(), halves.next(), halves.next())
+            else {
+                return Err(bad("expected two tokens separated by one space"));
+            };
+            let known = |t: &str| text_to_id.get(t).copied();
+            let (Some(l), Some(r)) = (known(left), known(right)) else {
+                return Err(bad("a half is not in the vocabulary"));
+            };
+            let Some(id) = known(&format!("{left}{right}")) else {
+                return Err(bad("the merged token is not in the vocabulary"));
+            };
+            let rank = u32::try_from(index).map_err(|_| bad("more than 2^32 merges"))?;
+            merges.entry((l, r)).or_insert(Merge { rank, id });
+        }
+
+        let specials = |include_control: bool| {
+            let texts = parts
+                .tokens
+                .iter()
+                .zip(&kinds)
+                .enumerate()
+                .filter(|(_, (_, k))| {
+                    **k == TokenKind::UserDefined || (include_control && **k == TokenKind::Control)
+                })
+                .map(|(id, (t, _))| (t.as_str(), id as u32))
+                .collect();
+            matcher(texts)
+        };
+        let all_special = specials(true);
+        let user_defined = specials(false);
+
+        Ok(Tokenizer {
+            token_bytes,
+            kinds,
+            text_to_id,
+            byte_ids,
+            merges,
+            pre: parts.pre,
+            all_special,
+            user_defined,
+            bos_id: parts.bos_id,
+            eos_id: parts.eos_id,
+            add_bos: parts.add_bos,
+            chat_template: parts.chat_template,
+        })
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.token_bytes.len()
+    }
+
+    /// The beginning-of-sequence id, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    /// The end-of-sequence id (generation stops there), if the model has one.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
+    }
+
+    /// Whether the model expects a BOS token before a prompt
+    /// (`tokenizer.ggml.add_bos_token`). [`encode`](Self::encode) never adds it; a caller
+    /// that wants it prepends [`bos_id`](Self::bos_id).
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The pre-tokenizer in use.
+    pub fn pre_tokenizer(&self) -> PreTokenizer {
+        self.pre
+    }
+
+    /// The kind of token `id`, or `None` outside the vocabulary.
+    pub fn kind(&self, id: u32) -> Option<TokenKind> {
+        self.kinds.get(id as usize).copied()
+    }
+
+    /// True for a control token (`<|im_start|>`, `<|endoftext|>`).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.kind(id) == Some(TokenKind::Control)
+    }
+
+    /// The id of the token whose stored text is `text` (byte-level characters for normal
+    /// tokens: `"Ġthe"`), if any.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.text_to_id.get(text).copied()
+    }
+
+    /// The bytes token `id` decodes to.
+    ///
+    /// # Errors
+    /// [`TokenizerError::UnknownId`].
+    pub fn token_bytes(&self, id: u32) -> Result<&[u8], TokenizerError> {
+        self.token_bytes
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .ok_or(TokenizerError::UnknownId {
+                id,
+                vocab_size: self.vocab_size(),
+            })
+    }
+
+    /// The bytes that have no one-byte token and so are dropped by [`encode`](Self::encode)
+    /// (the Python `tokenizers` package and llama.cpp drop them too). SmolLM2 lacks 21:
+    /// six control characters (`0x04 0x06 0x13 0x14 0x16 0x1d`), the UTF-8 lead bytes
+    /// `0xf1 0xf2` (characters U+40000 to U+BFFFF) and bytes that never occur in UTF-8.
+    pub fn missing_bytes(&self) -> Vec<u8> {
+        (0..=255u8)
+            .filter(|&b| self.byte_ids[b as usize].is_none())
+            .collect()
+    }
+
+    /// The chat template, if the model has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    /// Renders `messages` with the model's chat template (see [`ChatTemplate::render`]);
+    /// encode the result with [`Special::Allow`].
+    ///
+    /// # Errors
+    /// [`TokenizerError::NoChatTemplate`], [`TokenizerError::Template`].
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        self.chat_template
+            .as_ref()
+            .ok_or(TokenizerError::NoChatTemplate)?
+            .render(messages, add_generation_prompt)
+    }
+
+    /// Encodes `text` into token ids. Never fails; bytes in
+    /// [`missing_bytes`](Self::missing_bytes) are dropped.
+    pub fn encode(&self, text: &str, special: Special) -> Vec<u32> {
+        let matcher = match special {
+            Special::Allow => &self.all_special,
+            Special::Plain => &self.user_defined,
+        };
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        let mut words = Vec::new();
+        let mut start = 0;
+        if let Some((ac, ids)) = matcher {
+            for m in ac.find_iter(text) {
+                self.encode_plain(&text[start..m.start()], &mut words, &mut out);
+                out.push(ids[m.pattern().as_usize()]);
+                start = m.end();
+            }
+        }
+        self.encode_plain(&text[start..], &mut words, &mut out);
+        out
+    }
+
+    fn encode_plain<'t>(&self, text: &'t str, words: &mut Vec<&'t str>, out: &mut Vec<u32>) {
+        words.clear();
+        self.pre.split(text, words);
+        for word in words.iter() {
+            bpe::merge_word(word.as_bytes(), &self.byte_ids, &self.merges, out);
+        }
+    }
+
+    /// The bytes `ids` decode to, special tokens as their text.
+    ///
+    /// # Errors
+    /// [`TokenizerError::UnknownId`] for an id outside the vocabulary.
+    pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, TokenizerError> {
+        let mut out = Vec::new();
+        for &id in ids {
+            out.extend_from_slice(self.token_bytes(id)?);
+        }
+        Ok(out)
+    }
+
+    /// The text `ids` decode to, special tokens as their text, invalid UTF-8 as U+FFFD.
+    ///
+    /// # Errors
+    /// [`TokenizerError::UnknownId`] for an id outside the vocabulary.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        Ok(String::from_utf8_lossy(&self.decode_bytes(ids)?).into_owned())
+    }
+
+    /// A decoder that turns ids into text one at a time (see [`StreamDecoder`]).
+    pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, skip_special)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes, then "ab", "abc", "Ġb", two control tokens and a user-defined one.
+    fn toy() -> Tokenizer {
+        let mut tokens = byte_level_tokens();
+        tokens.extend(["ab", "abc", "Ġb", "<s>", "<s>x", "@@"].map(String::from));
+        let mut types = vec![1; 259];
+        types.extend([3, 3, 4]);
+        Tokenizer::from_parts(TokenizerParts {
+            tokens,
+            token_types: Some(types),
+            merges: vec!["a b".into(), "ab c".into(), "Ġ b".into()],
+            pre: PreTokenizer::Gpt2,
+            bos_id: Some(259),
+            eos_id: None,
+            add_bos: false,
+            chat_template: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn encodes_merges_and_specials() {
+        let t = toy();
+        assert_eq!(t.encode("abc b", Special::Plain), vec![257, 258]);
+        // Leftmost-longest: "<s>x" beats "<s>".
+        assert_eq!(t.encode("<s>x<s>", Special::Allow), vec![260, 259]);
+        let plain = t.encode("<s>", Special::Plain);
+        assert_eq!(t.decode(&plain).unwrap(), "<s>");
+        assert!(plain.iter().all(|&id| id < 256));
+        // User-defined tokens match either way.
+        assert_eq!(t.encode("@@", Special::Plain), vec![261]);
+        assert_eq!(t.encode("", Special::Allow), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn decode_round_trips_and_rejects_unknown_ids() {
+        let t = toy();
+        for s in ["", "abc b", "héllo 😀\n\n x", "\u{0}\u{7f}"] {
+            assert_eq!(t.decode(&t.encode(s, Special::Plain)).unwrap(), s);
+        }
+        assert!(matches!(
+            t.decode(&[262]),
+            Err(TokenizerError::UnknownId {
+                id: 262,
+                vocab_size: 262
+            })
+        ));
+    }
+
+    #[test]
+    fn stream_decoder_holds_partial_characters() {
+        let t = toy();
+        let emoji = "😀".as_bytes(); // four bytes: four one-byte tokens
+        let byte = |b: u8| t.byte_ids[b as usize].unwrap();
+        let ids: Vec<u32> = emoji.iter().map(|&b| byte(b)).collect();
+        let mut s = t.stream_decoder(false);
+        assert_eq!(s.push(ids[0]).unwrap(), "");
+        assert_eq!(s.push(ids[1]).unwrap(), "");
+        assert_eq!(s.push(ids[2]).unwrap(), "");
+        assert_eq!(s.pending_bytes(), 3);
+        assert_eq!(s.push(ids[3]).unwrap(), "😀");
+        // An invalid byte comes out as U+FFFD at once; a dangling lead byte at finish.
+        assert_eq!(s.push(byte(0xFF)).unwrap(), "\u{FFFD}");
+        assert_eq!(s.push(ids[0]).unwrap(), "");
+        assert_eq!(s.finish(), "\u{FFFD}");
+        let mut skip = t.stream_decoder(true);
+        assert_eq!(skip.push(259).unwrap(), "");
+        assert_eq!(skip.push(261).unwrap(), "@@");
+    }
+
+    #[test]
+    fn bad_parts_are_errors() {
+        let base = || TokenizerParts {
+            tokens: byte_level_tokens(),
+            token_types: None,
+            merges: vec![],
+            pre: PreTokenizer::Gpt2,
+            bos_id: None,
+            eos_id: None,
+            add_bos: false,
+            chat_template: None,
+        };
+        let mut p = base();
+        p.tokens[usize::from(b'\n')] = "<nl>".into();
+        let t = Tokenizer::from_parts(p).unwrap();
+        assert_eq!(t.missing_bytes(), [b'\n']);
+        assert_eq!(
+            t.encode("a\nb", Special::Plain),
+            [u32::from(b'a'), u32::from(b'b')]
+        );
+        let mut p = base();
+        p.merges = vec!["a b".into()];
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::BadMerge { index: 0, .. })
+        ));
+        let mut p = base();
+        p.merges = vec!["ab".into()];
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::BadMerge { .. })
+        ));
+        let mut p = base();
+        p.token_types = Some(vec![1; 255]);
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::LengthMismatch { .. })
+        ));
+        let mut p = base();
+        p.token_types = Some(vec![9; 256]);
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::UnknownTokenType { id: 0, value: 9 })
+        ));
+        let mut p = base();
+        p.tokens.push("a b".into());
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::NotByteLevel {
+                id: 256,
+                ch: ' ',
+                ..
+            })
+        ));
+        let mut p = base();
+        p.eos_id = Some(256);
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::SpecialIdOutOfRange { id: 256, .. })
+        ));
+        let mut p = base();
+        p.tokens.clear();
+        assert!(matches!(
+            Tokenizer::from_parts(p),
+            Err(TokenizerError::BadVocabularySize { count: 0 })
+        ));
+    }
+}

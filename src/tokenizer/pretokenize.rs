@@ -1,0 +1,139 @@
+//! Pre-tokenizers: how text is cut into words before BPE merges inside each word.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// How text is split into words before byte-level BPE, named after llama.cpp's
+/// `tokenizer.ggml.pre` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PreTokenizer {
+    /// GPT-2's split (`gpt2`, `default`): the contractions `'s 't 're 've 'm 'll 'd`, an
+    /// optional space and letters, an optional space and digits, an optional space and other
+    /// symbols, and whitespace runs that leave their last character to the next word.
+    Gpt2,
+    /// Every digit alone first, then GPT-2's split on the text between digits (`smollm`,
+    /// also `starcoder`, `refact`, `codeshell`). This is llama.cpp's definition (the regexes
+    /// `\p{N}` then GPT-2's) and the Hugging Face tokenizer of SmolLM2
+    /// (`Sequence[Digits(individual_digits=true), ByteLevel(add_prefix_space=false,
+    /// use_regex=true)]`): a space before a digit stays a word of its own, and `2024` is four
+    /// tokens.
+    DigitsThenGpt2,
+}
+
+impl PreTokenizer {
+    /// The pre-tokenizer llama.cpp names `name` (`tokenizer.ggml.pre`), if dynrt has it.
+    pub fn from_gguf_name(name: &str) -> Option<PreTokenizer> {
+        match name {
+            "gpt2" | "default" => Some(PreTokenizer::Gpt2),
+            "smollm" | "starcoder" | "refact" | "codeshell" => Some(PreTokenizer::DigitsThenGpt2),
+            _ => None,
+        }
+    }
+
+    /// Cuts `text` into words, in order; the words concatenate back to `text`.
+    pub fn split<'t>(&self, text: &'t str, out: &mut Vec<&'t str>) {
+        match self {
+            PreTokenizer::Gpt2 => split_gpt2(text, out),
+            PreTokenizer::DigitsThenGpt2 => {
+                // `char::is_numeric` is the test of the Python `tokenizers` package's Digits.
+                let mut start = 0;
+                for (i, c) in text.char_indices() {
+                    if c.is_numeric() {
+                        split_gpt2(&text[start..i], out);
+                        let end = i + c.len_utf8();
+                        out.push(&text[i..end]);
+                        start = end;
+                    }
+                }
+                split_gpt2(&text[start..], out);
+            }
+        }
+    }
+}
+
+/// GPT-2's pattern without its final `\s+(?!\S)` lookahead, which the `regex` crate does not
+/// have; [`split_gpt2`] gives the same result by shortening whitespace runs.
+const GPT2_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+";
+
+fn gpt2_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    // The pattern is a constant that a unit test compiles.
+    RE.get_or_init(|| Regex::new(GPT2_PATTERN).unwrap_or_else(|e| panic!("GPT2_PATTERN: {e}")))
+}
+
+/// GPT-2's split, `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+///
+/// A whitespace run followed by more text matches `\s+(?!\S)` one character short (the
+/// last one then starts the next word: `" world"`); at the end of the text it matches whole.
+/// The `regex` crate has no lookahead, so the run is matched by `\s+` and shortened here.
+fn split_gpt2<'t>(text: &'t str, out: &mut Vec<&'t str>) {
+    let re = gpt2_regex();
+    let mut pos = 0;
+    while pos < text.len() {
+        let Some(m) = re.find_at(text, pos) else {
+            out.push(&text[pos..]);
+            return;
+        };
+        if m.start() > pos {
+            // Unreachable with this pattern (every character matches some branch), but a
+            // gap would be a word of its own, as in the Python package's Split.
+            out.push(&text[pos..m.start()]);
+        }
+        let mut end = m.end();
+        let piece = m.as_str();
+        if end < text.len() && piece.chars().all(char::is_whitespace) {
+            // Greedy `\s+` stopped before a non-space: give its last character back when
+            // the run has more than one.
+            if let Some((last, _)) = piece.char_indices().next_back() {
+                if last > 0 {
+                    end = m.start() + last;
+                }
+            }
+        }
+        out.push(&text[m.start()..end]);
+        pos = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(p: PreTokenizer, s: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        p.split(s, &mut out);
+        assert_eq!(out.concat(), s, "words must concatenate back");
+        out.into_iter().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn gpt2_split() {
+        let g = PreTokenizer::Gpt2;
+        assert_eq!(words(g, "Hello world"), ["Hello", " world"]);
+        assert_eq!(words(g, "a   b"), ["a", "  ", " b"]);
+        assert_eq!(words(g, "a \n\tb"), ["a", " \n", "\t", "b"]);
+        assert_eq!(words(g, "trailing  "), ["trailing", "  "]);
+        assert_eq!(words(g, "I'm don't"), ["I", "'m", " don", "'t"]);
+        assert_eq!(words(g, "x=1234;"), ["x", "=", "1234", ";"]);
+        assert_eq!(words(g, "café 😀!"), ["café", " 😀!"]);
+        assert_eq!(words(g, ""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn digits_split_first() {
+        let s = PreTokenizer::DigitsThenGpt2;
+        assert_eq!(words(s, "in 2024"), ["in", " ", "2", "0", "2", "4"]);
+        assert_eq!(words(s, "a1b"), ["a", "1", "b"]);
+        assert_eq!(words(s, "٣x"), ["٣", "x"]);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            PreTokenizer::from_gguf_name("smollm"),
+            Some(PreTokenizer::DigitsThenGpt2)
+        );
+        assert_eq!(PreTokenizer::from_gguf_name("llama3"), None);
+    }
+}

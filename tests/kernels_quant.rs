@@ -1,0 +1,482 @@
+//! The `quant` kernels against the CPU reference: `linear` (`x · wᵀ`) with q4_1, q8_0, f16
+//! and f32 weights, and the embedding `gather` from q8_0, q4_1 and f16 tables, on every test
+//! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks), on seeded random
+//! shapes: K multiples of 32 (any K for f16/f32, odd K included), odd N, M = 1, 3, 8, 9, 64,
+//! 200 and batch dimensions (so the matrix-vector kernel and both prefill kernels), unaligned
+//! tensor offsets, under every `QuantLayout` (the adapter's own, then the software and the
+//! hardware layouts forced). Then the same ops compiled into a `Network`, whose constants
+//! region holds the weights in their file format, and the real model's tensors when it is
+//! fetched (`dynrt fetch`; skipped otherwise unless `DYNRT_REQUIRE_MODEL=1`).
+//!
+//! Weights are random values in [-1, 1) quantized with ggml's rounding
+//! (`dynrt::gguf::quantize`); the reference dequantizes the same bytes on the host
+//! (`tensor::decode_f32`) and accumulates in f64.
+//!
+//! Tolerances (|gpu - ref| <= atol + rtol * |ref|):
+//! * linear: atol 2e-6 * K + 1e-5, rtol 1e-5 (f32 accumulation over K terms of |x| < 1 and
+//!   |w| <= about 1; the kernels sum in a different order than the reference)
+//! * gather: atol 1e-6, rtol 1e-6 (one dequantization per value: `d * q + m` may be fused
+//!   into one rounding on the device and two on the host)
+
+use dynrt::gguf::{quantize, GgmlType};
+use dynrt::gpu::kernels::quant::QuantLayout;
+use dynrt::gpu::kernels::run::{run_op, RunOpError};
+use dynrt::gpu::kernels::{KernelError, Kernels};
+use dynrt::gpu::{testing, Engine, Gpu};
+use dynrt::graph::ops::{Gather, Linear};
+use dynrt::graph::reference::{self, RefTensor};
+use dynrt::graph::{Dim, GraphBuilder, GraphError, Op};
+use dynrt::rng::SplitMix64;
+use dynrt::shape::{DType, Shape};
+use dynrt::tensor::HostTensor;
+
+fn s(d: &[u64]) -> Shape {
+    Shape::new(d.to_vec())
+}
+
+fn ggml(d: DType) -> GgmlType {
+    match d {
+        DType::Q4_1 => GgmlType::Q4_1,
+        DType::Q8_0 => GgmlType::Q8_0,
+        DType::F16 => GgmlType::F16,
+        _ => GgmlType::F32,
+    }
+}
+
+/// Random values in [-1, 1).
+fn values(rng: &mut SplitMix64, n: u64) -> Vec<f32> {
+    (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+/// A random `[rows, cols]` tensor of `dtype` (quantized row by row: every row is whole
+/// blocks when cols is a multiple of the block).
+fn weight(rng: &mut SplitMix64, dtype: DType, rows: u64, cols: u64) -> HostTensor {
+    let v = values(rng, rows * cols);
+    let bytes = quantize("w", ggml(dtype), &v).unwrap();
+    HostTensor {
+        shape: s(&[rows, cols]),
+        dtype,
+        bytes,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tol {
+    atol: f32,
+    rtol: f32,
+}
+
+/// Runs `op` on `inputs` on the GPU (tensors at 256-byte multiples plus `skew` bytes) and
+/// compares with the CPU reference. Returns the largest absolute error.
+fn check(gpu: &Gpu, k: &mut Kernels, op: &Op, inputs: &[HostTensor], tol: Tol, ctx: &str) -> f32 {
+    let shapes: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
+    let out_shape = op
+        .infer(&shapes, &[])
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let refs: Vec<RefTensor> = inputs
+        .iter()
+        .map(|t| RefTensor::from_host(t).unwrap())
+        .collect();
+    let ref_refs: Vec<&RefTensor> = refs.iter().collect();
+    let want = reference::eval_op(op, &ref_refs, &out_shape)
+        .unwrap_or_else(|e| panic!("{ctx}: reference: {e}"));
+    assert_eq!(want.dtype, DType::F32, "{ctx}");
+    let want = want.to_f32();
+    let engine = Engine::new(gpu.clone());
+    let skew = (ctx.len() as u64 % 3) * 4;
+    let got = run_op(&engine, k, op, inputs, &out_shape, DType::F32, skew)
+        .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()))
+        .to_f32();
+    assert_eq!(got.len(), want.len(), "{ctx}: length");
+    let mut worst = 0f32;
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let err = (g - w).abs();
+        assert!(
+            err <= tol.atol + tol.rtol * w.abs(),
+            "{ctx} ({} on {:?}, out {out_shape}): element {i}: gpu {g} vs ref {w} (tol {tol:?})",
+            op.name(),
+            gpu.backend()
+        );
+        worst = worst.max(err);
+    }
+    worst
+}
+
+fn linear_tol(k: u64) -> Tol {
+    Tol {
+        atol: 2e-6 * k as f32 + 1e-5,
+        rtol: 1e-5,
+    }
+}
+
+const GATHER_TOL: Tol = Tol {
+    atol: 1e-6,
+    rtol: 1e-6,
+};
+
+/// The layouts every shape runs under: the adapter's own, then both forced (a software
+/// adapter with 2 and with 16 threads spreads rows differently; the hardware layout takes the
+/// 64-invocation matrix-vector kernel and the workgroup-memory tiled kernel).
+fn layouts(k: &Kernels) -> Vec<QuantLayout> {
+    let mut v = vec![k.quant_layout()];
+    for l in [
+        QuantLayout::Cpu { threads: 2 },
+        QuantLayout::Cpu { threads: 16 },
+        QuantLayout::Gpu,
+    ] {
+        if !v.contains(&l) {
+            v.push(l);
+        }
+    }
+    v
+}
+
+#[test]
+fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
+    for gpu in testing::gpus_or_skip("linear_matches_the_reference") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(12);
+        let mut cases = 0;
+        for layout in layouts(&k) {
+            k.set_quant_layout(layout);
+            for dtype in Linear::WEIGHT_TYPES {
+                // (x dims, N): M = 1, 3, 8 (matrix-vector), 9, 64, 200 (prefill), batch
+                // dims, odd N, a weight row count past one invocation's 64 rows.
+                let shapes: [(&[u64], u64); 9] = [
+                    (&[1, 64], 7),
+                    (&[3, 96], 33),
+                    (&[8, 32], 65),
+                    (&[9, 128], 1),
+                    (&[64, 64], 129),
+                    (&[200, 96], 67),
+                    (&[2, 3, 160], 19),
+                    (&[2, 100, 32], 5),
+                    (&[1, 32], 2100),
+                ];
+                for (i, (xd, n)) in shapes.into_iter().enumerate() {
+                    let kd = *xd.last().unwrap();
+                    let xv = values(&mut rng, s(xd).num_elements().unwrap());
+                    let x = HostTensor::f32(s(xd), &xv);
+                    let w = weight(&mut rng, dtype, n, kd);
+                    check(
+                        &gpu,
+                        &mut k,
+                        &Op::Linear(Linear),
+                        &[x, w],
+                        linear_tol(kd),
+                        &format!("linear {layout:?} {dtype} #{i} x {xd:?} N {n}"),
+                    );
+                    cases += 1;
+                }
+            }
+            // f32 and f16 take any K: odd K puts f16 rows at half-word offsets, and the last
+            // partial block is read element by element (every kernel).
+            for dtype in [DType::F16, DType::F32] {
+                for (m, kd, n) in [(1, 45, 9), (3, 7, 5), (17, 45, 9), (70, 33, 3)] {
+                    let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
+                    let v = values(&mut rng, n * kd);
+                    let bytes = quantize("w", ggml(dtype), &v).unwrap();
+                    let w = HostTensor {
+                        shape: s(&[n, kd]),
+                        dtype,
+                        bytes,
+                    };
+                    check(
+                        &gpu,
+                        &mut k,
+                        &Op::Linear(Linear),
+                        &[x, w],
+                        linear_tol(kd),
+                        &format!("linear {layout:?} {dtype} odd K M {m} K {kd} N {n}"),
+                    );
+                    cases += 1;
+                }
+            }
+        }
+        // Random shapes on the adapter's own layout: K a multiple of 32, N odd or not, M
+        // across the kernels.
+        k.set_quant_layout(QuantLayout::for_device(gpu.adapter_info().device_type));
+        for dtype in Linear::WEIGHT_TYPES {
+            for i in 0..6 {
+                let kd = 32 * rng.range(1, 9);
+                let n = rng.range(1, 150);
+                let m = [1, 2, 5, 8, 9, 33, 70][rng.range(0, 7) as usize];
+                let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
+                let w = weight(&mut rng, dtype, n, kd);
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Linear(Linear),
+                    &[x, w],
+                    linear_tol(kd),
+                    &format!("linear {dtype} random #{i} M {m} K {kd} N {n}"),
+                );
+                cases += 1;
+            }
+        }
+        assert!(cases >= 3 * (4 * 9 + 8) + 24, "{cases}");
+        // One pipeline per (entry point, format) at most, every later dispatch a cache hit.
+        let st = k.stats();
+        assert!(st.misses <= 16, "{st:?}");
+    }
+}
+
+#[test]
+fn linear_refuses_partial_blocks_and_other_weight_types() {
+    for gpu in testing::gpus_or_skip("linear_refuses_partial_blocks") {
+        let mut k = Kernels::new(&gpu);
+        let engine = Engine::new(gpu.clone());
+        let mut rng = SplitMix64::new(5);
+        // q4_1 rows of 48 elements: one and a half blocks.
+        let x = HostTensor::f32(s(&[1, 48]), &values(&mut rng, 48));
+        let w = HostTensor {
+            shape: s(&[3, 48]),
+            dtype: DType::Q4_1,
+            bytes: vec![0; 3 * 2 * 20],
+        };
+        let err = run_op(
+            &engine,
+            &mut k,
+            &Op::Linear(Linear),
+            &[x.clone(), w],
+            &s(&[1, 3]),
+            DType::F32,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RunOpError::Kernel(KernelError::PartialBlock {
+                    k: 48,
+                    block: 32,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        let w = HostTensor::from_f32_values(s(&[3, 48]), DType::BF16, &[0.5; 144]).unwrap();
+        let err = run_op(
+            &engine,
+            &mut k,
+            &Op::Linear(Linear),
+            &[x, w],
+            &s(&[1, 3]),
+            DType::F32,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, RunOpError::Kernel(KernelError::DType { .. })),
+            "{err}"
+        );
+    }
+    // At build time: a bf16 weight, naming the node.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("seq"), Dim::Fixed(32)], DType::F32);
+    let w = b.input("w", &[Dim::Fixed(4), Dim::Fixed(32)], DType::BF16);
+    let y = b.linear("proj", x, w);
+    b.output(y);
+    let err = b.build().unwrap_err();
+    assert!(
+        matches!(&err, GraphError::DType { node, .. } if node == "proj"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("q4_1, q8_0, f16 or f32"), "{err}");
+}
+
+#[test]
+fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
+    for gpu in testing::gpus_or_skip("gather_dequantizes_rows") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(21);
+        for dtype in [DType::Q8_0, DType::Q4_1, DType::F16] {
+            for (v, d, ids) in [
+                (50u64, 64u64, vec![3i32, 0, 49]),
+                (7, 32, vec![6, -1, 7, 2, 2]),
+                (300, 576, vec![299, 1, 150]),
+            ] {
+                let table = weight(&mut rng, dtype, v, d);
+                let ids = HostTensor::i32(s(&[ids.len() as u64]), &ids);
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Gather(Gather),
+                    &[table, ids],
+                    GATHER_TOL,
+                    &format!("gather {dtype} [{v}, {d}]"),
+                );
+            }
+            // Ids with batch dimensions.
+            let table = weight(&mut rng, dtype, 40, 96);
+            let ids = HostTensor::i32(s(&[2, 3]), &[1, 39, 0, 5, 40, 12]);
+            check(
+                &gpu,
+                &mut k,
+                &Op::Gather(Gather),
+                &[table, ids],
+                GATHER_TOL,
+                &format!("gather {dtype} batch ids"),
+            );
+        }
+        // f16 rows of odd length start at half-word offsets.
+        let v = values(&mut rng, 9 * 15);
+        let table = HostTensor {
+            shape: s(&[9, 15]),
+            dtype: DType::F16,
+            bytes: quantize("t", GgmlType::F16, &v).unwrap(),
+        };
+        let ids = HostTensor::i32(s(&[4]), &[8, 3, 0, 5]);
+        check(
+            &gpu,
+            &mut k,
+            &Op::Gather(Gather),
+            &[table, ids],
+            GATHER_TOL,
+            "gather f16 odd rows",
+        );
+    }
+}
+
+#[test]
+fn a_network_keeps_quantized_weights_in_their_file_format_and_matches_the_reference() {
+    // An embedding lookup in a q8_0 table, a q4_1 projection and an f16 one, compiled into a
+    // Network: the constants region holds the weights' own bytes (each padded to a word and
+    // placed at the storage offset alignment), and decode (1 token: the matrix-vector
+    // kernel) and prefill (12 tokens: a prefill kernel) match the CPU reference.
+    use dynrt::memory::accounting::region_index;
+    use dynrt::memory::predictor::Policy;
+    use dynrt::memory::regions::Region;
+    use dynrt::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
+    use dynrt::tensor::ConstData;
+    for gpu in testing::gpus_or_skip("a_network_keeps_quantized_weights") {
+        let engine = Engine::new(gpu.clone());
+        let mut rng = SplitMix64::new(40);
+        let (vocab, d, hidden, out) = (50u64, 64u64, 96u64, 40u64);
+        let table = weight(&mut rng, DType::Q8_0, vocab, d);
+        let w1 = weight(&mut rng, DType::Q4_1, hidden, d);
+        let w2 = weight(&mut rng, DType::F16, out, hidden);
+        let weight_bytes = (table.bytes.len() + w1.bytes.len() + w2.bytes.len()) as u64;
+        let mut b = GraphBuilder::new();
+        let ids = b.input("ids", &[Dim::sym("seq")], DType::I32);
+        let x = b.input("x", &[Dim::sym("seq"), Dim::Fixed(d)], DType::F32);
+        let constant = |b: &mut GraphBuilder, label: &str, t: &HostTensor| {
+            b.constant_bytes(
+                label,
+                t.shape.clone(),
+                t.dtype,
+                ConstData::from_vec(t.bytes.clone()),
+            )
+        };
+        let table_c = constant(&mut b, "token_embd", &table);
+        let w1_c = constant(&mut b, "w1", &w1);
+        let w2_c = constant(&mut b, "w2", &w2);
+        let emb = b.gather("emb", table_c, ids);
+        let h = b.add_("h", emb, x);
+        let y1 = b.linear("proj1", h, w1_c);
+        let y = b.linear("proj2", y1, w2_c);
+        b.output(y);
+        let g = b.build().unwrap();
+        let net = Network::compile(&engine, g.clone(), NetworkOptions::default()).unwrap();
+        let constants = engine.stats().regions[region_index(Region::Constants).unwrap()];
+        let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
+        assert!(
+            constants.current_bytes >= weight_bytes
+                && constants.current_bytes <= weight_bytes + 3 * align,
+            "{constants:?} for {weight_bytes} weight bytes"
+        );
+        let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+        for seq in [1u64, 12, 1] {
+            let id_values: Vec<i32> = (0..seq).map(|i| ((i * 17 + 3) % vocab) as i32).collect();
+            let xv = values(&mut rng, seq * d);
+            let want = reference::evaluate(
+                &g,
+                &[
+                    (
+                        "ids",
+                        s(&[seq]),
+                        id_values.iter().map(|&v| v as f32).collect(),
+                    ),
+                    ("x", s(&[seq, d]), xv.clone()),
+                ],
+            )
+            .unwrap();
+            let got = req
+                .infer_blocking(
+                    &[
+                        ("ids", &HostTensor::i32(s(&[seq]), &id_values)),
+                        ("x", &HostTensor::f32(s(&[seq, d]), &xv)),
+                    ],
+                    &["proj2"],
+                )
+                .unwrap();
+            let got = got[0].to_f32();
+            assert_eq!(got.len(), want[0].1.len());
+            let tol = linear_tol(hidden);
+            for (i, (&g, &w)) in got.iter().zip(&want[0].1).enumerate() {
+                assert!(
+                    (g - w).abs() <= 4.0 * (tol.atol + tol.rtol * w.abs()),
+                    "seq {seq} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_real_models_weights_give_the_references_projections_and_tied_head() {
+    // SmolLM2-135M's own tensors (when fetched): a q4_1 attention projection, the q4_1 down
+    // projection (K = 1536) and the q8_0 embedding as the tied output head (49152 rows), at
+    // M = 1 and M = 5 (both kinds of kernel on every layout), and the embedding lookup.
+    let Some(path) = dynrt::fetch::model_or_skip("the_real_models_weights") else {
+        return;
+    };
+    let model = dynrt::gguf::MappedGguf::open(&path).unwrap();
+    let tensor = |name: &str| {
+        let info = model.gguf().require_tensor(name).unwrap();
+        let dtype = match info.ggml_type() {
+            GgmlType::Q4_1 => DType::Q4_1,
+            GgmlType::Q8_0 => DType::Q8_0,
+            t => panic!("{name}: {t}"),
+        };
+        HostTensor {
+            shape: s(&[info.num_rows(), info.row_len()]),
+            dtype,
+            bytes: model.tensor_bytes(name).unwrap().to_vec(),
+        }
+    };
+    let q = tensor("blk.0.attn_q.weight");
+    let down = tensor("blk.0.ffn_down.weight");
+    let embd = tensor("token_embd.weight");
+    assert_eq!((q.dtype, embd.dtype), (DType::Q4_1, DType::Q8_0));
+    for gpu in testing::gpus_or_skip("the_real_models_weights") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(7);
+        for layout in layouts(&k) {
+            k.set_quant_layout(layout);
+            for m in [1u64, 5] {
+                for w in [&q, &down, &embd] {
+                    let kd = w.shape.dims()[1];
+                    let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
+                    check(
+                        &gpu,
+                        &mut k,
+                        &Op::Linear(Linear),
+                        &[x, w.clone()],
+                        linear_tol(kd),
+                        &format!("{layout:?} M {m} {} {}", w.dtype, w.shape),
+                    );
+                }
+            }
+        }
+        let ids = HostTensor::i32(s(&[4]), &[1, 2, 49151, 9906]);
+        check(
+            &gpu,
+            &mut k,
+            &Op::Gather(Gather),
+            &[embd.clone(), ids],
+            GATHER_TOL,
+            "token_embd gather",
+        );
+    }
+}
