@@ -20,7 +20,8 @@
 #
 # SmolLM2 runs one round per route, whatever --rounds says: one ONNX Runtime decode step costs
 # about 3 s of CPU time on lavapipe and 12-15 s on SwiftShader (40-100 s of wall time on a
-# loaded 2-core machine). With --quick it runs on native-lavapipe only.
+# loaded 2-core machine). With --quick it runs on native-lavapipe only, and matmul_1024 runs
+# one round (one ONNX Runtime step of it on SwiftShader takes 12-36 s).
 #
 # What it does, in order (each step says so on stderr; everything lands in target/peer/):
 #  1. the Python venv (scripts/pyenv.sh: numpy, onnx, onnxruntime, onnxruntime-ep-webgpu);
@@ -120,6 +121,7 @@ mkdir -p "$out"
 notes=()
 start_date=$(date -u +%Y-%m-%d)
 start_load=$(cut -d' ' -f1-3 /proc/loadavg)
+start_s=$SECONDS
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
 
 # ---- 1. Python --------------------------------------------------------------------------
@@ -207,7 +209,13 @@ say "writing the model files and inputs (scripts/peer_models.py)"
 mapfile -t chosen < <("$py" scripts/peer/manifest.py "$models" list "$workloads")
 [ ${#chosen[@]} -gt 0 ] || { echo "bench_peer.sh: no workload matches --workloads $workloads" >&2; exit 2; }
 # Rounds of a workload, and whether it runs on a route (see the SmolLM2 note above).
-rounds_of() { case $1 in smollm2_*) echo 1 ;; *) echo "$rounds" ;; esac; }
+rounds_of() {
+  case $1 in
+    smollm2_*) echo 1 ;;
+    matmul_1024) [ $quick = 1 ] && echo 1 || echo "$rounds" ;;
+    *) echo "$rounds" ;;
+  esac
+}
 runs_on() {
   case $1 in
     smollm2_*) [ $quick = 0 ] || [ "$2" = native-lavapipe ] ;;
@@ -215,6 +223,7 @@ runs_on() {
   esac
 }
 for w in "${chosen[@]}"; do
+  case $w in matmul_1024) [ $quick = 1 ] && notes+=("$w: --quick runs it one round (one ONNX Runtime step on SwiftShader costs 12-36 s)") ;; esac
   case $w in smollm2_*) [ $quick = 1 ] && notes+=("$w: --quick runs it on native-lavapipe only (one ONNX Runtime step on SwiftShader costs 12-15 s of CPU)") ;; esac
 done
 
@@ -304,7 +313,8 @@ done
 # ---- 6. report --------------------------------------------------------------------------
 end_load=$(cut -d' ' -f1-3 /proc/loadavg)
 report() {
-  echo "Measured $start_date with \`scripts/bench_peer.sh${1:+ $1}\` on $(nproc) CPU cores; load average $start_load at the start, $end_load at the end."
+  local took=$((SECONDS - start_s))
+  echo "Measured $start_date with \`scripts/bench_peer.sh${1:+ $1}\` on $(nproc) CPU cores in $((took / 60)) min $((took % 60)) s; load average $start_load at the start, $end_load at the end."
   echo
   "$py" scripts/peer/report.py "$models" "$results" --reference "$reference"
   for n in ${notes[@]+"${notes[@]}"}; do echo "- $n"; done
