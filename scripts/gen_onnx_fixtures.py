@@ -17,6 +17,10 @@ start from (numpy + onnx; run with the python scripts/pyenv.sh prints):
 * `negative_dim.onnx`: x [n] reshaped to [n - 5, -1]: [5, 2] for n = 10, a negative
   dimension for n < 5.
 * `int_div.onnx`: an i64 division the device would compute (refused when it compiles).
+* `kv_attention.onnx`: attention over a KV cache as exported decoders write it: q, k, v
+  [batch, 2, seq, 4], `past_key_values.0.key/value` [batch, 2, past, 4] concatenated with
+  k, v on axis 2 into `present.0.key/value`, `attn = Softmax(q @ Transpose(present_k) / 2)
+  @ present_v`; opset 17. The session tests carry its caches in place.
 """
 import pathlib
 
@@ -170,6 +174,25 @@ model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], pr
 model.ir_version = 8
 onnx.checker.check_model(model)
 onnx.save_model(model, out / "int_div.onnx")
+
+kv = lambda name, t: helper.make_tensor_value_info(name, T.FLOAT, ["batch", 2, t, 4])
+graph = helper.make_graph(
+    [helper.make_node("Concat", ["past_key_values.0.key", "k"], ["present.0.key"], name="present_key", axis=2),
+     helper.make_node("Concat", ["past_key_values.0.value", "v"], ["present.0.value"], name="present_value", axis=2),
+     helper.make_node("Transpose", ["present.0.key"], ["k_t"], name="k_t", perm=[0, 1, 3, 2]),
+     helper.make_node("MatMul", ["q", "k_t"], ["qk"], name="qk"),
+     helper.make_node("Div", ["qk", "two"], ["scores"], name="scale"),
+     helper.make_node("Softmax", ["scores"], ["probs"], name="probs", axis=-1),
+     helper.make_node("MatMul", ["probs", "present.0.value"], ["attn"], name="pv")],
+    "kv_attention",
+    [kv("q", "seq"), kv("k", "seq"), kv("v", "seq"),
+     kv("past_key_values.0.key", "past"), kv("past_key_values.0.value", "past")],
+    [kv("attn", "seq"), kv("present.0.key", "total"), kv("present.0.value", "total")],
+    initializer=[numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="dynrt-fixtures")
+model.ir_version = 8
+onnx.checker.check_model(model)
+onnx.save_model(model, out / "kv_attention.onnx")
 
 np.save(out / "input.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
 np.save(out / "empty.npy", np.zeros((1, 3, 0, 4), dtype=np.int64))

@@ -33,8 +33,8 @@ fn cycles_dangling_inputs_and_duplicates_are_named() {
     let e = Graph::from_nodes(
         vec![
             node("x", x.clone(), &[]),
-            node("a", Op::Softmax(ops::Softmax), &[2]),
-            node("b", Op::Softmax(ops::Softmax), &[1]),
+            node("a", Op::Softmax(ops::Softmax::LAST), &[2]),
+            node("b", Op::Softmax(ops::Softmax::LAST), &[1]),
         ],
         vec![],
     )
@@ -43,7 +43,7 @@ fn cycles_dangling_inputs_and_duplicates_are_named() {
     let e = Graph::from_nodes(
         vec![
             node("x", x.clone(), &[]),
-            node("a", Op::Softmax(ops::Softmax), &[7]),
+            node("a", Op::Softmax(ops::Softmax::LAST), &[7]),
         ],
         vec![],
     )
@@ -55,7 +55,7 @@ fn cycles_dangling_inputs_and_duplicates_are_named() {
     let e = Graph::from_nodes(
         vec![
             node("x", x.clone(), &[]),
-            node("x", Op::Softmax(ops::Softmax), &[0]),
+            node("x", Op::Softmax(ops::Softmax::LAST), &[0]),
         ],
         vec![],
     )
@@ -86,7 +86,7 @@ fn processing_order_puts_inputs_first() {
                 }),
                 &[],
             ),
-            node("sm", Op::Softmax(ops::Softmax), &[1]),
+            node("sm", Op::Softmax(ops::Softmax::LAST), &[1]),
         ],
         vec![NodeId(0)],
     )
@@ -198,28 +198,47 @@ fn every_op_infers_and_reports_both_shapes() {
         assert_eq!(infer_one(Op::Unary(op), &[&[0, 3]]), Ok(s(&[0, 3])));
     }
     assert_eq!(
-        infer_one(Op::Softmax(ops::Softmax), &[&[2, 5]]),
+        infer_one(Op::Softmax(ops::Softmax::LAST), &[&[2, 5]]),
         Ok(s(&[2, 5]))
     );
-    assert!(infer_one(Op::Softmax(ops::Softmax), &[&[]]).is_err());
+    assert!(infer_one(Op::Softmax(ops::Softmax::LAST), &[&[]]).is_err());
     assert_eq!(
         infer_one(
-            Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
+            Op::LayerNorm(ops::LayerNorm {
+                eps: 1e-5,
+                axis: -1
+            }),
             &[&[2, 8], &[8], &[8]]
         ),
         Ok(s(&[2, 8]))
     );
     assert!(infer_one(
-        Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
+        Op::LayerNorm(ops::LayerNorm {
+            eps: 1e-5,
+            axis: -1
+        }),
         &[&[2, 8], &[8], &[7]]
     )
     .unwrap_err()
     .contains("2x8 vs 7"));
     assert_eq!(
-        infer_one(Op::RmsNorm(ops::RmsNorm { eps: 1e-5 }), &[&[2, 8], &[8]]),
+        infer_one(
+            Op::RmsNorm(ops::RmsNorm {
+                eps: 1e-5,
+                axis: -1
+            }),
+            &[&[2, 8], &[8]]
+        ),
         Ok(s(&[2, 8]))
     );
-    assert!(infer_one(Op::RmsNorm(ops::RmsNorm { eps: 1e-5 }), &[&[2, 8], &[2, 8]]).is_err());
+    assert!(infer_one(
+        Op::RmsNorm(ops::RmsNorm {
+            eps: 1e-5,
+            axis: -1
+        }),
+        &[&[2, 8], &[2, 8]]
+    )
+    .is_err());
     assert_eq!(
         infer_one(
             Op::Reshape(ops::Reshape {
@@ -274,15 +293,21 @@ fn every_op_infers_and_reports_both_shapes() {
         steps: vec![1],
     });
     assert_eq!(infer_one(sl, &[&[4, 6]]), Ok(s(&[4, 2])));
-    let sl = Op::Slice(ops::Slice {
-        axes: vec![0],
-        starts: vec![0],
-        ends: vec![4],
-        steps: vec![-1],
-    });
-    assert!(infer_one(sl, &[&[4, 6]])
+    // A negative step walks backwards (ONNX): from 0 down to 4 is nothing, from 3 down to
+    // the start is all 4 rows; a zero step is an error.
+    let back = |start, end, step| {
+        Op::Slice(ops::Slice {
+            axes: vec![0],
+            starts: vec![start],
+            ends: vec![end],
+            steps: vec![step],
+        })
+    };
+    assert_eq!(infer_one(back(0, 4, -1), &[&[4, 6]]), Ok(s(&[0, 6])));
+    assert_eq!(infer_one(back(3, i64::MIN, -1), &[&[4, 6]]), Ok(s(&[4, 6])));
+    assert!(infer_one(back(0, 4, 0), &[&[4, 6]])
         .unwrap_err()
-        .contains("steps must be at least 1"));
+        .contains("steps must not be 0"));
     assert_eq!(
         infer_one(Op::CausalMask(ops::CausalMask), &[&[2, 1, 9]]),
         Ok(s(&[2, 1, 9]))
@@ -291,7 +316,7 @@ fn every_op_infers_and_reports_both_shapes() {
         .unwrap_err()
         .contains("keys >= queries"));
     assert_eq!(
-        infer_one(Op::ShapeOf(ops::ShapeOf), &[&[2, 9, 1]]),
+        infer_one(Op::ShapeOf(ops::ShapeOf::default()), &[&[2, 9, 1]]),
         Ok(s(&[3]))
     );
     assert_eq!(
@@ -300,7 +325,7 @@ fn every_op_infers_and_reports_both_shapes() {
     );
     assert!(infer_one(Op::Where(ops::Where), &[&[2, 4], &[3, 1], &[4]]).is_err());
     // Gather wants integer ids: f32 ids are a dtype error naming the node.
-    let e = infer_one(Op::Gather(ops::Gather), &[&[10, 4], &[3]]).unwrap_err();
+    let e = infer_one(Op::Gather(ops::Gather::default()), &[&[10, 4], &[3]]).unwrap_err();
     assert!(e.contains("node `the_op` input 1 is f32"), "{e}");
 }
 
@@ -329,7 +354,10 @@ fn shape_of_feeds_reshape_through_host_values() {
     let y = b.reshape_to("split", x, target);
     b.output(y);
     let g = b.build().unwrap();
-    assert_eq!(Op::ReshapeTo(ops::ReshapeTo).shape_data_inputs(), &[1]);
+    assert_eq!(
+        Op::ReshapeTo(ops::ReshapeTo::default()).shape_data_inputs(),
+        &[1]
+    );
     assert!(
         g.is_shape_only(shp)
             && g.is_shape_only(target)

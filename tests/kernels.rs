@@ -453,7 +453,7 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Softmax(ops::Softmax),
+                &Op::Softmax(ops::Softmax::LAST),
                 &[xs],
                 sm,
                 &format!("softmax {dims:?}"),
@@ -463,7 +463,10 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::LayerNorm(ops::LayerNorm { eps: 1e-5 }),
+                &Op::LayerNorm(ops::LayerNorm {
+                    eps: 1e-5,
+                    axis: -1,
+                }),
                 &[x.clone(), g.clone(), b],
                 nt,
                 &format!("layer_norm {dims:?}"),
@@ -471,7 +474,10 @@ fn softmax_layer_norm_rms_norm() {
             check(
                 &gpu,
                 &mut k,
-                &Op::RmsNorm(ops::RmsNorm { eps: 1e-6 }),
+                &Op::RmsNorm(ops::RmsNorm {
+                    eps: 1e-6,
+                    axis: -1,
+                }),
                 &[x, g],
                 nt,
                 &format!("rms_norm {dims:?}"),
@@ -485,7 +491,7 @@ fn softmax_layer_norm_rms_norm() {
         let out = check(
             &gpu,
             &mut k,
-            &Op::Softmax(ops::Softmax),
+            &Op::Softmax(ops::Softmax::LAST),
             &[x],
             sm,
             "softmax masked",
@@ -538,7 +544,7 @@ fn data_movement_ops() {
             };
             let step = rng.range(1, 4) as i64;
             let op = Op::Slice(ops::Slice {
-                axes: vec![axis],
+                axes: vec![axis as i64],
                 starts: vec![start],
                 ends: vec![end],
                 steps: vec![step],
@@ -562,13 +568,14 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Concat(ops::Concat { axis }),
+                &Op::Concat(ops::Concat { axis: axis as i64 }),
                 &parts,
                 EXACT,
                 &format!("concat #{i} {dims:?} axis {axis}"),
             );
         }
-        // Gather: i32 and u32 ids, out-of-range and negative ids give zeros.
+        // Gather: i32 and u32 ids; out-of-range ids give zeros, negative i32 ones count from
+        // the end (ONNX).
         for (dtype, ids) in [
             (DType::I32, vec![3.0, 0.0, -1.0, 9.0, 2.0, 3.0]),
             (DType::U32, vec![1.0, 4.0, 0.0, 7.0, 2.0, 2.0]),
@@ -582,7 +589,7 @@ fn data_movement_ops() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Gather(ops::Gather),
+                &Op::Gather(ops::Gather::default()),
                 &[table, ids],
                 EXACT,
                 &format!("gather {dtype}"),
@@ -597,7 +604,7 @@ fn data_movement_ops() {
         check(
             &gpu,
             &mut k,
-            &Op::Gather(ops::Gather),
+            &Op::Gather(ops::Gather::default()),
             &[table, ids],
             EXACT,
             "gather no ids",
@@ -607,7 +614,7 @@ fn data_movement_ops() {
         let out = check(
             &gpu,
             &mut k,
-            &Op::ShapeOf(ops::ShapeOf),
+            &Op::ShapeOf(ops::ShapeOf::default()),
             &[x],
             EXACT,
             "shape_of",
@@ -715,7 +722,7 @@ fn two_dimensional_grids_when_workgroups_exceed_the_limit() {
         check(
             &gpu,
             &mut k,
-            &Op::Softmax(ops::Softmax),
+            &Op::Softmax(ops::Softmax::LAST),
             std::slice::from_ref(&x),
             Tol {
                 atol: 2e-6,
@@ -843,6 +850,7 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
             },
             shape,
             dtype: DType::F32,
+            strides: None,
         };
         static XS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
         static BS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
@@ -870,7 +878,7 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
             k.encode(
                 &mut pass,
                 &mut u,
-                &Op::Softmax(ops::Softmax),
+                &Op::Softmax(ops::Softmax::LAST),
                 &[t(1024, xs_)],
                 &t(1536, xs_),
             )
@@ -897,7 +905,7 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
         let br = RefTensor::from_f32(bs.clone(), DType::F32, bias.clone());
         let r = ev(Op::Unary(UnaryOp::Relu), &[&xr]);
         let r = ev(Op::Binary(BinaryOp::Add), &[&r, &br]);
-        let r = ev(Op::Softmax(ops::Softmax), &[&r]);
+        let r = ev(Op::Softmax(ops::Softmax::LAST), &[&r]);
         let want = ev(Op::Binary(BinaryOp::Mul), &[&r, &xr]).to_f32();
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-5, "{got:?} vs {want:?}");
@@ -1089,6 +1097,7 @@ fn opnd<'a>(
         },
         shape,
         dtype: DType::F32,
+        strides: None,
     }
 }
 

@@ -301,7 +301,7 @@ fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
                 check(
                     &gpu,
                     &mut k,
-                    &Op::Gather(Gather),
+                    &Op::Gather(Gather::default()),
                     &[table, ids],
                     GATHER_TOL,
                     &format!("gather {dtype} [{v}, {d}]"),
@@ -313,7 +313,7 @@ fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
             check(
                 &gpu,
                 &mut k,
-                &Op::Gather(Gather),
+                &Op::Gather(Gather::default()),
                 &[table, ids],
                 GATHER_TOL,
                 &format!("gather {dtype} batch ids"),
@@ -330,7 +330,7 @@ fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
         check(
             &gpu,
             &mut k,
-            &Op::Gather(Gather),
+            &Op::Gather(Gather::default()),
             &[table, ids],
             GATHER_TOL,
             "gather f16 odd rows",
@@ -473,7 +473,7 @@ fn the_real_models_weights_give_the_references_projections_and_tied_head() {
         check(
             &gpu,
             &mut k,
-            &Op::Gather(Gather),
+            &Op::Gather(Gather::default()),
             &[embd.clone(), ids],
             GATHER_TOL,
             "token_embd gather",

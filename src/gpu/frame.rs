@@ -376,8 +376,14 @@ impl<'k> Frame<'k> {
                 )
             })
             .collect();
+        let strides = ins
+            .iter()
+            .chain(std::iter::once(out))
+            .map(|o| o.strides.map(<[u64]>::to_vec))
+            .collect();
         *plan = Some(DispatchPlan {
             operands,
+            strides,
             dispatches: recorder.dispatches,
             generation,
         });

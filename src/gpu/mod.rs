@@ -369,6 +369,19 @@ impl Gpu {
         kind_support(kind, self.supports_shared()).supported
     }
 
+    /// Resolves when all work submitted so far is done: the queue's `onSubmittedWorkDone`
+    /// (natively the device is polled until then; in the browser the page's event loop
+    /// keeps running while it waits).
+    pub async fn idle(&self) {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        self.inner.queue.on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
+        self.poll_wait();
+        // A dropped sender (device lost) also ends the wait.
+        let _ = rx.await;
+    }
+
     /// Waits until all submitted work is done (native); a no-op on the web where the browser
     /// polls the device.
     pub fn poll_wait(&self) {

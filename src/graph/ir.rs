@@ -673,11 +673,9 @@ fn shape_only_nodes(nodes: &[Node], outputs: &[NodeId], order: &[NodeId]) -> Vec
         let def = nodes[k].op.def();
         shape_only[k] =
             nodes[k].dtype.is_int() && has_users[k] && !read_on_device[k] && def.host_evaluable();
-        let shape_inputs = def.shape_data_inputs();
         for (pos, &i) in nodes[k].inputs.iter().enumerate() {
             has_users[i.index()] = true;
-            let reads_values = !shape_inputs.contains(&pos) && def.reads_values();
-            if reads_values && !shape_only[k] {
+            if def.reads_input(pos) && !shape_only[k] {
                 read_on_device[i.index()] = true;
             }
         }
@@ -826,7 +824,7 @@ impl GraphBuilder {
 
     /// Softmax over the last axis.
     pub fn softmax(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, ops::Softmax, &[x])
+        self.add(label, ops::Softmax::LAST, &[x])
     }
 
     /// Layer norm over the last axis.
@@ -838,7 +836,7 @@ impl GraphBuilder {
         beta: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, ops::LayerNorm { eps }, &[x, gamma, beta])
+        self.add(label, ops::LayerNorm { eps, axis: -1 }, &[x, gamma, beta])
     }
 
     /// RMS norm over the last axis.
@@ -849,7 +847,7 @@ impl GraphBuilder {
         gamma: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, ops::RmsNorm { eps }, &[x, gamma])
+        self.add(label, ops::RmsNorm { eps, axis: -1 }, &[x, gamma])
     }
 
     /// Reshape to a static target (`0` copies, `-1` infers).
@@ -865,7 +863,7 @@ impl GraphBuilder {
 
     /// Reshape to the shape held in an integer tensor (a shape-inference data dependency).
     pub fn reshape_to(&mut self, label: impl Into<String>, x: NodeId, shape: NodeId) -> NodeId {
-        self.add(label, ops::ReshapeTo, &[x, shape])
+        self.add(label, ops::ReshapeTo::default(), &[x, shape])
     }
 
     /// Permute dimensions.
@@ -881,7 +879,7 @@ impl GraphBuilder {
 
     /// Concatenate along `axis`.
     pub fn concat(&mut self, label: impl Into<String>, xs: &[NodeId], axis: usize) -> NodeId {
-        self.add(label, ops::Concat { axis }, xs)
+        self.add(label, ops::Concat { axis: axis as i64 }, xs)
     }
 
     /// Slice `axes` with `starts`/`ends`/`steps` (ONNX rules).
@@ -897,7 +895,7 @@ impl GraphBuilder {
         self.add(
             label,
             ops::Slice {
-                axes: axes.to_vec(),
+                axes: axes.iter().map(|&a| a as i64).collect(),
                 starts: starts.to_vec(),
                 ends: ends.to_vec(),
                 steps: steps.to_vec(),
@@ -908,7 +906,7 @@ impl GraphBuilder {
 
     /// Embedding lookup: rows of `table` picked by integer `ids`.
     pub fn gather(&mut self, label: impl Into<String>, table: NodeId, ids: NodeId) -> NodeId {
-        self.add(label, ops::Gather, &[table, ids])
+        self.add(label, ops::Gather::default(), &[table, ids])
     }
 
     /// `cond ? a : b` with broadcasting.
@@ -929,7 +927,7 @@ impl GraphBuilder {
 
     /// The shape of `x` as an i32 tensor.
     pub fn shape_of(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, ops::ShapeOf, &[x])
+        self.add(label, ops::ShapeOf::default(), &[x])
     }
 
     /// Marks a node as a network output.

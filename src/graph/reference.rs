@@ -526,14 +526,22 @@ mod tests {
             steps: vec![1, 2],
         };
         assert_eq!(run(neg, &[&x]), vec![4., 6.]);
+        let backwards = Slice {
+            axes: vec![-1],
+            starts: vec![-1],
+            ends: vec![i64::MIN],
+            steps: vec![-2],
+        };
+        assert_eq!(run(backwards, &[&x]), vec![3., 1., 6., 4.]);
+        // ONNX gather: -1 is the last row; 5 and -3 are out of range and give zeros.
         assert_eq!(
             run(
-                Gather,
-                &[&f(&[2, 2], &[1., 2., 3., 4.]), &i(&[3], &[1, 5, -1])]
+                Gather::default(),
+                &[&f(&[2, 2], &[1., 2., 3., 4.]), &i(&[4], &[1, 5, -1, -3])]
             ),
-            vec![3., 4., 0., 0., 0., 0.]
+            vec![3., 4., 0., 0., 3., 4., 0., 0.]
         );
-        let sm = run(Softmax, &[&f(&[2, 2], &[0.0, 0.0, 1000.0, 1000.0])]);
+        let sm = run(Softmax::LAST, &[&f(&[2, 2], &[0.0, 0.0, 1000.0, 1000.0])]);
         assert!(sm.iter().all(|&v| (v - 0.5).abs() < 1e-6));
         // decode: past 2, one query, 3 keys: all visible; prefill 2 queries, 2 keys.
         assert_eq!(run(CausalMask, &[&f(&[1, 3], &[1.; 3])]), vec![1., 1., 1.]);
@@ -546,7 +554,7 @@ mod tests {
             vec![1., 1., MASK_VALUE, 1., 1., 1.]
         );
         let ln = run(
-            LayerNorm { eps: 0.0 },
+            LayerNorm { eps: 0.0, axis: -1 },
             &[
                 &f(&[1, 2], &[1., 3.]),
                 &f(&[2], &[1., 1.]),
@@ -585,7 +593,11 @@ mod tests {
             Values::Int(vec![0]),
             "i64 wraps at 64 bits"
         );
-        let err = eval_op(&Op::Gather(Gather), &[&a, &f(&[1], &[0.0])], &s(&[1]));
+        let err = eval_op(
+            &Op::Gather(Gather::default()),
+            &[&a, &f(&[1], &[0.0])],
+            &s(&[1]),
+        );
         assert!(err.is_err());
         assert_eq!(wrap(DType::U8, 257), 1);
     }

@@ -144,7 +144,7 @@ pub(crate) fn concat(vals: &[&[i64]], shapes: &[&Shape], axis: usize) -> Option<
     Some(v)
 }
 
-/// The elements the shape rule's ranges keep.
+/// The elements the shape rule's ranges keep (steps may be negative).
 pub(crate) fn slice(x: &[i64], shape: &Shape, ranges: &[AxisRange]) -> Option<Vec<i64>> {
     let st = strides_of(shape);
     let out = Shape(ranges.iter().map(|r| r.len).collect());
@@ -153,26 +153,122 @@ pub(crate) fn slice(x: &[i64], shape: &Shape, ranges: &[AxisRange]) -> Option<Ve
     let mut v = Vec::with_capacity(n);
     for lin in 0..n as u64 {
         let mut rest = lin;
-        let mut src = 0u64;
+        let mut src = 0i128;
         for k in 0..ranges.len() {
             let i = rest / ost[k];
             rest %= ost[k];
-            src += (ranges[k].start + i * ranges[k].step) * st[k];
+            let at = i128::from(ranges[k].start) + i128::from(i) * i128::from(ranges[k].step);
+            src += at * i128::from(st[k]);
+        }
+        v.push(*x.get(usize::try_from(src).ok()?)?);
+    }
+    Some(v)
+}
+
+/// `table` gathered along `axis` by `ids`: negative ids count from the end, others out of
+/// range give zeros.
+pub(crate) fn gather(table: &[i64], tshape: &Shape, ids: &[i64], axis: usize) -> Option<Vec<i64>> {
+    let dims = tshape.dims();
+    let extent = *dims.get(axis)? as i64;
+    let outer = dims[..axis].iter().product::<u64>() as usize;
+    let inner = dims[axis + 1..].iter().product::<u64>() as usize;
+    let mut v = Vec::with_capacity(outer * ids.len() * inner);
+    for o in 0..outer {
+        for &id in ids {
+            let id = if id < 0 { id + extent } else { id };
+            if (0..extent).contains(&id) {
+                let at = (o * extent as usize + id as usize) * inner;
+                v.extend_from_slice(table.get(at..at + inner)?);
+            } else {
+                v.extend(std::iter::repeat_n(0, inner));
+            }
+        }
+    }
+    Some(v)
+}
+
+/// `x` with its dimensions permuted (`out[k] = x.dims[perm[k]]`).
+pub(crate) fn transpose(x: &[i64], shape: &Shape, perm: &[usize], out: &Shape) -> Option<Vec<i64>> {
+    let st = strides_of(shape);
+    let ost = strides_of(out);
+    let n = out.checked_num_elements()?;
+    let mut v = Vec::with_capacity(n as usize);
+    for lin in 0..n {
+        let mut rest = lin;
+        let mut src = 0u64;
+        for (k, &p) in perm.iter().enumerate() {
+            let i = rest / ost[k];
+            rest %= ost[k];
+            src += i * st.get(p)?;
         }
         v.push(*x.get(src as usize)?);
     }
     Some(v)
 }
 
-/// Rows of `table` picked by `ids` along axis 0; out-of-range ids give zeros.
-pub(crate) fn gather(table: &[i64], tshape: &Shape, ids: &[i64]) -> Option<Vec<i64>> {
-    let rows = *tshape.dims().first()?;
-    let row = tshape.dims()[1..].iter().product::<u64>() as usize;
-    let mut v = Vec::with_capacity(ids.len() * row);
-    for &id in ids {
-        match u64::try_from(id).ok().filter(|&i| i < rows) {
-            Some(i) => v.extend_from_slice(table.get(i as usize * row..(i as usize + 1) * row)?),
-            None => v.extend(std::iter::repeat_n(0, row)),
+/// `x` reduced over `axes` by `f` into `out` (whose element order is the input's with the
+/// reduced axes dropped); an output with nothing to reduce gets `empty`, or the whole
+/// evaluation gives `None`.
+pub(crate) fn reduce(
+    x: &[i64],
+    shape: &Shape,
+    axes: &[usize],
+    out: &Shape,
+    empty: Option<i64>,
+    f: impl Fn(i64, i64) -> i64,
+) -> Option<Vec<i64>> {
+    let st = strides_of(shape);
+    // Output strides laid over the input's axes, 0 on reduced ones.
+    let mut kept_stride = vec![0u64; shape.rank()];
+    let mut acc = 1u64;
+    for a in (0..shape.rank()).rev() {
+        if !axes.contains(&a) {
+            kept_stride[a] = acc;
+            acc = acc.saturating_mul(shape.dims()[a]);
+        }
+    }
+    let mut res: Vec<Option<i64>> = vec![None; out.checked_num_elements()? as usize];
+    for (lin, &v) in x.iter().enumerate() {
+        let mut rest = lin as u64;
+        let mut o = 0u64;
+        for a in 0..shape.rank() {
+            let i = rest / st[a];
+            rest %= st[a];
+            o += i * kept_stride[a];
+        }
+        let slot = res.get_mut(o as usize)?;
+        *slot = Some(slot.map_or(v, |a| f(a, v)));
+    }
+    res.into_iter().map(|r| r.or(empty)).collect()
+}
+
+/// Cumulative sums of `x` along `axis`.
+pub(crate) fn cumsum(
+    x: &[i64],
+    shape: &Shape,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Option<Vec<i64>> {
+    let d = *shape.dims().get(axis)? as usize;
+    let inner = shape.dims()[axis + 1..].iter().product::<u64>() as usize;
+    let outer = shape.dims()[..axis].iter().product::<u64>() as usize;
+    let mut v = vec![0i64; x.len()];
+    for o in 0..outer {
+        for c in 0..inner {
+            let mut run = 0i64;
+            for step in 0..d {
+                let j = if reverse { d - 1 - step } else { step };
+                let at = (o * d + j) * inner + c;
+                let here = *x.get(at)?;
+                if exclusive {
+                    v[at] = run;
+                    run = run.wrapping_add(here);
+                } else {
+                    run = run.wrapping_add(here);
+                    v[at] = run;
+                }
+            }
         }
     }
     Some(v)
@@ -190,9 +286,15 @@ mod tests {
     #[test]
     fn shape_chains_evaluate_on_the_host() {
         let x = s(&[5, 8]);
-        let shp = evaluate(&Op::ShapeOf(ShapeOf), DType::I32, &[&x], &[None], &s(&[2]))
-            .unwrap()
-            .unwrap();
+        let shp = evaluate(
+            &Op::ShapeOf(ShapeOf::default()),
+            DType::I32,
+            &[&x],
+            &[None],
+            &s(&[2]),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(shp, vec![5, 8]);
         let sl = Slice {
             axes: vec![0],
@@ -230,7 +332,7 @@ mod tests {
         assert_eq!(prod, Some(vec![15, 6, 12]));
         // Missing values, float outputs and large tensors are not host values.
         let none = evaluate(
-            &Op::Gather(Gather),
+            &Op::Gather(Gather::default()),
             DType::I32,
             &[&s(&[3]), &s(&[1])],
             &[None, Some(&[0])],
@@ -238,11 +340,48 @@ mod tests {
         )
         .unwrap();
         assert_eq!(none, None);
-        let float = evaluate(&Op::ShapeOf(ShapeOf), DType::F32, &[&x], &[None], &s(&[2]));
+        let float = evaluate(
+            &Op::ShapeOf(ShapeOf::default()),
+            DType::F32,
+            &[&x],
+            &[None],
+            &s(&[2]),
+        );
         assert_eq!(float.unwrap(), None);
         assert_eq!(
-            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, 5, -1]),
-            Some(vec![3, 4, 0, 0, 0, 0])
+            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, 5, -1, -3], 0),
+            Some(vec![3, 4, 0, 0, 3, 4, 0, 0])
+        );
+        assert_eq!(
+            gather(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &[2, 0], 1),
+            Some(vec![3, 1, 6, 4])
+        );
+        assert_eq!(
+            transpose(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &[1, 0], &s(&[3, 2])),
+            Some(vec![1, 4, 2, 5, 3, 6])
+        );
+        let x = [1, 2, 3, 4, 5, 6];
+        let sum = |a: i64, b: i64| a + b;
+        assert_eq!(
+            reduce(&x, &s(&[2, 3]), &[1], &s(&[2]), Some(0), sum),
+            Some(vec![6, 15])
+        );
+        assert_eq!(
+            reduce(&x, &s(&[2, 3]), &[0], &s(&[1, 3]), Some(0), sum),
+            Some(vec![5, 7, 9])
+        );
+        assert_eq!(
+            reduce(&[], &s(&[0, 2]), &[0], &s(&[2]), None, sum),
+            None,
+            "an empty max has no host value"
+        );
+        assert_eq!(
+            cumsum(&x, &s(&[2, 3]), 1, false, false),
+            Some(vec![1, 3, 6, 4, 9, 15])
+        );
+        assert_eq!(
+            cumsum(&x, &s(&[2, 3]), 0, true, true),
+            Some(vec![4, 5, 6, 0, 0, 0])
         );
         let r = slice_ranges(&s(&[2, 3]), &[1], &[1], &[3], &[1]).unwrap();
         assert_eq!(

@@ -315,6 +315,10 @@ pub struct MemoryStats {
     pub queue_write_bytes: u64,
     /// Number of such writes.
     pub queue_writes: u64,
+    /// Largest [`MemoryStats::device_current_bytes`] ever reached: the peak of the device
+    /// memory in use, all kinds together (the per-kind peaks may fall at different times).
+    #[serde(default)]
+    pub device_peak_bytes: u64,
 }
 
 impl MemoryStats {
@@ -432,6 +436,8 @@ impl Accounting {
             current_bytes: s.current_bytes,
             max_bytes: s.peak_bytes,
         };
+        let device = self.stats.device_current_bytes();
+        self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(device);
         self.emit(e);
         e
     }

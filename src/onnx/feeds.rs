@@ -36,6 +36,19 @@ pub fn bind_inputs(
     graph: &OnnxGraph,
     feeds: &[(String, HostTensor)],
 ) -> Result<BTreeMap<String, u64>, OnnxError> {
+    bind_inputs_carried(graph, feeds, &[])
+}
+
+/// [`bind_inputs`] where the inputs named in `carried` may be left out (a session carries
+/// them from its previous run: the KV caches' pasts). Given ones are checked like any other.
+///
+/// # Errors
+/// As [`bind_inputs`].
+pub fn bind_inputs_carried(
+    graph: &OnnxGraph,
+    feeds: &[(String, HostTensor)],
+    carried: &[&str],
+) -> Result<BTreeMap<String, u64>, OnnxError> {
     let mut symbols: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for (k, (name, tensor)) in feeds.iter().enumerate() {
         if feeds[..k].iter().any(|(n, _)| n == name) {
@@ -110,7 +123,8 @@ pub fn bind_inputs(
     }
     for info in graph.runtime_inputs() {
         let optional = matches!(info.ty, Some(ValueType::Optional(_)));
-        if !optional && !feeds.iter().any(|(n, _)| *n == info.name) {
+        let given = feeds.iter().any(|(n, _)| *n == info.name);
+        if !optional && !given && !carried.contains(&info.name.as_str()) {
             return Err(OnnxError::MissingInput {
                 input: info.name.clone(),
             });

@@ -1,4 +1,5 @@
-//! ONNX models: decoding, checking and inspecting `.onnx` files (no device needed).
+//! ONNX models: decoding, checking, inspecting and importing `.onnx` files (no device needed),
+//! and running them on the device ([`OnnxSession`], the one part that needs one).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), dynrt::onnx::OnnxError> {
@@ -28,6 +29,8 @@
 //!   model (names, element types, ranks, fixed dims) and its symbolic dims bound.
 //! * [`mod@import`]: the importer, [`OnnxModel`] into a dynrt [`crate::graph::Graph`], with its
 //!   converter registry ([`import::CONVERTERS`], one line per op type).
+//! * [`OnnxSession`] (`session`): a model imported, compiled and run step by step on the
+//!   device, its KV caches carried in place between steps.
 //! * [`ops`]: the opsets the loader accepts and which definition of an op they select.
 //! * [`InspectReport`] (`inspect`): what `dynrt inspect` prints.
 //! * [`testdata`]: the ONNX backend node tests (`model.onnx` + `test_data_set_N/*.pb`).
@@ -66,6 +69,7 @@ mod model;
 pub mod ops;
 pub(crate) mod proto;
 mod schemas;
+pub mod session;
 mod tensor;
 pub mod testdata;
 #[cfg(test)]
@@ -73,7 +77,7 @@ pub(crate) mod tests;
 
 pub use error::OnnxError;
 pub use external::{ExternalData, ExternalDataError, ExternalRef};
-pub use feeds::{bind_inputs, parse_input_arg};
+pub use feeds::{bind_inputs, bind_inputs_carried, parse_input_arg};
 pub use import::{import, ImportError, ImportedModel};
 pub use inspect::{
     DTypeBytes, ExternalFile, InitializerSummary, InspectReport, OpCount, UnsupportedNode,
@@ -83,4 +87,5 @@ pub use model::{
     OnnxGraph, OnnxModel, OnnxNode, Opset, SparseInitializer, SparseTensor, TensorType, ValueInfo,
     ValueType, MAX_DENSE_BYTES,
 };
+pub use session::{onnx_tensor, Carry, OnnxSession, SessionError, SessionOptions};
 pub use tensor::{HostTensor, TensorDType, TensorData, TensorError};

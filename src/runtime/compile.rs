@@ -14,13 +14,53 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A KV-cache state: the graph input that holds the past and the output that holds the past
-/// with this step's rows appended (a `Concat` along axis 0 of the input and one more tensor).
+/// with this step's rows appended (a `Concat` of the input and one more tensor, along any
+/// axis: axis 0 for a `[t, dim]` cache, the sequence axis 2 of the `[batch, heads, t,
+/// head_dim]` caches exported models write). [`find_states`] recognises them in a graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateBinding {
-    /// Label of the past input (`[t, ...]`, grows along axis 0).
+    /// Label of the past input (grows along the concat's axis).
     pub past: String,
-    /// Label of the present output (a `Concat { axis: 0 }` of `past` and the new rows).
+    /// Label of the present output (a `Concat` of `past` and the new rows).
     pub present: String,
+}
+
+/// The KV-cache states of `graph`, recognised by their pattern: a graph output computed by a
+/// two-input `Concat` whose first input is a graph input that nothing else reads as values
+/// (shape-only readers such as `Shape` are fine) and whose extent along the concat's axis is
+/// a symbol (`past_sequence_length`). This is how exported decoders write their caches
+/// (`past_key_values.*` → `Concat(axis = 2)` → `present.*`); the pairs are returned in the
+/// order of the graph's outputs.
+pub fn find_states(graph: &Graph) -> Vec<StateBinding> {
+    let users = graph.users();
+    let mut found = Vec::new();
+    for &out in graph.outputs() {
+        let node = graph.node(out);
+        let Op::Concat(ops::Concat { axis }) = node.op else {
+            continue;
+        };
+        let [past, _] = node.inputs[..] else {
+            continue;
+        };
+        let Op::Input(ops::Input { dims, .. }) = &graph.node(past).op else {
+            continue;
+        };
+        let axis = ops::axis_index(axis, dims.len()).unwrap_or(usize::MAX);
+        let growing = matches!(dims.get(axis), Some(Dim::Sym(_)));
+        let only_concat = users[past.index()]
+            .iter()
+            .all(|&u| u == out || !graph.node(u).op.def().reads_values() || graph.is_shape_only(u));
+        let once = found
+            .iter()
+            .all(|s: &StateBinding| s.past != graph.node(past).label);
+        if growing && only_concat && once {
+            found.push(StateBinding {
+                past: graph.node(past).label.clone(),
+                present: node.label.clone(),
+            });
+        }
+    }
+    found
 }
 
 /// How to compile a network.
@@ -66,6 +106,9 @@ pub(crate) enum Role {
     Constant,
     /// The concat of a state: appends in place into the state buffer.
     StateConcat { state: usize },
+    /// A transpose of a state's past, present or of another such view, read by kernels that
+    /// take strided inputs: no device work, its output is a strided view of the state buffer.
+    StateView { state: usize },
     /// Output bytes equal input 0's bytes (reshape): a buffer copy, no kernel.
     Copy,
     /// Concatenation whose inputs are contiguous blocks of the output: buffer copies.
@@ -98,6 +141,17 @@ pub(crate) struct CNode {
 pub(crate) struct CState {
     pub past: NodeId,
     pub present: NodeId,
+    /// The growing axis (the concat's).
+    pub axis: usize,
+}
+
+impl CState {
+    /// Whether the state buffer is a padded layout (`[.., capacity, ..]` with dimensions
+    /// before the growing axis): its tensors are strided views. Axis-0 states are contiguous
+    /// whatever their capacity.
+    pub fn padded(&self) -> bool {
+        self.axis > 0
+    }
 }
 
 /// Device facts the device-free compile step needs.
@@ -107,6 +161,232 @@ pub(crate) struct Target {
     pub align_bytes: u64,
     /// Kind of network inputs and outputs.
     pub io_kind: AllocKind,
+    /// Whether the kernel of an op reads input `i` through strides
+    /// ([`crate::gpu::kernels::Kernel::reads_strided`]).
+    pub reads_strided: fn(&Op, usize) -> bool,
+}
+
+/// The states named in `bindings`, checked: the past is an input, the present a graph output
+/// computed by a two-input `Concat` whose first input is the past, no node in two states, and
+/// no kernel reads the past's values after the present is written (the append would change
+/// them).
+fn resolve_states(graph: &Graph, bindings: &[StateBinding]) -> Result<Vec<CState>, RunError> {
+    let n = graph.len();
+    let pos_of = graph.positions();
+    let users = graph.users();
+    let mut bound = vec![false; n];
+    let mut states = Vec::with_capacity(bindings.len());
+    for s in bindings {
+        let bad = |reason: &str| RunError::BadState {
+            past: s.past.clone(),
+            present: s.present.clone(),
+            reason: reason.to_string(),
+        };
+        let past = graph
+            .find(&s.past)
+            .ok_or_else(|| bad("past is not a node of the graph"))?;
+        let present = graph
+            .find(&s.present)
+            .ok_or_else(|| bad("present is not a node of the graph"))?;
+        if !matches!(graph.node(past).op, Op::Input(_)) {
+            return Err(bad("past is not an input"));
+        }
+        let pn = graph.node(present);
+        let rank = match &graph.node(past).op {
+            Op::Input(ops::Input { dims, .. }) => dims.len(),
+            _ => 0,
+        };
+        let axis = match pn.op {
+            Op::Concat(ops::Concat { axis }) if pn.inputs.len() == 2 && pn.inputs[0] == past => {
+                ops::axis_index(axis, rank).map_err(|e| bad(&e.to_string()))?
+            }
+            _ => {
+                return Err(bad(
+                    "present must be a concat of two inputs whose first input is past",
+                ))
+            }
+        };
+        if !graph.outputs().contains(&present) {
+            return Err(bad("present is not a network output"));
+        }
+        if std::mem::replace(&mut bound[past.index()], true)
+            || std::mem::replace(&mut bound[present.index()], true)
+        {
+            return Err(bad("a node is bound to two states"));
+        }
+        let reads_later = users[past.index()].iter().any(|&u| {
+            u != present
+                && pos_of[u.index()] > pos_of[present.index()]
+                && graph.node(u).op.def().reads_values()
+                && !graph.is_shape_only(u)
+        });
+        if reads_later {
+            return Err(bad(
+                "past is read after present is written (the append would change it)",
+            ));
+        }
+        states.push(CState {
+            past,
+            present,
+            axis,
+        });
+    }
+    Ok(states)
+}
+
+/// Which nodes' outputs are strided views of a padded state buffer.
+struct Layouts {
+    /// Per node id: the state whose buffer holds the output as a strided view (its past, its
+    /// present, and the [`Role::StateView`]s over them).
+    state: Vec<Option<usize>>,
+    /// Per node id: a view computed without device work ([`Role::StateView`]).
+    view: Vec<bool>,
+}
+
+/// Ops whose output can be a strided view of their input's layout (a stride permutation).
+fn is_view_op(op: &Op) -> bool {
+    matches!(op, Op::Transpose(_))
+}
+
+/// Whether node `u` can read node `id`'s output as a strided view: it does not read values,
+/// it is a view itself, or its kernel reads every input position that `id` feeds through
+/// strides.
+fn reads_layout(
+    graph: &Graph,
+    u: NodeId,
+    id: NodeId,
+    view: &[bool],
+    reads_strided: fn(&Op, usize) -> bool,
+) -> bool {
+    let node = graph.node(u);
+    !node.op.def().reads_values()
+        || graph.is_shape_only(u)
+        || view[u.index()]
+        || node
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| i == id)
+            .all(|(pos, _)| reads_strided(&node.op, pos))
+}
+
+/// The strided layouts of `graph`: a padded state's past and present, and each transpose of
+/// one (or of another view) whose readers all take strided inputs — such a transpose is a
+/// view, no copy. A transpose with a reader that needs a contiguous tensor runs its kernel
+/// (a strided copy) instead.
+fn layouts(graph: &Graph, states: &[CState], reads_strided: fn(&Op, usize) -> bool) -> Layouts {
+    let n = graph.len();
+    let order = graph.order();
+    let mut state = vec![None; n];
+    for (si, s) in states.iter().enumerate() {
+        if s.padded() {
+            state[s.past.index()] = Some(si);
+            state[s.present.index()] = Some(si);
+        }
+    }
+    let mut candidate = vec![false; n];
+    for &id in order {
+        let node = graph.node(id);
+        if is_view_op(&node.op) && !graph.is_shape_only(id) {
+            if let Some(s) = node.inputs.first().and_then(|i| state[i.index()]) {
+                state[id.index()] = Some(s);
+                candidate[id.index()] = true;
+            }
+        }
+    }
+    // Readers first (reverse order): a candidate is a view when every reader takes it.
+    let users = graph.users();
+    let mut view = vec![false; n];
+    for &id in order.iter().rev() {
+        if candidate[id.index()] {
+            view[id.index()] = users[id.index()]
+                .iter()
+                .all(|&u| reads_layout(graph, u, id, &view, reads_strided));
+        }
+    }
+    // A view of a candidate that copies is a view of a contiguous tensor, not of the state:
+    // it runs its kernel like any other node.
+    for &id in order {
+        if candidate[id.index()] {
+            let from = graph.node(id).inputs.first().map(|i| i.index());
+            let over_state = from.is_some_and(|i| state[i].is_some() && (view[i] || !candidate[i]));
+            if !(view[id.index()] && over_state) {
+                view[id.index()] = false;
+                state[id.index()] = None;
+            }
+        }
+    }
+    Layouts { state, view }
+}
+
+/// `graph` with a contiguous copy (an identity transpose, a strided copy kernel labelled
+/// `<node>#contiguous`) in front of every kernel that reads a padded state's strided layout
+/// but cannot take strides; `graph` itself when there is none.
+///
+/// # Errors
+/// [`RunError::BadState`] for invalid states; [`RunError::Graph`] when the graph cannot be
+/// rebuilt.
+fn with_contiguous_copies(
+    graph: Graph,
+    options: &NetworkOptions,
+    target: Target,
+) -> Result<Graph, RunError> {
+    let states = resolve_states(&graph, &options.states)?;
+    let l = layouts(&graph, &states, target.reads_strided);
+    let users = graph.users();
+    let mut needs: Vec<(NodeId, NodeId)> = Vec::new();
+    for id in graph.ids() {
+        if l.state[id.index()].is_none() {
+            continue;
+        }
+        for &u in &users[id.index()] {
+            let is_present_of_past = states.iter().any(|s| s.past == id && s.present == u);
+            if !is_present_of_past && !reads_layout(&graph, u, id, &l.view, target.reads_strided) {
+                needs.push((id, u));
+            }
+        }
+    }
+    if needs.is_empty() {
+        return Ok(graph);
+    }
+    let rank_of = |id: NodeId| -> usize {
+        // Views are transposes, which keep the rank of the state they view.
+        let s = &states[l.state[id.index()].unwrap_or(0)];
+        match &graph.node(s.past).op {
+            Op::Input(ops::Input { dims, .. }) => dims.len(),
+            _ => 0,
+        }
+    };
+    let mut nodes = graph.nodes().to_vec();
+    let mut copy_of: Vec<(NodeId, NodeId)> = Vec::new();
+    for (src, user) in needs {
+        let copy = match copy_of.iter().find(|(s, _)| *s == src) {
+            Some(&(_, c)) => c,
+            None => {
+                let c = NodeId(nodes.len() as u32);
+                let mut label = format!("{}#contiguous", graph.node(src).label);
+                while graph.find(&label).is_some() {
+                    label.push('_');
+                }
+                nodes.push(crate::graph::Node {
+                    label,
+                    op: Op::Transpose(ops::Transpose {
+                        perm: (0..rank_of(src)).collect(),
+                    }),
+                    inputs: vec![src],
+                    dtype: graph.node(src).dtype,
+                });
+                copy_of.push((src, c));
+                c
+            }
+        };
+        for i in &mut nodes[user.index()].inputs {
+            if *i == src {
+                *i = copy;
+            }
+        }
+    }
+    Ok(Graph::from_nodes(nodes, graph.outputs().to_vec())?)
 }
 
 /// A graph compiled for the runtime, device-free.
@@ -159,57 +439,19 @@ impl Compiled {
         options: &NetworkOptions,
         target: Target,
     ) -> Result<Compiled, RunError> {
+        // Kernels that cannot read a state's strided layout get a contiguous copy in front.
+        let graph = with_contiguous_copies(graph, options, target)?;
         let n = graph.len();
         let order: Vec<NodeId> = graph.order().to_vec();
         let pos_of = graph.positions();
-
-        // States: past must be an input, present a Concat{axis 0} whose input 0 is past.
-        let mut states = Vec::new();
+        let states = resolve_states(&graph, &options.states)?;
         let mut state_of_input = vec![None; n];
         let mut state_of_concat = vec![None; n];
-        let users = graph.users();
-        for (si, s) in options.states.iter().enumerate() {
-            let bad = |reason: &str| RunError::BadState {
-                past: s.past.clone(),
-                present: s.present.clone(),
-                reason: reason.to_string(),
-            };
-            let past = graph
-                .find(&s.past)
-                .ok_or_else(|| bad("past is not a node of the graph"))?;
-            let present = graph
-                .find(&s.present)
-                .ok_or_else(|| bad("present is not a node of the graph"))?;
-            if !matches!(graph.node(past).op, Op::Input(_)) {
-                return Err(bad("past is not an input"));
-            }
-            let pn = graph.node(present);
-            if !matches!(pn.op, Op::Concat(ops::Concat { axis: 0 }))
-                || pn.inputs.first() != Some(&past)
-            {
-                return Err(bad(
-                    "present must be a concat along axis 0 whose first input is past",
-                ));
-            }
-            if !graph.outputs().contains(&present) {
-                return Err(bad("present is not a network output"));
-            }
-            if state_of_input[past.index()].is_some() || state_of_concat[present.index()].is_some()
-            {
-                return Err(bad("a node is bound to two states"));
-            }
-            if users[past.index()]
-                .iter()
-                .any(|&u| u != present && pos_of[u.index()] > pos_of[present.index()])
-            {
-                return Err(bad(
-                    "past is read after present is written (the append would change it)",
-                ));
-            }
-            state_of_input[past.index()] = Some(si);
-            state_of_concat[present.index()] = Some(si);
-            states.push(CState { past, present });
+        for (si, s) in states.iter().enumerate() {
+            state_of_input[s.past.index()] = Some(si);
+            state_of_concat[s.present.index()] = Some(si);
         }
+        let layouts = layouts(&graph, &states, target.reads_strided);
 
         // Static shapes: a node is static when its shape does not depend on a free symbol.
         let mut shapes = vec![Shape::default(); n];
@@ -257,9 +499,20 @@ impl Compiled {
                     Op::Concat(_) if state_of_concat[id.index()].is_some() => Role::StateConcat {
                         state: state_of_concat[id.index()].unwrap_or(0),
                     },
+                    _ if layouts.view[id.index()] => Role::StateView {
+                        state: layouts.state[id.index()].unwrap_or(0),
+                    },
+                    // A strided input cannot be copied as bytes: the kernel copies it.
+                    _ if node
+                        .inputs
+                        .iter()
+                        .any(|i| layouts.state[i.index()].is_some()) =>
+                    {
+                        Role::Kernel
+                    }
                     Op::Concat(ops::Concat { axis: 0 }) => Role::ConcatCopy,
-                    Op::Reshape(_) | Op::ReshapeTo(_) => Role::Copy,
-                    Op::ShapeOf(_) => Role::HostValue,
+                    _ if node.op.def().is_view() => Role::Copy,
+                    Op::ShapeOf(_) | Op::SizeOf(_) => Role::HostValue,
                     _ if node.dtype.is_int()
                         && is_static[id.index()]
                         && values[id.index()].is_some() =>

@@ -107,13 +107,31 @@
 //!
 //! # The KV cache: in-place concatenation
 //!
-//! A *state* pairs a graph input (`past_k`, `[t, dim]`) with a graph output (`present_k`)
-//! produced by a `Concat` along axis 0 of that input and the step's new rows. The request
-//! keeps one buffer per state, preallocated with room from the predictor. The concat node
-//! does not run a kernel: its output *is* the state buffer, and the step copies only the new
-//! slice to the end of it. When the buffer is too small, a larger one is allocated and the old
-//! contents are copied into it once, in the same submit, before the new slice.
+//! A *state* pairs a graph input (the past, `past_key_values.0.key`) with a graph output (the
+//! present) produced by a two-input `Concat` of that input and the step's new rows, along any
+//! axis: axis 0 for a `[t, dim]` cache, the sequence axis 2 of the `[batch, heads, t,
+//! head_dim]` caches exported models write. [`find_states`] recognises the pattern; callers
+//! may also name the pairs ([`NetworkOptions::states`]). The request keeps one buffer per
+//! state, preallocated with room from the predictor: a *padded* layout whose growing axis
+//! has the buffer's capacity (`[batch, heads, capacity, head_dim]`, see `session/kv.rs`). The
+//! concat node does not run a kernel: its output *is* the state buffer, and the step copies
+//! only the new rows into their place (one copy per `batch x heads` block). When the buffer
+//! is too small, a larger one is allocated and the old rows are copied into it once, in the
+//! same submit, before the new ones. The next step's past is the same buffer: no copy and no
+//! allocation between growths.
 //!
+//! Every tensor of a padded state is a *strided view* of its buffer: the past, the present,
+//! and a `Transpose` of either (`compile.rs`'s `Role::StateView`: no dispatch, its strides are
+//! the permuted strides) when all its readers take strided inputs. Kernels get such operands
+//! with explicit strides ([`crate::gpu::kernels::Operand::strides`]); the kernels that read
+//! them ([`crate::gpu::kernels::Kernel::reads_strided`]) are matmul (both sides: rows,
+//! columns and batches by stride) and the movement family's strided copies (reshape,
+//! transpose, slice, concat). Any other kernel reading a state's view gets a contiguous copy
+//! from the runtime: compiling inserts a strided copy node (`<node>#contiguous`) in front of
+//! it. Reading a present on the host gathers the rows from the padded buffer. A caller may
+//! also give a state's past as an input: it replaces the rows held (written into the state
+//! buffer before the submit), e.g. a first step that starts from a stored cache.
+
 //! # Inputs and outputs
 //!
 //! Network inputs and outputs are placeholders (see above): `usm_shared` when the adapter
@@ -141,7 +159,7 @@ mod request;
 mod session;
 
 pub use crate::tensor::HostTensor;
-pub use compile::{NetworkOptions, StateBinding};
+pub use compile::{find_states, NetworkOptions, StateBinding};
 pub use error::RunError;
 pub use network::Network;
 pub use options::{RunOptions, RunStats};

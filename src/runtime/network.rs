@@ -148,6 +148,7 @@ impl Network {
         let target = Target {
             align_bytes: u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4),
             io_kind,
+            reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
         };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;
@@ -251,10 +252,16 @@ fn check_kernel_dtypes(c: &Compiled) -> Result<(), RunError> {
                 let kernel = kernel_of(&n.op).ok_or_else(|| refused("a kernel"))?;
                 kernel.check_dtypes(&inputs, n.dtype).map_err(refused)?;
             }
-            // Byte copies, but the fallback when source and destination share a buffer is
-            // the 32-bit copy kernel.
-            Role::Copy | Role::ConcatCopy if n.dtype.bits() != Some(32) => {
-                return Err(refused("32-bit elements for a device copy"));
+            // Byte copies; the fallback when source and destination share a buffer is the
+            // whole-word copy of the views (any plain type) or the concat's own kernel.
+            Role::Copy if n.dtype.bits().is_none() => {
+                return Err(refused(
+                    "a plain (not block-quantized) type for a device copy",
+                ));
+            }
+            Role::ConcatCopy => {
+                let kernel = kernel_of(&n.op).ok_or_else(|| refused("a kernel"))?;
+                kernel.check_dtypes(&inputs, n.dtype).map_err(refused)?;
             }
             _ => {}
         }

@@ -96,6 +96,8 @@ pub struct RunStats {
     pub dispatches_replayed: u64,
     /// Buffer copies encoded (reshapes, in-place appends, growth copies).
     pub copies: u64,
+    /// Bytes moved by those copies (an in-place append moves only the new rows).
+    pub copy_bytes: u64,
     /// Queue submits.
     pub submits: u64,
     /// NaN fills encoded (`DYNRT_POISON`).
@@ -121,6 +123,7 @@ impl RunStats {
             dispatches: self.dispatches + o.dispatches,
             dispatches_replayed: self.dispatches_replayed + o.dispatches_replayed,
             copies: self.copies + o.copies,
+            copy_bytes: self.copy_bytes + o.copy_bytes,
             submits: self.submits + o.submits,
             poison_fills: self.poison_fills + o.poison_fills,
         }

@@ -84,6 +84,7 @@ fn operand<'a>(v: View<'a, Buffer>) -> Operand<'a> {
         },
         shape: v.shape,
         dtype: v.dtype,
+        strides: v.strides,
     }
 }
 
@@ -109,6 +110,7 @@ fn tensor_of<'a>(
         },
         shape: session.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
+        strides: None,
     })
 }
 
@@ -421,6 +423,7 @@ impl InferRequest {
                 Role::Input { .. }
                     | Role::Constant
                     | Role::StateConcat { .. }
+                    | Role::StateView { .. }
                     | Role::ShapeOnly
                     | Role::HostValue
             );
@@ -435,7 +438,7 @@ impl InferRequest {
             }
         }
         match c.role {
-            Role::Input { .. } | Role::Constant | Role::ShapeOnly => {}
+            Role::Input { .. } | Role::Constant | Role::ShapeOnly | Role::StateView { .. } => {}
             Role::HostValue => {
                 if let Some(bytes) = self.session.take_upload(k) {
                     // HostValue nodes own their buffer (never pooled), so this write cannot
@@ -447,13 +450,13 @@ impl InferRequest {
             }
             Role::StateConcat { state } => {
                 let st = &self.session.states[state];
-                let past = st.valid_bytes;
-                let append = st.append_bytes;
                 let target = st
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
+                let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
+                let (growth, append) = st.copies(old_bytes, target.size_bytes());
                 if let Some(grown) = &st.grown {
-                    if poison {
+                    if poison && st.upload.is_none() {
                         if let Some(src) = self
                             .nan_source
                             .as_ref()
@@ -463,10 +466,22 @@ impl InferRequest {
                             stats.poison_fills += 1;
                         }
                     }
-                    if let (Some(old), true) = (&st.buffer, past > 0) {
-                        // Growth: the old contents move once.
-                        frame.copy(old, 0, grown, 0, past);
-                        stats.copies += 1;
+                    if let Some(old) = &st.buffer {
+                        // Growth: the old rows move once, block by block.
+                        for &(from, to, size) in &growth {
+                            frame.copy(old, from, grown, to, size);
+                            stats.copies += 1;
+                            stats.copy_bytes += size;
+                        }
+                    }
+                }
+                if let Some(bytes) = &st.upload {
+                    // A past given by the caller: written before the submit into the buffer
+                    // it is read from (nothing earlier in this submit reads it).
+                    for (from, to, size) in st.upload_writes(target.size_bytes()) {
+                        let (from, size) = (from as usize, size as usize);
+                        let part = bytes.get(from..from + size).unwrap_or_default();
+                        frame.write_before_submit(target, to, part.to_vec());
                     }
                 }
                 if node.inputs.len() != 2 {
@@ -476,16 +491,22 @@ impl InferRequest {
                 }
                 let src = tensor_of(&self.session, inner, node.inputs[1])
                     .ok_or_else(|| kernel_err("new rows have no buffer".into()))?;
-                if append > 0 {
-                    // Only the new slice is written (in-place concatenation).
+                if src.is_strided() {
+                    return Err(kernel_err(
+                        "the new rows of a state must be contiguous".into(),
+                    ));
+                }
+                // Only the new rows are written (in-place concatenation).
+                for (from, to, size) in append {
                     frame.copy(
                         src.tensor.buffer,
-                        src.tensor.offset_bytes,
+                        src.tensor.offset_bytes + from,
                         target,
-                        past,
-                        append,
+                        to,
+                        size,
                     );
                     stats.copies += 1;
+                    stats.copy_bytes += size;
                 }
             }
             Role::Copy => {
@@ -514,6 +535,7 @@ impl InferRequest {
                             bytes,
                         );
                         stats.copies += 1;
+                        stats.copy_bytes += bytes;
                     }
                 }
             }
@@ -552,15 +574,29 @@ impl InferRequest {
                                 bytes,
                             );
                             stats.copies += 1;
+                            stats.copy_bytes += bytes;
                         }
                         at += bytes;
                     }
                 }
             }
             Role::Kernel => {
-                let input = |i: NodeId| {
-                    tensor_of(&self.session, inner, i)
-                        .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
+                let out = tensor_of(&self.session, inner, c.id)
+                    .ok_or_else(|| kernel_err("output has no buffer".into()))?;
+                let def = node.op.def();
+                let graph = &inner.compiled.graph;
+                // An input the kernel never reads (shape data computed on the host, such as an
+                // expand's target) may have no buffer: it gets a placeholder that names the
+                // output's range with the input's shape and type, which the kernel never binds.
+                let input = |pos: usize, i: NodeId| match tensor_of(&self.session, inner, i) {
+                    Some(o) => Ok(o),
+                    None if !def.reads_input(pos) => Ok(Operand {
+                        tensor: out.tensor,
+                        shape: self.session.shape(i),
+                        dtype: graph.node(i).dtype,
+                        strides: None,
+                    }),
+                    None => Err(kernel_err(format!("input {i} has no buffer"))),
                 };
                 // Up to 4 operands on the stack (every dispatch of every iteration passes
                 // here); a wider node collects into a Vec.
@@ -569,21 +605,23 @@ impl InferRequest {
                 let gathered: [Operand<'_>; 4];
                 let ins: &[Operand<'_>] = match node.inputs.as_slice() {
                     [first, rest @ ..] if rest.len() < few.len() => {
-                        let first = input(*first)?;
+                        let first = input(0, *first)?;
                         few[0] = Some(first);
-                        for (slot, &i) in few[1..].iter_mut().zip(rest) {
-                            *slot = Some(input(i)?);
+                        for (pos, (slot, &i)) in few[1..].iter_mut().zip(rest).enumerate() {
+                            *slot = Some(input(pos + 1, i)?);
                         }
                         gathered = few.map(|o| o.unwrap_or(first));
                         &gathered[..node.inputs.len()]
                     }
                     all => {
-                        many = all.iter().map(|&i| input(i)).collect::<Result<_, _>>()?;
+                        many = all
+                            .iter()
+                            .enumerate()
+                            .map(|(pos, &i)| input(pos, i))
+                            .collect::<Result<_, _>>()?;
                         &many
                     }
                 };
-                let out = tensor_of(&self.session, inner, c.id)
-                    .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let planned = frame
                     .encode_planned(&node.op, ins, &out, &mut self.plans[k])
                     .map_err(|e| kernel_err(e.to_string()))?;
@@ -597,6 +635,7 @@ impl InferRequest {
         s.dispatches += stats.dispatches;
         s.dispatches_replayed += stats.dispatches_replayed;
         s.copies += stats.copies;
+        s.copy_bytes += stats.copy_bytes;
         s.poison_fills += stats.poison_fills;
         Ok(())
     }
@@ -631,15 +670,43 @@ impl InferRequest {
             .ok_or_else(|| RunError::UnknownOutput {
                 label: label.to_string(),
             })?;
+        let strides = self
+            .session
+            .view(id)
+            .and_then(|v| v.strides)
+            .filter(|s| !crate::gpu::kernels::layout::is_row_major(&shape, s))
+            .map(<[u64]>::to_vec);
+        let Some(strides) = strides else {
+            let data = self
+                .engine()
+                .read(buf, off, bytes)
+                .await
+                .map_err(alloc_err(format!("reading output `{label}`")))?;
+            return Ok(HostTensor {
+                shape,
+                dtype,
+                bytes: data,
+            });
+        };
+        // A strided view (a padded KV cache): read the range it spans, keep its elements.
+        let elem = bytes / shape.checked_num_elements().unwrap_or(1).max(1);
+        let last: u64 = shape
+            .dims()
+            .iter()
+            .zip(&strides)
+            .map(|(&d, &s)| d.saturating_sub(1) * s)
+            .sum();
+        let span = ((last + 1) * elem).div_ceil(4) * 4;
+        let span = span.min(buf.size_bytes().saturating_sub(off));
         let data = self
             .engine()
-            .read(buf, off, bytes)
+            .read(buf, off, span)
             .await
             .map_err(alloc_err(format!("reading output `{label}`")))?;
         Ok(HostTensor {
+            bytes: super::session::compact(&data, &shape, &strides, elem),
             shape,
             dtype,
-            bytes: data,
         })
     }
 

@@ -18,6 +18,71 @@ pub fn strides(s: &Shape) -> Vec<u64> {
     st
 }
 
+/// Whether `strides` are the row-major strides of `s` (dimensions of extent 1 may have any
+/// stride: they are never stepped over).
+pub fn is_row_major(s: &Shape, strides: &[u64]) -> bool {
+    let mut expect = 1u64;
+    for (&d, &st) in s.dims().iter().zip(strides).rev() {
+        if d != 1 && st != expect {
+            return false;
+        }
+        expect = expect.saturating_mul(d);
+    }
+    strides.len() == s.rank()
+}
+
+/// An operand's element strides: its explicit ones for a strided view, else row-major.
+pub fn operand_strides(o: &super::Operand<'_>) -> Vec<u64> {
+    match o.strides {
+        Some(s) => s.to_vec(),
+        None => strides(o.shape),
+    }
+}
+
+/// Elements from an operand's first to one past its last addressed element (its element
+/// count when contiguous; `1 + sum((d - 1) * stride)` for a strided view; 0 when empty): what
+/// a kernel must bind.
+///
+/// # Errors
+/// [`KernelError::TooManyElements`] naming `what` when it does not fit a kernel index.
+pub fn span(what: &'static str, o: &super::Operand<'_>) -> Result<u64, KernelError> {
+    let Some(st) = o.strides else {
+        return numel(what, o.shape);
+    };
+    if o.shape.dims().contains(&0) {
+        return Ok(0);
+    }
+    let mut last = 0u64;
+    for (&d, &s) in o.shape.dims().iter().zip(st) {
+        last = (d - 1)
+            .checked_mul(s)
+            .and_then(|x| x.checked_add(last))
+            .ok_or(KernelError::TooManyElements {
+                what,
+                elements: u64::MAX,
+                max: u64::from(u32::MAX),
+            })?;
+    }
+    u32_of(what, last + 1)?;
+    Ok(last + 1)
+}
+
+/// Strides of an operand's leading (batch) dimensions `dims[..batch_rank]` with element strides
+/// `strides`, as seen from the output batch shape `batch` under broadcasting: 0 where the
+/// operand's dimension is 1 (or missing), its stride otherwise.
+pub fn batch_strides(dims: &[u64], strides: &[u64], batch_rank: usize, batch: &Shape) -> Vec<u64> {
+    let out_rank = batch.rank();
+    let mut st = vec![0u64; out_rank];
+    for k in 0..batch_rank.min(out_rank) {
+        let i = batch_rank - 1 - k;
+        let pos = out_rank - 1 - k;
+        if dims[i] != 1 || batch.dims()[pos] == 1 {
+            st[pos] = strides[i];
+        }
+    }
+    st
+}
+
 /// Row-major strides (in elements) of `input` as seen from an output of shape `out` under
 /// broadcasting: 0 where the input dimension is 1 (or missing), its ordinary stride otherwise.
 pub fn broadcast_strides(input: &Shape, out: &Shape) -> Vec<u64> {
@@ -128,5 +193,11 @@ mod tests {
         assert_eq!(rows(&s(&[2, 3, 5])), (6, 5));
         assert_eq!(pack8(&[1, 2, 3, 4, 5]), [[1, 2, 3, 4], [5, 0, 0, 0]]);
         assert!(u32_of("x", 1 << 32).is_err());
+        assert!(is_row_major(&s(&[2, 1, 4]), &[4, 99, 1]));
+        assert!(!is_row_major(&s(&[2, 3, 4]), &[24, 4, 1]));
+        assert_eq!(
+            batch_strides(&[1, 3, 5, 7], &[105, 35, 7, 1], 2, &s(&[2, 3])),
+            vec![0, 35]
+        );
     }
 }

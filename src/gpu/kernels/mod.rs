@@ -21,14 +21,19 @@
 //!   on integer bits).
 //! * Size-0 outputs record no dispatch.
 //!
-//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`],
-//! [`quant`] (linear and gather on quantized weights), [`reduce`], [`movement`], [`mask`],
-//! [`attention`] (RoPE, grouped-query attention); [`layout`] (the kernels' own index
-//! arithmetic), [`encoder`], [`plan`] (dispatch plans), [`uniforms`].
+//! Files: [`elementwise`], [`logic`] (typed elementwise: integers, bools, casts), [`matmul`]
+//! (matmul, gemm, and convolution as an implicit GEMM on the same tiles), [`quant`] (linear
+//! and gather on quantized weights), [`reduce`] (row normalisations, reductions over any
+//! axes, cumulative sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`]
+//! (pooling, batch norm), [`rotary`] (ONNX's RotaryEmbedding), [`attention`] (RoPE,
+//! grouped-query attention); [`layout`] (the kernels' own index arithmetic), [`encoder`],
+//! [`plan`] (dispatch plans), [`uniforms`].
 
 pub mod attention;
+pub mod cnn;
 pub mod elementwise;
 pub mod encoder;
+pub mod generate;
 pub mod layout;
 pub mod logic;
 pub mod mask;
@@ -37,6 +42,7 @@ pub mod movement;
 pub mod plan;
 pub mod quant;
 pub mod reduce;
+pub mod rotary;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
 pub mod uniforms;
@@ -84,7 +90,7 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 8] = [
+pub const FAMILIES: [&Family; 11] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
@@ -92,6 +98,9 @@ pub const FAMILIES: [&Family; 8] = [
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
+    &generate::FAMILY,
+    &cnn::FAMILY,
+    &rotary::FAMILY,
     &attention::FAMILY,
 ];
 
@@ -116,6 +125,23 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Where(o) => o,
         Op::CausalMask(o) => o,
         Op::ShapeOf(o) => o,
+        Op::SizeOf(o) => o,
+        Op::SliceTo(o) => o,
+        Op::SplitPart(o) => o,
+        Op::Expand(o) => o,
+        Op::Squeeze(o) => o,
+        Op::Unsqueeze(o) => o,
+        Op::Flatten(o) => o,
+        Op::ConstantOfShape(o) => o,
+        Op::Range(o) => o,
+        Op::Trilu(o) => o,
+        Op::Reduce(o) => o,
+        Op::CumSum(o) => o,
+        Op::Gemm(o) => o,
+        Op::Conv(o) => o,
+        Op::Pool(o) => o,
+        Op::BatchNorm(o) => o,
+        Op::RotaryEmbedding(o) => o,
         Op::Rope(o) => o,
         Op::Attention(o) => o,
         Op::Compare(o) => o,
@@ -135,6 +161,15 @@ pub trait Kernel {
     /// # Errors
     /// A description of the types the kernel accepts.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str>;
+
+    /// Whether the kernel reads input `input` through its [`Operand::strides`] (a strided view
+    /// such as a padded KV cache); `false` (the default) means the runtime must hand it a
+    /// contiguous tensor. Kernels that read strided inputs: matmul (both sides), and the
+    /// strided copies of the movement family (reshape, transpose, slice, concat).
+    fn reads_strided(&self, input: usize) -> bool {
+        let _ = input;
+        false
+    }
 
     /// Records the dispatches computing the op from `inputs` into `output` (shapes already
     /// checked against the op's shape rule, output not empty). Returns the dispatch count.
@@ -191,7 +226,8 @@ pub struct TensorRef<'a> {
     pub size_bytes: u64,
 }
 
-/// A tensor operand of a kernel: where it is, its concrete shape and element type.
+/// A tensor operand of a kernel: where it is, its concrete shape and element type, and, for a
+/// strided view, its strides.
 #[derive(Debug, Clone, Copy)]
 pub struct Operand<'a> {
     /// Where the values are.
@@ -200,6 +236,30 @@ pub struct Operand<'a> {
     pub shape: &'a Shape,
     /// Element type.
     pub dtype: DType,
+    /// Element strides per dimension, from `tensor.offset_bytes`, when the tensor is a
+    /// strided view of its buffer (a KV cache with a padded sequence axis, a transposed view
+    /// of one); `None` is row-major and contiguous. Only kernels whose
+    /// [`Kernel::reads_strided`] says so take a strided input; outputs are always contiguous.
+    pub strides: Option<&'a [u64]>,
+}
+
+impl<'a> Operand<'a> {
+    /// A contiguous row-major operand.
+    pub fn contiguous(tensor: TensorRef<'a>, shape: &'a Shape, dtype: DType) -> Self {
+        Operand {
+            tensor,
+            shape,
+            dtype,
+            strides: None,
+        }
+    }
+
+    /// Whether the operand is a strided view that is not row-major contiguous (explicit
+    /// strides equal to the row-major ones are contiguous).
+    pub fn is_strided(&self) -> bool {
+        self.strides
+            .is_some_and(|s| !layout::is_row_major(self.shape, s))
+    }
 }
 
 /// Why a kernel could not be encoded.
@@ -340,6 +400,18 @@ pub enum KernelError {
     /// A uniform chunk could not be allocated.
     #[error("uniform slots: {0}")]
     Uniforms(String),
+    /// A strided input given to a kernel that reads its inputs contiguously (the runtime
+    /// copies such inputs into a contiguous tensor first), or strides that do not fit the
+    /// operand's rank.
+    #[error("op `{op}` input {input}: {reason}")]
+    Strided {
+        /// The op name.
+        op: &'static str,
+        /// Input position.
+        input: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 /// Pipeline cache counters.
@@ -353,8 +425,9 @@ pub struct CacheStats {
     pub pipelines: usize,
 }
 
-/// Most storage bindings of one entry point.
-pub(crate) const MAX_STORAGE_BINDINGS: usize = 4;
+/// Most storage bindings of one entry point (batch norm: x, four statistics, the output;
+/// WebGPU guarantees 8 per stage).
+pub(crate) const MAX_STORAGE_BINDINGS: usize = 6;
 /// Bind groups cached at most; the cache is emptied when it would grow past this, so a
 /// caller that never calls [`Kernels::forget_bind_groups`] still holds a bounded number.
 const MAX_CACHED_BIND_GROUPS: usize = 4096;
@@ -610,9 +683,10 @@ impl Kernels {
                 output: output.dtype,
                 expected,
             })?;
-        // Re-infer so a caller's shape mistake is an error, not a wrong dispatch (a
-        // reshape_to's target is shape data the kernel never sees).
-        if !matches!(op, Op::ReshapeTo(_)) {
+        // Re-infer so a caller's shape mistake is an error, not a wrong dispatch (an op whose
+        // shape rule needs input values, such as a reshape_to's target, was inferred by the
+        // caller from host values the kernel never sees).
+        if op.shape_data_inputs().is_empty() {
             let expected = op
                 .infer(shapes, &[])
                 .map_err(|source| KernelError::Infer { op: name, source })?;
@@ -623,6 +697,29 @@ impl Kernels {
                     got: output.shape.clone(),
                 });
             }
+        }
+        for (i, o) in inputs.iter().enumerate() {
+            if o.strides.is_some_and(|s| s.len() != o.shape.rank()) {
+                return Err(KernelError::Strided {
+                    op: name,
+                    input: i,
+                    reason: "strides do not match the rank",
+                });
+            }
+            if o.is_strided() && !kernel.reads_strided(i) {
+                return Err(KernelError::Strided {
+                    op: name,
+                    input: i,
+                    reason: "the kernel reads this input contiguously",
+                });
+            }
+        }
+        if output.is_strided() {
+            return Err(KernelError::Strided {
+                op: name,
+                input: inputs.len(),
+                reason: "outputs are written contiguously",
+            });
         }
         if layout::numel("output", output.shape)? == 0 {
             return Ok(0);
@@ -679,16 +776,6 @@ pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static s
         Ok(())
     } else {
         Err("f32 tensors")
-    }
-}
-
-/// The dtype rule of kernels that move 32-bit words (copies, gathers): any 4-byte type, one
-/// type in and out.
-pub(crate) fn words_only(inputs: &[DType], output: DType) -> Result<(), &'static str> {
-    if output.bits() == Some(32) && inputs.iter().all(|&d| d == output) {
-        Ok(())
-    } else {
-        Err("32-bit elements (f32, i32, u32), the same type in and out")
     }
 }
 

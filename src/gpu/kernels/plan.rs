@@ -40,6 +40,8 @@ pub(crate) struct Recorder {
 /// [`DispatchPlan::binds_any`]'s buffers is freed.
 pub struct DispatchPlan {
     pub(crate) operands: Vec<(BufferUid, u64, u64)>,
+    /// The operands' explicit strides (strided views), in the same order.
+    pub(crate) strides: Vec<Option<Vec<u64>>>,
     pub(crate) dispatches: Vec<RecordedDispatch>,
     pub(crate) generation: u64,
 }
@@ -62,10 +64,12 @@ impl DispatchPlan {
                 .iter()
                 .chain(std::iter::once(out))
                 .zip(&self.operands)
-                .all(|(o, &(b, off, size))| {
+                .zip(&self.strides)
+                .all(|((o, &(b, off, size)), st)| {
                     o.tensor.buffer.uid() == b
                         && o.tensor.offset_bytes == off
                         && o.tensor.size_bytes == size
+                        && o.strides == st.as_deref()
                 })
     }
 

@@ -95,7 +95,9 @@ impl QuantLayout {
 fn rows_per_lane(n: u64, lanes_wanted: u64) -> u64 {
     let lanes_wanted = lanes_wanted.max(1);
     let c = n.div_ceil(lanes_wanted * ROWS_MAX).max(1);
-    n.div_ceil(lanes_wanted * c).clamp(1, ROWS_MAX)
+    // Rounded down: `n / rows` invocations are then at least `lanes_wanted * c` (rounding up
+    // gave 17 rows 2 per invocation, 9 invocations for 16 wanted).
+    (n / (lanes_wanted * c)).clamp(1, ROWS_MAX)
 }
 
 /// `LinearParams` of `shaders/quant.wgsl` (48 bytes).

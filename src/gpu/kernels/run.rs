@@ -31,6 +31,12 @@ fn dev_err(e: impl std::fmt::Display) -> RunOpError {
     }
 }
 
+/// A tensor's byte range with its last word: at least one word (the arena gives every tensor
+/// that much), a multiple of 4.
+fn word_padded(bytes: u64) -> u64 {
+    bytes.div_ceil(4).max(1) * 4
+}
+
 /// Bytes rounded up to the copy alignment.
 fn pad4(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes.resize(bytes.len().div_ceil(4) * 4, 0);
@@ -93,8 +99,8 @@ pub fn run_op(
             &vec![0xFF; out_size.div_ceil(4) as usize * 4],
         )
         .map_err(dev_err)?;
-    // Ranges cover whole words, as the runtime's allocations do (kernels of 1- and 2-byte
-    // types read and write the words their elements share).
+    // Each tensor's range covers its last word (the arena leaves room), as the runtime's do:
+    // kernels that move whole words of 8- and 16-bit types bind it.
     let operands: Vec<Operand<'_>> = inputs
         .iter()
         .zip(&offsets)
@@ -102,20 +108,22 @@ pub fn run_op(
             tensor: TensorRef {
                 buffer: &buf,
                 offset_bytes: off,
-                size_bytes: (t.bytes.len() as u64).div_ceil(4) * 4,
+                size_bytes: word_padded(t.bytes.len() as u64),
             },
             shape: &t.shape,
             dtype: t.dtype,
+            strides: None,
         })
         .collect();
     let out = Operand {
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: out_off,
-            size_bytes: out_size.div_ceil(4) * 4,
+            size_bytes: word_padded(out_size),
         },
         shape: output_shape,
         dtype: output_dtype,
+        strides: None,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), op.name());
     if let Err(e) = frame.encode(op, &operands, &out) {
@@ -192,11 +200,11 @@ pub fn run_graph(
         tensor: TensorRef {
             buffer: &buf,
             offset_bytes: offsets[id.index()],
-            // Padded to whole words as written (a q8_0 weight may end mid-word).
-            size_bytes: sizes[id.index()].div_ceil(4) * 4,
+            size_bytes: word_padded(sizes[id.index()]),
         },
         shape: &inferred.shapes[id.index()],
         dtype: graph.node(id).dtype,
+        strides: None,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), "run_graph");
     for &id in graph.order() {

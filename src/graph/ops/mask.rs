@@ -1,7 +1,8 @@
-//! Masks for attention: the causal mask over a growing past, and `where`.
+//! Masks: the causal mask over a growing past, `where`, and `trilu` (a triangle of the last
+//! two dimensions).
 
 use super::elementwise::broadcast;
-use super::{all_f32, DTypeError, InferError, OpDef, MASK_VALUE};
+use super::{all_f32, is_index, DTypeError, InferError, OpDef, MASK_VALUE};
 use crate::graph::reference::{index, RefError, RefTensor, Values};
 use crate::graph::shape_data;
 use crate::shape::{DType, Shape};
@@ -85,6 +86,81 @@ impl OpDef for Where {
     }
 }
 
+/// Keeps the upper (`j - i >= k`) or lower (`j - i <= k`) triangle of the last two
+/// dimensions and zeroes the rest (ONNX `Trilu`). `k` is the optional scalar second input
+/// (read on the device), 0 without it. Inputs: x (32- or 64-bit elements), optional k (i32
+/// or i64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trilu {
+    /// Keep the upper triangle (else the lower).
+    pub upper: bool,
+}
+
+impl Trilu {
+    /// Whether element `(i, j)` is kept for diagonal offset `k`.
+    pub fn keeps(&self, i: u64, j: u64, k: i64) -> bool {
+        let d = i128::from(j) - i128::from(i);
+        if self.upper {
+            d >= i128::from(k)
+        } else {
+            d <= i128::from(k)
+        }
+    }
+}
+
+impl OpDef for Trilu {
+    fn name(&self) -> &'static str {
+        "trilu"
+    }
+    fn arity(&self) -> (usize, usize) {
+        (1, 2)
+    }
+    fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
+        if inputs[0].block().is_some() {
+            return Err(DTypeError::at(0, "a plain (not block-quantized) type"));
+        }
+        if inputs.len() == 2 && !is_index(inputs[1]) {
+            return Err(DTypeError::at(1, "i32, u32 or i64 (the diagonal offset)"));
+        }
+        Ok(inputs[0])
+    }
+    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        if inputs[0].rank() < 2 {
+            return Err(InferError::Rank {
+                input: 0,
+                shape: inputs[0].clone(),
+                expected: "rank >= 2",
+            });
+        }
+        if let Some(k) = inputs.get(1) {
+            if k.checked_num_elements() != Some(1) {
+                return Err(InferError::Rank {
+                    input: 1,
+                    shape: (*k).clone(),
+                    expected: "a scalar diagonal offset",
+                });
+            }
+        }
+        Ok(inputs[0].clone())
+    }
+    fn preserves_shape(&self) -> bool {
+        true
+    }
+    /// Element `(.., i, j)` kept by [`Trilu::keeps`], zero otherwise.
+    fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
+        let k = match inputs.get(1) {
+            Some(t) => t.ints("trilu")?.first().copied().unwrap_or(0),
+            None => 0,
+        };
+        let r = out.rank();
+        let mut picks = Vec::new();
+        index::for_each(out, |lin, idx| {
+            picks.push(self.keeps(idx[r - 2], idx[r - 1], k).then_some(lin));
+        });
+        Ok(inputs[0].values.pick(&picks))
+    }
+}
+
 impl OpDef for CausalMask {
     fn name(&self) -> &'static str {
         "causal_mask"
@@ -154,6 +230,21 @@ mod tests {
         assert!(infer_causal(&Shape(vec![2, 5, 3])).is_err());
         assert!(infer_causal(&Shape(vec![5])).is_err());
         assert!(visible(0, 4, 4) && !visible(0, 5, 4) && visible(1, 5, 4));
+    }
+
+    #[test]
+    fn trilu_triangles() {
+        let up = Trilu { upper: true };
+        let low = Trilu { upper: false };
+        assert!(up.keeps(0, 0, 0) && !up.keeps(1, 0, 0) && up.keeps(1, 0, -1));
+        assert!(low.keeps(1, 0, 0) && !low.keeps(0, 1, 0) && low.keeps(0, 1, 1));
+        let s = |d: &[u64]| Shape(d.to_vec());
+        assert!(up.infer(&[&s(&[3])], &[]).is_err());
+        assert!(up.infer(&[&s(&[3, 4]), &s(&[2])], &[]).is_err());
+        assert_eq!(
+            up.infer(&[&s(&[2, 3, 4]), &s(&[])], &[]).unwrap(),
+            s(&[2, 3, 4])
+        );
     }
 
     #[test]

@@ -15,37 +15,56 @@
 //! `src/gpu/kernels/` and one line in its registry), its WGSL and its test. See "How to add
 //! an op" in the crate docs.
 //!
-//! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`matmul`],
-//! [`linear`] (`x · wᵀ` on quantized weights),
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
-//! (comparisons, boolean logic, cast, identity), [`matmul`],
-//! [`norm`] (softmax, layer norm, RMS norm), [`movement`] (reshape, transpose, concat, slice,
-//! gather, shape_of), [`mask`] (causal mask, where), [`attention`] (RoPE, grouped-query
-//! attention over a KV cache).
+//! (comparisons, boolean logic, cast, identity), [`matmul`] (matmul, gemm), [`linear`] (`x ·
+//! wᵀ` on quantized weights), [`norm`] (softmax and log-softmax on any axis, layer norm, RMS
+//! norm), [`movement`] (reshape, transpose, concat, slice, split, gather, expand, shape_of),
+//! [`view`] (squeeze, unsqueeze, flatten: new shapes over the same bytes), [`generate`]
+//! (constant_of_shape, range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions
+//! over any axes, cumulative sum), [`conv`] (convolution, pooling, batch norm), [`rotary`]
+//! (ONNX's rotary embedding), [`attention`] (RoPE on adjacent pairs, grouped-query attention
+//! over a KV cache).
+//!
+//! Axes are `i64` as ONNX writes them (negative counts from the end) and are resolved against
+//! the input's rank by the shape rule ([`axis_index`]): a graph is built without knowing
+//! ranks, which only concrete shapes have.
 
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
+pub mod generate;
 pub mod linear;
 pub mod logic;
 pub mod mask;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
+pub mod reduce;
+pub mod rotary;
 pub mod source;
+pub mod view;
 
 use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 use std::fmt;
 
 pub use attention::{rope_table, Attention, Rope};
+pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use generate::{ConstantOfShape, Range};
 pub use linear::Linear;
 pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
-pub use mask::{CausalMask, Where};
-pub use matmul::MatMul;
-pub use movement::{Concat, Gather, Reshape, ReshapeTo, ShapeOf, Slice, Transpose};
+pub use mask::{CausalMask, Trilu, Where};
+pub use matmul::{Gemm, MatMul};
+pub use movement::{
+    Concat, Expand, Gather, Reshape, ReshapeTo, ShapeOf, SizeOf, Slice, SliceTo, SplitPart,
+    Transpose,
+};
 pub use norm::{LayerNorm, RmsNorm, Softmax};
+pub use reduce::{CumSum, Reduce, ReduceAxes, ReduceKind};
+pub use rotary::RotaryEmbedding;
 pub use source::{Constant, Input};
+pub use view::{Flatten, Squeeze, Unsqueeze};
 
 /// Why an op could not infer its output shape. The graph wraps it with the node's label
 /// ([`crate::graph::GraphError::Infer`]).
@@ -144,6 +163,37 @@ pub enum InferError {
         /// The shape, printed.
         shape: String,
     },
+    /// A list of axes does not fit the input (out of range, repeated, or naming a dimension
+    /// the op cannot take there, such as squeezing a dimension that is not 1).
+    #[error("axes {axes:?} do not fit shape {shape}: {reason}")]
+    Axes {
+        /// The axes as given.
+        axes: Vec<i64>,
+        /// The input shape.
+        shape: Shape,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The values of a shape-data input are not valid for the op (a negative dimension, a
+    /// zero step).
+    #[error("input {input} holds {values:?}: {reason}")]
+    ShapeData {
+        /// Input position.
+        input: usize,
+        /// The values found.
+        values: Vec<i64>,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// An op parameter does not fit the inputs (a kernel larger than the padded input, a
+    /// channel count that the groups do not divide).
+    #[error("{what}: {detail}")]
+    Param {
+        /// Which parameter rule failed.
+        what: &'static str,
+        /// The numbers involved.
+        detail: String,
+    },
 }
 
 /// An input element type an op does not accept: which input and what it wants. The graph
@@ -196,6 +246,20 @@ pub trait OpDef: fmt::Debug + Send + Sync {
     /// Whether the op reads its inputs' values at all (`shape_of` reads only shapes).
     fn reads_values(&self) -> bool {
         true
+    }
+
+    /// Whether the device reads the values of input `pos`. By default every input but the
+    /// [`OpDef::shape_data_inputs`] (when the op reads values at all); an op whose kernel
+    /// also reads a shape-data input (a range's start and step) says so here, so that input
+    /// keeps a device buffer.
+    fn reads_input(&self, pos: usize) -> bool {
+        self.reads_values() && !self.shape_data_inputs().contains(&pos)
+    }
+
+    /// Whether the output is input 0's bytes under a new shape (reshape, squeeze, flatten):
+    /// the runtime copies (or could alias) the bytes instead of running a kernel.
+    fn is_view(&self) -> bool {
+        false
     }
 
     /// Whether the output shape is input 0's for every valid input (activations, norms).
@@ -291,14 +355,50 @@ registry! {
     Concat(movement::Concat),
     /// Slice with ONNX rules. Inputs: x.
     Slice(movement::Slice),
-    /// Embedding lookup along axis 0. Inputs: table, ids.
+    /// Gather along an axis (embedding lookup on axis 0). Inputs: data, indices.
     Gather(movement::Gather),
     /// `cond ? a : b` with broadcasting. Inputs: cond, a, b.
     Where(mask::Where),
     /// Causal attention mask over a growing past. Inputs: x.
     CausalMask(mask::CausalMask),
-    /// The shape of its input as an i32 tensor. Inputs: x.
+    /// The shape of its input (a range of it) as an i32 or i64 tensor. Inputs: x.
     ShapeOf(movement::ShapeOf),
+    /// The element count of its input as an i64 scalar. Inputs: x.
+    SizeOf(movement::SizeOf),
+    /// Slice with parameters held in integer tensors. Inputs: x, starts, ends, optional steps.
+    SliceTo(movement::SliceTo),
+    /// One part of a split along an axis. Inputs: x.
+    SplitPart(movement::SplitPart),
+    /// Broadcast to a shape held in an integer tensor. Inputs: x, shape.
+    Expand(movement::Expand),
+    /// Remove dimensions of 1. Inputs: x.
+    Squeeze(view::Squeeze),
+    /// Insert dimensions of 1. Inputs: x.
+    Unsqueeze(view::Unsqueeze),
+    /// Flatten to 2-D around an axis. Inputs: x.
+    Flatten(view::Flatten),
+    /// A tensor of one repeated value, shaped by an integer tensor. Inputs: shape.
+    ConstantOfShape(generate::ConstantOfShape),
+    /// `start, start + delta, ...` below `limit`. Inputs: start, limit, delta.
+    Range(generate::Range),
+    /// Keep the upper or lower triangle of the last two dimensions. Inputs: x, optional k.
+    Trilu(mask::Trilu),
+    /// Sum, mean, max, min or inverse standard deviation over axes. Inputs: x.
+    Reduce(reduce::Reduce),
+    /// Cumulative sum along an axis. Inputs: x.
+    CumSum(reduce::CumSum),
+    /// `alpha * op(A) @ op(B) + beta * C`. Inputs: a, b, optional c.
+    Gemm(matmul::Gemm),
+    /// 1-D or 2-D convolution with groups, strides, dilations, padding and bias. Inputs: x,
+    /// w, bias.
+    Conv(conv::Conv),
+    /// Max or average pooling over 1 to 3 spatial dimensions. Inputs: x.
+    Pool(conv::Pool),
+    /// Batch normalisation with running statistics (inference). Inputs: x, scale, bias,
+    /// mean, var.
+    BatchNorm(conv::BatchNorm),
+    /// Rotary position embedding (ONNX opset 23). Inputs: x, cos, sin, optional positions.
+    RotaryEmbedding(rotary::RotaryEmbedding),
     /// Rotary position embedding on adjacent pairs. Inputs: x, positions, cos/sin table.
     Rope(attention::Rope),
     /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
@@ -393,4 +493,41 @@ pub(crate) fn same_plain_type(inputs: &[DType]) -> Result<DType, DTypeError> {
 /// Whether `d` is an integer type usable as indices or shape values.
 pub(crate) fn is_index(d: DType) -> bool {
     matches!(d, DType::I32 | DType::U32 | DType::I64)
+}
+
+/// Resolves an ONNX axis against a rank: `axis` in `[-rank, rank)`, negative counting from the
+/// end.
+///
+/// # Errors
+/// [`InferError::Axis`] when it is out of range.
+pub fn axis_index(axis: i64, rank: usize) -> Result<usize, InferError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(InferError::Axis { axis, rank })
+    }
+}
+
+/// Resolves a list of distinct ONNX axes against a rank ([`axis_index`] each).
+///
+/// # Errors
+/// [`InferError::Axes`] naming the shape for an axis out of range or listed twice.
+pub fn axes_indices(axes: &[i64], shape: &Shape, rank: usize) -> Result<Vec<usize>, InferError> {
+    let mut seen = vec![false; rank];
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let bad = |reason| InferError::Axes {
+            axes: axes.to_vec(),
+            shape: shape.clone(),
+            reason,
+        };
+        let i = axis_index(a, rank).map_err(|_| bad("an axis is out of range"))?;
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(bad("an axis is listed twice"));
+        }
+        out.push(i);
+    }
+    Ok(out)
 }

@@ -1,30 +1,81 @@
-//! The KV-cache states of a session: the rows each holds, the bytes valid in its buffer, the
-//! growth of this iteration (a larger buffer the past is copied into), and their hand-over
-//! between requests. Device-free like the rest of the session; a padded-axis layout (a
-//! `[batch, heads, capacity, head_dim]` cache) would change this file, not the executor.
+//! The KV-cache states of a session: the rows each holds, the buffer they are in and its
+//! layout, the growth of this iteration (a larger buffer the past is copied into), the copies
+//! of an in-place append, and the states' hand-over between requests. Device-free like the
+//! rest of the session.
+//!
+//! # Layout: a padded growing axis
+//!
+//! A state grows along the axis of its concat (`axis`): axis 0 for a `[t, dim]` cache, axis
+//! 2 for the `[batch, heads, t, head_dim]` caches exported models write. Its buffer holds the
+//! state's shape with that axis replaced by the buffer's *capacity* in rows (`[batch, heads,
+//! capacity, head_dim]`), row-major, so every tensor of the state is a strided view of the
+//! buffer: the element at `(b, h, t, d)` is at element
+//! `((b * heads + h) * capacity + t) * head_dim + d`. Seen along the axis the buffer is `outer` blocks (the product of the dimensions
+//! before the axis) of `capacity` rows of `block_bytes` (the product of the dimensions after
+//! it, times the element size). An append writes the new rows at row `t` of each block (one
+//! copy per block, only the new bytes); a growth copies the `t` rows of each block once into
+//! the larger buffer. For axis 0 (`outer` = 1) both are one copy and the layout is
+//! contiguous whatever the capacity.
+//!
+//! The capacity is what the sizer reserved: `reserved_bytes / (outer * block_bytes)` rows
+//! (the predictor's look-ahead, e.g. `[1, 3, t + 10, 64]` under the reference policy).
 
 use super::{Session, Storage};
+use crate::graph::{ops, Dim, Op};
 use crate::memory::predictor::Sizer;
 use crate::memory::AllocKind;
 use crate::runtime::compile::padded_bytes;
 use crate::runtime::RunError;
-use crate::shape::Shape;
+use crate::shape::{DType, Shape};
 use std::sync::Arc;
 
 /// One KV-cache state of a request.
 pub(crate) struct StateSlot<B> {
     /// Holds the past rows; `None` before the first append.
     pub buffer: Option<B>,
-    /// Rows' bytes valid in `buffer` (the past).
-    pub valid_bytes: u64,
-    /// Shape of the past tensor.
+    /// Shape of the past tensor (its extent along `axis` is the rows held).
     pub shape: Shape,
+    /// The growing axis.
+    pub axis: usize,
+    /// Element type.
+    pub dtype: DType,
     /// A larger buffer allocated this iteration; the past is copied into it in order.
     pub grown: Option<B>,
-    /// Bytes this iteration appends.
-    pub append_bytes: u64,
+    /// Rows this iteration appends.
+    pub append_rows: u64,
     /// Shape after this iteration.
     pub next_shape: Shape,
+    /// The past given by the caller this iteration (row-major bytes of `shape`): written into
+    /// the buffer the state is in after this iteration before the submit, replacing the
+    /// rows it held (so nothing is copied from the old buffer).
+    pub upload: Option<Vec<u8>>,
+    /// The shape held before `upload` replaced it (restored when the iteration fails).
+    pub restore: Option<Shape>,
+}
+
+/// One buffer copy, in bytes: `(source offset, destination offset, size)`.
+pub(crate) type CopyRange = (u64, u64, u64);
+
+/// Products of the dimensions before and after `axis`.
+fn around(shape: &Shape, axis: usize) -> (u64, u64) {
+    let d = shape.dims();
+    let outer = d[..axis.min(d.len())].iter().product();
+    let inner = d.get(axis + 1..).map_or(1, |r| r.iter().product());
+    (outer, inner)
+}
+
+/// Appends `(src, dst, size)`, merging it into the previous copy when both ranges continue it.
+fn push_merged(v: &mut Vec<CopyRange>, c: CopyRange) {
+    if c.2 == 0 {
+        return;
+    }
+    if let Some(last) = v.last_mut() {
+        if last.0 + last.2 == c.0 && last.1 + last.2 == c.1 {
+            last.2 += c.2;
+            return;
+        }
+    }
+    v.push(c);
 }
 
 impl<B> StateSlot<B> {
@@ -32,12 +83,136 @@ impl<B> StateSlot<B> {
     pub fn current(&self) -> Option<&B> {
         self.grown.as_ref().or(self.buffer.as_ref())
     }
+
+    /// The buffer the past is read from this iteration: the one it is in, or, when the
+    /// caller gave it, the one it is written into.
+    pub fn past_buffer(&self) -> Option<&B> {
+        if self.upload.is_some() {
+            self.current()
+        } else {
+            self.buffer.as_ref()
+        }
+    }
+
+    /// Rows held (the past's extent along the axis).
+    pub fn rows(&self) -> u64 {
+        self.shape.dims().get(self.axis).copied().unwrap_or(0)
+    }
+
+    /// `(outer blocks, bytes per row of a block)` of the state's layout.
+    pub fn blocks(&self) -> (u64, u64) {
+        let (outer, inner) = around(&self.next_shape, self.axis);
+        (
+            outer,
+            inner * self.dtype.bits().map_or(4, |b| u64::from(b).div_ceil(8)),
+        )
+    }
+
+    /// Rows a buffer of `size_bytes` holds per block.
+    pub fn capacity_rows(&self, size_bytes: u64) -> u64 {
+        let (outer, row) = self.blocks();
+        match outer.checked_mul(row) {
+            Some(0) | None => 0,
+            Some(per_row) => size_bytes / per_row,
+        }
+    }
+
+    /// Element strides of `shape` (one of the state's tensors: the past or the present) in a
+    /// buffer of `size_bytes`: row-major over the shape with the axis extent replaced by the
+    /// buffer's capacity.
+    pub fn strides(&self, shape: &Shape, size_bytes: u64) -> Vec<u64> {
+        let mut dims = shape.dims().to_vec();
+        if let Some(d) = dims.get_mut(self.axis) {
+            *d = self.capacity_rows(size_bytes).max(*d);
+        }
+        let mut st = vec![1u64; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            st[i] = st[i + 1].saturating_mul(dims[i + 1]);
+        }
+        st
+    }
+
+    /// The copies of this iteration's in-place concat, given the byte sizes of `buffer` and
+    /// of the buffer the state is in after it: the growth (each block's past rows from
+    /// `buffer` into `grown`; none when the past was uploaded) and the append (each block's
+    /// new rows, contiguous in their tensor, into their place after the past).
+    pub fn copies(&self, old_bytes: u64, current_bytes: u64) -> (Vec<CopyRange>, Vec<CopyRange>) {
+        let (outer, row) = self.blocks();
+        let rows = self.rows();
+        let (cap_old, cap_new) = (
+            self.capacity_rows(old_bytes),
+            self.capacity_rows(current_bytes),
+        );
+        let mut growth = Vec::new();
+        if self.grown.is_some() && self.buffer.is_some() && self.upload.is_none() {
+            for o in 0..outer {
+                push_merged(
+                    &mut growth,
+                    (o * cap_old * row, o * cap_new * row, rows * row),
+                );
+            }
+        }
+        let mut append = Vec::new();
+        let n = self.append_rows;
+        for o in 0..outer {
+            push_merged(
+                &mut append,
+                (o * n * row, (o * cap_new + rows) * row, n * row),
+            );
+        }
+        (growth, append)
+    }
+
+    /// The writes of an uploaded past into the buffer the state is in after this iteration
+    /// (of `current_bytes`): `(offset in the upload, offset in the buffer, size)` per block.
+    pub fn upload_writes(&self, current_bytes: u64) -> Vec<CopyRange> {
+        let (outer, row) = self.blocks();
+        let rows = self.rows();
+        let cap = self.capacity_rows(current_bytes);
+        let mut w = Vec::new();
+        for o in 0..outer {
+            push_merged(&mut w, (o * rows * row, o * cap * row, rows * row));
+        }
+        w
+    }
 }
 
-/// One KV-cache tensor moving between requests: its buffer and the rows it holds.
+/// The strides of a view op's output from its input's strides (a transpose permutes them),
+/// or `None` for an op that is not a strided view.
+pub(crate) fn view_strides(op: &Op, input: &[u64]) -> Option<Vec<u64>> {
+    match op {
+        Op::Transpose(ops::Transpose { perm }) => {
+            perm.iter().map(|&p| input.get(p).copied()).collect()
+        }
+        _ => None,
+    }
+}
+
+/// The elements of a strided view, row-major: `data` holds the view's span from its first
+/// element, each element `elem_bytes` long at `sum(index * stride)` elements.
+pub(crate) fn compact(data: &[u8], shape: &Shape, strides: &[u64], elem_bytes: u64) -> Vec<u8> {
+    let n = shape.checked_num_elements().unwrap_or(0);
+    let e = elem_bytes as usize;
+    let mut out = Vec::with_capacity(n as usize * e);
+    let dims = shape.dims();
+    let mut index = vec![0u64; dims.len()];
+    for _ in 0..n {
+        let at = index.iter().zip(strides).map(|(i, s)| i * s).sum::<u64>() as usize * e;
+        out.extend_from_slice(data.get(at..at + e).unwrap_or(&[0u8; 16][..e.min(16)]));
+        for a in (0..dims.len()).rev() {
+            index[a] += 1;
+            if index[a] < dims[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
+    out
+}
+
+/// One KV-cache tensor moving between requests: its buffer and the past it holds.
 pub(crate) struct MovedState<B> {
     pub buffer: Option<B>,
-    pub valid_bytes: u64,
     pub shape: Shape,
 }
 
@@ -45,6 +220,15 @@ impl<S: Storage + Clone> Session<S> {
     /// Rows currently held by each state.
     pub fn state_shapes(&self) -> Vec<Shape> {
         self.states.iter().map(|s| s.shape.clone()).collect()
+    }
+
+    /// The declared dimensions of state `s`'s past input.
+    fn declared(&self, s: usize) -> &[Dim] {
+        let c = &self.compiled;
+        match &c.graph.node(c.states[s].past).op {
+            Op::Input(ops::Input { dims, .. }) => dims,
+            _ => &[],
+        }
     }
 
     /// Bytes reserved by the states' buffers (each at least its valid rows).
@@ -70,13 +254,12 @@ impl<S: Storage + Clone> Session<S> {
             .iter_mut()
             .map(|s| {
                 let shape = s.shape.clone();
-                if let Some(d) = s.shape.0.first_mut() {
+                if let Some(d) = s.shape.0.get_mut(s.axis) {
                     *d = 0;
                 }
                 s.next_shape = s.shape.clone();
                 MovedState {
                     buffer: s.buffer.take(),
-                    valid_bytes: std::mem::take(&mut s.valid_bytes),
                     shape,
                 }
             })
@@ -90,14 +273,14 @@ impl<S: Storage + Clone> Session<S> {
     /// states' buffers in its ledger.
     ///
     /// # Errors
-    /// [`RunError::BadState`] when the number of states or their row shapes differ; the
-    /// session is unchanged then.
+    /// [`RunError::BadState`] when the number of states differs or a state's shape does not
+    /// fit its past's declaration; the session is unchanged then.
     pub fn put_states(
         &mut self,
         states: Vec<MovedState<S::Buffer>>,
         sizer: Sizer,
     ) -> Result<(), RunError> {
-        let c = &self.compiled;
+        let c = Arc::clone(&self.compiled);
         let bad = |i: usize, reason: String| {
             let s = &c.states[i.min(c.states.len().saturating_sub(1))];
             RunError::BadState {
@@ -117,10 +300,21 @@ impl<S: Storage + Clone> Session<S> {
             ));
         }
         for (i, (given, mine)) in states.iter().zip(&self.states).enumerate() {
-            if given.shape.dims().get(1..) != mine.shape.dims().get(1..) {
+            let declared = self.declared(i);
+            let fits = given.shape.rank() == declared.len()
+                && declared.iter().zip(given.shape.dims()).enumerate().all(
+                    |(a, (d, &v))| match d {
+                        Dim::Fixed(f) => *f == v,
+                        Dim::Sym(s) => a == mine.axis || c.fixed(s).is_none_or(|f| f == v),
+                    },
+                );
+            if !fits {
                 return Err(bad(
                     i,
-                    format!("rows of shape {} do not fit {}", given.shape, mine.shape),
+                    format!(
+                        "a past of shape {} does not fit {}",
+                        given.shape, mine.shape
+                    ),
                 ));
             }
         }
@@ -135,11 +329,10 @@ impl<S: Storage + Clone> Session<S> {
             if !adopt {
                 let present = &c.graph.node(c.states[si].present).label;
                 let capacity = given.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
-                self.sizer
-                    .correct(present, &given.shape, given.valid_bytes, capacity)?;
+                let held = given.shape.size_bytes(mine.dtype)?;
+                self.sizer.correct(present, &given.shape, held, capacity)?;
             }
             mine.buffer = given.buffer;
-            mine.valid_bytes = given.valid_bytes;
             mine.shape = given.shape;
             mine.next_shape = mine.shape.clone();
         }
@@ -152,8 +345,7 @@ impl<S: Storage + Clone> Session<S> {
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         for s in &mut self.states {
-            s.valid_bytes = 0;
-            if let Some(d) = s.shape.0.first_mut() {
+            if let Some(d) = s.shape.0.get_mut(s.axis) {
                 *d = 0;
             }
             s.next_shape = s.shape.clone();
@@ -162,6 +354,10 @@ impl<S: Storage + Clone> Session<S> {
 
     /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
     /// past. A larger buffer is taken from the storage; the past is copied into it in order.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for rows that are not whole 4-byte words (appends are buffer
+    /// copies); [`RunError::OutOfMemory`] naming the present when no buffer fits.
     pub(super) fn realloc_state(
         &mut self,
         k: usize,
@@ -172,17 +368,29 @@ impl<S: Storage + Clone> Session<S> {
         let node = &c.nodes[k];
         let label = &c.graph.node(node.id).label;
         let needed = padded_bytes(new_shape, node.dtype)?.max(4);
-        let st = &self.states[s];
-        let capacity = st.buffer.as_ref().map_or(0, |b| S::size_bytes(b));
-        let past_bytes = st.valid_bytes;
-        self.states[s].append_bytes = needed.saturating_sub(past_bytes);
-        self.states[s].next_shape = new_shape.clone();
+        let st = &mut self.states[s];
+        let rows = st.rows();
+        let new_rows = new_shape.dims().get(st.axis).copied().unwrap_or(0);
+        st.append_rows = new_rows.saturating_sub(rows);
+        st.next_shape = new_shape.clone();
+        let (outer, row) = st.blocks();
+        if row % 4 != 0 && outer * new_rows > 0 {
+            return Err(RunError::BadState {
+                past: c.graph.node(c.states[s].past).label.clone(),
+                present: label.clone(),
+                reason: format!("rows of {row} bytes: in-place appends copy whole 4-byte words"),
+            });
+        }
+        let capacity = st
+            .buffer
+            .as_ref()
+            .map_or(0, |b| st.capacity_rows(S::size_bytes(b)));
         let limits = self.limits();
         let d = self
             .sizer
             .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
         self.count_prediction(&d, node.dtype)?;
-        if !d.reallocated && capacity >= needed {
+        if !d.reallocated && capacity >= new_rows && self.states[s].buffer.is_some() {
             self.stats.reuses += 1;
             return Ok(());
         }
@@ -222,5 +430,70 @@ impl<S: Storage + Clone> Session<S> {
         }
         self.states[s].grown = Some(buf);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(shape: &[u64], axis: usize) -> StateSlot<Vec<u8>> {
+        StateSlot {
+            buffer: Some(Vec::new()),
+            shape: Shape::new(shape.to_vec()),
+            axis,
+            dtype: DType::F32,
+            grown: None,
+            append_rows: 0,
+            next_shape: Shape::new(shape.to_vec()),
+            upload: None,
+            restore: None,
+        }
+    }
+
+    #[test]
+    fn a_padded_axis_2_cache_copies_each_block_once() {
+        // [1, 3, t, 4] f32: 3 blocks of rows of 16 bytes; 5 rows held in a capacity of 8,
+        // growing to 12 while appending 2.
+        let mut s = slot(&[1, 3, 5, 4], 2);
+        s.grown = Some(Vec::new());
+        s.append_rows = 2;
+        s.next_shape = Shape::new(vec![1, 3, 7, 4]);
+        assert_eq!(s.blocks(), (3, 16));
+        assert_eq!(s.capacity_rows(3 * 8 * 16), 8);
+        assert_eq!(
+            s.strides(&s.next_shape.clone(), 3 * 12 * 16),
+            vec![144, 48, 4, 1]
+        );
+        let (growth, append) = s.copies(3 * 8 * 16, 3 * 12 * 16);
+        assert_eq!(growth, vec![(0, 0, 80), (128, 192, 80), (256, 384, 80)]);
+        assert_eq!(append, vec![(0, 80, 32), (32, 272, 32), (64, 464, 32)]);
+    }
+
+    #[test]
+    fn compact_walks_a_strided_view_in_row_major_order() {
+        // A [2, 3] view with rows padded to 4 elements, transposed to [3, 2].
+        let data: Vec<u8> = (0u8..8).collect();
+        let shape = Shape::new(vec![3, 2]);
+        assert_eq!(compact(&data, &shape, &[1, 4], 1), vec![0, 4, 1, 5, 2, 6]);
+        assert_eq!(
+            view_strides(&Op::Transpose(ops::Transpose { perm: vec![1, 0] }), &[4, 1]),
+            Some(vec![1, 4])
+        );
+    }
+
+    #[test]
+    fn an_axis_0_cache_is_one_copy_each() {
+        let mut s = slot(&[5, 6], 0);
+        s.grown = Some(Vec::new());
+        s.append_rows = 2;
+        s.next_shape = Shape::new(vec![7, 6]);
+        let (growth, append) = s.copies(8 * 24, 16 * 24);
+        assert_eq!(growth, vec![(0, 0, 120)]);
+        assert_eq!(append, vec![(0, 120, 48)]);
+        assert_eq!(s.upload_writes(16 * 24), vec![(0, 0, 120)]);
+        // Without a growth nothing moves but the new rows; an uploaded past moves nothing.
+        s.upload = Some(vec![0; 120]);
+        assert!(s.copies(8 * 24, 16 * 24).0.is_empty());
     }
 }

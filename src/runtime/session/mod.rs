@@ -23,7 +23,7 @@ mod kv;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use kv::{MovedState, StateSlot};
+pub(crate) use kv::{compact, MovedState, StateSlot};
 
 /// A network family's placeholder pool, shared by its requests.
 pub(crate) type SharedPlaceholders<B> = Arc<Mutex<PlaceholderPool<B>>>;
@@ -52,6 +52,9 @@ pub(crate) struct Slot<B> {
     upload: Option<Vec<u8>>,
     /// update_shape ran for the node this iteration (its dispatch plan is stale).
     pub reinferred: bool,
+    /// Element strides of the output when it is a strided view of a padded state buffer
+    /// (a state's past and present, a [`Role::StateView`]); `None`: contiguous.
+    strides: Option<Vec<u64>>,
 }
 
 /// The placeholder pool (a poisoned lock only means a panic elsewhere; the pool's state is
@@ -83,6 +86,8 @@ pub(crate) struct View<'a, B> {
     pub size_bytes: u64,
     pub shape: &'a Shape,
     pub dtype: DType,
+    /// Element strides of a strided view (a padded state's tensors); `None`: contiguous.
+    pub strides: Option<&'a [u64]>,
 }
 
 /// The device-free state of one stream of inferences (see the module docs).
@@ -177,36 +182,36 @@ impl<S: Storage + Clone> Session<S> {
             let Op::Input(ops::Input { dims, .. }) = &c.graph.node(st.past).op else {
                 continue;
             };
-            // The past starts empty: axis 0 is 0, the other dimensions must be fixed.
-            let mut shape = vec![0u64];
-            for d in dims.iter().skip(1) {
-                match d {
-                    Dim::Fixed(v) => shape.push(*v),
-                    Dim::Sym(sym) => match c.fixed(sym) {
-                        Some(v) => shape.push(v),
-                        None => {
-                            return Err(RunError::BadState {
-                                past: c.graph.node(st.past).label.clone(),
-                                present: c.graph.node(st.present).label.clone(),
-                                reason: format!("dimension `{sym}` after axis 0 must be fixed"),
-                            })
-                        }
-                    },
-                }
-            }
+            // The past starts empty; dimensions other than the growing axis that are not
+            // fixed are bound by the first iteration's inputs.
+            let shape = Shape(
+                dims.iter()
+                    .enumerate()
+                    .map(|(a, d)| match d {
+                        Dim::Fixed(v) if a != st.axis => *v,
+                        Dim::Sym(sym) if a != st.axis => c.fixed(sym).unwrap_or(0),
+                        _ => 0,
+                    })
+                    .collect(),
+            );
             s.states.push(StateSlot {
                 buffer: None,
-                valid_bytes: 0,
-                shape: Shape(shape.clone()),
+                shape: shape.clone(),
+                axis: st.axis,
+                dtype: c.graph.node(st.past).dtype,
                 grown: None,
-                append_bytes: 0,
-                next_shape: Shape(shape),
+                append_rows: 0,
+                next_shape: shape,
+                upload: None,
+                restore: None,
             });
         }
         for node in &c.nodes {
             let mem = match node.role {
                 Role::Constant => Mem::Constant,
-                Role::Input { state: Some(st) } | Role::StateConcat { state: st } => Mem::State(st),
+                Role::Input { state: Some(st) }
+                | Role::StateConcat { state: st }
+                | Role::StateView { state: st } => Mem::State(st),
                 _ => match node.arena_offset {
                     Some(off) => Mem::Arena(off),
                     None => Mem::None,
@@ -223,6 +228,7 @@ impl<S: Storage + Clone> Session<S> {
                 capacity_bytes,
                 upload: None,
                 reinferred: false,
+                strides: None,
             });
         }
         if c.arena_bytes > 0 {
@@ -512,27 +518,28 @@ impl<S: Storage + Clone> Session<S> {
         let c = Arc::clone(&self.compiled);
         let graph = &c.graph;
         for st in &mut self.states {
-            st.append_bytes = 0;
+            st.append_rows = 0;
             st.next_shape = st.shape.clone();
         }
         for slot in &mut self.slots {
             slot.reinferred = false;
         }
-        // Bind the symbols from the given inputs and the states' pasts.
-        let mut given: Vec<(&str, &Shape)> = Vec::new();
+        // Check the given inputs; a state's past given by the caller replaces the rows held.
+        let mut uploads: Vec<Option<&HostTensor>> = vec![None; self.states.len()];
         for &(label, t) in inputs {
             let id = graph.find(label).ok_or_else(|| RunError::BadInput {
                 input: label.to_string(),
                 reason: "not an input of the network".into(),
             })?;
-            if !matches!(c.node(c.pos(id)).role, Role::Input { state: None }) {
-                return Err(RunError::BadInput {
-                    input: label.to_string(),
-                    reason:
-                        "not a network input the caller gives (state pasts are kept by the request)"
-                            .into(),
-                });
-            }
+            let state = match c.node(c.pos(id)).role {
+                Role::Input { state } => state,
+                _ => {
+                    return Err(RunError::BadInput {
+                        input: label.to_string(),
+                        reason: "not an input of the network".into(),
+                    })
+                }
+            };
             let dtype = graph.node(id).dtype;
             let expect = t.shape.size_bytes(dtype)?;
             if t.dtype != dtype || t.bytes.len() as u64 != expect {
@@ -546,14 +553,44 @@ impl<S: Storage + Clone> Session<S> {
                     ),
                 });
             }
-            given.push((label, &t.shape));
+            if let Some(si) = state {
+                uploads[si] = Some(t);
+            }
+        }
+        // Bind the symbols from the given inputs and the states' pasts: the rows held, the
+        // past given, or, for an empty past, the dimensions the other inputs bind.
+        let mut past_shapes = Vec::with_capacity(self.states.len());
+        for (si, st) in self.states.iter().enumerate() {
+            past_shapes.push(match uploads[si] {
+                Some(t) => t.shape.clone(),
+                None if st.rows() > 0 => st.shape.clone(),
+                None => self.empty_past_shape(si, inputs)?,
+            });
+        }
+        let mut given: Vec<(&str, &Shape)> = Vec::new();
+        for &(label, t) in inputs {
+            if !matches!(
+                graph.find(label).map(|id| c.node(c.pos(id)).role),
+                Some(Role::Input { state: Some(_) })
+            ) {
+                given.push((label, &t.shape));
+            }
         }
         for (si, s) in c.states.iter().enumerate() {
-            given.push((graph.node(s.past).label.as_str(), &self.states[si].shape));
+            given.push((graph.node(s.past).label.as_str(), &past_shapes[si]));
         }
         let mut bindings: Bindings = graph.bind(&given)?;
         for (k, v) in &c.fixed {
             bindings.entry(k.clone()).or_insert(*v);
+        }
+        for ((st, shape), up) in self.states.iter_mut().zip(past_shapes).zip(&uploads) {
+            if let Some(t) = up {
+                st.upload = Some(t.bytes.clone());
+                st.restore = Some(std::mem::replace(&mut st.shape, shape));
+            } else {
+                st.shape = shape;
+            }
+            st.next_shape = st.shape.clone();
         }
 
         self.value_changed.iter_mut().for_each(|v| *v = false);
@@ -618,7 +655,10 @@ impl<S: Storage + Clone> Session<S> {
             }
             // update_impl happens when the dispatch is recorded (module docs).
             match node.role {
-                Role::Constant | Role::ShapeOnly | Role::Input { state: Some(_) } => {}
+                Role::Constant
+                | Role::ShapeOnly
+                | Role::Input { state: Some(_) }
+                | Role::StateView { .. } => {}
                 Role::StateConcat { state } => self.realloc_state(k, state, &shape)?,
                 Role::Input { state: None }
                 | Role::Copy
@@ -635,7 +675,86 @@ impl<S: Storage + Clone> Session<S> {
                 self.queue_host_value(k, id);
             }
         }
+        self.update_strides();
         Ok(())
+    }
+
+    /// The shape of state `si`'s empty past for this iteration: no rows, the other
+    /// dimensions fixed, fixed at compile time or bound by the inputs given.
+    fn empty_past_shape(
+        &self,
+        si: usize,
+        inputs: &[(&str, &HostTensor)],
+    ) -> Result<Shape, RunError> {
+        let c = &self.compiled;
+        let graph = &c.graph;
+        let axis = self.states[si].axis;
+        let past = graph.node(c.states[si].past);
+        let Op::Input(ops::Input { dims, .. }) = &past.op else {
+            return Ok(self.states[si].shape.clone());
+        };
+        let bound_by_inputs = |sym: &str| {
+            inputs.iter().find_map(|&(label, t)| {
+                let node = graph.node(graph.find(label)?);
+                let Op::Input(ops::Input { dims, .. }) = &node.op else {
+                    return None;
+                };
+                let at = dims
+                    .iter()
+                    .position(|d| matches!(d, Dim::Sym(s) if s == sym))?;
+                t.shape.dims().get(at).copied()
+            })
+        };
+        let mut shape = Vec::with_capacity(dims.len());
+        for (a, d) in dims.iter().enumerate() {
+            shape.push(match d {
+                _ if a == axis => 0,
+                Dim::Fixed(v) => *v,
+                Dim::Sym(sym) => match c.fixed(sym).or_else(|| bound_by_inputs(sym)) {
+                    Some(v) => v,
+                    None => {
+                        return Err(RunError::BadState {
+                            past: past.label.clone(),
+                            present: graph.node(c.states[si].present).label.clone(),
+                            reason: format!(
+                                "dimension `{sym}` of the empty past is bound by no input given"
+                            ),
+                        })
+                    }
+                },
+            });
+        }
+        Ok(Shape(shape))
+    }
+
+    /// Strides of the outputs that are strided views of padded state buffers (pasts,
+    /// presents, views), for this iteration's shapes and buffers.
+    fn update_strides(&mut self) {
+        let c = Arc::clone(&self.compiled);
+        for (k, node) in c.nodes.iter().enumerate() {
+            let strides = match node.role {
+                Role::Input { state: Some(s) } | Role::StateConcat { state: s }
+                    if c.states[s].padded() =>
+                {
+                    let st = &self.states[s];
+                    let is_past = matches!(node.role, Role::Input { .. }) && st.upload.is_none();
+                    let buf = if is_past {
+                        st.buffer.as_ref()
+                    } else {
+                        st.current()
+                    };
+                    buf.map(|b| st.strides(&self.shapes[node.id.index()], S::size_bytes(b)))
+                }
+                Role::StateView { .. } => {
+                    let gn = c.graph.node(node.id);
+                    let from = gn.inputs.first().map(|i| c.pos(*i).index());
+                    from.and_then(|i| self.slots[i].strides.as_deref())
+                        .and_then(|st| kv::view_strides(&gn.op, st))
+                }
+                _ => continue,
+            };
+            self.slots[k].strides = strides;
+        }
     }
 
     fn queue_host_value(&mut self, k: usize, id: NodeId) {
@@ -656,8 +775,9 @@ impl<S: Storage + Clone> Session<S> {
                     self.freed.push(S::id(&old));
                 }
             }
-            st.valid_bytes += st.append_bytes;
-            st.append_bytes = 0;
+            st.append_rows = 0;
+            st.upload = None;
+            st.restore = None;
             st.shape = st.next_shape.clone();
         }
     }
@@ -669,7 +789,11 @@ impl<S: Storage + Clone> Session<S> {
             if let Some(g) = st.grown.take() {
                 self.freed.push(S::id(&g));
             }
-            st.append_bytes = 0;
+            st.append_rows = 0;
+            st.upload = None;
+            if let Some(shape) = st.restore.take() {
+                st.shape = shape;
+            }
             st.next_shape = st.shape.clone();
         }
         for slot in &mut self.slots {
@@ -745,7 +869,7 @@ impl<S: Storage + Clone> Session<S> {
         // A state's past is read from the buffer that holds it now; the append of this
         // iteration goes to the same (or the grown) buffer after it.
         let (buffer, offset_bytes) = match (&self.slots[k].mem, c.nodes[k].role) {
-            (Mem::State(s), Role::Input { .. }) => (self.states[*s].buffer.as_ref()?, 0),
+            (Mem::State(s), Role::Input { .. }) => (self.states[*s].past_buffer()?, 0),
             _ => self.slot_buffer(k)?,
         };
         let available = S::size_bytes(buffer).saturating_sub(offset_bytes);
@@ -761,6 +885,7 @@ impl<S: Storage + Clone> Session<S> {
             size_bytes,
             shape: &self.shapes[id.index()],
             dtype: c.nodes[k].dtype,
+            strides: self.slots[k].strides.as_deref(),
         })
     }
 }

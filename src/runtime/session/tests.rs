@@ -77,7 +77,7 @@ fn check_prepared(s: &Session<HostStorage>) -> Result<(), TestCaseError> {
                 let st = &s.states[state];
                 let cap = st.current().map_or(0, |b| b.data.len() as u64);
                 prop_assert!(cap >= needed, "state {state}: capacity {cap} < {needed}");
-                prop_assert_eq!(st.valid_bytes + st.append_bytes, needed.div_ceil(4) * 4);
+                prop_assert_eq!(st.rows() + st.append_rows, s.shape(node.id).dims()[st.axis]);
             }
             _ => {}
         }
@@ -118,7 +118,7 @@ proptest! {
             chunks
         };
         let options = NetworkOptions { planner, fixed, states, io_kind: None, inflight: 2 };
-        let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice };
+        let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice, reads_strided: |_, _| false };
         let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
         let storage = HostStorage::new();
         let mut run = RunOptions::new(policy);
@@ -151,6 +151,7 @@ fn a_failed_step_leaves_the_states_as_they_were() {
     let target = Target {
         align_bytes: 256,
         io_kind: AllocKind::UsmDevice,
+        reads_strided: |_, _| false,
     };
     let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
     // A host budget that holds a short prefill but not a long one.

@@ -1,0 +1,140 @@
+//! `dynrt run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--json]`: one run of an
+//! ONNX model on the GPU with inputs from `.npy` files, every graph output written as
+//! `DIR/<output>.npy`.
+
+use anyhow::Context;
+use dynrt::gpu::{Engine, Gpu, GpuOptions};
+use dynrt::memory::predictor::Policy;
+use dynrt::npy::{read_npy_file, write_npy_file};
+use dynrt::onnx::{parse_input_arg, Carry, HostTensor, OnnxSession, SessionOptions};
+use dynrt::runtime::RunOptions;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `dynrt run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The `.onnx` file (external data is looked up beside it).
+    model: PathBuf,
+    /// An input as a NumPy file, `NAME=FILE.npy` (repeat for each input; int64 and
+    /// zero-length dimensions, such as an empty past, are fine).
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Write every graph output as DIR/<output>.npy.
+    #[arg(long = "output-dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Preallocation policy: none, reference or adaptive.
+    #[arg(long, default_value = "adaptive")]
+    policy: String,
+}
+
+/// The file an output is written to: its name with path separators replaced.
+pub(crate) fn npy_path(dir: &Path, name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\' | '\0') {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    dir.join(format!("{safe}.npy"))
+}
+
+/// The engine on the adapter the environment selects.
+pub(crate) fn engine() -> anyhow::Result<Engine> {
+    let gpu = Gpu::new_blocking(GpuOptions::from_env()?).context("no adapter")?;
+    Ok(Engine::new(gpu))
+}
+
+/// `dynrt <version> <backend> <adapter>`.
+pub(crate) fn provider(engine: &Engine) -> String {
+    let info = engine.gpu().adapter_info();
+    format!(
+        "dynrt {} {} {}",
+        env!("CARGO_PKG_VERSION"),
+        format!("{:?}", info.backend).to_lowercase(),
+        info.name
+    )
+}
+
+#[derive(serde::Serialize)]
+struct OutputLine {
+    name: String,
+    dtype: String,
+    dims: Vec<u64>,
+    file: Option<String>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policy: Policy = args.policy.parse().context("--policy")?;
+    let mut feeds: Vec<(String, HostTensor)> = Vec::new();
+    for arg in &args.inputs {
+        let (name, path) = parse_input_arg(arg)?;
+        let t = read_npy_file(&path).with_context(|| format!("input `{name}`"))?;
+        feeds.push((name, t));
+    }
+    let engine = engine()?;
+    let t0 = web_time::Instant::now();
+    let options = SessionOptions {
+        run: RunOptions::from_env(policy)?,
+        // One run with every input given: nothing is carried.
+        carry: Carry::None,
+    };
+    let mut session = OnnxSession::load(&engine, &args.model, &options)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let t1 = web_time::Instant::now();
+    session.run_blocking(&refs)?;
+    let mut outputs = Vec::new();
+    let names: Vec<String> = session.outputs().iter().map(|o| o.name.clone()).collect();
+    for name in &names {
+        let t = session.read_blocking(name)?;
+        let file = match &args.output_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let path = npy_path(dir, name);
+                write_npy_file(&path, &t).with_context(|| format!("output `{name}`"))?;
+                Some(path.display().to_string())
+            }
+            None => None,
+        };
+        outputs.push(OutputLine {
+            name: name.clone(),
+            dtype: t.dtype().to_string(),
+            dims: t.dims().to_vec(),
+            file,
+        });
+    }
+    let run_ms = t1.elapsed().as_secs_f64() * 1e3;
+    if args.json {
+        let doc = serde_json::json!({
+            "model": args.model.display().to_string(),
+            "provider": provider(&engine),
+            "load_ms": load_ms,
+            "run_ms": run_ms,
+            "outputs": outputs,
+            "stats": session.stats(),
+            "peak_device_bytes": engine.stats().device_peak_bytes,
+        });
+        println!("{doc}");
+    } else {
+        for o in &outputs {
+            let dims: Vec<String> = o.dims.iter().map(u64::to_string).collect();
+            match &o.file {
+                Some(f) => println!("{}: {}[{}] -> {f}", o.name, o.dtype, dims.join(", ")),
+                None => println!("{}: {}[{}]", o.name, o.dtype, dims.join(", ")),
+            }
+        }
+        eprintln!("load {load_ms:.1} ms, run and read {run_ms:.1} ms");
+    }
+    Ok(ExitCode::SUCCESS)
+}
