@@ -55,8 +55,8 @@
 # whole cost and much steadier than wall time on a loaded machine. Counts are per step, from
 # the same counter for both runtimes on a route.
 #
-# ---- The dynrt side (what the ONNX importer must provide; until then every dynrt cell says
-# ---- "missing" with the reason and only ONNX Runtime's figures are measured) ----
+# ---- The dynrt side (src/cli/bench_onnx.rs natively, the wasm OnnxSession of src/web.rs in
+# ---- the page; where one is not built or fails, its cells say "missing" with the reason) ----
 #
 # Native: `dynrt bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json]
 #                  [--decode --token-input NAME --logits NAME [--position-input NAME]
@@ -223,6 +223,12 @@ runs_on() {
   esac
 }
 for w in "${chosen[@]}"; do
+  case $w in add_*|mul_*|matmul_*)
+    if [ -z "$dynrt_native" ] || [[ ",$routes," == *,browser,* ]]; then
+      op_note="op workloads: dynrt's step uploads its two inputs from the host every step (neither \`dynrt bench onnx\` nor the wasm OnnxSession keeps a fed input on the device yet) while ONNX Runtime's stay on the device, so dynrt's op rows measure upload + kernel and ONNX Runtime's the kernel; \`dynrt bench kernels\` times dynrt's kernel alone"
+      [[ " ${notes[*]-} " == *"$op_note"* ]] || notes+=("$op_note")
+    fi ;;
+  esac
   case $w in matmul_1024) [ $quick = 1 ] && notes+=("$w: --quick runs it one round (one ONNX Runtime step on SwiftShader costs 12-36 s)") ;; esac
   case $w in smollm2_*) [ $quick = 1 ] && notes+=("$w: --quick runs it on native-lavapipe only (one ONNX Runtime step on SwiftShader costs 12-15 s of CPU)") ;; esac
 done
