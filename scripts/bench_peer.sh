@@ -8,7 +8,7 @@
 #   --json        one JSON line per workload, adapter and figure on stdout (the issue's form:
 #                 {"workload","adapter","unit","dynrt","ort","dynrt_over_ort","better"}); the
 #                 Markdown table goes to stderr. Without it the table goes to stdout.
-#   --quick       fewer steps and 2 rounds (about 10 minutes on a 2-core machine)
+#   --quick       fewer steps and 2 rounds (4 min 34 s once built, on a loaded 2-core machine)
 #   --rounds N    rounds per workload (default 3): each round runs both runtimes once, the
 #                 order alternating, so machine load falls on both alike; figures are the
 #                 median of the rounds' medians
