@@ -497,16 +497,27 @@ struct GatherParams {
     table_offset: u32,
     ids_offset: u32,
     out_offset: u32,
-    _pad0: u32,
+    ids_signed: u32,
     _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> gp: GatherParams;
 @group(0) @binding(4) var<storage, read_write> ids: array<u32>;
 
+// The table row of an id: a negative i32 id counts from the end (wrapping to a value >= rows,
+// which gives zeros, when it is below -rows).
+fn table_row(raw: u32) -> u32 {
+    let signed = bitcast<i32>(raw);
+    if gp.ids_signed != 0u && signed < 0 {
+        return u32(signed + i32(gp.rows));
+    }
+    return raw;
+}
+
 // Embedding rows from an f16 or block-quantized table [rows, row]: one invocation per
-// 32-element block of the output for block formats (row % 32 == 0), per element for f16. Ids
-// >= rows (negative i32 included) give zeros.
+// 32-element block of the output for block formats (row % 32 == 0), per element for f16.
+// Negative i32 ids in [-rows, 0) count from the end (ONNX Gather); other ids outside the
+// table give zeros.
 @compute @workgroup_size(64, 1, 1)
 fn quant_gather(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -521,7 +532,7 @@ fn quant_gather(
         }
         let which = i / per_row;
         let c = i % per_row;
-        let id = ids[gp.ids_offset + which];
+        let id = table_row(ids[gp.ids_offset + which]);
         let o = gp.out_offset + which * gp.row + c * 32u;
         var v: array<vec4<f32>, 8>;
         if id < gp.rows {
@@ -539,7 +550,7 @@ fn quant_gather(
         }
         let which = i / gp.row;
         let c = i % gp.row;
-        let id = ids[gp.ids_offset + which];
+        let id = table_row(ids[gp.ids_offset + which]);
         var v = 0.0;
         if id < gp.rows {
             v = element_at(gp.table_offset, id * gp.row + c);

@@ -17,7 +17,9 @@
 //!   u64), `{}` otherwise; `peak_bytes` is the layer's `memory_peak_bytes` at the end when the
 //!   file is there, else dynrt's own peak of device bytes in use. `cpu_ms` is the CPU time of
 //!   every thread of the process over the step (Linux; on a software adapter the device's work
-//!   runs on them), absent elsewhere.
+//!   runs on them), absent elsewhere. `stats` (an addition the peer script ignores) holds the
+//!   session's counters over every step: allocations, reallocations, state growths, copies
+//!   and their bytes, dispatches, submits.
 
 use super::run::{engine, npy_path, provider};
 use anyhow::{bail, Context};
@@ -285,6 +287,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "steps": step_docs,
             "peak_bytes": peak_bytes,
             "tokens": tokens,
+            "stats": session.stats(),
         });
         println!("{doc}");
     } else {

@@ -657,8 +657,8 @@ impl Kernel for Concat {
 impl Kernel for Gather {
     /// Data of 32- or 64-bit elements; i32, u32 or i64 ids (negative ones count from the
     /// end, others out of range give zeros). Or an f16/q4_1/q8_0 table gathered on axis 0
-    /// and dequantized to f32 rows ([`quant::encode_gather`]) with i32 or u32 ids (there,
-    /// negative ids give zeros: a model's token ids are not negative).
+    /// and dequantized to f32 rows ([`quant::encode_gather`]) with i32 or u32 ids (negative
+    /// ones count from the end there too).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         let table = inputs.first().copied().unwrap_or(output);
         if quant::is_gather_table(table) {

@@ -142,8 +142,10 @@ pub struct GatherParams {
     pub ids_offset: u32,
     /// Output element offset.
     pub out_offset: u32,
+    /// 1 when the ids are i32 (negative ones count from the end), 0 for u32.
+    pub ids_signed: u32,
     /// Padding.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 /// The `WEIGHT_FORMAT` constant of the WGSL for a weight type, `None` for types the kernels
@@ -266,8 +268,8 @@ pub fn is_gather_table(dtype: DType) -> bool {
 }
 
 /// Records the embedding lookup of `ids` (i32 or u32, shape checked by the caller) in an f16
-/// or block-quantized `table` `[V, ...]` into the f32 `out`: each picked row dequantized,
-/// zeros for ids outside `0..V`. Block tables need their last dimension to hold whole blocks.
+/// or block-quantized `table` `[V, ...]` into the f32 `out`: each picked row dequantized;
+/// negative i32 ids in `[-V, 0)` count from the end, other ids outside `0..V` give zeros. Block tables need their last dimension to hold whole blocks.
 ///
 /// # Errors
 /// [`KernelError::DType`] for another table type, [`KernelError::PartialBlock`], and the
@@ -325,7 +327,8 @@ pub fn encode_gather(
         table_offset: ot,
         ids_offset: oi,
         out_offset: oo,
-        _pad: [0; 2],
+        ids_signed: u32::from(ids.dtype == DType::I32),
+        _pad: 0,
     };
     // One invocation per block of 32 output values (block tables) or per value (f16).
     let lanes = if table.dtype.block().is_some() {
