@@ -227,6 +227,57 @@ fn binary_ops_with_broadcasting() {
     }
 }
 
+/// Every f32 binary op through every flat entry point: the context string's length decides
+/// `check`'s skew, so `binary_ops_with_broadcasting` reaches the vec4 entry points for only
+/// some op names; here each op runs at skews 0 (`flat4_aligned`), 16 (`flat4`, element
+/// offsets), 4 (`flat`) and, on an odd length, 0 (`flat_aligned`), so an entry point that
+/// computed one op for all of them (or skipped the operator switch) fails.
+#[test]
+fn every_binary_op_on_every_flat_entry_point() {
+    for gpu in gpus("every_binary_op_on_every_flat_entry_point") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(12);
+        let mut cases = 0;
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Pow,
+            BinaryOp::Min,
+            BinaryOp::Max,
+            BinaryOp::SiluMul,
+        ] {
+            let op = Op::Binary(op);
+            for (len, skew) in [(256, 0), (256, 16), (256, 4), (255, 0)] {
+                let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                let out = s(&[len]);
+                let want = reference::eval_op(&op, &[&a.reference(), &b.reference()], &out)
+                    .unwrap()
+                    .to_f32();
+                let got = run(&gpu, &mut k, &op, &[a, b], &out, DType::F32, skew).unwrap();
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    let ok = if w.is_nan() {
+                        g.is_nan()
+                    } else {
+                        (g - w).abs() <= 1e-6 + 1e-5 * w.abs()
+                    };
+                    assert!(
+                        ok,
+                        "{} len {len} skew {skew} on {:?}: element {i}: gpu {g} vs ref {w}",
+                        op.name(),
+                        gpu.backend()
+                    );
+                }
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 32);
+        // 8 ops x the 4 flat entry points, one pipeline each.
+        assert_eq!(k.stats().pipelines, 32);
+    }
+}
+
 #[test]
 fn unary_ops() {
     for gpu in gpus("unary_ops") {
