@@ -9,6 +9,12 @@
 //                             element offsets % 4 == 0)
 //   elementwise_unary         one f32 per invocation
 //   elementwise_unary4        one vec4<f32> per invocation (same conditions as flat4)
+//   *_aligned                 each flat / unary entry point again for operands that all start
+//                             at their binding (element offsets 0): no offsets read
+//
+// The flat and unary entry points (not elementwise_binary) are compiled without wgpu's bounds
+// checks: every index they form is in bounds by construction (src/gpu/kernels/elementwise.rs
+// says why). Keep it so: an index that is not `offset + i` with `i < numel` needs the checks.
 //
 // Specialisation: the operator is a pipeline-overridable constant (BINARY_OP: 0 add, 1 sub,
 // 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 silu_mul = a / (1 + exp(-a)) * b, the SwiGLU gate;
@@ -217,17 +223,55 @@ fn elementwise_binary(
     dst[bp.out_offset + i] = binary_op(in0[ia], in1[ib]);
 }
 
+// The flat bodies, shared by the entry points with element offsets from the uniform and the
+// `_aligned` ones that pass 0 (every operand starts at its binding): on SwiftShader the three
+// uniform offsets cost about a fifth of a streaming add's time (README, "Side by side with
+// ONNX Runtime").
+fn binary_flat(i: u32, o0: u32, o1: u32, oo: u32) {
+    if i >= fp.numel {
+        return;
+    }
+    dst[oo + i] = binary_op(in0[o0 + i], in1[o1 + i]);
+}
+
+fn binary_flat4(i: u32, o0: u32, o1: u32, oo: u32) {
+    if i >= fp.numel {
+        return;
+    }
+    dst4[oo + i] = binary_op4(in0_4[o0 + i], in1_4[o1 + i]);
+}
+
+fn unary_flat(i: u32, o0: u32, oo: u32) {
+    if i >= fp.numel {
+        return;
+    }
+    udst[oo + i] = unary_op(in0[o0 + i]);
+}
+
+fn unary_flat4(i: u32, o0: u32, oo: u32) {
+    if i >= fp.numel {
+        return;
+    }
+    let x = in0_4[o0 + i];
+    udst4[oo + i] = vec4<f32>(unary_op(x.x), unary_op(x.y), unary_op(x.z), unary_op(x.w));
+}
+
 @compute @workgroup_size(256)
 fn elementwise_binary_flat(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = linear_index(wid, nwg, lid);
-    if i >= fp.numel {
-        return;
-    }
-    dst[fp.out_offset + i] = binary_op(in0[fp.in0_offset + i], in1[fp.in1_offset + i]);
+    binary_flat(linear_index(wid, nwg, lid), fp.in0_offset, fp.in1_offset, fp.out_offset);
+}
+
+@compute @workgroup_size(256)
+fn elementwise_binary_flat_aligned(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    binary_flat(linear_index(wid, nwg, lid), 0u, 0u, 0u);
 }
 
 @compute @workgroup_size(256)
@@ -236,11 +280,16 @@ fn elementwise_binary_flat4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = linear_index(wid, nwg, lid);
-    if i >= fp.numel {
-        return;
-    }
-    dst4[fp.out_offset + i] = binary_op4(in0_4[fp.in0_offset + i], in1_4[fp.in1_offset + i]);
+    binary_flat4(linear_index(wid, nwg, lid), fp.in0_offset, fp.in1_offset, fp.out_offset);
+}
+
+@compute @workgroup_size(256)
+fn elementwise_binary_flat4_aligned(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    binary_flat4(linear_index(wid, nwg, lid), 0u, 0u, 0u);
 }
 
 @compute @workgroup_size(256)
@@ -249,11 +298,16 @@ fn elementwise_unary(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = linear_index(wid, nwg, lid);
-    if i >= fp.numel {
-        return;
-    }
-    udst[fp.out_offset + i] = unary_op(in0[fp.in0_offset + i]);
+    unary_flat(linear_index(wid, nwg, lid), fp.in0_offset, fp.out_offset);
+}
+
+@compute @workgroup_size(256)
+fn elementwise_unary_aligned(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    unary_flat(linear_index(wid, nwg, lid), 0u, 0u);
 }
 
 @compute @workgroup_size(256)
@@ -262,10 +316,14 @@ fn elementwise_unary4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = linear_index(wid, nwg, lid);
-    if i >= fp.numel {
-        return;
-    }
-    let x = in0_4[fp.in0_offset + i];
-    udst4[fp.out_offset + i] = vec4<f32>(unary_op(x.x), unary_op(x.y), unary_op(x.z), unary_op(x.w));
+    unary_flat4(linear_index(wid, nwg, lid), fp.in0_offset, fp.out_offset);
+}
+
+@compute @workgroup_size(256)
+fn elementwise_unary4_aligned(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    unary_flat4(linear_index(wid, nwg, lid), 0u, 0u);
 }

@@ -220,10 +220,61 @@ fn binary_ops_with_broadcasting() {
         }
         assert_eq!(cases, 95);
         let st = k.stats();
-        // 5 ops x up to 3 entry points; every other dispatch hit the cache (size-0 outputs
-        // dispatch nothing and look nothing up).
-        assert!(st.misses <= 15 && st.hits + st.misses >= 75, "{st:?}");
+        // 5 ops x up to 5 entry points (broadcast; flat and flat4, each also _aligned); every
+        // other dispatch hit the cache (size-0 outputs dispatch nothing and look nothing up).
+        assert!(st.misses <= 25 && st.hits + st.misses >= 75, "{st:?}");
         assert_eq!(st.pipelines as u64, st.misses);
+    }
+}
+
+/// Every f32 binary op through every flat entry point: the context string's length decides
+/// `check`'s skew, so `binary_ops_with_broadcasting` reaches the vec4 entry points for only
+/// some op names; here each op runs at skews 0 (`flat4_aligned`), 16 (`flat4`, element
+/// offsets), 4 (`flat`) and, on an odd length, 0 (`flat_aligned`), so an entry point that
+/// computed one op for all of them (or skipped the operator switch) fails.
+#[test]
+fn every_binary_op_on_every_flat_entry_point() {
+    for gpu in gpus("every_binary_op_on_every_flat_entry_point") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(12);
+        let mut cases = 0;
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Pow,
+            BinaryOp::Min,
+            BinaryOp::Max,
+            BinaryOp::SiluMul,
+        ] {
+            let op = Op::Binary(op);
+            for (len, skew) in [(256, 0), (256, 16), (256, 4), (255, 0)] {
+                let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                let out = s(&[len]);
+                let want = reference::eval_op(&op, &[&a.reference(), &b.reference()], &out)
+                    .unwrap()
+                    .to_f32();
+                let got = run(&gpu, &mut k, &op, &[a, b], &out, DType::F32, skew).unwrap();
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    let ok = if w.is_nan() {
+                        g.is_nan()
+                    } else {
+                        (g - w).abs() <= 1e-6 + 1e-5 * w.abs()
+                    };
+                    assert!(
+                        ok,
+                        "{} len {len} skew {skew} on {:?}: element {i}: gpu {g} vs ref {w}",
+                        op.name(),
+                        gpu.backend()
+                    );
+                }
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 32);
+        // 8 ops x the 4 flat entry points, one pipeline each.
+        assert_eq!(k.stats().pipelines, 32);
     }
 }
 
@@ -300,6 +351,67 @@ fn unary_ops() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn flat_elementwise_kernels_cover_every_element_near_workgroup_edges() {
+    // The flat and unary entry points run without wgpu's bounds checks (their indices are in
+    // bounds by construction): sizes just below, at and above multiples of a workgroup (256
+    // invocations) must write every element, with and without an offset skew (the context
+    // string's length sets the skew: 0, 4 or 8 bytes), on the scalar (odd) and vec4 paths.
+    let mut sizes = vec![1, 2, 3];
+    for m in [1, 2, 3] {
+        sizes.extend([m * 256 - 1, m * 256, m * 256 + 1]);
+    }
+    for gpu in gpus("flat_elementwise_kernels_cover_every_element_near_workgroup_edges") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(11);
+        let mut cases = 0;
+        for &n in &sizes {
+            for len in [n, 4 * n] {
+                for ctx in ["add", "add.", "add.."] {
+                    let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                    let name = format!("{ctx} {len}");
+                    let got = check(
+                        &gpu,
+                        &mut k,
+                        &Op::Binary(BinaryOp::Add),
+                        &[a, b],
+                        EXACT,
+                        &name,
+                    );
+                    assert_eq!(got.len() as u64, len);
+                    cases += 1;
+                }
+                // exp is never 0, so an element the kernel skipped cannot pass as computed.
+                let x = f32_tensor(&mut rng, &[len]);
+                let tol = Tol {
+                    atol: 1e-6,
+                    rtol: 1e-5,
+                };
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Unary(UnaryOp::Exp),
+                    &[x],
+                    tol,
+                    &format!("exp {len}"),
+                );
+                cases += 1;
+            }
+            // A skew of 16 or 32 bytes: the vec4 entry points with element offsets.
+            for skew in [16, 32] {
+                let len = 4 * n;
+                let (a, b) = (f32_tensor(&mut rng, &[len]), f32_tensor(&mut rng, &[len]));
+                let want: Vec<f32> = a.values.iter().zip(&b.values).map(|(x, y)| x + y).collect();
+                let op = Op::Binary(BinaryOp::Add);
+                let got = run(&gpu, &mut k, &op, &[a, b], &s(&[len]), DType::F32, skew).unwrap();
+                assert_eq!(got, want, "add {len} skew {skew}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, sizes.len() * (2 * 4 + 2));
     }
 }
 

@@ -65,6 +65,8 @@ struct MatMulGflops {
 #[derive(serde::Serialize)]
 struct BaseReport {
     add_bandwidth_gbps: f64,
+    /// The process's CPU time per add dispatch (all threads), in ms; null off Linux.
+    add_cpu_ms: Option<f64>,
     copy_bandwidth_gbps: f64,
     add_vs_copy: f64,
     matmul_gflops: MatMulGflops,
@@ -120,31 +122,40 @@ pub(super) fn timed_rounds(
     let mut best = f64::INFINITY;
     let mut cpu = Some(0.0);
     for round in 0..=rounds {
-        let mut enc = gpu
-            .device()
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("bench kernels"),
-            });
-        record(&mut enc)?;
-        let c0 = process_cpu_seconds();
-        let t0 = Instant::now();
-        gpu.queue().submit([enc.finish()]);
-        gpu.device()
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
-        let dt = t0.elapsed().as_secs_f64();
+        let (dt, c) = submit_seconds(gpu, &mut record)?;
         if round > 0 {
             best = best.min(dt);
-            cpu = match (cpu, c0, process_cpu_seconds()) {
-                (Some(sum), Some(a), Some(b)) => Some(sum + (b - a)),
-                _ => None,
-            };
+            cpu = cpu.zip(c).map(|(sum, c)| sum + c);
         }
     }
     Ok(Timing {
         best_s: best,
         cpu_s: cpu.map(|c| c / f64::from(rounds.max(1))),
     })
+}
+
+/// One submit of what `record` encodes: the wall-clock seconds from the submit until the
+/// device is idle again, and the process's CPU seconds over the same span
+/// ([`process_cpu_seconds`]; recording is outside both).
+fn submit_seconds(
+    gpu: &Gpu,
+    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, Option<f64>)> {
+    let mut enc = gpu
+        .device()
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("bench kernels"),
+        });
+    record(&mut enc)?;
+    let c0 = process_cpu_seconds();
+    let t0 = Instant::now();
+    gpu.queue().submit([enc.finish()]);
+    gpu.device()
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
+    let dt = t0.elapsed().as_secs_f64();
+    let cpu = c0.zip(process_cpu_seconds()).map(|(a, b)| b - a);
+    Ok((dt, cpu))
 }
 
 fn filled(
@@ -171,15 +182,15 @@ pub(super) struct Bench {
     pub(super) rounds: u32,
 }
 
-/// Runs `op` `reps` times per submit on fresh f32 operands of `shapes`; returns the best
-/// seconds per dispatch.
+/// Runs `op` `reps` times per submit on fresh f32 operands of `shapes`; returns the timing
+/// per dispatch (best wall-clock, mean CPU).
 fn time_op(
     b: &mut Bench,
     op: &Op,
     shapes: &[Shape],
     out: &Shape,
     reps: u32,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Timing> {
     let mut rng = SplitMix64::new(42);
     let inputs: Vec<HostTensor> = shapes
         .iter()
@@ -190,7 +201,7 @@ fn time_op(
             Ok(HostTensor::f32(s.clone(), &v))
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(time_typed(b, op, &inputs, out, reps)?.0.best_s)
+    Ok(time_typed(b, op, &inputs, out, reps)?.0)
 }
 
 /// Runs `op` `reps` times per submit on `inputs` (any types) into an f32 output of shape
@@ -324,13 +335,14 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
     let n = args.add_elements.max(1024);
     let shape = Shape::new(vec![n]);
     let reps = 10;
-    let add_s = time_op(
+    let add = time_op(
         b,
         &Op::Binary(BinaryOp::Add),
         &[shape.clone(), shape.clone()],
         &shape,
         reps,
     )?;
+    let (add_s, add_cpu_s) = (add.best_s, add.cpu_s);
     let moved = 3.0 * n as f64 * 4.0;
     let add_gbps = moved / add_s / 1e9;
 
@@ -367,12 +379,14 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
             &[s.clone(), s.clone()],
             &s,
             reps,
-        )?;
+        )?
+        .best_s;
         gflops[slot] = flops / secs / 1e9;
     }
 
     let report = BaseReport {
         add_bandwidth_gbps: add_gbps,
+        add_cpu_ms: add_cpu_s.map(|c| c * 1e3),
         copy_bandwidth_gbps: copy_gbps,
         add_vs_copy: add_gbps / copy_gbps,
         matmul_gflops: MatMulGflops {
@@ -383,9 +397,12 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
     };
     if !args.json {
         println!(
-            "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch",
+            "add   {n} f32 elements: {:.2} GB/s (read+write), {:.3} ms per dispatch, {} CPU ms per dispatch (all threads)",
             report.add_bandwidth_gbps,
-            add_s * 1e3
+            add_s * 1e3,
+            report
+                .add_cpu_ms
+                .map_or("–".to_string(), |c| format!("{c:.3}"))
         );
         println!(
             "copy  {copy_bytes} bytes: {:.2} GB/s (read+write), {:.3} ms per copy",
@@ -405,7 +422,8 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
             &[a, w],
             &out,
             10,
-        )?;
+        )?
+        .best_s;
         println!(
             "matmul 1x768 @ 768x2304 (decode step, small-M kernel): {:.1} GFLOP/s, {:.3} ms",
             2.0 * 768.0 * 2304.0 / secs / 1e9,
@@ -427,11 +445,11 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
             Shape::new(vec![64, 64, 3, 3]),
             Shape::new(vec![64]),
         ];
-        let conv_s = time_op(b, &conv, &conv_shapes, &image, 2)?;
+        let conv_s = time_op(b, &conv, &conv_shapes, &image, 2)?.best_s;
         let gemm = [Shape::new(vec![64, 576]), Shape::new(vec![576, 3136])];
         let gemm_out = Shape::new(vec![64, 3136]);
         let mm = Op::MatMul(ops::MatMul { transpose_b: false });
-        let gemm_s = time_op(b, &mm, &gemm, &gemm_out, 2)?;
+        let gemm_s = time_op(b, &mm, &gemm, &gemm_out, 2)?.best_s;
         let flops = 2.0 * 64.0 * 576.0 * 3136.0;
         println!(
             "conv 3x3 64->64 on 56x56 (implicit GEMM): {:.1} GFLOP/s, {:.3} ms; the same GEMM as a matmul: {:.1} GFLOP/s, {:.3} ms",
@@ -450,7 +468,8 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
             &[tiny.clone(), tiny.clone()],
             &tiny,
             200,
-        )?;
+        )?
+        .best_s;
         println!(
             "add of 1024 elements, 200 per submit: {:.1} us per dispatch (host + device)",
             secs * 1e6
@@ -461,77 +480,226 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
     Ok(report)
 }
 
-/// `--probe`: hand-written add kernels outside [`Kernels`], to find what shape of kernel a
-/// software adapter streams fast (workgroup size, vec4s per invocation, runtime bounds checks).
+/// Where a probe kernel gets its element count and offsets.
+#[derive(Clone, Copy, PartialEq)]
+enum Params {
+    /// Count and three element offsets from a uniform (dynrt's `FlatParams`).
+    Uniform,
+    /// Count from a uniform, no offsets (every operand bound at its start).
+    UniformCount,
+    /// The count is `arrayLength` of the output, no offsets.
+    Length,
+    /// The count is a constant in the source, no offsets.
+    Constant,
+}
+
+/// One hand-written add kernel of the `--probe` matrix.
+struct AddVariant {
+    /// Invocations per workgroup.
+    wg: u32,
+    /// vec4s per invocation, at `j * wg + lid` within the workgroup's block (coalesced).
+    per: u32,
+    /// wgpu's bounds checks (`Restrict`: every index clamped to the binding) on or off.
+    checked: bool,
+    /// Inputs declared `read` (ONNX Runtime's form) instead of `read_write` (dynrt's: arena
+    /// sub-ranges of one buffer may be bound as inputs and output of one dispatch).
+    read_only: bool,
+    /// Where the element count and the operands' element offsets come from.
+    params: Params,
+    /// The per-invocation loop written out (`per` statements) instead of a `for` loop.
+    unrolled: bool,
+}
+
+impl AddVariant {
+    fn name(&self) -> String {
+        format!(
+            "wg={} vec4/inv={} checked={} inputs={} params={} {}",
+            self.wg,
+            self.per,
+            self.checked,
+            if self.read_only { "read" } else { "read_write" },
+            match self.params {
+                Params::Uniform => "uniform+offsets",
+                Params::UniformCount => "uniform",
+                Params::Length => "arrayLength",
+                Params::Constant => "constant",
+            },
+            if self.unrolled { "unrolled" } else { "loop" }
+        )
+    }
+
+    fn wgsl(&self, n4: u64) -> String {
+        let access = if self.read_only { "read" } else { "read_write" };
+        let (wg, per) = (self.wg, self.per);
+        let params = match self.params {
+            Params::Uniform | Params::UniformCount => {
+                "struct P { n: u32, oa: u32, ob: u32, oc: u32 }\n\
+                 @group(0) @binding(3) var<uniform> p: P;\n"
+                    .to_string()
+            }
+            Params::Constant => format!("const n = {n4}u;\n"),
+            Params::Length => String::new(),
+        };
+        let n = match self.params {
+            Params::Uniform | Params::UniformCount => "p.n",
+            Params::Constant => "n",
+            Params::Length => "arrayLength(&c)",
+        };
+        let one = |j: &str| {
+            let access = if self.params == Params::Uniform {
+                "c[p.oc + i] = a[p.oa + i] + b[p.ob + i];"
+            } else {
+                "c[i] = a[i] + b[i];"
+            };
+            format!("{{ let i = base + {j} * {wg}u + lid; if i < {n} {{ {access} }} }}\n")
+        };
+        let body = if self.unrolled {
+            (0..per).map(|j| one(&format!("{j}u"))).collect::<String>()
+        } else {
+            format!("for (var j = 0u; j < {per}u; j++) {}", one("j"))
+        };
+        format!(
+            "@group(0) @binding(0) var<storage, {access}> a: array<vec4<f32>>;\n\
+             @group(0) @binding(1) var<storage, {access}> b: array<vec4<f32>>;\n\
+             @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;\n\
+             {params}\
+             @compute @workgroup_size({wg}) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
+             @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
+               let base = (wid.x + wid.y * nwg.x) * {per}u * {wg}u;\n\
+               {body}\
+             }}\n"
+        )
+    }
+}
+
+/// `--probe`: a matrix of hand-written add kernels outside [`Kernels`] (workgroup size,
+/// vec4s per invocation, bounds checks, `read` vs `read_write` inputs, uniform vs constant
+/// parameters, loop vs unrolled), to find what shape of kernel an adapter streams fast.
 fn probe(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result<()> {
     let mut rng = SplitMix64::new(7);
+    let n = n / 4 * 4;
     let bufs = (0..3)
         .map(|i| filled(engine, &format!("probe {i}"), n, &mut rng))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let n4 = n / 4;
+    let params: [u32; 4] = [n4 as u32, 0, 0, 0];
+    let ubuf = engine.allocate_init(
+        &BufferDesc {
+            label: "probe params",
+            size_bytes: 16,
+            kind: AllocKind::ClMem,
+        },
+        bytemuck::bytes_of(&params),
+    )?;
     let moved = 3.0 * n as f64 * 4.0;
     let dev = gpu.device();
     let max_dim = dev.limits().max_compute_workgroups_per_dimension;
-    for checked in [true, false] {
-        for wg in [1u32, 64, 256] {
-            for per in [1u32, 4, 16, 256] {
-                if (wg == 1) != (per == 256) {
-                    continue;
+    let v = |wg, per, checked, read_only, params, unrolled| AddVariant {
+        wg,
+        per,
+        checked,
+        read_only,
+        params,
+        unrolled,
+    };
+    use Params::*;
+    let variants = [
+        // ONNX Runtime's add (its WebGPU EP's WGSL): one vec4 per invocation, 64 per
+        // workgroup, `read` inputs, the count from a uniform, no offsets; natively ONNX
+        // Runtime runs it without bounds checks (Dawn's robustness off).
+        v(64, 1, true, true, UniformCount, true),
+        v(64, 1, false, true, UniformCount, true),
+        // dynrt's flat4 entry point: 256 per workgroup, read_write, count and offsets from
+        // the uniform; checked (before the study) and unchecked (now).
+        v(256, 1, true, false, Uniform, true),
+        v(256, 1, false, false, Uniform, true),
+        // dynrt's flat4_aligned entry point (every operand at its binding's start): no
+        // offsets read; unchecked is what runs now.
+        v(256, 1, true, false, UniformCount, true),
+        v(256, 1, false, false, UniformCount, true),
+        // More vec4s per invocation, written out or looped, and other sources of the count.
+        v(256, 2, true, false, Uniform, true),
+        v(256, 4, true, false, Uniform, true),
+        v(256, 4, true, false, Uniform, false),
+        v(256, 2, false, false, Uniform, true),
+        v(256, 4, false, false, Uniform, true),
+        v(256, 4, false, false, Uniform, false),
+        v(64, 4, true, false, Uniform, true),
+        v(256, 1, true, false, Length, true),
+        v(256, 1, true, false, Constant, true),
+    ];
+    let mut compiled = Vec::new();
+    for var in &variants {
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some("probe"),
+            source: wgpu::ShaderSource::Wgsl(var.wgsl(n4).into()),
+        };
+        let module = if var.checked {
+            dev.create_shader_module(desc)
+        } else {
+            // SAFETY: every access is guarded by `i < n`, the element count of all three
+            // bindings (offsets are 0).
+            unsafe {
+                dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
+        let mut bound: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
+        if matches!(var.params, Params::Uniform | Params::UniformCount) {
+            bound.push(&ubuf);
+        }
+        let (pipe, bg) = raw_pipeline(dev, &module, "probe", &bound);
+        let groups = n4.div_ceil(u64::from(var.wg * var.per)) as u32;
+        let grid = if groups <= max_dim {
+            (groups, 1)
+        } else {
+            (max_dim, groups.div_ceil(max_dim))
+        };
+        compiled.push((pipe, bg, grid));
+    }
+    // Interleaved: every round times each variant once (one submit of `reps` dispatches, in
+    // an order that rotates), so the load of a shared machine falls on all of them alike;
+    // the median over the rounds counts. Beside the wall time, the process's CPU time over
+    // all rounds: on a software adapter the device's work is this process's threads, and
+    // CPU time is far less disturbed by other processes than wall time.
+    let reps = 10;
+    let rounds = rounds.max(3) as usize;
+    let mut secs = vec![Vec::with_capacity(rounds); variants.len()];
+    let mut cpu = vec![Some(0.0f64); variants.len()];
+    for round in 0..=rounds {
+        for k in 0..variants.len() {
+            let idx = (k + round) % variants.len();
+            let (pipe, bg, (gx, gy)) = &compiled[idx];
+            let (s, c) = submit_seconds(gpu, |enc| {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(pipe);
+                pass.set_bind_group(0, bg, &[]);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(*gx, *gy, 1);
                 }
-                let src = format!(
-                    "@group(0) @binding(0) var<storage, read_write> a: array<vec4<f32>>;\n\
-                     @group(0) @binding(1) var<storage, read_write> b: array<vec4<f32>>;\n\
-                     @group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;\n\
-                     @compute @workgroup_size({wg}) fn main(@builtin(workgroup_id) wid: vec3<u32>,\n\
-                     @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{\n\
-                       let g = wid.x + wid.y * nwg.x;\n\
-                       let n = arrayLength(&c);\n\
-                       for (var j = 0u; j < {per}u; j++) {{\n\
-                         let i = (g * {per}u + j) * {wg}u + lid;\n\
-                         if i < n {{ c[i] = a[i] + b[i]; }}\n\
-                       }}\n\
-                     }}\n"
-                );
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some("probe"),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                };
-                let module = if checked {
-                    dev.create_shader_module(desc)
-                } else {
-                    // SAFETY: every access is guarded by `i < arrayLength(&c)` and all three
-                    // bindings have the same length.
-                    unsafe {
-                        dev.create_shader_module_trusted(
-                            desc,
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
-                    }
-                };
-                let bufs: Vec<&dynrt::gpu::Buffer> = bufs.iter().collect();
-                let (pipe, bg) = raw_pipeline(dev, &module, "probe", &bufs);
-                let groups = (n / 4).div_ceil(u64::from(wg * per)) as u32;
-                let (gx, gy) = if groups <= max_dim {
-                    (groups, 1)
-                } else {
-                    (max_dim, groups.div_ceil(max_dim))
-                };
-                let reps = 10;
-                let s = best_seconds(gpu, rounds, |enc| {
-                    let mut pass = enc.begin_compute_pass(&Default::default());
-                    pass.set_pipeline(&pipe);
-                    pass.set_bind_group(0, &bg, &[]);
-                    for _ in 0..reps {
-                        pass.dispatch_workgroups(gx, gy, 1);
-                    }
-                    Ok(())
-                })? / f64::from(reps);
-                println!(
-                    "probe add checked={checked} wg={wg} vec4/inv={per} groups={groups}: {:.2} GB/s ({:.3} ms)",
-                    moved / s / 1e9,
-                    s * 1e3
-                );
+                Ok(())
+            })?;
+            // Round 0 warms every pipeline up.
+            if round > 0 {
+                secs[idx].push(s / f64::from(reps));
+                cpu[idx] = cpu[idx].zip(c).map(|(sum, c)| sum + c);
             }
         }
+    }
+    let per_dispatch = (rounds as f64) * f64::from(reps);
+    for ((var, s), c) in variants.iter().zip(&mut secs).zip(&cpu) {
+        s.sort_by(f64::total_cmp);
+        let (lo, med, hi) = (s[0], s[s.len() / 2], s[s.len() - 1]);
+        let cpu = c.map_or("cpu –".to_string(), |c| {
+            format!("cpu {:.3} ms", c / per_dispatch * 1e3)
+        });
+        println!(
+            "probe add {}: {:.2} GB/s median ({:.2}-{:.2}), {:.3} ms, {cpu}",
+            var.name(),
+            moved / med / 1e9,
+            moved / hi / 1e9,
+            moved / lo / 1e9,
+            med * 1e3
+        );
     }
     Ok(())
 }

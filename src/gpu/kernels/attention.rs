@@ -16,6 +16,7 @@ pub const FAMILY: Family = Family {
     name: "attention",
     source: WGSL,
     bindings: |_| &[1, 2, 3, 4],
+    unchecked: &[],
 };
 
 /// Largest head the attention kernel holds in registers (`MAX_D` of the WGSL).

@@ -21,6 +21,7 @@ pub const FAMILY: Family = Family {
         "cnn_batch_norm" => &[1, 2, 3, 4, 5, 6],
         _ => &[1, 6],
     },
+    unchecked: &[],
 };
 
 /// `PoolParams` of `shaders/cnn.wgsl` (128 bytes); spatial vectors are `(d, h, w, 0)`.

@@ -2,6 +2,21 @@
 //! (a strided entry point, and flat / vec4 entry points for same-shape operands) and the
 //! unary activations. The operator is a pipeline-overridable constant, so each op gets its
 //! own pipeline with the switch folded away.
+//!
+//! **The flat and unary entry points run without wgpu's bounds checks** ([`Family::unchecked`]).
+//! Every index they compute is in bounds by construction: for an output of `n` elements each
+//! operand is bound by [`Encoder::bind`] with `needed_bytes = 4 n`, which binds from an aligned
+//! base `skew` bytes before the tensor, `skew + 4 n` bytes or more, and returns `skew / 4` as the
+//! element offset `off` (vec4 entry points: `skew % 16 == 0` and `n % 4 == 0`, so the binding
+//! holds `off / 4 + n / 4` vec4s; the `_aligned` entry points, chosen when every `off` is 0,
+//! use 0); the shader touches `off + i` only for `i < n`, its first statement
+//! (`if i >= fp.numel { return; }`) makes sure of that, and `off + i < 2^31` because a binding
+//! holds at most `max_storage_buffer_binding_size` bytes. So the clamp wgpu would add
+//! to each access on adapters without robustBufferAccess2 can never change an index; it only
+//! costs: on SwiftShader the same add takes 1.6-1.8x the CPU time with it (README, "Side by
+//! side with ONNX Runtime", which also shows that ONNX Runtime's native WebGPU EP runs Dawn with
+//! its robustness off). A replayed [`super::DispatchPlan`] binds the same ranges it recorded.
+//! The broadcasting entry point, whose index arithmetic goes through strides, keeps the checks.
 
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
@@ -16,10 +31,24 @@ pub const WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
 pub const FAMILY: Family = Family {
     name: "elementwise",
     source: WGSL,
-    bindings: |entry| match entry {
-        "elementwise_unary" | "elementwise_unary4" => &[1, 2],
-        _ => &[1, 2, 3],
+    bindings: |entry| {
+        if entry.starts_with("elementwise_unary") {
+            &[1, 2]
+        } else {
+            &[1, 2, 3]
+        }
     },
+    // In bounds by construction: see the module docs.
+    unchecked: &[
+        "elementwise_binary_flat",
+        "elementwise_binary_flat_aligned",
+        "elementwise_binary_flat4",
+        "elementwise_binary_flat4_aligned",
+        "elementwise_unary",
+        "elementwise_unary_aligned",
+        "elementwise_unary4",
+        "elementwise_unary4_aligned",
+    ],
 };
 
 /// `BroadcastParams` of `shaders/elementwise.wgsl` and `shaders/mask.wgsl`: up to three
@@ -89,10 +118,12 @@ impl Kernel for BinaryOp {
         let constant = Some(("BINARY_OP", self.code()));
         if a.shape == out.shape && b.shape == out.shape {
             let vec4 = n % 4 == 0 && oa % 4 == 0 && ob % 4 == 0 && oo % 4 == 0;
-            let (entry, k) = if vec4 {
-                ("elementwise_binary_flat4", 4)
-            } else {
-                ("elementwise_binary_flat", 1)
+            let aligned = oa == 0 && ob == 0 && oo == 0;
+            let (entry, k) = match (vec4, aligned) {
+                (true, true) => ("elementwise_binary_flat4_aligned", 4),
+                (true, false) => ("elementwise_binary_flat4", 4),
+                (false, true) => ("elementwise_binary_flat_aligned", 1),
+                (false, false) => ("elementwise_binary_flat", 1),
             };
             let p = FlatParams {
                 numel: (n / k) as u32,
@@ -145,10 +176,12 @@ impl Kernel for UnaryOp {
         let (bx, ox) = e.bind("input 0", &inputs[0].tensor, n * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
         let vec4 = n % 4 == 0 && ox % 4 == 0 && oo % 4 == 0;
-        let (entry, k) = if vec4 {
-            ("elementwise_unary4", 4)
-        } else {
-            ("elementwise_unary", 1)
+        let aligned = ox == 0 && oo == 0;
+        let (entry, k) = match (vec4, aligned) {
+            (true, true) => ("elementwise_unary4_aligned", 4),
+            (true, false) => ("elementwise_unary4", 4),
+            (false, true) => ("elementwise_unary_aligned", 1),
+            (false, false) => ("elementwise_unary", 1),
         };
         let p = FlatParams {
             numel: (n / k) as u32,

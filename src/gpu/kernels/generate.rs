@@ -19,6 +19,7 @@ pub const FAMILY: Family = Family {
         "generate_trilu" => &[1, 3],
         _ => &[1, 2, 3],
     },
+    unchecked: &[],
 };
 
 /// `RangeParams` of `shaders/generate.wgsl` (32 bytes).

@@ -22,6 +22,7 @@ pub const FAMILY: Family = Family {
     name: "logic",
     source: WGSL,
     bindings: |_| &[1, 2, 3, 4],
+    unchecked: &[],
 };
 
 /// Op codes of `shaders/logic.wgsl` beyond the [`BinaryOp`] codes.

@@ -20,6 +20,7 @@ pub const FAMILY: Family = Family {
         "mask_causal" => &[1, 4],
         _ => &[1, 2, 3, 4],
     },
+    unchecked: &[],
 };
 
 /// `CausalParams` of `shaders/mask.wgsl` (32 bytes).

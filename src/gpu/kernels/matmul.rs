@@ -26,6 +26,7 @@ pub const FAMILY: Family = Family {
         "matmul_bias" => &[3, 4],
         _ => &[1, 2, 3],
     },
+    unchecked: &[],
 };
 
 /// Largest M for which the small-M kernel is used instead of the tiled one.

@@ -33,6 +33,7 @@ pub const FAMILY: Family = Family {
         "movement_slice_axes" => &[1, 2, 3, 4, 5],
         _ => &[3],
     },
+    unchecked: &[],
 };
 
 /// `CopyParams` of `shaders/movement.wgsl` (112 bytes).

@@ -33,6 +33,7 @@ pub const FAMILY: Family = Family {
         "quant_gather" => &[2, 3, 4],
         _ => &[1, 2, 3],
     },
+    unchecked: &[],
 };
 
 /// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).

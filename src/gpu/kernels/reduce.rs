@@ -24,6 +24,7 @@ pub const FAMILY: Family = Family {
         "reduce_rms_norm" | "reduce_layer_norm_nobias" | "reduce_axes_input" => &[1, 2, 4],
         _ => &[1, 4],
     },
+    unchecked: &[],
 };
 
 /// `RowParams` of `shaders/reduce.wgsl` (48 bytes).

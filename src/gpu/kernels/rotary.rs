@@ -19,6 +19,7 @@ pub const FAMILY: Family = Family {
         "rotary_pos" => &[1, 2, 3, 4, 5],
         _ => &[1, 2, 3, 5],
     },
+    unchecked: &[],
 };
 
 /// `RotaryParams` of `shaders/rotary.wgsl` (64 bytes).
