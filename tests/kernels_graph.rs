@@ -6,6 +6,8 @@
 //! Tolerance: |gpu - ref| <= 2e-3 + 2e-3 |ref| (a chain of ~30 f32 kernels against f64
 //! intermediates).
 
+mod common;
+
 use dynrt::gpu::kernels::run::run_graph;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::gpu::{testing, Engine};
@@ -167,5 +169,29 @@ fn decoder_layer_prefill_and_decode_match_the_reference() {
         }
         let st = k.stats();
         assert!(st.hits > st.misses, "{st:?}");
+    }
+}
+
+/// Ops given one tensor twice (`Mul(x, x)`, `where(c, i, i)`) and logic ops leaving slots
+/// unused: the dispatch path binds no storage range twice (it refuses to, with
+/// `KernelError::AliasedBindings`, which Dawn's "writable storage buffer binding aliasing"
+/// would be in the browser) and the values are right.
+#[test]
+fn operands_given_twice_and_unused_slots_never_alias_a_binding() {
+    let g = common::aliased_operands_graph();
+    for gpu in testing::gpus_or_skip("operands_given_twice") {
+        let engine = Engine::new(gpu.clone());
+        let mut k = Kernels::new(&gpu);
+        for n in [1, 7, 300] {
+            let (x, i) = common::aliased_operands_inputs(n);
+            let inputs = vec![
+                ("x", s(&[n as u64]), x.clone()),
+                ("i", s(&[n as u64]), i.clone()),
+            ];
+            let got = run_graph(&engine, &mut k, &g, &inputs)
+                .unwrap_or_else(|e| panic!("n={n} on {:?}: {e}", gpu.backend()));
+            let values: Vec<Vec<f32>> = got.into_iter().map(|(_, v)| v).collect();
+            common::check_aliased_outputs(&x, &i, &values, &format!("n={n}"));
+        }
     }
 }

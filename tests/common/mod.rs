@@ -89,3 +89,56 @@ pub fn json_f32s(v: &serde_json::Value) -> Vec<f32> {
         .map(|x| x.as_f64().unwrap_or_else(|| panic!("not a number: {x}")) as f32)
         .collect()
 }
+
+/// A graph whose ops get one tensor twice or leave kernel slots unused, the dispatches Dawn
+/// rejects when two storage bindings alias: inputs `x` (f32 `[n]`) and `i` (i32 `[n]`);
+/// outputs, in order, `sq = x * x`, `dbl = x + x` (elementwise), `isq = i * i` (logic, third
+/// slot unused), `gt = x > dbl` (logic compare), `sel = where(gt, i, i)` (logic, both value
+/// operands one tensor), `fsel = where(gt, x, x)` (f32), `ng = not(gt)` (two slots unused).
+pub fn aliased_operands_graph() -> dynrt::graph::Graph {
+    use dynrt::graph::ops::{CompareOp, Not};
+    use dynrt::graph::{Dim, GraphBuilder};
+    use dynrt::shape::DType;
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[Dim::sym("n")], DType::F32);
+    let i = b.input("i", &[Dim::sym("n")], DType::I32);
+    let sq = b.mul("sq", x, x);
+    let dbl = b.add_("dbl", x, x);
+    let isq = b.mul("isq", i, i);
+    let gt = b.add("gt", CompareOp::Greater, &[x, dbl]);
+    let sel = b.where_("sel", gt, i, i);
+    let fsel = b.where_("fsel", gt, x, x);
+    let ng = b.add("ng", Not, &[gt]);
+    for o in [sq, dbl, isq, gt, sel, fsel, ng] {
+        b.output(o);
+    }
+    b.build().expect("the aliased-operands graph is valid")
+}
+
+/// Inputs of [`aliased_operands_graph`] with `n` (at most 600) elements: both signs and
+/// zeros; i32 squares stay below 2^24, so the f32 carriers of the outputs are exact.
+pub fn aliased_operands_inputs(n: usize) -> (Vec<f32>, Vec<f32>) {
+    let x = (0..n).map(|k| (k as f32 - n as f32 / 2.0) * 0.75).collect();
+    let i = (0..n).map(|k| (k as f32 - 3.0) * 5.0).collect();
+    (x, i)
+}
+
+/// Checks the outputs of [`aliased_operands_graph`] (f32 carriers, bools 0/1) exactly.
+pub fn check_aliased_outputs(x: &[f32], i: &[f32], got: &[Vec<f32>], ctx: &str) {
+    let gt: Vec<bool> = x.iter().map(|&v| v > v + v).collect();
+    let b = |v: bool| if v { 1.0 } else { 0.0 };
+    let want: [Vec<f32>; 7] = [
+        x.iter().map(|v| v * v).collect(),
+        x.iter().map(|v| v + v).collect(),
+        i.iter().map(|v| v * v).collect(),
+        gt.iter().map(|&g| b(g)).collect(),
+        i.to_vec(),
+        x.to_vec(),
+        gt.iter().map(|&g| b(!g)).collect(),
+    ];
+    let names = ["sq", "dbl", "isq", "gt", "sel", "fsel", "ng"];
+    assert_eq!(got.len(), want.len(), "{ctx}: outputs");
+    for ((g, w), name) in got.iter().zip(&want).zip(names) {
+        assert_eq!(g, w, "{ctx}: output {name}");
+    }
+}

@@ -1,6 +1,23 @@
 //! What a kernel family's encode works with: [`Encoder::bind`] checks a tensor range and
 //! splits its offset for the uniform, [`Encoder::dispatch`] records one dispatch in its own
 //! uniform slot with a cached bind group.
+//!
+//! No two storage bindings of a dispatch overlap. Every storage binding is `read_write`
+//! (tensors are sub-ranges of shared arena buffers, and a buffer may not be read-only and
+//! writable storage in one dispatch), and WebGPU implementations that validate (Dawn: the
+//! browsers, ONNX Runtime's WebGPU EP) reject a dispatch with two writable bindings of one
+//! buffer whose ranges overlap ("writable storage buffer binding aliasing"); native wgpu does
+//! not check it. So [`Encoder::dispatch`]:
+//! * binds the arena's pad ([`super::UniformArena::pad`]) in slots a kernel marks unused
+//!   ([`Encoder::unused`]);
+//! * copies an input that overlaps another binding (the same tensor given twice, `Mul(x, x)`;
+//!   an input overlapping the output) into the arena's scratch
+//!   ([`super::UniformArena::scratch`]) with a `movement_copy` dispatch recorded just before,
+//!   and binds the copy. Copying rather than binding the range once keeps every shader as it
+//!   is (each declares one variable per operand), and the copy only happens in graphs that
+//!   alias operands;
+//! * then checks that no two bindings overlap, always (release builds included, so native
+//!   tests catch what Dawn would reject): [`KernelError::AliasedBindings`] otherwise.
 
 use super::layout::u32_of;
 use super::plan::{RecordedDispatch, Recorder};
@@ -8,11 +25,47 @@ use super::{KernelError, Kernels, PipelineKey, TensorRef, UniformArena, MAX_STOR
 use crate::gpu::{Buffer, BufferUid};
 use std::num::NonZeroU64;
 
-/// One storage binding of a dispatch: a range of a buffer.
+/// One storage binding of a dispatch: a range of a buffer, or an unused slot.
+#[derive(Clone, Copy)]
 pub struct Bound<'a> {
-    pub(crate) buffer: &'a Buffer,
+    /// `None`: a slot the dispatch does not use ([`Encoder::unused`]).
+    pub(crate) buffer: Option<&'a Buffer>,
     pub(crate) offset: u64,
     pub(crate) size: u64,
+    /// The operand's name ([`Encoder::bind`]'s `what`); `"output"` is the one a kernel writes.
+    pub(crate) what: &'static str,
+}
+
+impl Bound<'_> {
+    /// Whether the kernel writes this binding (kernels bind what they write as `"output"`).
+    fn writes(&self) -> bool {
+        self.what == "output"
+    }
+}
+
+/// A storage binding resolved to a buffer.
+struct Slot {
+    raw: wgpu::Buffer,
+    uid: BufferUid,
+    offset: u64,
+    size: u64,
+    what: &'static str,
+}
+
+impl Slot {
+    fn overlaps(&self, o: &Slot) -> bool {
+        self.uid == o.uid && self.offset < o.offset + o.size && o.offset < self.offset + self.size
+    }
+}
+
+/// The first pair of `slots` whose ranges overlap, as their names.
+fn first_overlap(slots: &[Slot]) -> Option<(&'static str, &'static str)> {
+    slots.iter().enumerate().find_map(|(k, b)| {
+        slots[..k]
+            .iter()
+            .find(|a| a.overlaps(b))
+            .map(|a| (a.what, b.what))
+    })
 }
 
 /// What a bind group is made of: the layout (through the pipeline key), the uniform chunk and
@@ -89,20 +142,34 @@ impl Encoder<'_, '_> {
         }
         Ok((
             Bound {
-                buffer: t.buffer,
+                buffer: Some(t.buffer),
                 offset: base,
                 size,
+                what,
             },
             u32_of(what, skew / 4)?,
         ))
     }
 
+    /// The binding of a storage slot the entry point declares and this dispatch leaves
+    /// unused: [`Encoder::dispatch`] binds the arena's pad there, which overlaps nothing.
+    pub fn unused(&self) -> Bound<'static> {
+        Bound {
+            buffer: None,
+            offset: 0,
+            size: 4,
+            what: "unused slot",
+        }
+    }
+
     /// Records one dispatch of `key` with `params` in a fresh uniform slot. Workgroup counts
     /// above `max_compute_workgroups_per_dimension` go to a 2-D grid (kernels linearise
-    /// `wid.x + wid.y * num_workgroups.x`); 0 workgroups record nothing.
+    /// `wid.x + wid.y * num_workgroups.x`); 0 workgroups record nothing. Unused slots get the
+    /// pad, inputs overlapping another binding are copied to scratch first (module docs).
     ///
     /// # Errors
-    /// [`KernelError::TooManyWorkgroups`] beyond the 2-D grid; uniform allocation errors.
+    /// [`KernelError::TooManyWorkgroups`] beyond the 2-D grid; [`KernelError::AliasedBindings`]
+    /// when two outputs overlap; uniform, pad or scratch allocation errors.
     pub fn dispatch<P: bytemuck::Pod>(
         &mut self,
         key: PipelineKey,
@@ -112,6 +179,144 @@ impl Encoder<'_, '_> {
     ) -> Result<(), KernelError> {
         if workgroups == 0 {
             return Ok(());
+        }
+        let alloc = |e: crate::gpu::AllocError| KernelError::Uniforms(e.to_string());
+        let storage = (key.family.bindings)(key.entry);
+        let bound = &bound[..bound.len().min(storage.len())];
+        // Which inputs to copy: of two overlapping bindings, the one the kernel does not write
+        // (the later if it writes neither); copied ones overlap nothing any more.
+        let mut copied = vec![false; bound.len()];
+        for k in 0..bound.len() {
+            for j in 0..k {
+                if copied[j] || copied[k] {
+                    continue;
+                }
+                let (a, b) = (&bound[j], &bound[k]);
+                let same = match (a.buffer, b.buffer) {
+                    (Some(x), Some(y)) => x.uid() == y.uid(),
+                    _ => false,
+                };
+                if !same || a.offset >= b.offset + b.size || b.offset >= a.offset + a.size {
+                    continue;
+                }
+                match (a.writes(), b.writes()) {
+                    (true, true) => {
+                        return Err(KernelError::AliasedBindings {
+                            entry: key.entry,
+                            first: a.what,
+                            second: b.what,
+                        })
+                    }
+                    (false, true) => copied[j] = true,
+                    _ => copied[k] = true,
+                }
+            }
+        }
+        let align = self.kernels.storage_align_bytes;
+        let mut at = Vec::with_capacity(bound.len());
+        let mut total = 0u64;
+        for (b, &c) in bound.iter().zip(&copied) {
+            at.push(total);
+            if c {
+                total += b.size.div_ceil(align) * align;
+            }
+        }
+        let scratch = if total > 0 {
+            let s = self.uniforms.scratch(total).map_err(alloc)?;
+            Some((s.raw().clone(), s.uid()))
+        } else {
+            None
+        };
+        let mut slots = Vec::with_capacity(bound.len());
+        let mut unused = 0;
+        for ((b, &c), &off) in bound.iter().zip(&copied).zip(&at) {
+            let original = |raw: &wgpu::Buffer, uid| Slot {
+                raw: raw.clone(),
+                uid,
+                offset: b.offset,
+                size: b.size,
+                what: b.what,
+            };
+            let slot = match (b.buffer, &scratch) {
+                (Some(buf), Some((raw, uid))) if c => {
+                    let to = Slot {
+                        raw: raw.clone(),
+                        uid: *uid,
+                        offset: off,
+                        size: b.size,
+                        what: b.what,
+                    };
+                    self.copy_words(original(buf.raw(), buf.uid()), &to)?;
+                    to
+                }
+                (Some(buf), _) => original(buf.raw(), buf.uid()),
+                (None, _) => {
+                    // Each unused slot its own alignment unit of the pad.
+                    let p = self
+                        .uniforms
+                        .pad(align * MAX_STORAGE_BINDINGS as u64)
+                        .map_err(alloc)?;
+                    let slot = Slot {
+                        raw: p.raw().clone(),
+                        uid: p.uid(),
+                        offset: unused * align,
+                        size: b.size,
+                        what: b.what,
+                    };
+                    unused += 1;
+                    slot
+                }
+            };
+            slots.push(slot);
+        }
+        self.record(key, bytemuck::bytes_of(params), &slots, workgroups)
+    }
+
+    /// Records a `movement_copy` of the whole words of `from` (its size) into `to`.
+    fn copy_words(&mut self, from: Slot, to: &Slot) -> Result<(), KernelError> {
+        let n = from.size / 4;
+        let words = u32_of("copied operand", n)?;
+        let p = super::movement::CopyParams {
+            numel: words,
+            rank: 1,
+            in_offset: 0,
+            out_offset: 0,
+            shape: super::layout::pack8(&[words]),
+            in_strides: super::layout::pack8(&[1]),
+            out_strides: super::layout::pack8(&[1]),
+        };
+        let to = Slot {
+            raw: to.raw.clone(),
+            uid: to.uid,
+            offset: to.offset,
+            size: to.size,
+            what: "output",
+        };
+        self.record(
+            super::movement::FAMILY.key("movement_copy"),
+            bytemuck::bytes_of(&p),
+            &[from, to],
+            n.div_ceil(256),
+        )
+    }
+
+    /// Records one dispatch of resolved bindings, after checking that none overlap.
+    fn record(
+        &mut self,
+        key: PipelineKey,
+        params: &[u8],
+        slots: &[Slot],
+        workgroups: u64,
+    ) -> Result<(), KernelError> {
+        if workgroups == 0 {
+            return Ok(());
+        }
+        if let Some((first, second)) = first_overlap(slots) {
+            return Err(KernelError::AliasedBindings {
+                entry: key.entry,
+                first,
+                second,
+            });
         }
         let max = u64::from(self.kernels.max_workgroups_per_dim);
         let x = workgroups.min(max);
@@ -125,14 +330,14 @@ impl Encoder<'_, '_> {
         let (pipeline, bgl) = self.kernels.pipeline(&key);
         let (ubuf, uoffset) = self
             .uniforms
-            .push(params)
+            .push_bytes(params)
             .map_err(|e| KernelError::Uniforms(e.to_string()))?;
         let storage = (key.family.bindings)(key.entry);
-        let uniform_bytes = std::mem::size_of::<P>() as u64;
+        let uniform_bytes = params.len() as u64;
         let mut bound_key: [Option<(BufferUid, u64, u64)>; MAX_STORAGE_BINDINGS] =
             Default::default();
-        for (slot, r) in bound_key.iter_mut().zip(bound.iter().take(storage.len())) {
-            *slot = Some((r.buffer.uid(), r.offset, r.size));
+        for (slot, r) in bound_key.iter_mut().zip(slots.iter().take(storage.len())) {
+            *slot = Some((r.uid, r.offset, r.size));
         }
         let bind_key = BindKey {
             pipeline: key,
@@ -152,11 +357,11 @@ impl Encoder<'_, '_> {
                         size: NonZeroU64::new(uniform_bytes),
                     }),
                 });
-                for (&b, r) in storage.iter().zip(bound) {
+                for (&b, r) in storage.iter().zip(slots) {
                     entries.push(wgpu::BindGroupEntry {
                         binding: b,
                         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: r.buffer.raw(),
+                            buffer: &r.raw,
                             offset: r.offset,
                             size: NonZeroU64::new(r.size),
                         }),
@@ -187,7 +392,7 @@ impl Encoder<'_, '_> {
                     uniform_chunk: ubuf.uid(),
                     uniform_raw: ubuf.raw().clone(),
                     uniform_offset: uoffset,
-                    params: bytemuck::bytes_of(params).to_vec(),
+                    params: params.to_vec(),
                     workgroups: (x as u32, y as u32),
                 });
             }

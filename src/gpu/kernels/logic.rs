@@ -16,8 +16,8 @@ use crate::shape::DType;
 /// `shaders/logic.wgsl`.
 pub const WGSL: &str = include_str!("../../../shaders/logic.wgsl");
 
-/// The family: one entry point, every input binding (ops with fewer inputs bind input 0
-/// again).
+/// The family: one entry point, every input binding (ops with fewer inputs leave the others
+/// [`Encoder::unused`]).
 pub const FAMILY: Family = Family {
     name: "logic",
     source: WGSL,
@@ -89,8 +89,12 @@ pub(crate) fn encode_typed(
     let mut offsets = [0u32; 4];
     let mut strides = [[[0u32; 4]; 2]; 3];
     for k in 0..3 {
-        // Absent inputs bind input 0 again (the entry point declares every binding).
-        let inp = inputs.get(k).unwrap_or(&inputs[0]);
+        // Absent inputs get the pad (the entry point declares every binding; binding input 0
+        // again would alias it, which WebGPU rejects).
+        let Some(inp) = inputs.get(k) else {
+            bound.push(e.unused());
+            continue;
+        };
         let name = INPUT_NAMES[k];
         let t = type_code(inp.dtype).ok_or_else(|| dtype_err(out.dtype))?;
         let (b, o) = e.bind(
@@ -99,11 +103,9 @@ pub(crate) fn encode_typed(
             word_bytes(numel(name, inp.shape)?, inp.dtype),
         )?;
         bound.push(b);
-        if k < inputs.len() {
-            spec |= t << (8 + 4 * k);
-            offsets[k] = o;
-            strides[k] = pack8(&u32s(name, &broadcast_strides(inp.shape, out.shape))?);
-        }
+        spec |= t << (8 + 4 * k);
+        offsets[k] = o;
+        strides[k] = pack8(&u32s(name, &broadcast_strides(inp.shape, out.shape))?);
     }
     let (bo, oo) = e.bind("output", &out.tensor, word_bytes(n, out.dtype))?;
     bound.push(bo);

@@ -397,9 +397,24 @@ pub enum KernelError {
         /// Elements per block.
         block: u32,
     },
-    /// A uniform chunk could not be allocated.
+    /// A uniform chunk, the unused-slot pad or the scratch of aliased operands could not be
+    /// allocated.
     #[error("uniform slots: {0}")]
     Uniforms(String),
+    /// Two storage bindings of one dispatch overlap: two outputs, or (a bug in the encoder)
+    /// bindings left overlapping. WebGPU rejects writable storage bindings that alias, and
+    /// every binding is `read_write` ([`Encoder::dispatch`]).
+    #[error(
+        "entry point `{entry}` would bind overlapping ranges of one buffer as {first} and {second}"
+    )]
+    AliasedBindings {
+        /// The entry point.
+        entry: &'static str,
+        /// The first operand's name.
+        first: &'static str,
+        /// The second operand's name.
+        second: &'static str,
+    },
     /// A strided input given to a kernel that reads its inputs contiguously (the runtime
     /// copies such inputs into a contiguous tensor first), or strides that do not fit the
     /// operand's rank.

@@ -37,6 +37,15 @@ pub struct UniformArena {
     chunks: Vec<Chunk>,
     used_chunks: usize,
     used_in_last: u64,
+    /// The binding of storage slots an entry point declares but a dispatch does not use
+    /// (see [`UniformArena::pad`]).
+    pad: Option<Buffer>,
+    /// Where operands that overlap another binding of their dispatch are copied first (see
+    /// [`UniformArena::scratch`]).
+    scratch: Option<Buffer>,
+    /// Scratch buffers outgrown while a recorded dispatch plan or a cached bind group may
+    /// still bind them; kept until the arena is dropped (each at most half the next).
+    retired: Vec<Buffer>,
 }
 
 impl UniformArena {
@@ -49,18 +58,72 @@ impl UniformArena {
             chunks: Vec::new(),
             used_chunks: 0,
             used_in_last: 0,
+            pad: None,
+            scratch: None,
+            retired: Vec::new(),
         }
     }
 
-    /// Reserves a slot holding `value`; returns the chunk buffer and the dynamic offset.
+    /// A small storage buffer (`bytes` on first use: one offset-alignment unit per storage
+    /// slot, so the unused slots of one dispatch get distinct ranges) bound in the slots an
+    /// entry point declares and a dispatch leaves unused (a `logic` op with fewer than three
+    /// inputs), so that no slot repeats a real operand: all storage bindings are `read_write`,
+    /// and WebGPU (Dawn) rejects two writable bindings of one dispatch whose ranges overlap.
+    /// Allocated once per arena (`usm_device`, internal region, counted like every engine
+    /// buffer); kernels never read it. Freed when the arena is dropped.
     ///
     /// # Errors
-    /// The engine's error when a new chunk cannot be allocated.
-    pub(crate) fn push<T: bytemuck::Pod>(
-        &mut self,
-        value: &T,
-    ) -> Result<(&Buffer, u32), AllocError> {
-        self.push_bytes(bytemuck::bytes_of(value))
+    /// The engine's error when it cannot be allocated.
+    pub(crate) fn pad(&mut self, bytes: u64) -> Result<&Buffer, AllocError> {
+        let pad = match self.pad.take() {
+            Some(pad) => pad,
+            None => self.engine.allocate_in(
+                Region::Internal,
+                &BufferDesc {
+                    label: "dynrt unused binding pad",
+                    size_bytes: bytes,
+                    kind: AllocKind::UsmDevice,
+                },
+            )?,
+        };
+        Ok(self.pad.insert(pad))
+    }
+
+    /// A storage buffer of at least `bytes` into which a dispatch copies the operands that
+    /// overlap another of its bindings (the same tensor given twice, `Mul(x, x)`), so that
+    /// the dispatch binds no range twice. One buffer reused by every such dispatch: the copy
+    /// and its consumer are consecutive dispatches of one pass, which WebGPU orders. When a
+    /// dispatch needs more, a buffer of at least twice the size replaces it and the old one
+    /// is kept (recorded plans and cached bind groups may bind it) until the arena is dropped.
+    ///
+    /// # Errors
+    /// The engine's error when it cannot be allocated.
+    pub(crate) fn scratch(&mut self, bytes: u64) -> Result<&Buffer, AllocError> {
+        let buffer = match self.scratch.take() {
+            Some(b) if b.size_bytes() >= bytes => b,
+            old => {
+                let have = old.as_ref().map_or(0, Buffer::size_bytes);
+                let made = self.engine.allocate_in(
+                    Region::Internal,
+                    &BufferDesc {
+                        label: "dynrt aliased operand copies",
+                        size_bytes: bytes.max(2 * have),
+                        kind: AllocKind::UsmDevice,
+                    },
+                );
+                match made {
+                    Ok(b) => {
+                        self.retired.extend(old);
+                        b
+                    }
+                    Err(e) => {
+                        self.scratch = old;
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(self.scratch.insert(buffer))
     }
 
     /// Reserves a slot holding `bytes` (at most one slot long); returns the chunk buffer and
@@ -129,8 +192,16 @@ impl UniformArena {
             + self.used_in_last / self.slot_bytes
     }
 
-    /// Device bytes held by the arena's chunks.
+    /// Device bytes held by the arena: its uniform chunks, the pad and the scratch buffers
+    /// of aliased operands.
     pub fn allocated_bytes(&self) -> u64 {
         self.chunks.len() as u64 * CHUNK_BYTES
+            + self
+                .pad
+                .iter()
+                .chain(&self.scratch)
+                .chain(&self.retired)
+                .map(Buffer::size_bytes)
+                .sum::<u64>()
     }
 }
