@@ -9,7 +9,8 @@
 //! Tolerances: integer, bool, cast, where and identity outputs bit-exact (casts to f16/bf16
 //! included: both sides round to nearest even); f32 pow, min, max and the unary activations
 //! within `atol + rtol * |ref|` (listed at [`float_tol`]: min, max, neg, abs, floor, ceil,
-//! round, sign exact; the rest atol 1e-6, rtol 1e-5), NaN where NaN is expected.
+//! round, sign exact; sin and cos atol 2^-11, WGSL's bound; the rest atol 1e-6, rtol 1e-5),
+//! NaN where NaN is expected.
 
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
 use dynrt::gpu::kernels::{logic, KernelError, Kernels};
@@ -100,6 +101,11 @@ fn float_tol(op: &Op) -> (f32, f32) {
             | UnaryOp::Round
             | UnaryOp::Sign,
         ) => (0.0, 0.0),
+        // WGSL gives sin and cos an absolute error of 2^-11 on [-pi, pi] (WGSL spec,
+        // "Floating Point Accuracy", concrete f32 table: `sin(x)`, `cos(x)`); SwiftShader's
+        // sin misses 1e-6 + 1e-5 |ref|. The same bound is held on the test's wider inputs
+        // (up to |x| = 80), where the spec promises nothing, as the backends here meet it.
+        Op::Unary(UnaryOp::Sin | UnaryOp::Cos) => (1.0 / 2048.0, 0.0),
         // pow and erf-based ops: f32 exp2/log2 and the erf approximation (1.5e-7 absolute).
         Op::Binary(BinaryOp::Pow) => (1e-6, 1e-5),
         _ => (1e-6, 1e-5),
