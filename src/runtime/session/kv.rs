@@ -356,7 +356,11 @@ impl<S: Storage + Clone> Session<S> {
     /// policy: the rows of the reference's iterations-ahead mode for one row per step
     /// (`iterations` rows more) or the adaptive fraction (`ratio` times the rows), the larger.
     /// `None` when a prediction sized it, or under another policy (the reference and `none`
-    /// allocate what the predictor says).
+    /// allocate what the predictor says). The sizer's ledger, summary and trace keep the
+    /// predictor's decisions, so a trace still replays to the run's sizing summary: the room
+    /// is the state's own, and a decision to grow a state whose buffer already has the rows
+    /// keeps that buffer (the request's [`crate::runtime::RunStats`] count what was really
+    /// allocated).
     ///
     /// # Errors
     /// The error of [`padded_bytes`] when the size overflows.
@@ -424,7 +428,9 @@ impl<S: Storage + Clone> Session<S> {
             .sizer
             .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
         self.count_prediction(&d, node.dtype)?;
-        if !d.reallocated && capacity >= new_rows && self.states[s].buffer.is_some() {
+        // A buffer with room for the rows is kept unless the sizer shrinks it: a state's
+        // room may exceed what the sizer reserved ([`Self::state_headroom_bytes`]).
+        if !d.reclaimed && capacity >= new_rows && self.states[s].buffer.is_some() {
             self.stats.reuses += 1;
             return Ok(());
         }
@@ -440,11 +446,7 @@ impl<S: Storage + Clone> Session<S> {
         // steps: a copy of every cache per step. The adaptive policy reserves room at once.
         let size = match self.state_headroom_bytes(s, new_shape, node.dtype, d.predicted)? {
             Some(room) if room > size && !d.reclaimed => {
-                let room = self.sizer.ledger().grow_to(room, size, &limits);
-                if room > size {
-                    self.sizer.correct(label, new_shape, needed, room)?;
-                }
-                room
+                self.sizer.ledger().grow_to(room, size, &limits)
             }
             _ => size,
         };
