@@ -27,7 +27,7 @@ const CHUNK_BYTES: u64 = 16 * 1024;
 /// Largest chunk. Each later chunk is as large as all the chunks before it together (up to
 /// this), so an iteration of `n` slots spans O(log n) chunks: each changed chunk costs one
 /// `write_buffer`, i.e. one staging buffer created by wgpu per iteration (1546 dispatches of
-/// a 30-layer decoder took 25 chunks of 16 KiB, 25 staging buffers per decode step; now 6).
+/// a 30-layer decoder took 25 chunks of 16 KiB, 24-25 staging buffers per decode step; now 6).
 const MAX_CHUNK_BYTES: u64 = 4 << 20;
 
 struct Chunk {
