@@ -4,10 +4,12 @@
 //! `queue.write_buffer` lands before the whole submit runs, so one shared uniform written once
 //! per dispatch would leave every dispatch reading the last value. Each dispatch therefore
 //! gets its own 256-byte slot (`min_uniform_buffer_offset_alignment`) in a chunked uniform
-//! buffer, selected by a dynamic offset; the host copies of all slots are written with one
-//! `write_buffer` per chunk in [`UniformArena::flush`] before the submit. Cost: one slot
-//! (256 bytes) and one bind group per dispatch; chunks are kept and reused by later
-//! iterations (queue order makes a rewrite visible only to later submits).
+//! buffer, selected by a dynamic offset; the host copies of the slots are written with at most
+//! one `write_buffer` per chunk (its changed bytes only) in [`UniformArena::flush`] before the
+//! submit. Each `write_buffer` makes wgpu create a staging buffer, so the chunks grow
+//! geometrically: an iteration of `n` slots spans O(log n) chunks. Cost: one slot (256 bytes)
+//! and one bind group per dispatch; chunks are kept and reused by later iterations (queue
+//! order makes a rewrite visible only to later submits).
 //!
 //! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage, in the internal
 //! region), so they appear in the accounting, the history and the budget like every other
@@ -17,10 +19,16 @@ use crate::gpu::{AllocError, Buffer, BufferDesc, Engine};
 use crate::memory::regions::Region;
 use crate::memory::AllocKind;
 
-/// Bytes of one uniform chunk: a binding only spans one slot, so the chunk size is free. 16 KiB
-/// (64 slots) holds a decode step of a small model in one chunk while an idle request, whose
-/// chunks count against the device budget like every buffer, holds little.
+/// Bytes of the first uniform chunk: a binding only spans one slot, so the chunk size is free.
+/// 16 KiB (64 slots) holds a decode step of a small model in one chunk while an idle request,
+/// whose chunks count against the device budget like every buffer, holds little.
 const CHUNK_BYTES: u64 = 16 * 1024;
+
+/// Largest chunk. Each later chunk is as large as all the chunks before it together (up to
+/// this), so an iteration of `n` slots spans O(log n) chunks: each changed chunk costs one
+/// `write_buffer`, i.e. one staging buffer created by wgpu per iteration (1546 dispatches of
+/// a 30-layer decoder took 25 chunks of 16 KiB, 24-25 staging buffers per decode step; now 6).
+const MAX_CHUNK_BYTES: u64 = 4 << 20;
 
 struct Chunk {
     buffer: Buffer,
@@ -46,6 +54,30 @@ pub struct UniformArena {
     /// Scratch buffers outgrown while a recorded dispatch plan or a cached bind group may
     /// still bind them; kept until the arena is dropped (each at most half the next).
     retired: Vec<Buffer>,
+}
+
+/// The bytes of `data` that differ from `written` (what the device holds), widened to whole
+/// 4-byte words (`write_buffer`'s alignment): `None` when nothing differs. Bytes of `data`
+/// past the end of `written` differ.
+fn changed_range(data: &[u8], written: &[u8]) -> Option<(usize, usize)> {
+    let common = data.len().min(written.len());
+    let first = data
+        .iter()
+        .zip(written)
+        .position(|(a, b)| a != b)
+        .or((data.len() > common).then_some(common))?;
+    let last = if data.len() > common {
+        data.len()
+    } else {
+        data[..common]
+            .iter()
+            .zip(&written[..common])
+            .rposition(|(a, b)| a != b)
+            .map_or(first + 1, |i| i + 1)
+    };
+    let start = first / 4 * 4;
+    let end = last.div_ceil(4).saturating_mul(4).min(data.len());
+    Some((start, end))
 }
 
 impl UniformArena {
@@ -133,20 +165,27 @@ impl UniformArena {
     /// The engine's error when a new chunk cannot be allocated.
     pub(crate) fn push_bytes(&mut self, bytes: &[u8]) -> Result<(&Buffer, u32), AllocError> {
         debug_assert!(bytes.len() as u64 <= self.slot_bytes);
-        if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > CHUNK_BYTES {
+        let last_bytes = match self.used_chunks {
+            0 => 0,
+            n => self.chunks[n - 1].buffer.size_bytes(),
+        };
+        if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > last_bytes {
             if self.used_chunks == self.chunks.len() {
+                let size_bytes = self
+                    .allocated_bytes()
+                    .clamp(CHUNK_BYTES, MAX_CHUNK_BYTES.max(CHUNK_BYTES));
                 let buffer = self.engine.allocate_in(
                     Region::Internal,
                     &BufferDesc {
                         label: "dynrt kernel uniforms",
-                        size_bytes: CHUNK_BYTES,
+                        size_bytes,
                         kind: AllocKind::ClMem,
                     },
                 )?;
                 self.chunks.push(Chunk {
                     buffer,
-                    data: Vec::with_capacity(CHUNK_BYTES as usize),
-                    written: Vec::with_capacity(CHUNK_BYTES as usize),
+                    data: Vec::with_capacity(size_bytes as usize),
+                    written: Vec::with_capacity(size_bytes as usize),
                 });
             }
             self.chunks[self.used_chunks].data.clear();
@@ -170,8 +209,9 @@ impl UniformArena {
     /// `write_buffer` costs a staging allocation and a copy.
     pub fn flush(&mut self) {
         for chunk in &mut self.chunks[..self.used_chunks] {
-            if !chunk.data.is_empty() && chunk.data != chunk.written {
-                self.engine.queue_write(&chunk.buffer, 0, &chunk.data);
+            if let Some((start, end)) = changed_range(&chunk.data, &chunk.written) {
+                self.engine
+                    .queue_write(&chunk.buffer, start as u64, &chunk.data[start..end]);
                 chunk.written.clone_from(&chunk.data);
             }
         }
@@ -188,14 +228,20 @@ impl UniformArena {
         if self.used_chunks == 0 {
             return 0;
         }
-        (self.used_chunks as u64 - 1) * (CHUNK_BYTES / self.slot_bytes)
-            + self.used_in_last / self.slot_bytes
+        let full: u64 = self.chunks[..self.used_chunks - 1]
+            .iter()
+            .map(|c| c.buffer.size_bytes() / self.slot_bytes)
+            .sum();
+        full + self.used_in_last / self.slot_bytes
     }
 
     /// Device bytes held by the arena: its uniform chunks, the pad and the scratch buffers
     /// of aliased operands.
     pub fn allocated_bytes(&self) -> u64 {
-        self.chunks.len() as u64 * CHUNK_BYTES
+        self.chunks
+            .iter()
+            .map(|c| c.buffer.size_bytes())
+            .sum::<u64>()
             + self
                 .pad
                 .iter()
@@ -203,5 +249,26 @@ impl UniformArena {
                 .chain(&self.retired)
                 .map(Buffer::size_bytes)
                 .sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_range;
+
+    #[test]
+    fn changed_range_covers_the_differing_words_only() {
+        let old = [0u8; 16];
+        assert_eq!(changed_range(&old, &old), None);
+        let mut new = old;
+        new[5] = 1;
+        new[9] = 2;
+        assert_eq!(changed_range(&new, &old), Some((4, 12)));
+        // Bytes past what the device holds are new.
+        assert_eq!(changed_range(&[0u8; 24], &old), Some((16, 24)));
+        assert_eq!(changed_range(&old, &[]), Some((0, 16)));
+        let mut longer = [0u8; 24];
+        longer[1] = 7;
+        assert_eq!(changed_range(&longer, &old), Some((0, 24)));
     }
 }

@@ -22,7 +22,7 @@
 
 use super::{Session, Storage};
 use crate::graph::{ops, Dim, Op};
-use crate::memory::predictor::Sizer;
+use crate::memory::predictor::{Policy, Sizer};
 use crate::memory::AllocKind;
 use crate::runtime::compile::padded_bytes;
 use crate::runtime::RunError;
@@ -352,6 +352,44 @@ impl<S: Storage + Clone> Session<S> {
         }
     }
 
+    /// Bytes a state growing to `new_shape` without a prediction reserves under the adaptive
+    /// policy: the rows of the reference's iterations-ahead mode for one row per step
+    /// (`iterations` rows more) or the adaptive fraction (`ratio` times the rows), the larger.
+    /// `None` when a prediction sized it, or under another policy (the reference and `none`
+    /// allocate what the predictor says). The sizer's ledger, summary and trace keep the
+    /// predictor's decisions, so a trace still replays to the run's sizing summary: the room
+    /// is the state's own, and a decision to grow a state whose buffer already has the rows
+    /// keeps that buffer (the request's [`crate::runtime::RunStats`] count what was really
+    /// allocated).
+    ///
+    /// # Errors
+    /// The error of [`padded_bytes`] when the size overflows.
+    fn state_headroom_bytes(
+        &self,
+        s: usize,
+        new_shape: &Shape,
+        dtype: DType,
+        predicted: bool,
+    ) -> Result<Option<u64>, RunError> {
+        let predictor = self.sizer.predictor();
+        if predicted || predictor.policy() != Policy::Adaptive {
+            return Ok(None);
+        }
+        let options = predictor.options();
+        let axis = self.states[s].axis;
+        let Some(&rows) = new_shape.dims().get(axis) else {
+            return Ok(None);
+        };
+        let by_ratio = (rows as f64 * f64::from(options.ratio).max(1.0)).ceil() as u64;
+        let target = by_ratio.max(rows.saturating_add(u64::from(options.iterations)));
+        if target <= rows {
+            return Ok(None);
+        }
+        let mut dims = new_shape.dims().to_vec();
+        dims[axis] = target;
+        Ok(Some(padded_bytes(&Shape::new(dims), dtype)?))
+    }
+
     /// `realloc_if_needed` for a state's in-place concat: room for `new_shape`, keeping the
     /// past. A larger buffer is taken from the storage; the past is copied into it in order.
     ///
@@ -390,7 +428,9 @@ impl<S: Storage + Clone> Session<S> {
             .sizer
             .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
         self.count_prediction(&d, node.dtype)?;
-        if !d.reallocated && capacity >= new_rows && self.states[s].buffer.is_some() {
+        // A buffer with room for the rows is kept unless the sizer shrinks it: a state's
+        // room may exceed what the sizer reserved ([`Self::state_headroom_bytes`]).
+        if !d.reclaimed && capacity >= new_rows && self.states[s].buffer.is_some() {
             self.stats.reuses += 1;
             return Ok(());
         }
@@ -399,6 +439,16 @@ impl<S: Storage + Clone> Session<S> {
             d.reserved_bytes.div_ceil(4).saturating_mul(4).max(needed)
         } else {
             needed
+        };
+        // A state allocated or grown before its id has the three shapes of history a
+        // prediction needs (the first step, a past fed by the caller, the first decode steps
+        // after them) would otherwise be sized exactly and grow again at each of the next
+        // steps: a copy of every cache per step. The adaptive policy reserves room at once.
+        let size = match self.state_headroom_bytes(s, new_shape, node.dtype, d.predicted)? {
+            Some(room) if room > size && !d.reclaimed => {
+                self.sizer.ledger().grow_to(room, size, &limits)
+            }
+            _ => size,
         };
         let oom = |reason: String| RunError::OutOfMemory {
             node: label.clone(),
