@@ -8,11 +8,11 @@
 //! browsers, ONNX Runtime's WebGPU EP) reject a dispatch with two writable bindings of one
 //! buffer whose ranges overlap ("writable storage buffer binding aliasing"); native wgpu does
 //! not check it. So [`Encoder::dispatch`]:
-//! * binds the arena's pad ([`super::UniformArena::pad`]) in slots a kernel marks unused
+//! * binds the arena's pad (`UniformArena::pad`) in slots a kernel marks unused
 //!   ([`Encoder::unused`]);
 //! * copies an input that overlaps another binding (the same tensor given twice, `Mul(x, x)`;
 //!   an input overlapping the output) into the arena's scratch
-//!   ([`super::UniformArena::scratch`]) with a `movement_copy` dispatch recorded just before,
+//!   (`UniformArena::scratch`) with a `movement_copy` dispatch recorded just before,
 //!   and binds the copy. Copying rather than binding the range once keeps every shader as it
 //!   is (each declares one variable per operand), and the copy only happens in graphs that
 //!   alias operands;
