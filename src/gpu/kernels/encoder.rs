@@ -41,6 +41,17 @@ impl Bound<'_> {
     fn writes(&self) -> bool {
         self.what == "output"
     }
+
+    /// The buffer range it binds (`None` for an unused slot).
+    fn range(&self) -> Option<(BufferUid, u64, u64)> {
+        self.buffer.map(|b| (b.uid(), self.offset, self.size))
+    }
+}
+
+/// Whether two `(buffer, offset, size)` ranges share a byte: the one aliasing rule, used to
+/// decide which operands to copy apart and to check every dispatch.
+fn overlap(a: (BufferUid, u64, u64), b: (BufferUid, u64, u64)) -> bool {
+    a.0 == b.0 && a.1 < b.1 + b.2 && b.1 < a.1 + a.2
 }
 
 /// A storage binding resolved to a buffer.
@@ -54,7 +65,10 @@ struct Slot {
 
 impl Slot {
     fn overlaps(&self, o: &Slot) -> bool {
-        self.uid == o.uid && self.offset < o.offset + o.size && o.offset < self.offset + self.size
+        overlap(
+            (self.uid, self.offset, self.size),
+            (o.uid, o.offset, o.size),
+        )
     }
 }
 
@@ -182,21 +196,22 @@ impl Encoder<'_, '_> {
         }
         let alloc = |e: crate::gpu::AllocError| KernelError::Uniforms(e.to_string());
         let storage = (key.family.bindings)(key.entry);
-        let bound = &bound[..bound.len().min(storage.len())];
+        let bound = &bound[..bound.len().min(storage.len()).min(MAX_STORAGE_BINDINGS)];
         // Which inputs to copy: of two overlapping bindings, the one the kernel does not write
-        // (the later if it writes neither); copied ones overlap nothing any more.
-        let mut copied = vec![false; bound.len()];
+        // (the later if it writes neither); copied ones overlap nothing any more. Fixed-size
+        // tables: this runs for every dispatch that is encoded, and allocates nothing.
+        let mut copied = [false; MAX_STORAGE_BINDINGS];
         for k in 0..bound.len() {
             for j in 0..k {
                 if copied[j] || copied[k] {
                     continue;
                 }
                 let (a, b) = (&bound[j], &bound[k]);
-                let same = match (a.buffer, b.buffer) {
-                    (Some(x), Some(y)) => x.uid() == y.uid(),
+                let aliased = match (a.range(), b.range()) {
+                    (Some(x), Some(y)) => overlap(x, y),
                     _ => false,
                 };
-                if !same || a.offset >= b.offset + b.size || b.offset >= a.offset + a.size {
+                if !aliased {
                     continue;
                 }
                 match (a.writes(), b.writes()) {
@@ -213,10 +228,10 @@ impl Encoder<'_, '_> {
             }
         }
         let align = self.kernels.storage_align_bytes;
-        let mut at = Vec::with_capacity(bound.len());
+        let mut at = [0u64; MAX_STORAGE_BINDINGS];
         let mut total = 0u64;
-        for (b, &c) in bound.iter().zip(&copied) {
-            at.push(total);
+        for ((b, &c), at) in bound.iter().zip(&copied).zip(&mut at) {
+            *at = total;
             if c {
                 total += b.size.div_ceil(align) * align;
             }
