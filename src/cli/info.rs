@@ -70,21 +70,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(gpu.clone());
     let info = gpu.adapter_info();
     let l = gpu.limits();
-    let limits: Vec<(&str, u64)> = vec![
-        ("max_buffer_size", l.max_buffer_size),
-        (
-            "max_storage_buffer_binding_size",
-            l.max_storage_buffer_binding_size,
-        ),
+    // The limits dynrt checks, then the alignments and the uniform binding size (fixed by
+    // WebGPU's rules, not checked).
+    let mut limits: Vec<(&str, u64)> = dynrt::gpu::checked_limits(l).to_vec();
+    limits.extend([
         (
             "max_uniform_buffer_binding_size",
             l.max_uniform_buffer_binding_size,
         ),
-        (
-            "max_storage_buffers_per_shader_stage",
-            l.max_storage_buffers_per_shader_stage.into(),
-        ),
-        ("max_bind_groups", l.max_bind_groups.into()),
         (
             "min_storage_buffer_offset_alignment",
             l.min_storage_buffer_offset_alignment.into(),
@@ -93,23 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "min_uniform_buffer_offset_alignment",
             l.min_uniform_buffer_offset_alignment.into(),
         ),
-        (
-            "max_compute_workgroup_size_x",
-            l.max_compute_workgroup_size_x.into(),
-        ),
-        (
-            "max_compute_invocations_per_workgroup",
-            l.max_compute_invocations_per_workgroup.into(),
-        ),
-        (
-            "max_compute_workgroups_per_dimension",
-            l.max_compute_workgroups_per_dimension.into(),
-        ),
-        (
-            "max_compute_workgroup_storage_size",
-            l.max_compute_workgroup_storage_size.into(),
-        ),
-    ];
+    ]);
     let kinds: Vec<_> = AllocKind::ALL
         .iter()
         .map(|k| kind_support(*k, gpu.supports_shared()))

@@ -183,11 +183,11 @@ impl std::fmt::Display for LimitShortfall {
     }
 }
 
-/// The limits dynrt checks, read from `l`: everything its kernels and buffers depend on.
-/// The values of [`required_limits`] are WebGPU's defaults (what a browser grants without
-/// asking), so the browser build and an embedded device need the same; a test checks every
-/// kernel of `shaders/` against them.
-fn checked_limits(l: &wgpu::Limits) -> [(&'static str, u64); 11] {
+/// The limits dynrt checks, by name, read from `l`: everything its kernels and buffers
+/// depend on (`dynrt info` prints them too). The values of [`required_limits`] are WebGPU's
+/// defaults (what a browser grants without asking), so the browser build and an embedded
+/// device need the same; a test checks every kernel of `shaders/` against them.
+pub fn checked_limits(l: &wgpu::Limits) -> [(&'static str, u64); 11] {
     [
         ("max_bind_groups", l.max_bind_groups.into()),
         (

@@ -36,8 +36,8 @@ pub mod testing;
 mod usage;
 
 pub use embed::{
-    limit_shortfalls, required_limits, EmbedOptions, LimitShortfall, DEFAULT_MAX_SLICE,
-    SHARED_POLL_SLICE,
+    checked_limits, limit_shortfalls, required_limits, EmbedOptions, LimitShortfall,
+    DEFAULT_MAX_SLICE, SHARED_POLL_SLICE,
 };
 pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
