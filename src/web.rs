@@ -838,4 +838,34 @@ impl WebOnnxSession {
             Ok(out.into())
         })
     }
+
+    /// Keeps the inputs `names[i]` = `feeds[i]` (`.npy` bytes) on the device
+    /// ([`crate::onnx::OnnxSession::keep_input`]): later runs may leave them out, and their
+    /// bytes are written once, by the next run, instead of at every run — what a page gets
+    /// from ONNX Runtime Web by feeding GPU tensors.
+    ///
+    /// # Errors
+    /// Malformed `.npy` bytes, an input the model does not have or that does not fit (named),
+    /// a carried past, a run still going, or arrays of different lengths. The inputs before
+    /// the failing one stay kept.
+    pub fn keep(&self, names: Vec<String>, feeds: Vec<js_sys::Uint8Array>) -> Result<(), JsError> {
+        if names.len() != feeds.len() {
+            return Err(JsError::new(&format!(
+                "{} names but {} feeds",
+                names.len(),
+                feeds.len()
+            )));
+        }
+        let mut s = self
+            .session
+            .try_borrow_mut()
+            .map_err(|_| JsError::new("a run is going: await it first"))?;
+        for (name, bytes) in names.iter().zip(&feeds) {
+            let t = crate::npy::read_npy(&bytes.to_vec())
+                .map_err(|e| JsError::new(&format!("feed `{name}`: {e}")))?;
+            s.keep_input(name, &t)
+                .map_err(|e| JsError::new(&e.to_string()))?;
+        }
+        Ok(())
+    }
 }

@@ -226,3 +226,88 @@ fn a_failed_load_leaves_nothing_allocated() {
     assert_eq!(in_use(&engine), 0);
     assert_eq!(TensorDType::F32.name(), "f32");
 }
+
+#[test]
+fn a_kept_input_is_written_once_and_gives_what_feeding_it_gives() {
+    let Some(gpu) = testing::gpu_or_skip("onnx_session") else {
+        return;
+    };
+    let engine = Engine::new(gpu);
+    let mut kept = session(&engine, Carry::Auto);
+    let mut fed = session(&engine, Carry::Auto);
+    let mut rng = SplitMix64::new(5);
+    let (_, mut q) = tensor(&mut rng, 1);
+    kept.keep_input("q", &q).unwrap();
+    assert_eq!(kept.kept_inputs().collect::<Vec<_>>(), ["q"]);
+    let one = HEADS * HEAD_DIM * 4; // bytes of q, k or v for one position
+    let same = |a: &OnnxSession, b: &OnnxSession, what: &str| {
+        let (x, y) = (
+            a.read_blocking("attn").unwrap(),
+            b.read_blocking("attn").unwrap(),
+        );
+        assert_eq!(x.dims(), y.dims(), "{what}");
+        assert_eq!(f32s(&x), f32s(&y), "{what}");
+    };
+    for step in 0..8 {
+        // Step 5 feeds a new q to the kept session: it replaces the kept one from then on.
+        let refeed = step == 5;
+        if refeed {
+            q = tensor(&mut rng, 1).1;
+        }
+        let (_, k) = tensor(&mut rng, 1);
+        let (_, v) = tensor(&mut rng, 1);
+        let before = kept.stats().input_bytes_written;
+        if refeed {
+            kept.run_blocking(&[("q", &q), ("k", &k), ("v", &v)])
+                .unwrap();
+        } else {
+            kept.run_blocking(&[("k", &k), ("v", &v)]).unwrap();
+        }
+        fed.run_blocking(&[("q", &q), ("k", &k), ("v", &v)])
+            .unwrap();
+        let written = kept.stats().input_bytes_written - before;
+        let q_written = step == 0 || refeed;
+        assert_eq!(
+            written,
+            if q_written { 3 * one } else { 2 * one },
+            "step {step}: bytes of inputs written"
+        );
+        same(&kept, &fed, &format!("step {step}"));
+    }
+    assert_eq!(fed.stats().input_bytes_written, 8 * 3 * one);
+
+    // What cannot be kept is refused, naming the input, and the kept q stays.
+    let rank3 = HostTensor::from_f32(vec![HEADS, 1, HEAD_DIM], &[0.0; 8]).unwrap();
+    let e = kept.keep_input("q", &rank3).unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Input(OnnxError::InputRank { input, .. }) if input == "q"),
+        "{e}"
+    );
+    let e = kept.keep_input("w", &q).unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Input(OnnxError::UnknownInput { input }) if input == "w"),
+        "{e}"
+    );
+    let e = kept.keep_input("past_key_values.0.key", &q).unwrap_err();
+    assert!(matches!(e, SessionError::Keep { .. }), "{e}");
+    let (_, k) = tensor(&mut rng, 1);
+    let (_, v) = tensor(&mut rng, 1);
+    kept.run_blocking(&[("k", &k), ("v", &v)]).unwrap();
+    fed.run_blocking(&[("q", &q), ("k", &k), ("v", &v)])
+        .unwrap();
+    same(&kept, &fed, "after the refusals");
+
+    // Released, it must be fed again; the session goes on.
+    assert!(kept.release_input("q"));
+    assert!(!kept.release_input("q"));
+    let e = kept.run_blocking(&[("k", &k), ("v", &v)]).unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Input(OnnxError::MissingInput { input }) if input == "q"),
+        "{e}"
+    );
+    kept.run_blocking(&[("q", &q), ("k", &k), ("v", &v)])
+        .unwrap();
+    fed.run_blocking(&[("q", &q), ("k", &k), ("v", &v)])
+        .unwrap();
+    same(&kept, &fed, "after the release");
+}

@@ -3,7 +3,9 @@
 //! the dynrt side of `scripts/bench_peer.sh` (its header comment is the specification).
 //!
 //! * Step 0 feeds every `DIR/<input>.npy` there is; each step is one run of the model.
-//! * Without `--decode` every step feeds the same inputs and ends when the device is idle.
+//! * Without `--decode` the inputs are kept on the device ([`OnnxSession::keep_input`]:
+//!   written once, by step 0, as the peer's inputs are device tensors bound once) and every
+//!   step runs the model on them and ends when the device is idle.
 //! * With `--decode` a step ends when the logits are on the host; the next token is the
 //!   argmax of `logits[0, -1, :]` (first index on ties), fed as `TOKEN-INPUT [[t]]` (int64),
 //!   with `POSITION-INPUT [[past + i]]` when given (past: the extent of the carried inputs'
@@ -203,6 +205,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             feeds.push((name.clone(), t));
         }
     }
+    if !args.decode {
+        for (name, t) in feeds.drain(..) {
+            session.keep_input(&name, &t)?;
+        }
+    }
     let mut steps = Vec::with_capacity(args.steps);
     let mut tokens = Vec::new();
     let carried: Vec<&str> = pairs.iter().map(|(_, i)| i.as_str()).collect();
@@ -301,14 +308,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             steps.len()
         );
         println!(
-            "allocations {} (reallocations {}), state growths {}, copies {} ({} bytes), dispatches {}, submits {}",
+            "allocations {} (reallocations {}), state growths {}, copies {} ({} bytes), dispatches {}, submits {}, input bytes written {}",
             stats.allocations,
             stats.reallocations,
             stats.state_growths,
             stats.copies,
             stats.copy_bytes,
             stats.dispatches,
-            stats.submits
+            stats.submits,
+            stats.input_bytes_written
         );
         if !tokens.is_empty() {
             println!("tokens {tokens:?}");

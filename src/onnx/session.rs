@@ -24,6 +24,10 @@
 //! A carried past may still be given: it replaces the rows the session holds (a first step
 //! that starts from a stored cache, or a caller that feeds every input as ONNX Runtime's
 //! callers do). [`OnnxSession::reset`] starts a new sequence.
+//!
+//! An input that stays the same from step to step (a weight fed as an input, an operand of a
+//! benchmark) can be kept on the device with [`OnnxSession::keep_input`]: it is written once,
+//! and steps leave it out — what ONNX Runtime's callers get by binding a device tensor.
 
 use super::feeds::bind_inputs_carried;
 use super::import::{dtype_of, import, runtime_tensor, ImportError, ImportedValue};
@@ -61,6 +65,14 @@ pub enum SessionError {
         /// The output.
         output: String,
         /// The input it should become.
+        input: String,
+        /// Why not.
+        reason: String,
+    },
+    /// An input that cannot be kept on the device ([`OnnxSession::keep_input`]).
+    #[error("keeping input `{input}`: {reason}")]
+    Keep {
+        /// The input.
         input: String,
         /// Why not.
         reason: String,
@@ -152,6 +164,8 @@ pub struct OnnxSession {
     inputs: Vec<ImportedValue>,
     outputs: Vec<ImportedValue>,
     states: Vec<StateBinding>,
+    /// The inputs kept on the device ([`OnnxSession::keep_input`]), for checking feeds.
+    kept: Vec<(String, HostTensor)>,
 }
 
 impl std::fmt::Debug for OnnxSession {
@@ -234,6 +248,7 @@ impl OnnxSession {
             inputs: imported.inputs,
             outputs: imported.outputs,
             states,
+            kept: Vec::new(),
         })
     }
 
@@ -275,20 +290,75 @@ impl OnnxSession {
         self.request.reset_states();
     }
 
-    /// Checks `feeds` against the model (the inputs in `carried` may be left out) and
-    /// converts them for the runtime.
+    /// Keeps `tensor` as input `name` on the device, like a device tensor bound with ONNX
+    /// Runtime's IO binding: steps may leave the input out, and its bytes are written to the
+    /// device once (by the next step) instead of at every step. A step that feeds the input
+    /// replaces the kept value. Checked now, against the model and the other kept inputs
+    /// (their symbolic dimensions must agree).
+    ///
+    /// # Errors
+    /// [`SessionError::Keep`] for a carried past (the session keeps those itself);
+    /// [`SessionError::Input`] naming the input when it is not one of the model's or does not
+    /// fit; nothing changes then.
+    pub fn keep_input(&mut self, name: &str, tensor: &HostTensor) -> Result<(), SessionError> {
+        if self.states.iter().any(|s| s.past == name) {
+            return Err(SessionError::Keep {
+                input: name.to_string(),
+                reason: "a carried past: the session keeps its rows on the device already".into(),
+            });
+        }
+        let mut named: Vec<(String, HostTensor)> = self
+            .kept
+            .iter()
+            .filter(|(n, _)| n != name)
+            .cloned()
+            .collect();
+        named.push((name.to_string(), tensor.clone()));
+        let others: Vec<&str> = self
+            .signature
+            .inputs
+            .iter()
+            .map(|i| i.name.as_str())
+            .filter(|n| !named.iter().any(|(m, _)| m == n))
+            .collect();
+        bind_inputs_carried(&self.signature, &named, &others).map_err(SessionError::Input)?;
+        let t = runtime_tensor(name, tensor)?;
+        self.request.keep_input(name, t)?;
+        self.kept = named;
+        Ok(())
+    }
+
+    /// Stops keeping input `name` (steps must feed it again). Returns whether it was kept.
+    pub fn release_input(&mut self, name: &str) -> bool {
+        self.kept.retain(|(n, _)| n != name);
+        self.request.release_input(name)
+    }
+
+    /// The inputs kept on the device ([`OnnxSession::keep_input`]).
+    pub fn kept_inputs(&self) -> impl Iterator<Item = &str> {
+        self.kept.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// Checks `feeds` with the kept inputs they leave out against the model (the inputs in
+    /// `carried` may be left out) and converts the fed ones for the runtime.
     fn feeds(
         &self,
         feeds: &[(&str, &HostTensor)],
         carried: &[&str],
     ) -> Result<Vec<(String, crate::tensor::HostTensor)>, SessionError> {
-        let named: Vec<(String, HostTensor)> = feeds
+        let mut named: Vec<(String, HostTensor)> = feeds
             .iter()
             .map(|&(n, t)| (n.to_string(), t.clone()))
             .collect();
+        for (n, t) in &self.kept {
+            if !feeds.iter().any(|(f, _)| f == n) {
+                named.push((n.clone(), t.clone()));
+            }
+        }
         bind_inputs_carried(&self.signature, &named, carried).map_err(SessionError::Input)?;
         named
             .into_iter()
+            .take(feeds.len())
             .map(|(name, t)| {
                 let r = runtime_tensor(&name, &t)?;
                 Ok((name, r))
@@ -336,6 +406,12 @@ impl OnnxSession {
         let inputs: Vec<(&str, &crate::tensor::HostTensor)> =
             tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
         self.request.infer(&inputs, &[]).await?;
+        // A kept input that was fed keeps the fed value (the request did the same).
+        for (n, t) in &mut self.kept {
+            if let Some(&(_, fed)) = feeds.iter().find(|(f, _)| f == n) {
+                *t = fed.clone();
+            }
+        }
         Ok(())
     }
 

@@ -102,6 +102,9 @@ pub struct RunStats {
     pub submits: u64,
     /// NaN fills encoded (`DYNRT_POISON`).
     pub poison_fills: u64,
+    /// Bytes of network inputs written from the host (an input kept on the device with
+    /// [`crate::runtime::InferRequest::keep_input`] is written once, not every iteration).
+    pub input_bytes_written: u64,
 }
 
 impl RunStats {
@@ -126,6 +129,7 @@ impl RunStats {
             copy_bytes: self.copy_bytes + o.copy_bytes,
             submits: self.submits + o.submits,
             poison_fills: self.poison_fills + o.poison_fills,
+            input_bytes_written: self.input_bytes_written + o.input_bytes_written,
         }
     }
 }

@@ -58,6 +58,18 @@ pub struct InferRequest {
     log_commands: bool,
     /// The last iteration's command log.
     last_log: Option<CommandLog>,
+    /// Inputs kept on the device between iterations ([`InferRequest::keep_input`]).
+    kept: Vec<KeptInput>,
+}
+
+/// An input kept on the device between iterations.
+#[derive(Clone)]
+struct KeptInput {
+    label: String,
+    tensor: Arc<HostTensor>,
+    /// The range (buffer, offset) a submitted iteration wrote its bytes to: while the input's
+    /// slot is still that range, iterations write nothing.
+    written: Option<(BufferUid, u64)>,
 }
 
 impl std::fmt::Debug for InferRequest {
@@ -139,6 +151,7 @@ impl InferRequest {
             uniforms: Some(UniformArena::new(engine)),
             log_commands: false,
             last_log: None,
+            kept: Vec::new(),
         })
     }
 
@@ -222,6 +235,48 @@ impl InferRequest {
         self.session.reset_states();
     }
 
+    /// Keeps `tensor` as input `label` on the device: iterations may leave the input out and
+    /// then use this value, written to the device once (by the next iteration) rather than at
+    /// every iteration, as long as its buffer stays the same. An iteration that gives the
+    /// input replaces the kept value. ONNX Runtime's IO binding of a device tensor does the
+    /// same for its callers.
+    ///
+    /// # Errors
+    /// [`RunError::BadInput`] for a label that is not an input, a state's past (the request
+    /// keeps those itself) or a tensor of the wrong type or size; nothing changes then.
+    pub fn keep_input(&mut self, label: &str, tensor: HostTensor) -> Result<(), RunError> {
+        if self.session.check_input(label, &tensor)?.is_some() {
+            return Err(RunError::BadInput {
+                input: label.to_string(),
+                reason: "the past of a state: the request keeps its rows on the device already"
+                    .into(),
+            });
+        }
+        let kept = KeptInput {
+            label: label.to_string(),
+            tensor: Arc::new(tensor),
+            written: None,
+        };
+        match self.kept.iter_mut().find(|k| k.label == label) {
+            Some(k) => *k = kept,
+            None => self.kept.push(kept),
+        }
+        Ok(())
+    }
+
+    /// Stops keeping input `label` (its value is forgotten: iterations must give it again).
+    /// Returns whether it was kept.
+    pub fn release_input(&mut self, label: &str) -> bool {
+        let before = self.kept.len();
+        self.kept.retain(|k| k.label != label);
+        self.kept.len() != before
+    }
+
+    /// The inputs kept on the device, in the order they were first kept.
+    pub fn kept_inputs(&self) -> impl Iterator<Item = &str> {
+        self.kept.iter().map(|k| k.label.as_str())
+    }
+
     fn engine(&self) -> &Engine {
         &self.net.inner.engine
     }
@@ -260,11 +315,39 @@ impl InferRequest {
         inputs: &[(&str, &HostTensor)],
         read: &[&str],
     ) -> Result<Vec<HostTensor>, RunError> {
-        let result = self.run_iteration(inputs).await;
-        if result.is_err() {
-            self.session.abort();
-            for plan in &mut self.plans {
-                *plan = None;
+        // A snapshot (the tensors shared), so the iteration may borrow the request mutably; a
+        // kept input given in `inputs` takes the given value (kept from now on if it runs).
+        let kept: Vec<KeptInput> = self
+            .kept
+            .iter()
+            .map(|k| match inputs.iter().find(|(l, _)| *l == k.label) {
+                Some(&(_, t)) => KeptInput {
+                    label: k.label.clone(),
+                    tensor: Arc::new(t.clone()),
+                    written: None,
+                },
+                None => k.clone(),
+            })
+            .collect();
+        let result = self.run_iteration(inputs, &kept).await;
+        match &result {
+            Ok(written) => {
+                for ((k, now), w) in self.kept.iter_mut().zip(kept).zip(written) {
+                    k.tensor = now.tensor;
+                    if w.is_some() {
+                        k.written = *w;
+                    }
+                }
+            }
+            Err(_) => {
+                self.session.abort();
+                for plan in &mut self.plans {
+                    *plan = None;
+                }
+                // Nothing was submitted (or it failed): write the kept inputs again.
+                for k in &mut self.kept {
+                    k.written = None;
+                }
             }
         }
         self.forget_freed();
@@ -276,9 +359,23 @@ impl InferRequest {
         Ok(out)
     }
 
-    async fn run_iteration(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<(), RunError> {
+    /// One iteration with `inputs` and the `kept` inputs not among them. Returns, for each
+    /// kept input, the range its bytes were written to by this iteration (None: not written,
+    /// its slot still holds them).
+    async fn run_iteration(
+        &mut self,
+        given: &[(&str, &HostTensor)],
+        kept: &[KeptInput],
+    ) -> Result<Vec<Option<(BufferUid, u64)>>, RunError> {
         let inner = Arc::clone(&self.net.inner);
         let compiled = &inner.compiled;
+        let mut inputs: Vec<(&str, &HostTensor)> = given.to_vec();
+        for k in kept {
+            if !given.iter().any(|(l, _)| *l == k.label) {
+                inputs.push((&k.label, &k.tensor));
+            }
+        }
+        let inputs = &inputs[..];
         // Phase 1 (device-free): update_shape and realloc_if_needed for every node.
         self.session.prepare(inputs)?;
         self.forget_freed();
@@ -292,14 +389,16 @@ impl InferRequest {
         // and written directly (now); device buffers through the queue when the frame is
         // submitted (a queue write lands at the start of the next submit: nothing earlier
         // reads these buffers).
+        // A kept input is written only when its slot is not the range written last time.
         let mut queued: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut written = vec![None; kept.len()];
+        let mut input_bytes = 0u64;
         for &(label, t) in inputs {
             let Some(id) = compiled.graph.find(label) else {
                 continue;
             };
             let k = compiled.pos(id).index();
-            let bytes = pad4(&t.bytes);
-            if bytes.is_empty() {
+            if t.bytes.is_empty() {
                 continue;
             }
             let (buf, off) = self
@@ -309,6 +408,14 @@ impl InferRequest {
                     input: label.to_string(),
                     reason: "no buffer".into(),
                 })?;
+            if let Some(i) = kept.iter().position(|x| x.label == label) {
+                if kept[i].written == Some((buf.uid(), off)) {
+                    continue;
+                }
+                written[i] = Some((buf.uid(), off));
+            }
+            let bytes = pad4(&t.bytes);
+            input_bytes += bytes.len() as u64;
             if buf.kind().host_mappable() {
                 self.engine()
                     .write_mapped(buf, off, &bytes)
@@ -358,9 +465,11 @@ impl InferRequest {
             op: "submit",
             reason,
         })?;
-        self.session.stats_mut().submits += 1;
+        let stats = self.session.stats_mut();
+        stats.submits += 1;
+        stats.input_bytes_written += input_bytes;
         self.session.commit();
-        Ok(())
+        Ok(written)
     }
 
     fn ensure_nan_source(&mut self) -> Result<(), RunError> {

@@ -11,7 +11,8 @@
 // A step is one run of the model and ends when its results are complete on the device: op
 // workloads wait for the queue (GPUQueue.onSubmittedWorkDone: no read-back), decode workloads
 // read the logits back for the argmax. Tensors stay on the GPU between steps: op inputs are
-// GPU buffers written once and the output a GPU buffer made once; decode steps feed the
+// GPU buffers written once (ORT: GPU tensors; dynrt: OnnxSession.keep) and the output a GPU
+// buffer made once (ORT; dynrt's output stays in its placeholder); decode steps feed the
 // presents of step k as the pasts of step k + 1 as GPU tensors. `counts` are the deltas of
 // globalThis.__gpuCounts over the step; `peak_bytes` the most GPUBuffer bytes alive at once
 // during the call (model load included) above what was alive before it.
@@ -257,13 +258,15 @@ async function dynrtRun(row, steps, base, feeds) {
   const names = row.inputs;
   const npy = names.map((n) => npyBytes(feeds[n]));
   if (row.kind === 'op') {
+    // The inputs stay on the device (written once, by the first run), as ORT's GPU tensors do.
+    session.keep(names, npy);
     for (let s = 0; s < steps; s += 1) {
       const before = counts();
       const t = performance.now();
-      await session.run(names, npy, [], []);
+      await session.run([], [], [], []);
       records.push({ ms: performance.now() - t, counts: delta(before, counts()) });
     }
-    const [out] = await session.run(names, npy, [row.outputs[0]], []);
+    const [out] = await session.run([], [], [row.outputs[0]], []);
     checkErr = checkOp(row, feeds, parseNpy(out.buffer.slice(out.byteOffset, out.byteOffset + out.byteLength)).data);
   } else {
     let curNames = names;

@@ -507,6 +507,39 @@ impl<S: Storage + Clone> Session<S> {
         Ok(())
     }
 
+    /// Checks that `t` can be input `label` of the network: an input, with the node's element
+    /// type and as many bytes as its shape needs. Returns the state whose past it is, if any.
+    ///
+    /// # Errors
+    /// [`RunError::BadInput`] naming the input; [`RunError::Graph`] for a shape whose size
+    /// overflows.
+    pub fn check_input(&self, label: &str, t: &HostTensor) -> Result<Option<usize>, RunError> {
+        let c = &self.compiled;
+        let graph = &c.graph;
+        let not_input = || RunError::BadInput {
+            input: label.to_string(),
+            reason: "not an input of the network".into(),
+        };
+        let id = graph.find(label).ok_or_else(not_input)?;
+        let Role::Input { state } = c.node(c.pos(id)).role else {
+            return Err(not_input());
+        };
+        let dtype = graph.node(id).dtype;
+        let expect = t.shape.size_bytes(dtype)?;
+        if t.dtype != dtype || t.bytes.len() as u64 != expect {
+            return Err(RunError::BadInput {
+                input: label.to_string(),
+                reason: format!(
+                    "expected {expect} bytes of {dtype} for shape {}, got {} bytes of {}",
+                    t.shape,
+                    t.bytes.len(),
+                    t.dtype
+                ),
+            });
+        }
+        Ok(state)
+    }
+
     /// Phase 1 of an iteration: checks the given inputs, binds the symbols, then for every
     /// node in processing order `update_shape` (skipped when no input shape changed) and
     /// `realloc_if_needed`. Marks the nodes re-inferred (their dispatch plans are stale).
@@ -527,33 +560,7 @@ impl<S: Storage + Clone> Session<S> {
         // Check the given inputs; a state's past given by the caller replaces the rows held.
         let mut uploads: Vec<Option<&HostTensor>> = vec![None; self.states.len()];
         for &(label, t) in inputs {
-            let id = graph.find(label).ok_or_else(|| RunError::BadInput {
-                input: label.to_string(),
-                reason: "not an input of the network".into(),
-            })?;
-            let state = match c.node(c.pos(id)).role {
-                Role::Input { state } => state,
-                _ => {
-                    return Err(RunError::BadInput {
-                        input: label.to_string(),
-                        reason: "not an input of the network".into(),
-                    })
-                }
-            };
-            let dtype = graph.node(id).dtype;
-            let expect = t.shape.size_bytes(dtype)?;
-            if t.dtype != dtype || t.bytes.len() as u64 != expect {
-                return Err(RunError::BadInput {
-                    input: label.to_string(),
-                    reason: format!(
-                        "expected {expect} bytes of {dtype} for shape {}, got {} bytes of {}",
-                        t.shape,
-                        t.bytes.len(),
-                        t.dtype
-                    ),
-                });
-            }
-            if let Some(si) = state {
+            if let Some(si) = self.check_input(label, t)? {
                 uploads[si] = Some(t);
             }
         }
