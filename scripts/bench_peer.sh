@@ -63,8 +63,9 @@
 #                   --state OUT_PREFIX=IN_PREFIX ...]`
 #   * step 0 feeds every DIR/<input>.npy; every step is one run of the model on the adapter
 #     dynrt picks (WGPU_BACKEND, VK_ICD_FILENAMES, WGPU_ADAPTER_NAME as usual);
-#   * without --decode every step feeds the same inputs and ends when the device is idle
-#     (device.poll wait); with --decode the step ends when the logits are on the host: the
+#   * without --decode the inputs are kept on the device (OnnxSession::keep_input: written
+#     once, by step 0, as ONNX Runtime's are GPU tensors bound once) and every step runs the
+#     model on them and ends when the device is idle (device.poll wait); with --decode the step ends when the logits are on the host: the
 #     token is the argmax of logits[0, -1, :] (first index on ties), the next step feeds it as
 #     TOKEN-INPUT [[t]] (int64), POSITION-INPUT [[past + i]] when given (past: the length of
 #     the state inputs' axis 2 at step 0, plus the tokens fed since), and every output whose
@@ -89,8 +90,11 @@
 #   `session.run(feedNames: string[], feeds: Uint8Array[] (.npy bytes), fetch: string[],
 #    carry: [outName, inName][]) -> Promise<Uint8Array[]>` (the fetched outputs as .npy,
 #   resolved when the run is complete on the device; `carry`: after this run each output
-#   becomes that input of the next runs without leaving the device), and `session.free()`.
-#   web/peer/peer.js drives it with the same protocol, timing and counters as ORT.
+#   becomes that input of the next runs without leaving the device),
+#   `session.keep(names: string[], feeds: Uint8Array[])` (those inputs stay on the device:
+#   later runs leave them out; op workloads keep both operands, as ORT's are GPU tensors) and
+#   `session.free()`. web/peer/peer.js drives it with the same protocol, timing and counters
+#   as ORT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -223,12 +227,6 @@ runs_on() {
   esac
 }
 for w in "${chosen[@]}"; do
-  case $w in add_*|mul_*|matmul_*)
-    if [ -z "$dynrt_native" ] || [[ ",$routes," == *,browser,* ]]; then
-      op_note="op workloads: dynrt's step uploads its two inputs from the host every step (neither \`dynrt bench onnx\` nor the wasm OnnxSession keeps a fed input on the device yet) while ONNX Runtime's stay on the device, so dynrt's op rows measure upload + kernel and ONNX Runtime's the kernel; \`dynrt bench kernels\` times dynrt's kernel alone"
-      [[ " ${notes[*]-} " == *"$op_note"* ]] || notes+=("$op_note")
-    fi ;;
-  esac
   case $w in matmul_1024) [ $quick = 1 ] && notes+=("$w: --quick runs it one round (one ONNX Runtime step on SwiftShader costs 12-36 s)") ;; esac
   case $w in smollm2_*) [ $quick = 1 ] && notes+=("$w: --quick runs it on native-lavapipe only (one ONNX Runtime step on SwiftShader costs 12-15 s of CPU)") ;; esac
 done
