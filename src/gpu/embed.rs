@@ -316,6 +316,8 @@ impl Gpu {
             mappable_primary_buffers: features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
             verbose: options.verbose,
             power_preference: wgpu::PowerPreference::default(),
+            // The app requested the device: its hints are the app's, not known here.
+            memory_hints: wgpu::MemoryHints::default(),
         };
         Ok(Gpu {
             inner: Arc::new(GpuInner {

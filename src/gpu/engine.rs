@@ -22,7 +22,7 @@ const COPY_ALIGN_BYTES: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
 /// wgpu's map alignment: a mapped range starts at a multiple of 8 bytes.
 const MAP_ALIGN_BYTES: u64 = wgpu::MAP_ALIGNMENT;
 /// Largest staging buffer [`Engine::write`] creates (a multiple of the copy alignment).
-pub const UPLOAD_CHUNK_BYTES: u64 = 32 << 20;
+pub const UPLOAD_CHUNK_BYTES: u64 = 4 << 20;
 
 /// What to allocate: a label (shown in graphics debuggers and errors), a size and a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +167,9 @@ pub(crate) struct EngineInner {
     gpu: Gpu,
     accounting: Mutex<Accounting>,
     budget_bytes: u64,
+    /// The submission of the last staging chunk [`Engine::write`] copied: the next chunk waits
+    /// for it, so at most one chunk is in flight while the next is filled.
+    last_upload: Mutex<Option<wgpu::SubmissionIndex>>,
 }
 
 impl EngineInner {
@@ -363,6 +366,7 @@ impl Engine {
                 gpu,
                 accounting: Mutex::new(Accounting::with_verbose(verbose)),
                 budget_bytes,
+                last_upload: Mutex::new(None),
             }),
         }
     }
@@ -600,12 +604,24 @@ impl Engine {
                 false,
                 Some(chunk),
             )?;
-            submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
+            let index = submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
                 enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), chunk_offset, chunk_len)
             })?;
             // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
-            // the destruction of buffers used by pending submissions).
+            // the destruction of buffers used by pending submissions, until a poll).
             drop(staging);
+            // Wait for the previous chunk's copy (the poll frees its staging): uploading 542 MB
+            // of weights then holds two chunks at most, where it left every staging buffer to
+            // wgpu's next poll before (tens of MB more at the peak).
+            let previous = self
+                .inner
+                .last_upload
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(index);
+            if let Some(previous) = previous {
+                self.inner.gpu.wait_for(previous);
+            }
         }
         Ok(())
     }
@@ -673,7 +689,8 @@ impl Engine {
                 dst_offset_bytes,
                 size_bytes,
             )
-        })
+        })?;
+        Ok(())
     }
 
     /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.
@@ -905,16 +922,16 @@ fn submit_checked(
     gpu: &Gpu,
     label: &str,
     record: impl FnOnce(&mut wgpu::CommandEncoder),
-) -> Result<(), AllocError> {
+) -> Result<wgpu::SubmissionIndex, AllocError> {
     let device = gpu.device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let mut enc =
         device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
     record(&mut enc);
-    gpu.queue().submit([enc.finish()]);
+    let index = gpu.queue().submit([enc.finish()]);
     match scope.pop().now_or_never().flatten() {
         Some(e) => Err(AllocError::Validation(e.to_string())),
-        None => Ok(()),
+        None => Ok(index),
     }
 }
 

@@ -150,6 +150,14 @@ pub struct GpuOptions {
     pub verbose: bool,
     /// Power preference when several adapters match.
     pub power_preference: wgpu::PowerPreference,
+    /// How wgpu sub-allocates device memory for dynrt's buffers. The default,
+    /// [`wgpu::MemoryHints::MemoryUsage`], has wgpu's Vulkan and D3D12 backends take memory in
+    /// blocks of 8-64 MiB (device) and 4-32 MiB (host-visible) instead of 128-256 / 64-128 MiB:
+    /// dynrt pools and packs its own buffers, so wgpu's large blocks would only be memory
+    /// allocated and never used (the exported SmolLM2 decoder on lavapipe: 743,581,184 bytes
+    /// of Vulkan memory at the peak with `Performance`, the 542 MB of weights plus a 128 MiB
+    /// and a 64 MiB block; see README "Side by side with ONNX Runtime").
+    pub memory_hints: wgpu::MemoryHints,
 }
 
 impl Default for GpuOptions {
@@ -161,6 +169,7 @@ impl Default for GpuOptions {
             mappable_primary_buffers: true,
             verbose: false,
             power_preference: wgpu::PowerPreference::HighPerformance,
+            memory_hints: wgpu::MemoryHints::MemoryUsage,
         }
     }
 }
@@ -300,7 +309,7 @@ impl Gpu {
                 required_features: features,
                 required_limits: limits.clone(),
                 experimental_features: wgpu::ExperimentalFeatures::disabled(),
-                memory_hints: wgpu::MemoryHints::Performance,
+                memory_hints: opts.memory_hints.clone(),
                 trace: wgpu::Trace::Off,
             })
             .await
