@@ -228,6 +228,9 @@ impl OnnxSession {
             imported.graph,
             NetworkOptions {
                 states: states.clone(),
+                // The session is the network's only request: room for one copy of its
+                // inputs and outputs (the default keeps two, for a second request).
+                inflight: 1,
                 ..NetworkOptions::default()
             },
         )?;
