@@ -155,6 +155,10 @@ pub struct Frame<'k> {
     log: Option<CommandLog>,
 }
 
+/// Most bytes [`Frame`] packs into one upload per submit (the upload buffer's size); larger
+/// writes go to the queue on their own.
+const UPLOAD_PACK_BYTES: u64 = 1 << 20;
+
 /// How [`Frame::encode_planned`] recorded a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Planned {
@@ -228,17 +232,14 @@ impl<'k> Frame<'k> {
         // Uniform slots and queue writes recorded so far must land before this slice's
         // commands; later ones land before the next slice (their buffers are not read by
         // the commands already submitted: see `write_before_submit`).
-        self.uniforms.flush();
-        for (buf, offset, bytes) in std::mem::take(&mut self.writes) {
-            self.engine.queue_write_raw(&buf, offset, &bytes);
-        }
+        let head = self.pack_writes();
         let next = gpu
             .device()
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("dynrt iteration slice"),
             });
         let done = std::mem::replace(&mut self.encoder, next);
-        let index = gpu.queue().submit([done.finish()]);
+        let index = gpu.queue().submit(head.into_iter().chain([done.finish()]));
         let slice = (index, web_time::Instant::now(), self.since_slice);
         self.since_slice = 0;
         if let Some((prev, at, n)) = self.in_flight.replace(slice) {
@@ -484,12 +485,67 @@ impl<'k> Frame<'k> {
     /// [`Submitted::check`] for validation errors.
     pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
-        self.uniforms.flush();
-        for (buf, offset, bytes) in &self.writes {
-            self.engine.queue_write_raw(buf, *offset, bytes);
-        }
-        self.engine.gpu().queue().submit([self.encoder.finish()]);
+        let head = self.pack_writes();
+        self.engine
+            .gpu()
+            .queue()
+            .submit(head.into_iter().chain([self.encoder.finish()]));
         (Submitted { scope: self.scope }, self.uniforms, self.log)
+    }
+
+    /// Gets the changed uniform slots and the scheduled writes onto the device before the
+    /// next submit's commands. Several of them are packed into the arena's upload buffer with
+    /// one queue write and copied to their places by the command buffer returned, which the
+    /// caller submits first: wgpu creates a staging buffer for every `write_buffer`, so a
+    /// decode step of the exported SmolLM2 created one per changed uniform chunk and input
+    /// (6 per step) and now creates one. Written directly, as before: writes past
+    /// [`UPLOAD_PACK_BYTES`] in all, a single write, a length the copy alignment does not
+    /// divide, or when the upload buffer cannot be had.
+    fn pack_writes(&mut self) -> Option<wgpu::CommandBuffer> {
+        let mut pieces: Vec<(wgpu::Buffer, u64, u64, u64)> = Vec::new();
+        let mut packed: Vec<u8> = Vec::new();
+        let engine = self.engine.clone();
+        let mut add = |buf: &wgpu::Buffer, offset: u64, bytes: &[u8]| {
+            let len = bytes.len() as u64;
+            if packed.len() as u64 + len > UPLOAD_PACK_BYTES {
+                // A large write (a fed KV cache, a first iteration's uniforms) is one staging
+                // buffer whichever way; packing it would keep an upload buffer its size.
+                engine.queue_write_raw(buf, offset, bytes);
+                return;
+            }
+            pieces.push((buf.clone(), offset, packed.len() as u64, len));
+            packed.extend_from_slice(bytes);
+        };
+        self.uniforms.take_changes(&mut add);
+        for (buf, offset, bytes) in std::mem::take(&mut self.writes) {
+            add(&buf, offset, &bytes);
+        }
+        let aligned = pieces
+            .iter()
+            .all(|p| p.3 % wgpu::COPY_BUFFER_ALIGNMENT == 0);
+        let upload = match (pieces.len() > 1 && aligned, packed.len() as u64) {
+            (true, bytes) => self.uniforms.upload(bytes).ok(),
+            (false, _) => None,
+        };
+        let Some(upload) = upload else {
+            for (buf, offset, start, len) in &pieces {
+                let range = *start as usize..(*start + *len) as usize;
+                self.engine.queue_write_raw(buf, *offset, &packed[range]);
+            }
+            return None;
+        };
+        self.engine.queue_write_raw(upload.raw(), 0, &packed);
+        let mut head =
+            self.engine
+                .gpu()
+                .device()
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("dynrt uploads"),
+                });
+        for (buf, offset, start, len) in &pieces {
+            head.copy_buffer_to_buffer(upload.raw(), *start, buf, *offset, *len);
+        }
+        Some(head.finish())
     }
 
     /// Drops the recorded commands without submitting them and gives the uniform arena back

@@ -4,12 +4,14 @@
 //! `queue.write_buffer` lands before the whole submit runs, so one shared uniform written once
 //! per dispatch would leave every dispatch reading the last value. Each dispatch therefore
 //! gets its own 256-byte slot (`min_uniform_buffer_offset_alignment`) in a chunked uniform
-//! buffer, selected by a dynamic offset; the host copies of the slots are written with at most
-//! one `write_buffer` per chunk (its changed bytes only) in [`UniformArena::flush`] before the
-//! submit. Each `write_buffer` makes wgpu create a staging buffer, so the chunks grow
-//! geometrically: an iteration of `n` slots spans O(log n) chunks. Cost: one slot (256 bytes)
-//! and one bind group per dispatch; chunks are kept and reused by later iterations (queue
-//! order makes a rewrite visible only to later submits).
+//! buffer, selected by a dynamic offset; only the changed bytes of each chunk are written
+//! before the submit. Each `write_buffer` makes wgpu create a staging buffer, so the chunks
+//! grow geometrically (an iteration of `n` slots spans O(log n) chunks) and
+//! [`crate::gpu::Frame`] packs the changed ranges of all chunks, with the iteration's other
+//! host writes, into one write to the arena's upload buffer, copied to their places at the
+//! head of the submit ([`UniformArena::flush`] writes them directly instead). Cost: one slot
+//! (256 bytes) and one bind group per dispatch; chunks are kept and reused by later iterations
+//! (queue order makes a rewrite visible only to later submits).
 //!
 //! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage, in the internal
 //! region), so they appear in the accounting, the history and the budget like every other
@@ -54,6 +56,8 @@ pub struct UniformArena {
     /// Scratch buffers outgrown while a recorded dispatch plan or a cached bind group may
     /// still bind them; kept until the arena is dropped (each at most half the next).
     retired: Vec<Buffer>,
+    /// Where a submit's host writes are packed ([`UniformArena::upload`]).
+    upload: Option<Buffer>,
 }
 
 /// The bytes of `data` that differ from `written` (what the device holds), widened to whole
@@ -93,6 +97,7 @@ impl UniformArena {
             pad: None,
             scratch: None,
             retired: Vec::new(),
+            upload: None,
         }
     }
 
@@ -171,8 +176,8 @@ impl UniformArena {
         };
         if self.used_chunks == 0 || self.used_in_last + self.slot_bytes > last_bytes {
             if self.used_chunks == self.chunks.len() {
-                let size_bytes = self
-                    .allocated_bytes()
+                let upload = self.upload.as_ref().map_or(0, Buffer::size_bytes);
+                let size_bytes = (self.allocated_bytes() - upload)
                     .clamp(CHUNK_BYTES, MAX_CHUNK_BYTES.max(CHUNK_BYTES));
                 let buffer = self.engine.allocate_in(
                     Region::Internal,
@@ -208,13 +213,46 @@ impl UniformArena {
     /// any later submit). Decode with unchanged shapes re-records identical uniforms, and each
     /// `write_buffer` costs a staging allocation and a copy.
     pub fn flush(&mut self) {
+        let engine = self.engine.clone();
+        self.take_changes(|buf, offset, bytes| engine.queue_write_raw(buf, offset, bytes));
+    }
+
+    /// What [`UniformArena::flush`] would write, given to `write` instead (the chunk's buffer,
+    /// the offset and the changed bytes); the arena then counts them as written, so the caller
+    /// must get them onto the device before the submit that reads them.
+    pub(crate) fn take_changes(&mut self, mut write: impl FnMut(&wgpu::Buffer, u64, &[u8])) {
         for chunk in &mut self.chunks[..self.used_chunks] {
             if let Some((start, end)) = changed_range(&chunk.data, &chunk.written) {
-                self.engine
-                    .queue_write(&chunk.buffer, start as u64, &chunk.data[start..end]);
+                write(chunk.buffer.raw(), start as u64, &chunk.data[start..end]);
                 chunk.written.clone_from(&chunk.data);
             }
         }
+    }
+
+    /// A buffer of at least `bytes` that [`crate::gpu::Frame`] packs a submit's host writes
+    /// into (one `write_buffer`, then one copy per destination at the head of the submit:
+    /// wgpu creates a staging buffer per `write_buffer`, so this makes one per submit instead
+    /// of one per write). Grows to the next power of two; the outgrown one is freed (queue
+    /// order: the submits that copied from it are before any later write). Kept by the arena.
+    ///
+    /// # Errors
+    /// The engine's error when it cannot be allocated (the caller then writes directly).
+    pub(crate) fn upload(&mut self, bytes: u64) -> Result<&Buffer, AllocError> {
+        let upload = match self.upload.take() {
+            Some(b) if b.size_bytes() >= bytes => b,
+            outgrown => {
+                drop(outgrown);
+                self.engine.allocate_in(
+                    Region::Internal,
+                    &BufferDesc {
+                        label: "dynrt upload",
+                        size_bytes: bytes.next_power_of_two().max(4096),
+                        kind: AllocKind::UsmDevice,
+                    },
+                )?
+            }
+        };
+        Ok(self.upload.insert(upload))
     }
 
     /// Starts a new command buffer's worth of slots (after flushing and submitting the last).
@@ -236,7 +274,7 @@ impl UniformArena {
     }
 
     /// Device bytes held by the arena: its uniform chunks, the pad and the scratch buffers
-    /// of aliased operands.
+    /// of aliased operands, and the upload buffer.
     pub fn allocated_bytes(&self) -> u64 {
         self.chunks
             .iter()
@@ -247,6 +285,7 @@ impl UniformArena {
                 .iter()
                 .chain(&self.scratch)
                 .chain(&self.retired)
+                .chain(&self.upload)
                 .map(Buffer::size_bytes)
                 .sum::<u64>()
     }
