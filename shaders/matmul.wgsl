@@ -411,30 +411,31 @@ fn matmul_conv(
     let ktiles = (cv.k + TK - 1u) / TK;
     for (var kt = 0u; kt < ktiles; kt++) {
         let k0 = kt * TK;
-        for (var r = 0u; r < 4u; r++) {
+        // One f32 per step, into its vec4's component: the gather costs the same per element
+        // either way, and on SwiftShader a vec4 built from four guarded gathers cost a fifth
+        // more than these stores.
+        for (var r = 0u; r < 16u; r++) {
             let idx = lidx + 64u * r;
-            let gm = row0 + idx / TK4;
-            let gk = k0 + (idx % TK4) * 4u;
-            var av = vec4<f32>(0.0);
-            if gm < cv.m {
-                for (var j = 0u; j < 4u; j++) {
-                    if gk + j < cv.k {
-                        av[j] = b[w_base + gm * cv.k + gk + j];
-                    }
-                }
+            // A: consecutive invocations walk k (contiguous weight rows).
+            let am = idx / TK;
+            let ak = idx % TK;
+            let gm = row0 + am;
+            let gk = k0 + ak;
+            var av = 0.0;
+            if gm < cv.m && gk < cv.k {
+                av = b[w_base + gm * cv.k + gk];
             }
-            As[idx] = av;
-            let gk2 = k0 + idx / TN4;
-            let gn = col0 + (idx % TN4) * 4u;
-            var bv = vec4<f32>(0.0);
-            if gk2 < cv.k {
-                for (var j = 0u; j < 4u; j++) {
-                    if gn + j < cv.n {
-                        bv[j] = conv_input(n_img, g, gk2, gn + j);
-                    }
-                }
+            As[am * TK4 + ak / 4u][ak % 4u] = av;
+            // B: consecutive invocations walk the output pixels.
+            let bk = idx / TN;
+            let bn = idx % TN;
+            let gk2 = k0 + bk;
+            let gn = col0 + bn;
+            var bv = 0.0;
+            if gk2 < cv.k && gn < cv.n {
+                bv = conv_input(n_img, g, gk2, gn);
             }
-            Bs[idx] = bv;
+            Bs[bk * TN4 + bn / 4u][bn % 4u] = bv;
         }
         workgroupBarrier();
         mma_tile(&acc, lid.x, lid.y);
