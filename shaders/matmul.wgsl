@@ -341,6 +341,9 @@ fn matmul_tiled(
     store_acc(&acc, p.out_offset + at.bi * p.m * p.n, p.m, p.n, at.row0 + lid.y * 8u, at.col0 + lid.x * 8u, zero, zero);
 }
 
+// matmul_tiled with stage_vec4. Written out rather than shared with matmul_tiled through a
+// flag: an entry point whose call tree reaches both `a` and `a4` (one binding, two types) is
+// invalid (naga: "Bindings ... conflict"), so each entry point calls only its own loader.
 @compute @workgroup_size(8, 8, 1)
 fn matmul_tiled4(
     @builtin(workgroup_id) wid: vec3<u32>,

@@ -436,15 +436,14 @@ fn flat_elementwise_kernels_cover_every_element_near_workgroup_edges() {
 fn matmul_vec4_staging() {
     for gpu in gpus("matmul_vec4_staging") {
         let mut rng = SplitMix64::new(17);
-        let cases: [(&[u64], &[u64], u64, u64, u64); 4] = [
-            (&[], &[], 9, 4, 8),
-            (&[], &[], 70, 36, 132),
-            (&[2, 1], &[3], 65, 20, 68),
-            (&[1], &[2], 128, 64, 64),
+        let cases = [
+            (vec![], vec![], 9, 4, 8),
+            (vec![], vec![], 70, 36, 132),
+            (vec![2, 1], vec![3], 65, 20, 68),
+            (vec![1], vec![2], 128, 64, 64),
         ];
-        for (ba, bb, m, kk, n) in cases {
+        for (mut a, mut b, m, kk, n) in cases {
             let mut k = Kernels::new(&gpu);
-            let (mut a, mut b) = (ba.to_vec(), bb.to_vec());
             a.extend([m, kk]);
             b.extend([kk, n]);
             let (ta, tb) = (f32_tensor(&mut rng, &a), f32_tensor(&mut rng, &b));
