@@ -1,11 +1,10 @@
 //! The `matmul` family (`shaders/matmul.wgsl`): a tiled kernel (64x64 output tile per 8x8
 //! workgroup, an 8x8 register block per invocation, K staged 16 at a time in workgroup
 //! memory as vec4s; `matmul_tiled4` reads A and B from memory as vec4s where their layout
-//! allows, `matmul_tiled` through any strides) and, for M <= [`SMALL_M_MAX`] (decode steps), a small-M kernel where one
-//! 64-invocation workgroup covers one row and 256 columns; gemm (transposes as strides, an
-//! epilogue dispatch for alpha and C); convolution as an implicit GEMM on the tiled kernel's
-//! register block.
-
+//! allows, `matmul_tiled` through any strides) and, for M <= [`SMALL_M_MAX`] (decode
+//! steps), a small-M kernel where one 64-invocation workgroup covers one row and 256
+//! columns; gemm (transposes as strides, an epilogue dispatch for alpha and C); convolution
+//! as an implicit GEMM on the tiled kernel's register block.
 use super::cnn::per_axis;
 use super::layout::{batch_strides, broadcast_strides, numel, operand_strides, span, u32_of};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
