@@ -2,16 +2,27 @@
 //
 // Entry points:
 //   matmul_tiled  workgroup 8x8 invocations computes a 64x64 output tile; each invocation
-//                 owns an 8x8 register block. The K axis is walked in steps of 16: the workgroup
-//                 stages a 64x16 tile of A and a 16x64 tile of B in shared memory (16 loads per
-//                 invocation each, zero-filled outside the matrix), then every invocation does
-//                 16 x (8 + 8 loads, 64 FMAs). Why 8x8 and not 4x4 on 16x16 invocations: on
-//                 llvmpipe/lavapipe every shared- or storage-memory load costs about the same
-//                 per invocation and per component (about 7 ns measured with
-//                 `dynrt bench kernels --probe`) while FMAs are cheap, so loads per FMA decide
-//                 the speed; 8x8 halves them (16 loads per 64 FMAs instead of 8 per 16). Output tiles of all batches are linearised over a
+//                 owns an 8x8 register block (rows ty*8.., columns tx*8..). The K axis is walked
+//                 in steps of 16: the workgroup stages a 64x16 tile of A and a 16x64 tile of B in
+//                 shared memory as vec4s (A row-major with 4 k per vec4, B k-major with 4 n per
+//                 vec4; each invocation gathers 4 vec4s of each from memory, zero-filled outside
+//                 the matrix), then every invocation does 4 x (8 + 8 vec4 shared loads,
+//                 256 FMAs). Why vec4s and an 8x8 block: on llvmpipe/lavapipe and SwiftShader
+//                 an invocation is one lane of a CPU vector and a shared-memory load with a
+//                 per-invocation address is a loop over the lanes, so loads per FMA decide the
+//                 speed, and one vec4 load costs about what one f32 load does: 16 vec4 loads per
+//                 256 FMAs here against 16 f32 loads per 64 FMAs with f32 tiles (1.3-1.5x the
+//                 GFLOP/s on lavapipe, README "Benchmark"); 8x8 halves them again against 4x4.
+//                 Output tiles of all batches are linearised over a
 //                 2-D grid (linear index wid.x + wid.y * num_workgroups.x) so that batch x tiles
 //                 may exceed max_compute_workgroups_per_dimension.
+//
+//   matmul_tiled4 matmul_tiled for operands contiguous along K (A) and N (B) whose offsets,
+//                 strides, K and N are multiples of 4 (src/gpu/kernels/matmul.rs checks): the
+//                 tiles are staged with one vec4 load per vec4 instead of four f32 loads through
+//                 strides (on SwiftShader, where wgpu clamps every storage index, the f32 loads
+//                 made the vec4 tiles slower than f32 tiles had been; on lavapipe it adds about
+//                 a sixth to the GFLOP/s).
 //
 //   matmul_small_m  for M <= 8 (decode: one new token per step), where a 64-row tile would
 //                 waste most of its work: a workgroup of 64 invocations covers one output row
@@ -33,14 +44,16 @@
 //
 // A and B are addressed through strides, so a transposed operand (`transpose_b`, gemm's
 // transA / transB) is just swapped strides, and broadcast batch dimensions have batch stride
-// 0. One pipeline per entry point serves every shape; no specialisation. The two tiled entry
-// points share the register block (struct Acc, 16 named vec4 accumulators) and its FMA step
-// and stores; only their tile loaders differ.
+// 0. One pipeline per entry point serves every shape; no specialisation. The three tiled entry
+// points share the register block (struct Acc, 8 rows of 2 named vec4 accumulators), its FMA
+// step and its stores; only their tile loaders differ.
 //
 // Bindings (group 0):
 //   0 uniform  MatMulParams | ConvParams | EpilogueParams (dynamic offset)
-//   1 storage read_write  a    [..., M, K]          (conv: x [N, C, D, H, W])
-//   2 storage read_write  b    [..., K, N] (or [..., N, K])   (conv: w [OC, C / g, kd, kh, kw])
+//   1 storage read_write  a    [..., M, K]          (conv: x [N, C, D, H, W]; matmul_tiled4: a4,
+//                                                   the same bytes as vec4s)
+//   2 storage read_write  b    [..., K, N] (or [..., N, K])   (conv: w [OC, C / g, kd, kh, kw];
+//                                                   matmul_tiled4: b4)
 //   3 storage read_write  out  [batch..., M, N], contiguous   (conv: [N, OC, OD, OH, OW])
 //   4 storage read_write  bias (conv: [OC]) / c (matmul_bias)
 //
@@ -120,6 +133,9 @@ struct EpilogueParams {
 @group(0) @binding(0) var<uniform> ep: EpilogueParams;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b: array<f32>;
+// The same bindings as vec4s, for matmul_tiled4 only.
+@group(0) @binding(1) var<storage, read_write> a4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> b4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(4) var<storage, read_write> extra: array<f32>;
 
@@ -127,44 +143,60 @@ const TM: u32 = 64u;
 const TN: u32 = 64u;
 const TK: u32 = 16u;
 
-// As[k * TM + m], Bs[k * TN + n]: both k-major so the inner loop reads 4 consecutive words.
-var<workgroup> As: array<f32, 1024>;
-var<workgroup> Bs: array<f32, 1024>;
+const TK4: u32 = 4u; // TK / 4
+const TN4: u32 = 16u; // TN / 4
 
-// The 8x8 register block of one invocation: row r is (c{r}0, c{r}1), columns tx*8 .. tx*8+7.
-// Named accumulators, not an array, so every backend keeps them in registers.
+// As[m * TK4 + k / 4] holds A[m, k..k + 4]; Bs[k * TN4 + n / 4] holds B[k, n..n + 4]. An
+// invocation reads a vec4 of k for each of its rows and two vec4s of n per k.
+var<workgroup> As: array<vec4<f32>, 256>;
+var<workgroup> Bs: array<vec4<f32>, 256>;
+
+// The 8x8 register block of one invocation: r{i} is row ty*8 + i, columns tx*8 .. tx*8+7.
+// Named rows of named vec4s, not an array, so every backend keeps them in registers.
 struct Acc {
-    c00: vec4<f32>, c01: vec4<f32>, c10: vec4<f32>, c11: vec4<f32>,
-    c20: vec4<f32>, c21: vec4<f32>, c30: vec4<f32>, c31: vec4<f32>,
-    c40: vec4<f32>, c41: vec4<f32>, c50: vec4<f32>, c51: vec4<f32>,
-    c60: vec4<f32>, c61: vec4<f32>, c70: vec4<f32>, c71: vec4<f32>,
+    r0: Row, r1: Row, r2: Row, r3: Row, r4: Row, r5: Row, r6: Row, r7: Row,
 }
 
-// One staged K tile into the register block: 16 x (8 + 8 shared loads, 64 FMAs).
+// One row of the register block: columns tx*8 .. tx*8+3 and tx*8+4 .. tx*8+7.
+struct Row {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+// Row r of the register block plus a[q] * (row q of the B slice), q = 0..3.
+fn fma_row(r: Row, a: vec4<f32>, b: BSlice) -> Row {
+    var lo = fma(vec4<f32>(a.x), b.l0, r.lo);
+    var hi = fma(vec4<f32>(a.x), b.h0, r.hi);
+    lo = fma(vec4<f32>(a.y), b.l1, lo);
+    hi = fma(vec4<f32>(a.y), b.h1, hi);
+    lo = fma(vec4<f32>(a.z), b.l2, lo);
+    hi = fma(vec4<f32>(a.z), b.h2, hi);
+    lo = fma(vec4<f32>(a.w), b.l3, lo);
+    hi = fma(vec4<f32>(a.w), b.h3, hi);
+    return Row(lo, hi);
+}
+
+// Four k of an invocation's 8 B columns: row q is (l{q}, h{q}).
+struct BSlice {
+    l0: vec4<f32>, h0: vec4<f32>, l1: vec4<f32>, h1: vec4<f32>,
+    l2: vec4<f32>, h2: vec4<f32>, l3: vec4<f32>, h3: vec4<f32>,
+}
+
+// One staged K tile into the register block: 4 x (8 + 8 vec4 shared loads, 256 FMAs).
 fn mma_tile(acc: ptr<function, Acc>, tx: u32, ty: u32) {
-    for (var kk = 0u; kk < TK; kk++) {
-        let ai = kk * TM + ty * 8u;
-        let bj = kk * TN + tx * 8u;
-        let a0 = vec4<f32>(As[ai], As[ai + 1u], As[ai + 2u], As[ai + 3u]);
-        let a1 = vec4<f32>(As[ai + 4u], As[ai + 5u], As[ai + 6u], As[ai + 7u]);
-        let b0 = vec4<f32>(Bs[bj], Bs[bj + 1u], Bs[bj + 2u], Bs[bj + 3u]);
-        let b1 = vec4<f32>(Bs[bj + 4u], Bs[bj + 5u], Bs[bj + 6u], Bs[bj + 7u]);
-        (*acc).c00 += a0[0] * b0;
-        (*acc).c01 += a0[0] * b1;
-        (*acc).c10 += a0[1] * b0;
-        (*acc).c11 += a0[1] * b1;
-        (*acc).c20 += a0[2] * b0;
-        (*acc).c21 += a0[2] * b1;
-        (*acc).c30 += a0[3] * b0;
-        (*acc).c31 += a0[3] * b1;
-        (*acc).c40 += a1[0] * b0;
-        (*acc).c41 += a1[0] * b1;
-        (*acc).c50 += a1[1] * b0;
-        (*acc).c51 += a1[1] * b1;
-        (*acc).c60 += a1[2] * b0;
-        (*acc).c61 += a1[2] * b1;
-        (*acc).c70 += a1[3] * b0;
-        (*acc).c71 += a1[3] * b1;
+    let ar = ty * 8u * TK4;
+    for (var kk = 0u; kk < TK4; kk++) {
+        let bj = kk * 4u * TN4 + tx * 2u;
+        let b = BSlice(Bs[bj], Bs[bj + 1u], Bs[bj + TN4], Bs[bj + TN4 + 1u],
+            Bs[bj + 2u * TN4], Bs[bj + 2u * TN4 + 1u], Bs[bj + 3u * TN4], Bs[bj + 3u * TN4 + 1u]);
+        (*acc).r0 = fma_row((*acc).r0, As[ar + kk], b);
+        (*acc).r1 = fma_row((*acc).r1, As[ar + TK4 + kk], b);
+        (*acc).r2 = fma_row((*acc).r2, As[ar + 2u * TK4 + kk], b);
+        (*acc).r3 = fma_row((*acc).r3, As[ar + 3u * TK4 + kk], b);
+        (*acc).r4 = fma_row((*acc).r4, As[ar + 4u * TK4 + kk], b);
+        (*acc).r5 = fma_row((*acc).r5, As[ar + 5u * TK4 + kk], b);
+        (*acc).r6 = fma_row((*acc).r6, As[ar + 6u * TK4 + kk], b);
+        (*acc).r7 = fma_row((*acc).r7, As[ar + 7u * TK4 + kk], b);
     }
 }
 
@@ -188,35 +220,33 @@ fn store_row(out_base: u32, m: u32, n: u32, gm: u32, gn0: u32, lo: vec4<f32>, hi
 // Stores the register block whose first row is gm0 and first column gn0; bias[r] is added
 // to row gm0 + r.
 fn store_acc(acc: ptr<function, Acc>, out_base: u32, m: u32, n: u32, gm0: u32, gn0: u32, bias_lo: vec4<f32>, bias_hi: vec4<f32>) {
-    store_row(out_base, m, n, gm0 + 0u, gn0, (*acc).c00 + bias_lo[0], (*acc).c01 + bias_lo[0]);
-    store_row(out_base, m, n, gm0 + 1u, gn0, (*acc).c10 + bias_lo[1], (*acc).c11 + bias_lo[1]);
-    store_row(out_base, m, n, gm0 + 2u, gn0, (*acc).c20 + bias_lo[2], (*acc).c21 + bias_lo[2]);
-    store_row(out_base, m, n, gm0 + 3u, gn0, (*acc).c30 + bias_lo[3], (*acc).c31 + bias_lo[3]);
-    store_row(out_base, m, n, gm0 + 4u, gn0, (*acc).c40 + bias_hi[0], (*acc).c41 + bias_hi[0]);
-    store_row(out_base, m, n, gm0 + 5u, gn0, (*acc).c50 + bias_hi[1], (*acc).c51 + bias_hi[1]);
-    store_row(out_base, m, n, gm0 + 6u, gn0, (*acc).c60 + bias_hi[2], (*acc).c61 + bias_hi[2]);
-    store_row(out_base, m, n, gm0 + 7u, gn0, (*acc).c70 + bias_hi[3], (*acc).c71 + bias_hi[3]);
+    store_row(out_base, m, n, gm0 + 0u, gn0, (*acc).r0.lo + bias_lo[0], (*acc).r0.hi + bias_lo[0]);
+    store_row(out_base, m, n, gm0 + 1u, gn0, (*acc).r1.lo + bias_lo[1], (*acc).r1.hi + bias_lo[1]);
+    store_row(out_base, m, n, gm0 + 2u, gn0, (*acc).r2.lo + bias_lo[2], (*acc).r2.hi + bias_lo[2]);
+    store_row(out_base, m, n, gm0 + 3u, gn0, (*acc).r3.lo + bias_lo[3], (*acc).r3.hi + bias_lo[3]);
+    store_row(out_base, m, n, gm0 + 4u, gn0, (*acc).r4.lo + bias_hi[0], (*acc).r4.hi + bias_hi[0]);
+    store_row(out_base, m, n, gm0 + 5u, gn0, (*acc).r5.lo + bias_hi[1], (*acc).r5.hi + bias_hi[1]);
+    store_row(out_base, m, n, gm0 + 6u, gn0, (*acc).r6.lo + bias_hi[2], (*acc).r6.hi + bias_hi[2]);
+    store_row(out_base, m, n, gm0 + 7u, gn0, (*acc).r7.lo + bias_hi[3], (*acc).r7.hi + bias_hi[3]);
 }
 
-@compute @workgroup_size(8, 8, 1)
-fn matmul_tiled(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_id) lid: vec3<u32>,
-    @builtin(local_invocation_index) lidx: u32,
-) {
-    // Everything up to the barriers depends only on uniforms and workgroup ids, so control
-    // flow stays uniform as WGSL requires around workgroupBarrier.
-    let g = wid.x + wid.y * nwg.x;
+// Where a matmul_tiled / matmul_tiled4 workgroup works: its batch (bi >= p.batch: none, the
+// grid's padding), the tile's first row and column, and the batch's A and B element offsets.
+struct TileAt {
+    bi: u32,
+    row0: u32,
+    col0: u32,
+    a_base: u32,
+    b_base: u32,
+}
+
+// Output tiles of all batches linearised over the 2-D grid (g = wid.x + wid.y * nwg.x).
+// Everything depends only on uniforms and workgroup ids, so control flow stays uniform as
+// WGSL requires around workgroupBarrier.
+fn tile_at(g: u32) -> TileAt {
     let tiles = p.tiles_m * p.tiles_n;
     let bi = g / tiles;
-    if bi >= p.batch {
-        return;
-    }
     let t = g % tiles;
-    let row0 = (t / p.tiles_n) * TM;
-    let col0 = (t % p.tiles_n) * TN;
-
     var a_base = p.a_offset;
     var b_base = p.b_offset;
     var rem = bi;
@@ -228,40 +258,113 @@ fn matmul_tiled(
         a_base += idx * p.a_batch_strides[d];
         b_base += idx * p.b_batch_strides[d];
     }
+    return TileAt(bi, (t / p.tiles_n) * TM, (t % p.tiles_n) * TN, a_base, b_base);
+}
 
+// Stages K tile k0.. of A and B through strides: each invocation gathers 4 vec4s of each,
+// one f32 at a time, zero outside the matrices.
+fn stage_strided(at: TileAt, k0: u32, lidx: u32) {
+    for (var r = 0u; r < 4u; r++) {
+        let idx = lidx + 64u * r;
+        // A: consecutive invocations walk k (contiguous in row-major A).
+        let gm = at.row0 + idx / TK4;
+        let gk = k0 + (idx % TK4) * 4u;
+        var av = vec4<f32>(0.0);
+        if gm < p.m {
+            let ra = at.a_base + gm * p.a_stride_m;
+            for (var j = 0u; j < 4u; j++) {
+                if gk + j < p.k {
+                    av[j] = a[ra + (gk + j) * p.a_stride_k];
+                }
+            }
+        }
+        As[idx] = av;
+        // B: consecutive invocations walk n (contiguous in row-major B).
+        let gk2 = k0 + idx / TN4;
+        let gn = at.col0 + (idx % TN4) * 4u;
+        var bv = vec4<f32>(0.0);
+        if gk2 < p.k {
+            let rb = at.b_base + gk2 * p.b_stride_k;
+            for (var j = 0u; j < 4u; j++) {
+                if gn + j < p.n {
+                    bv[j] = b[rb + (gn + j) * p.b_stride_n];
+                }
+            }
+        }
+        Bs[idx] = bv;
+    }
+}
+
+// stage_strided for operands read as vec4s: a_stride_k = b_stride_n = 1 and every other
+// offset, stride, K and N a multiple of 4 (the encoder checks), so A[m, k..k + 4] and
+// B[k, n..n + 4] are one aligned vec4 each, wholly inside or wholly outside the matrix.
+fn stage_vec4(at: TileAt, k0: u32, lidx: u32) {
+    for (var r = 0u; r < 4u; r++) {
+        let idx = lidx + 64u * r;
+        let gm = at.row0 + idx / TK4;
+        let gk = k0 + (idx % TK4) * 4u;
+        var av = vec4<f32>(0.0);
+        if gm < p.m && gk < p.k {
+            av = a4[(at.a_base + gm * p.a_stride_m + gk) / 4u];
+        }
+        As[idx] = av;
+        let gk2 = k0 + idx / TN4;
+        let gn = at.col0 + (idx % TN4) * 4u;
+        var bv = vec4<f32>(0.0);
+        if gk2 < p.k && gn < p.n {
+            bv = b4[(at.b_base + gk2 * p.b_stride_k + gn) / 4u];
+        }
+        Bs[idx] = bv;
+    }
+}
+
+@compute @workgroup_size(8, 8, 1)
+fn matmul_tiled(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let at = tile_at(wid.x + wid.y * nwg.x);
+    if at.bi >= p.batch {
+        return;
+    }
     var acc: Acc;
     let ktiles = (p.k + TK - 1u) / TK;
     for (var kt = 0u; kt < ktiles; kt++) {
-        let k0 = kt * TK;
-        for (var r = 0u; r < 16u; r++) {
-            let idx = lidx + 64u * r;
-            // A: consecutive invocations walk k (contiguous in row-major A).
-            let am = idx / TK;
-            let ak = idx % TK;
-            let gm = row0 + am;
-            let gk = k0 + ak;
-            var av = 0.0;
-            if gm < p.m && gk < p.k {
-                av = a[a_base + gm * p.a_stride_m + gk * p.a_stride_k];
-            }
-            As[ak * TM + am] = av;
-            // B: consecutive invocations walk n (contiguous in row-major B).
-            let bk = idx / TN;
-            let bn = idx % TN;
-            let gk2 = k0 + bk;
-            let gn = col0 + bn;
-            var bv = 0.0;
-            if gk2 < p.k && gn < p.n {
-                bv = b[b_base + gk2 * p.b_stride_k + gn * p.b_stride_n];
-            }
-            Bs[bk * TN + bn] = bv;
-        }
+        stage_strided(at, kt * TK, lidx);
         workgroupBarrier();
         mma_tile(&acc, lid.x, lid.y);
         workgroupBarrier();
     }
     let zero = vec4<f32>(0.0);
-    store_acc(&acc, p.out_offset + bi * p.m * p.n, p.m, p.n, row0 + lid.y * 8u, col0 + lid.x * 8u, zero, zero);
+    store_acc(&acc, p.out_offset + at.bi * p.m * p.n, p.m, p.n, at.row0 + lid.y * 8u, at.col0 + lid.x * 8u, zero, zero);
+}
+
+// matmul_tiled with stage_vec4. Written out rather than shared with matmul_tiled through a
+// flag: an entry point whose call tree reaches both `a` and `a4` (one binding, two types) is
+// invalid (naga: "Bindings ... conflict"), so each entry point calls only its own loader.
+@compute @workgroup_size(8, 8, 1)
+fn matmul_tiled4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let at = tile_at(wid.x + wid.y * nwg.x);
+    if at.bi >= p.batch {
+        return;
+    }
+    var acc: Acc;
+    let ktiles = (p.k + TK - 1u) / TK;
+    for (var kt = 0u; kt < ktiles; kt++) {
+        stage_vec4(at, kt * TK, lidx);
+        workgroupBarrier();
+        mma_tile(&acc, lid.x, lid.y);
+        workgroupBarrier();
+    }
+    let zero = vec4<f32>(0.0);
+    store_acc(&acc, p.out_offset + at.bi * p.m * p.n, p.m, p.n, at.row0 + lid.y * 8u, at.col0 + lid.x * 8u, zero, zero);
 }
 
 // The input element under kernel position k at output pixel q of image n, channel group g
@@ -311,8 +414,12 @@ fn matmul_conv(
     let ktiles = (cv.k + TK - 1u) / TK;
     for (var kt = 0u; kt < ktiles; kt++) {
         let k0 = kt * TK;
+        // One f32 per step, into its vec4's component: the gather costs the same per element
+        // either way, and on SwiftShader a vec4 built from four guarded gathers cost a fifth
+        // more than these stores.
         for (var r = 0u; r < 16u; r++) {
             let idx = lidx + 64u * r;
+            // A: consecutive invocations walk k (contiguous weight rows).
             let am = idx / TK;
             let ak = idx % TK;
             let gm = row0 + am;
@@ -321,7 +428,8 @@ fn matmul_conv(
             if gm < cv.m && gk < cv.k {
                 av = b[w_base + gm * cv.k + gk];
             }
-            As[ak * TM + am] = av;
+            As[am * TK4 + ak / 4u][ak % 4u] = av;
+            // B: consecutive invocations walk the output pixels.
             let bk = idx / TN;
             let bn = idx % TN;
             let gk2 = k0 + bk;
@@ -330,7 +438,7 @@ fn matmul_conv(
             if gk2 < cv.k && gn < cv.n {
                 bv = conv_input(n_img, g, gk2, gn);
             }
-            Bs[bk * TN + bn] = bv;
+            Bs[bk * TN4 + bn / 4u][bn % 4u] = bv;
         }
         workgroupBarrier();
         mma_tile(&acc, lid.x, lid.y);

@@ -97,6 +97,20 @@ fn check(
     tol: Tol,
     ctx: &str,
 ) -> Vec<f32> {
+    let skew = (ctx.len() as u64 % 3) * 4;
+    check_at(gpu, k, op, inputs, tol, ctx, skew)
+}
+
+/// [`check`] with every operand `skew` bytes past its buffer's aligned start.
+fn check_at(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    tol: Tol,
+    ctx: &str,
+    skew: u64,
+) -> Vec<f32> {
     let shapes: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
     let out_shape = op
         .infer(&shapes, &[])
@@ -109,7 +123,6 @@ fn check(
     let dtype = op
         .output_dtype(&inputs.iter().map(|t| t.dtype).collect::<Vec<_>>())
         .unwrap_or_else(|e| panic!("{ctx}: dtype {e:?}"));
-    let skew = (ctx.len() as u64 % 3) * 4;
     let got = run(gpu, k, op, inputs, &out_shape, dtype, skew)
         .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()));
     assert_eq!(got.len(), want.len(), "{ctx}: length");
@@ -412,6 +425,40 @@ fn flat_elementwise_kernels_cover_every_element_near_workgroup_edges() {
             }
         }
         assert_eq!(cases, sizes.len() * (2 * 4 + 2));
+    }
+}
+
+/// The tiled kernel's vec4 staging (`matmul_tiled4`: K and N multiples of 4, offsets too) at
+/// tile edges and broadcast batches, against the strided staging of the same shapes (a 4-byte
+/// skew makes the offsets odd). The pipeline count shows that the two are different entry
+/// points and which skews take which.
+#[test]
+fn matmul_vec4_staging() {
+    for gpu in gpus("matmul_vec4_staging") {
+        let mut rng = SplitMix64::new(17);
+        let cases = [
+            (vec![], vec![], 9, 4, 8),
+            (vec![], vec![], 70, 36, 132),
+            (vec![2, 1], vec![3], 65, 20, 68),
+            (vec![1], vec![2], 128, 64, 64),
+        ];
+        for (mut a, mut b, m, kk, n) in cases {
+            let mut k = Kernels::new(&gpu);
+            a.extend([m, kk]);
+            b.extend([kk, n]);
+            let (ta, tb) = (f32_tensor(&mut rng, &a), f32_tensor(&mut rng, &b));
+            let tol = Tol {
+                atol: 1e-6 * kk as f32 + 1e-5,
+                rtol: 0.0,
+            };
+            let op = Op::MatMul(ops::MatMul { transpose_b: false });
+            let inputs = [ta, tb];
+            for (skew, pipelines) in [(0, 1), (16, 1), (4, 2), (12, 2)] {
+                let ctx = format!("matmul {a:?} x {b:?} skew {skew}");
+                check_at(&gpu, &mut k, &op, &inputs, tol, &ctx, skew);
+                assert_eq!(k.stats().pipelines, pipelines, "{ctx}: pipelines");
+            }
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! The `matmul` family (`shaders/matmul.wgsl`): a tiled kernel (64x64 output tile per 8x8
 //! workgroup, an 8x8 register block per invocation, K staged 16 at a time in workgroup
-//! memory) and, for M <= [`SMALL_M_MAX`] (decode steps), a small-M kernel where one
-//! 64-invocation workgroup covers one row and 256 columns; gemm (transposes as strides, an
-//! epilogue dispatch for alpha and C); convolution as an implicit GEMM on the tiled kernel's
-//! register block.
-
+//! memory as vec4s; `matmul_tiled4` reads A and B from memory as vec4s where their layout
+//! allows, `matmul_tiled` through any strides) and, for M <= [`SMALL_M_MAX`] (decode
+//! steps), a small-M kernel where one 64-invocation workgroup covers one row and 256
+//! columns; gemm (transposes as strides, an epilogue dispatch for alpha and C); convolution
+//! as an implicit GEMM on the tiled kernel's register block.
 use super::cnn::per_axis;
 use super::layout::{batch_strides, broadcast_strides, numel, operand_strides, span, u32_of};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
@@ -152,6 +152,20 @@ struct Gemm2 {
     b_stride: (u64, u64),
 }
 
+/// Whether the tiled kernel may stage A and B as vec4s (`matmul_tiled4`): both contiguous
+/// along their last axis (K for A, N for B) and every offset, stride, K and N a multiple of 4,
+/// so that each aligned group of 4 elements it reads lies wholly inside the operand or wholly
+/// outside the matrix. On lavapipe and SwiftShader a vec4 storage load costs about what one
+/// f32 load does (README, "Benchmark").
+fn vec4_operands(p: &MatMulParams) -> bool {
+    let all4 = |v: &[u32]| v.iter().all(|x| x % 4 == 0);
+    p.a_stride_k == 1
+        && p.b_stride_n == 1
+        && all4(&[p.k, p.n, p.a_offset, p.b_offset, p.a_stride_m, p.b_stride_k])
+        && all4(&p.a_batch_strides)
+        && all4(&p.b_batch_strides)
+}
+
 /// Records the tiled or small-M dispatch of `g`.
 fn encode_gemm(
     e: &mut Encoder<'_, '_>,
@@ -202,6 +216,8 @@ fn encode_gemm(
         p.tiles_m = p.m;
         p.tiles_n = u32_of("output", g.n.div_ceil(256))?;
         "matmul_small_m"
+    } else if vec4_operands(&p) {
+        "matmul_tiled4"
     } else {
         "matmul_tiled"
     };
