@@ -3,6 +3,7 @@
 
     manifest.py MODELS_DIR list [WORKLOAD,...]       workload names (in manifest order)
     manifest.py MODELS_DIR steps WORKLOAD             the workload's step count
+    manifest.py MODELS_DIR kind WORKLOAD              op or decode
     manifest.py MODELS_DIR dynrt-args WORKLOAD OUT    `dynrt bench onnx` arguments, one a line
     manifest.py tag ROUTE ADAPTER WORKLOAD ROUND RUNTIME < DOC
         one results line: the runtime's JSON document (the last line of stdin that parses) with
@@ -72,6 +73,8 @@ def main():
         for r in rs:
             if want is None or r["workload"] in want:
                 print(r["workload"])
+    elif cmd == "kind":
+        print(next(r for r in rs if r["workload"] == a[2])["kind"])
     elif cmd == "steps":
         print(next(r for r in rs if r["workload"] == a[2])["steps"])
     elif cmd == "dynrt-args":

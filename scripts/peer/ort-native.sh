@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run a command with ONNX Runtime's WebGPU plugin EP usable on a GPU-less Linux box
 # (scripts/bench_peer.sh's native route).
-#   PEER_ICD=swiftshader (default) | lavapipe
+#   PEER_ICD=swiftshader (default) | lavapipe | system (the machine's own Vulkan drivers: a
+#   real GPU; the fake DRM entry only where /sys/class/drm has no device of its own)
 # 1. A private mount namespace with a fake /sys/class/drm/card0/device/{vendor,device}:
 #    ORT's device discovery only offers the WebGPU EP a GPU device when one exists there.
 # 2. swiftshader: Vulkan loader pointed at Debian chromium's SwiftShader ICD
@@ -19,10 +20,14 @@ case "${PEER_ICD:-swiftshader}" in
   swiftshader) export VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json ;;
   lavapipe) export VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
             export PEER_SPOOF_IMAGE_ARRAY_INDEXING=1 PEER_COUNT=1 ;;
-  *) echo "PEER_ICD must be swiftshader or lavapipe" >&2; exit 2 ;;
+  system) ;;
+  *) echo "PEER_ICD must be swiftshader, lavapipe or system" >&2; exit 2 ;;
 esac
 if [ "${PEER_COUNT:-0}" = 1 ]; then
   export VK_LAYER_PATH=$LAYER_DIR VK_INSTANCE_LAYERS=VK_LAYER_PEER_count VK_LOADER_DEBUG=none
 fi
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+if [ "${PEER_ICD:-swiftshader}" = system ] && ls /sys/class/drm/card*/device/vendor >/dev/null 2>&1; then
+  exec "$@"
+fi
 exec unshare -m bash -c 'mount -t tmpfs none /sys/class && mkdir -p /sys/class/drm/card0/device && echo 0x10de > /sys/class/drm/card0/device/vendor && echo 0x2330 > /sys/class/drm/card0/device/device && exec "$@"' _ "$@"
