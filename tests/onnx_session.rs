@@ -311,3 +311,42 @@ fn a_kept_input_is_written_once_and_gives_what_feeding_it_gives() {
         .unwrap();
     same(&kept, &fed, "after the release");
 }
+
+#[test]
+fn a_fed_past_is_written_once_into_the_carried_cache() {
+    let Some(gpu) = testing::gpu_or_skip("onnx_session") else {
+        return;
+    };
+    let engine = Engine::new(gpu);
+    let mut carried = session(&engine, Carry::Auto);
+    let mut fed = session(&engine, Carry::None);
+    let mut rng = SplitMix64::new(9);
+    let (_, q) = tensor(&mut rng, 1);
+    let (_, k) = tensor(&mut rng, 1);
+    let (_, v) = tensor(&mut rng, 1);
+    let (_, past_k) = tensor(&mut rng, 5);
+    let (_, past_v) = tensor(&mut rng, 5);
+    let feeds = [
+        ("q", &q),
+        ("k", &k),
+        ("v", &v),
+        ("past_key_values.0.key", &past_k),
+        ("past_key_values.0.value", &past_v),
+    ];
+    carried.run_blocking(&feeds).unwrap();
+    fed.run_blocking(&feeds).unwrap();
+    for name in ["attn", "present.0.key", "present.0.value"] {
+        let (a, b) = (
+            carried.read_blocking(name).unwrap(),
+            fed.read_blocking(name).unwrap(),
+        );
+        assert_eq!(a.dims(), b.dims(), "{name}");
+        assert_eq!(f32s(&a), f32s(&b), "{name}");
+    }
+    // Every fed byte once: a carried past goes straight into the padded cache, block by
+    // block (it was also written whole at the cache's start, in the wrong layout, and only
+    // the order of the writes hid it).
+    let fed_bytes = (3 + 2 * 5) * HEADS * HEAD_DIM * 4;
+    assert_eq!(carried.stats().input_bytes_written, fed_bytes);
+    assert_eq!(fed.stats().input_bytes_written, fed_bytes);
+}

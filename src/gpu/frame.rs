@@ -498,22 +498,17 @@ impl<'k> Frame<'k> {
     /// one queue write and copied to their places by the command buffer returned, which the
     /// caller submits first: wgpu creates a staging buffer for every `write_buffer`, so a
     /// decode step of the exported SmolLM2 created one per changed uniform chunk and input
-    /// (6 per step) and now creates one. Written directly, as before: writes past
-    /// [`UPLOAD_PACK_BYTES`] in all, a single write, a length the copy alignment does not
-    /// divide, or when the upload buffer cannot be had.
+    /// (6 per step) and now creates one. All written directly, in order, as before: writes
+    /// past [`UPLOAD_PACK_BYTES`] in all, a single write, a length the copy alignment does not
+    /// divide, or when the upload buffer cannot be had (never some of each: writes may
+    /// overlap, the later must win, and a direct write lands before every copy of the head).
     fn pack_writes(&mut self) -> Option<wgpu::CommandBuffer> {
+        // All or nothing, in order: the writes may overlap (a later one must win), and a
+        // direct write lands before every copy of the head.
         let mut pieces: Vec<(wgpu::Buffer, u64, u64, u64)> = Vec::new();
         let mut packed: Vec<u8> = Vec::new();
-        let engine = self.engine.clone();
         let mut add = |buf: &wgpu::Buffer, offset: u64, bytes: &[u8]| {
-            let len = bytes.len() as u64;
-            if packed.len() as u64 + len > UPLOAD_PACK_BYTES {
-                // A large write (a fed KV cache, a first iteration's uniforms) is one staging
-                // buffer whichever way; packing it would keep an upload buffer its size.
-                engine.queue_write_raw(buf, offset, bytes);
-                return;
-            }
-            pieces.push((buf.clone(), offset, packed.len() as u64, len));
+            pieces.push((buf.clone(), offset, packed.len() as u64, bytes.len() as u64));
             packed.extend_from_slice(bytes);
         };
         self.uniforms.take_changes(&mut add);
@@ -523,7 +518,10 @@ impl<'k> Frame<'k> {
         let aligned = pieces
             .iter()
             .all(|p| p.3 % wgpu::COPY_BUFFER_ALIGNMENT == 0);
-        let upload = match (pieces.len() > 1 && aligned, packed.len() as u64) {
+        // A large total (a fed KV cache, a first iteration's uniforms) is written directly:
+        // packing it would keep an upload buffer its size.
+        let small = packed.len() as u64 <= UPLOAD_PACK_BYTES;
+        let upload = match (pieces.len() > 1 && aligned && small, packed.len() as u64) {
             (true, bytes) => self.uniforms.upload(bytes).ok(),
             (false, _) => None,
         };

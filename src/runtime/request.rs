@@ -398,7 +398,13 @@ impl InferRequest {
                 continue;
             };
             let k = compiled.pos(id).index();
-            if t.bytes.is_empty() {
+            // A state's past given by the caller is written by its concat node, row block by
+            // row block into the padded cache (`upload_writes`); written here too, whole at
+            // the cache's start, it was a second copy of every fed cache in the staging, in
+            // the wrong layout, that only the order of the queue writes overwrote.
+            if t.bytes.is_empty()
+                || matches!(compiled.nodes[k].role, Role::Input { state: Some(_) })
+            {
                 continue;
             }
             let (buf, off) = self
@@ -590,6 +596,7 @@ impl InferRequest {
                     for (from, to, size) in st.upload_writes(target.size_bytes()) {
                         let (from, size) = (from as usize, size as usize);
                         let part = bytes.get(from..from + size).unwrap_or_default();
+                        stats.input_bytes_written += part.len() as u64;
                         frame.write_before_submit(target, to, part.to_vec());
                     }
                 }
@@ -746,6 +753,7 @@ impl InferRequest {
         s.copies += stats.copies;
         s.copy_bytes += stats.copy_bytes;
         s.poison_fills += stats.poison_fills;
+        s.input_bytes_written += stats.input_bytes_written;
         Ok(())
     }
 
