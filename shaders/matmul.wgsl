@@ -37,7 +37,11 @@
 //                 the input while it is staged): per (image, group), A = the group's weights
 //                 [OC / g, C / g * kernel] (contiguous rows), B[k, p] = the input element under
 //                 kernel position k at output pixel p (0 in the padding), out = A B + bias.
-//                 Up to 3 spatial dimensions (fewer: leading extents of 1).
+//                 Up to 3 spatial dimensions (fewer: leading extents of 1). Each invocation
+//                 gathers one pixel's column of B, carrying k's channel and kernel position
+//                 from step to step instead of dividing them out of k (struct Gather).
+//   matmul_conv4  matmul_conv with the weights staged as vec4s (b4) where K and the weights'
+//                 offset are multiples of 4 (src/gpu/kernels/matmul.rs checks).
 //   matmul_scale  gemm epilogue: out = alpha * out.
 //   matmul_bias   gemm epilogue: out = alpha * out + beta * c[i * c_stride_m + j * c_stride_n]
 //                 (c broadcast to [M, N] through zero strides).
@@ -53,7 +57,7 @@
 //   1 storage read_write  a    [..., M, K]          (conv: x [N, C, D, H, W]; matmul_tiled4: a4,
 //                                                   the same bytes as vec4s)
 //   2 storage read_write  b    [..., K, N] (or [..., N, K])   (conv: w [OC, C / g, kd, kh, kw];
-//                                                   matmul_tiled4: b4)
+//                                                   matmul_tiled4, matmul_conv4: b4)
 //   3 storage read_write  out  [batch..., M, N], contiguous   (conv: [N, OC, OD, OH, OW])
 //   4 storage read_write  bias (conv: [OC]) / c (matmul_bias)
 //
@@ -133,7 +137,7 @@ struct EpilogueParams {
 @group(0) @binding(0) var<uniform> ep: EpilogueParams;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b: array<f32>;
-// The same bindings as vec4s, for matmul_tiled4 only.
+// The same bindings as vec4s, for matmul_tiled4 (both) and matmul_conv4 (b4) only.
 @group(0) @binding(1) var<storage, read_write> a4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> b4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
@@ -367,26 +371,91 @@ fn matmul_tiled4(
     store_acc(&acc, p.out_offset + at.bi * p.m * p.n, p.m, p.n, at.row0 + lid.y * 8u, at.col0 + lid.x * 8u, zero, zero);
 }
 
-// The input element under kernel position k at output pixel q of image n, channel group g
-// (0 in the padding).
-fn conv_input(n: u32, g: u32, k: u32, q: u32) -> f32 {
-    let ksz = cv.kernel.x * cv.kernel.y * cv.kernel.z;
-    let c = k / ksz;
-    let r = k % ksz;
-    let kd = r / (cv.kernel.y * cv.kernel.z);
-    let kh = (r / cv.kernel.z) % cv.kernel.y;
-    let kw = r % cv.kernel.z;
+// Where a matmul_conv / matmul_conv4 workgroup works: its (image, group) index bi
+// (>= cv.batch: none, the grid's padding), image and group, the tile's first row and column,
+// and the group's weights, rows g * m .. (g + 1) * m of [OC, k] from element w_base.
+struct ConvAt {
+    bi: u32,
+    n_img: u32,
+    g: u32,
+    row0: u32,
+    col0: u32,
+    w_base: u32,
+}
+
+// Tiles of all (image, group) pairs linearised over the 2-D grid like tile_at.
+fn conv_at(t_all: u32) -> ConvAt {
+    let tiles = cv.tiles_m * cv.tiles_n;
+    let bi = t_all / tiles;
+    let g = bi % cv.group;
+    let t = t_all % tiles;
+    return ConvAt(bi, bi / cv.group, g, (t / cv.tiles_n) * TM, (t % cv.tiles_n) * TN, cv.w_offset + g * cv.m * cv.k);
+}
+
+// An invocation's walk down its column of the B tiles: in step r of every K tile it gathers
+// row k0 + r at column lidx, so its output pixel is fixed (org: the pixel's first input
+// position, stride times the pixel minus the padding; x_img: the image and group's first
+// input element) and k only advances by one, the same k in every invocation: its channel c
+// and kernel position kpos are carried along instead of divided out of k for every element
+// (integer division is a loop over the lanes on the CPU adapters).
+struct Gather {
+    org: vec3<i32>,
+    pix_ok: bool,
+    x_img: u32,
+    c: u32,
+    kpos: vec3<u32>,
+}
+
+fn conv_gather(at: ConvAt, lidx: u32) -> Gather {
+    let q = at.col0 + lidx;
     let od = q / (cv.out_dims.y * cv.out_dims.z);
     let oh = (q / cv.out_dims.z) % cv.out_dims.y;
     let ow = q % cv.out_dims.z;
-    let pos = vec3<i32>(vec3<u32>(od, oh, ow) * cv.strides.xyz + vec3<u32>(kd, kh, kw) * cv.dilations.xyz)
-        - vec3<i32>(cv.pads.xyz);
-    if any(pos < vec3<i32>(0)) || any(pos >= vec3<i32>(cv.in_dims.xyz)) {
-        return 0.0;
+    let org = vec3<i32>(vec3<u32>(od, oh, ow) * cv.strides.xyz) - vec3<i32>(cv.pads.xyz);
+    let x_img = cv.x_offset + (at.n_img * cv.group + at.g) * cv.cg * cv.in_dims.x * cv.in_dims.y * cv.in_dims.z;
+    return Gather(org, q < cv.n, x_img, 0u, vec3<u32>(0u));
+}
+
+// Stages the B tile of K tile k0..: the input element under each k at the invocation's
+// pixel (0 in the padding and outside the matrix), one f32 per step into its vec4's
+// component (on SwiftShader a vec4 built from four guarded gathers cost a fifth more).
+fn stage_conv_input(gt: ptr<function, Gather>, k0: u32, lidx: u32) {
+    for (var r = 0u; r < TK; r++) {
+        let pos = (*gt).org + vec3<i32>((*gt).kpos * cv.dilations.xyz);
+        var bv = 0.0;
+        if k0 + r < cv.k && (*gt).pix_ok && all(pos >= vec3<i32>(0)) && all(pos < vec3<i32>(cv.in_dims.xyz)) {
+            let p3 = vec3<u32>(pos);
+            bv = a[(*gt).x_img + (((*gt).c * cv.in_dims.x + p3.x) * cv.in_dims.y + p3.y) * cv.in_dims.z + p3.z];
+        }
+        Bs[r * TN4 + lidx / 4u][lidx % 4u] = bv;
+        // k + 1: the next kernel position, or the next channel's first.
+        var kp = (*gt).kpos + vec3<u32>(0u, 0u, 1u);
+        if kp.z == cv.kernel.z {
+            kp = vec3<u32>(kp.x, kp.y + 1u, 0u);
+            if kp.y == cv.kernel.y {
+                kp = vec3<u32>(kp.x + 1u, 0u, 0u);
+                if kp.x == cv.kernel.x {
+                    kp = vec3<u32>(0u);
+                    (*gt).c += 1u;
+                }
+            }
+        }
+        (*gt).kpos = kp;
     }
-    let p3 = vec3<u32>(pos);
-    let plane = ((n * cv.group + g) * cv.cg + c) * cv.in_dims.x;
-    return a[cv.x_offset + ((plane + p3.x) * cv.in_dims.y + p3.y) * cv.in_dims.z + p3.z];
+}
+
+// Adds the bias of the invocation's 8 rows and stores its register block.
+fn store_conv(acc: ptr<function, Acc>, at: ConvAt, lid: vec3<u32>) {
+    let gm0 = at.row0 + lid.y * 8u;
+    var bias = array<f32, 8>();
+    for (var r = 0u; r < 8u; r++) {
+        if gm0 + r < cv.m {
+            bias[r] = extra[cv.bias_offset + at.g * cv.m + gm0 + r];
+        }
+    }
+    let out_base = cv.out_offset + at.bi * cv.m * cv.n;
+    store_acc(acc, out_base, cv.m, cv.n, gm0, at.col0 + lid.x * 8u,
+        vec4<f32>(bias[0], bias[1], bias[2], bias[3]), vec4<f32>(bias[4], bias[5], bias[6], bias[7]));
 }
 
 @compute @workgroup_size(8, 8, 1)
@@ -396,64 +465,74 @@ fn matmul_conv(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let t_all = wid.x + wid.y * nwg.x;
-    let tiles = cv.tiles_m * cv.tiles_n;
-    let bi = t_all / tiles;
-    if bi >= cv.batch {
+    let at = conv_at(wid.x + wid.y * nwg.x);
+    if at.bi >= cv.batch {
         return;
     }
-    let n_img = bi / cv.group;
-    let g = bi % cv.group;
-    let t = t_all % tiles;
-    let row0 = (t / cv.tiles_n) * TM;
-    let col0 = (t % cv.tiles_n) * TN;
-    // The group's weights: rows g * m .. (g + 1) * m of [OC, k].
-    let w_base = cv.w_offset + g * cv.m * cv.k;
-
     var acc: Acc;
+    var gt = conv_gather(at, lidx);
     let ktiles = (cv.k + TK - 1u) / TK;
     for (var kt = 0u; kt < ktiles; kt++) {
         let k0 = kt * TK;
-        // One f32 per step, into its vec4's component: the gather costs the same per element
-        // either way, and on SwiftShader a vec4 built from four guarded gathers cost a fifth
-        // more than these stores.
+        // A, one f32 per step like B: consecutive invocations walk k (contiguous weight rows).
         for (var r = 0u; r < 16u; r++) {
             let idx = lidx + 64u * r;
-            // A: consecutive invocations walk k (contiguous weight rows).
             let am = idx / TK;
             let ak = idx % TK;
-            let gm = row0 + am;
+            let gm = at.row0 + am;
             let gk = k0 + ak;
             var av = 0.0;
             if gm < cv.m && gk < cv.k {
-                av = b[w_base + gm * cv.k + gk];
+                av = b[at.w_base + gm * cv.k + gk];
             }
             As[am * TK4 + ak / 4u][ak % 4u] = av;
-            // B: consecutive invocations walk the output pixels.
-            let bk = idx / TN;
-            let bn = idx % TN;
-            let gk2 = k0 + bk;
-            let gn = col0 + bn;
-            var bv = 0.0;
-            if gk2 < cv.k && gn < cv.n {
-                bv = conv_input(n_img, g, gk2, gn);
-            }
-            Bs[bk * TN4 + bn / 4u][bn % 4u] = bv;
         }
+        stage_conv_input(&gt, k0, lidx);
         workgroupBarrier();
         mma_tile(&acc, lid.x, lid.y);
         workgroupBarrier();
     }
-    let gm0 = row0 + lid.y * 8u;
-    var bias = array<f32, 8>();
-    for (var r = 0u; r < 8u; r++) {
-        if gm0 + r < cv.m {
-            bias[r] = extra[cv.bias_offset + g * cv.m + gm0 + r];
-        }
+    store_conv(&acc, at, lid);
+}
+
+// matmul_conv for weights read as vec4s: K and the weights' offset multiples of 4 (the
+// encoder checks; the weights are contiguous), so W[m, k..k + 4] is one aligned vec4 wholly
+// inside or wholly outside the matrix, and the A tile takes 4 vec4 loads per invocation
+// instead of 16 f32 loads (on SwiftShader, where wgpu clamps every storage index, those made
+// the convolution slower on the vec4 tiles than it had been on f32 tiles). Written out
+// beside matmul_conv for the reason matmul_tiled4 is.
+@compute @workgroup_size(8, 8, 1)
+fn matmul_conv4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let at = conv_at(wid.x + wid.y * nwg.x);
+    if at.bi >= cv.batch {
+        return;
     }
-    let out_base = cv.out_offset + bi * cv.m * cv.n;
-    store_acc(&acc, out_base, cv.m, cv.n, gm0, col0 + lid.x * 8u,
-        vec4<f32>(bias[0], bias[1], bias[2], bias[3]), vec4<f32>(bias[4], bias[5], bias[6], bias[7]));
+    var acc: Acc;
+    var gt = conv_gather(at, lidx);
+    let ktiles = (cv.k + TK - 1u) / TK;
+    for (var kt = 0u; kt < ktiles; kt++) {
+        let k0 = kt * TK;
+        for (var r = 0u; r < 4u; r++) {
+            let idx = lidx + 64u * r;
+            let gm = at.row0 + idx / TK4;
+            let gk = k0 + (idx % TK4) * 4u;
+            var av = vec4<f32>(0.0);
+            if gm < cv.m && gk < cv.k {
+                av = b4[(at.w_base + gm * cv.k + gk) / 4u];
+            }
+            As[idx] = av;
+        }
+        stage_conv_input(&gt, k0, lidx);
+        workgroupBarrier();
+        mma_tile(&acc, lid.x, lid.y);
+        workgroupBarrier();
+    }
+    store_conv(&acc, at, lid);
 }
 
 @compute @workgroup_size(256)

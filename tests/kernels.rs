@@ -462,6 +462,44 @@ fn matmul_vec4_staging() {
     }
 }
 
+/// The convolution's vec4 weight staging (`matmul_conv4`: K = C / g * kernel and the
+/// weights' offset multiples of 4) against the f32 staging (`matmul_conv`, taken for K = 27
+/// and for a 4-byte skew), with groups, tile edges (70 output channels, 9x9 = 81 pixels) and
+/// K past a multiple of the 16-wide K tile. The pipeline count shows which entry point ran.
+#[test]
+fn conv_vec4_weights() {
+    for gpu in gpus("conv_vec4_weights") {
+        let mut rng = SplitMix64::new(19);
+        // (input channels, output channels, group, kernel h, kernel w): K = 36, 20, 27.
+        let cases = [(4, 70, 1, 3, 3), (8, 6, 2, 2, 5), (3, 68, 1, 3, 3)];
+        for (c, oc, group, kh, kw) in cases {
+            let mut k = Kernels::new(&gpu);
+            let x = f32_tensor(&mut rng, &[2, c, 9, 9]);
+            let w = f32_tensor(&mut rng, &[oc, c / group, kh, kw]);
+            let b = f32_tensor(&mut rng, &[oc]);
+            let kdim = c / group * kh * kw;
+            let tol = Tol {
+                atol: 1e-6 * kdim as f32 + 1e-5,
+                rtol: 1e-5,
+            };
+            let op = Op::Conv(ops::Conv {
+                window: ops::conv::Window {
+                    pads: vec![1, 2, 1, 2],
+                    ..ops::conv::Window::default()
+                },
+                group,
+            });
+            let vec4 = kdim % 4 == 0;
+            let inputs = [x, w, b];
+            for (skew, pipelines) in [(0, 1), (16, 1), (4, if vec4 { 2 } else { 1 })] {
+                let ctx = format!("conv c {c} oc {oc} g {group} {kh}x{kw} skew {skew}");
+                check_at(&gpu, &mut k, &op, &inputs, tol, &ctx, skew);
+                assert_eq!(k.stats().pipelines, pipelines, "{ctx}: pipelines");
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_batched_broadcast_transposed() {
     for gpu in gpus("matmul_batched_broadcast_transposed") {

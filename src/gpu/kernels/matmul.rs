@@ -4,7 +4,9 @@
 //! allows, `matmul_tiled` through any strides) and, for M <= [`SMALL_M_MAX`] (decode
 //! steps), a small-M kernel where one 64-invocation workgroup covers one row and 256
 //! columns; gemm (transposes as strides, an epilogue dispatch for alpha and C); convolution
-//! as an implicit GEMM on the tiled kernel's register block.
+//! as an implicit GEMM on the tiled kernel's register block (`matmul_conv4` reads the
+//! weights as vec4s where K and their offset are multiples of 4, `matmul_conv` one f32 at a
+//! time).
 use super::cnn::per_axis;
 use super::layout::{batch_strides, broadcast_strides, numel, operand_strides, span, u32_of};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
@@ -21,7 +23,7 @@ pub const FAMILY: Family = Family {
     name: "matmul",
     source: WGSL,
     bindings: |entry| match entry {
-        "matmul_conv" => &[1, 2, 3, 4],
+        "matmul_conv" | "matmul_conv4" => &[1, 2, 3, 4],
         "matmul_scale" => &[3],
         "matmul_bias" => &[3, 4],
         _ => &[1, 2, 3],
@@ -401,8 +403,17 @@ impl Kernel for Conv {
             dilations: per_axis("input 0", &axes, 1, |a| a.dilation)?,
             pads: per_axis("input 0", &axes, 0, |a| a.pad_begin)?,
         };
+        // The weights are contiguous (a conv reads contiguous inputs): with K and their
+        // offset multiples of 4, each group's rows start on a vec4 and `matmul_conv4` stages
+        // them with vec4 loads (on SwiftShader, where every storage index is clamped, a
+        // quarter of the loads; README "Benchmark").
+        let entry = if p.k % 4 == 0 && p.w_offset % 4 == 0 {
+            "matmul_conv4"
+        } else {
+            "matmul_conv"
+        };
         let workgroups = u64::from(p.batch) * u64::from(p.tiles_m) * u64::from(p.tiles_n);
-        e.dispatch(FAMILY.key("matmul_conv"), &p, &[bx, bw, bo, bb], workgroups)?;
+        e.dispatch(FAMILY.key(entry), &p, &[bx, bw, bo, bb], workgroups)?;
         Ok(1)
     }
 }
