@@ -167,9 +167,10 @@ pub(crate) struct EngineInner {
     gpu: Gpu,
     accounting: Mutex<Accounting>,
     budget_bytes: u64,
-    /// The submission of the last staging chunk [`Engine::write`] copied: the next chunk waits
-    /// for it, so at most one chunk is in flight while the next is filled.
-    last_upload: Mutex<Option<wgpu::SubmissionIndex>>,
+    /// The staging copies of [`Engine::write`] not yet waited for (submission, bytes), oldest
+    /// first: a new chunk waits for the oldest until they and it hold at most two chunks'
+    /// worth, so small writes (most weights of a model) rarely wait.
+    uploads_in_flight: Mutex<std::collections::VecDeque<(wgpu::SubmissionIndex, u64)>>,
 }
 
 impl EngineInner {
@@ -366,7 +367,7 @@ impl Engine {
                 gpu,
                 accounting: Mutex::new(Accounting::with_verbose(verbose)),
                 budget_bytes,
-                last_upload: Mutex::new(None),
+                uploads_in_flight: Mutex::default(),
             }),
         }
     }
@@ -594,6 +595,10 @@ impl Engine {
         for (i, chunk) in data.chunks(UPLOAD_CHUNK_BYTES as usize).enumerate() {
             let chunk_offset = offset_bytes + i as u64 * UPLOAD_CHUNK_BYTES;
             let chunk_len = chunk.len() as u64;
+            // Bound the staging alive (wgpu frees a dropped staging buffer at a poll after its
+            // copy has run): uploading 542 MB of weights left tens of MB of staging to wgpu's
+            // next poll before.
+            self.wait_for_uploads((2 * UPLOAD_CHUNK_BYTES).saturating_sub(chunk_len));
             let staging = self.allocate_inner(
                 &BufferDesc {
                     label: "dynrt upload staging",
@@ -610,20 +615,36 @@ impl Engine {
             // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
             // the destruction of buffers used by pending submissions, until a poll).
             drop(staging);
-            // Wait for the previous chunk's copy (the poll frees its staging): uploading 542 MB
-            // of weights then holds two chunks at most, where it left every staging buffer to
-            // wgpu's next poll before (tens of MB more at the peak).
-            let previous = self
-                .inner
-                .last_upload
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .replace(index);
-            if let Some(previous) = previous {
-                self.inner.gpu.wait_for(previous);
-            }
+            self.in_flight().push_back((index, chunk_len));
         }
         Ok(())
+    }
+
+    fn in_flight(
+        &self,
+    ) -> MutexGuard<'_, std::collections::VecDeque<(wgpu::SubmissionIndex, u64)>> {
+        self.inner
+            .uploads_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the oldest staging copies of [`Engine::write`] until at most `bytes` of
+    /// staging are in flight (each wait's poll frees what it waited for).
+    fn wait_for_uploads(&self, bytes: u64) {
+        loop {
+            let oldest = {
+                let mut q = self.in_flight();
+                if q.iter().map(|&(_, b)| b).sum::<u64>() <= bytes {
+                    return;
+                }
+                q.pop_front()
+            };
+            match oldest {
+                Some((index, _)) => self.inner.gpu.wait_for(index),
+                None => return,
+            }
+        }
     }
 
     /// Schedules a write of `data` at `offset_bytes` through the queue: it lands at the start of
