@@ -114,10 +114,7 @@ impl Kernel for Range {
 
 impl Kernel for Trilu {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let k_ok = inputs
-            .get(1)
-            .is_none_or(|&k| matches!(k, DType::I32 | DType::I64));
-        if k_ok && strided_types(&inputs[..1], output).is_ok() {
+        if super::movement::int_param(inputs, 1) && strided_types(&inputs[..1], output).is_ok() {
             Ok(())
         } else {
             Err("x of 32- or 64-bit elements and an i32 or i64 k")

@@ -155,6 +155,14 @@ pub(crate) fn strided_types(inputs: &[DType], output: DType) -> Result<(), &'sta
     }
 }
 
+/// Whether input `at`, when given, is an i32 or i64 tensor (the counts, axes or offsets some
+/// kernels take as a second input).
+pub(crate) fn int_param(inputs: &[DType], at: usize) -> bool {
+    inputs
+        .get(at)
+        .is_none_or(|&d| matches!(d, DType::I32 | DType::I64))
+}
+
 /// The dtype rule of the whole-word copies (views): input 0 and the output of one plain type.
 fn view_types(inputs: &[DType], output: DType) -> Result<(), &'static str> {
     if output.bits().is_some() && inputs.first() == Some(&output) {
@@ -535,10 +543,7 @@ impl Kernel for SliceTo {
 
 impl Kernel for SplitPart {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let sizes_ok = inputs
-            .get(1)
-            .is_none_or(|&d| matches!(d, DType::I32 | DType::I64));
-        if sizes_ok && strided_types(&inputs[..1], output).is_ok() {
+        if int_param(inputs, 1) && strided_types(&inputs[..1], output).is_ok() {
             Ok(())
         } else {
             Err("data of 32- or 64-bit elements and i32 or i64 sizes")

@@ -244,10 +244,7 @@ impl Kernel for Reduce {
     /// f32 data on the device (integer reductions are shape data, evaluated on the host);
     /// i32 or i64 axes.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let axes_ok = inputs
-            .get(1)
-            .is_none_or(|&d| matches!(d, DType::I32 | DType::I64));
-        if axes_ok && f32_only(&inputs[..1], output).is_ok() {
+        if super::movement::int_param(inputs, 1) && f32_only(&inputs[..1], output).is_ok() {
             Ok(())
         } else {
             Err("f32 data and i32 or i64 axes")
