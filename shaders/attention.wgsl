@@ -3,10 +3,11 @@
 //
 // Entry points:
 //   attention_rope  workgroup size 256, one invocation per pair (x[2i], x[2i+1]) of x
-//                   [rows, width]: out = (x0 cos - x1 sin, x0 sin + x1 cos) with cos/sin read
-//                   from the table row of the row's position, for the first rope_dim elements
-//                   of each head; later elements pass through; a position outside the table
-//                   writes zeros. Invocations linearised (wid.x + wid.y * num_workgroups.x) *
+//                   [rows, width]: out = (x0 cos - x1 sin, x0 sin + x1 cos) with cos/sin of
+//                   the row's position p = hi * block + lo summed from the table's rows lo
+//                   and block + hi (two levels), for the first rope_dim elements of each
+//                   head; later elements pass through; a position outside the table writes
+//                   zeros. Invocations linearised (wid.x + wid.y * num_workgroups.x) *
 //                   256 + lid.
 //   attention_gqa   workgroup size 64, one workgroup per (query row s, head h), linearised
 //                   wid.x + wid.y * num_workgroups.x = s * heads + h. Query s sees keys
@@ -25,7 +26,7 @@
 //
 // Bindings (group 0):
 //   attention_rope: 0 uniform RopeParams, 1 x [rows, width], 2 positions [rows] (i32),
-//                   3 table [table_rows, rope_dim], 4 out [rows, width]
+//                   3 table [block + blocks, rope_dim], 4 out [rows, width]
 //   attention_gqa(4): 0 uniform GqaParams, 1 q [s, heads * head_dim],
 //                   2 k [t, kv_heads * head_dim], 3 v [t, kv_heads * head_dim],
 //                   4 out [s, heads * head_dim]
@@ -33,7 +34,7 @@
 // Rust mirrors (src/gpu/kernels/attention.rs, #[repr(C)], bytemuck::Pod):
 //   struct RopeParams { rows: u32, width: u32, head_dim: u32, rope_dim: u32,
 //                       table_rows: u32, x_offset: u32, pos_offset: u32, table_offset: u32,
-//                       out_offset: u32, _pad: [u32; 3] }                        // 48 bytes
+//                       out_offset: u32, block: u32, _pad: [u32; 2] }            // 48 bytes
 //   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
 //                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
 //                      scale: f32, _pad: [u32; 2] }                              // 48 bytes
@@ -49,7 +50,7 @@ struct RopeParams {
     pos_offset: u32,
     table_offset: u32,
     out_offset: u32,
-    _pad0: u32,
+    block: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -102,7 +103,8 @@ fn attention_rope(
     let xi = rp.x_offset + row * rp.width + col;
     let oi = rp.out_offset + row * rp.width + col;
     let p = positions[rp.pos_offset + row];
-    if p < 0 || u32(p) >= rp.table_rows {
+    // Two-level table: p = hi * block + lo, angle(p) = angle(lo) + angle(hi * block).
+    if p < 0 || u32(p) / rp.block >= rp.table_rows - rp.block {
         dst[oi] = 0.0;
         dst[oi + 1u] = 0.0;
         return;
@@ -114,9 +116,10 @@ fn attention_rope(
         dst[oi + 1u] = x1;
         return;
     }
-    let ti = rp.table_offset + u32(p) * rp.rope_dim + d;
-    let c = table[ti];
-    let sn = table[ti + 1u];
+    let lo = rp.table_offset + (u32(p) % rp.block) * rp.rope_dim + d;
+    let hi = rp.table_offset + (rp.block + u32(p) / rp.block) * rp.rope_dim + d;
+    let c = table[lo] * table[hi] - table[lo + 1u] * table[hi + 1u];
+    let sn = table[lo + 1u] * table[hi] + table[lo] * table[hi + 1u];
     dst[oi] = x0 * c - x1 * sn;
     dst[oi + 1u] = x0 * sn + x1 * c;
 }

@@ -1255,7 +1255,7 @@ fn rope_on_adjacent_pairs() {
             atol: 1e-6,
             rtol: 1e-5,
         };
-        // (rows, heads, head_dim, rope_dim, table rows, base): SmolLM2's heads, a partial
+        // (rows, heads, head_dim, rope_dim, positions covered, base): SmolLM2's heads, a partial
         // rotation, odd row counts, a table as long as SmolLM2's context.
         let cases: [(u64, u64, u32, u32, u32, f64); 6] = [
             (1, 9, 64, 64, 64, 100_000.0),
@@ -1269,21 +1269,25 @@ fn rope_on_adjacent_pairs() {
             let x = f32_tensor(&mut rng, &[rows, heads * u64::from(d)]);
             // Positions anywhere in the table, the last row, and (when there are rows enough)
             // one below and one past it: those rows must come out as zeros.
+            // The two-level table covers block * (rows - block) >= p_rows positions.
+            let block = ops::rope_block(p_rows);
+            let t_rows = ops::rope_table_rows(p_rows);
+            let covered = block * (t_rows - block);
             let mut pos: Vec<i32> = (0..rows)
                 .map(|_| rng.range(0, u64::from(p_rows)) as i32)
                 .collect();
             if rows >= 3 {
-                pos[0] = p_rows as i32 - 1;
+                pos[0] = covered as i32 - 1;
                 pos[1] = -1;
-                pos[2] = p_rows as i32;
+                pos[2] = covered as i32;
             }
             let table = HostTensor {
-                shape: s(&[u64::from(p_rows), u64::from(r)]),
+                shape: s(&[u64::from(t_rows), u64::from(r)]),
                 dtype: DType::F32,
                 values: ops::rope_table(base, r, p_rows),
             };
             let ctx = format!("rope rows {rows} heads {heads} d {d} r {r} table {p_rows}");
-            let op = Op::Rope(ops::Rope { head_dim: d });
+            let op = Op::Rope(ops::Rope { head_dim: d, block });
             let got = check(
                 &gpu,
                 &mut k,

@@ -409,11 +409,15 @@ fn kernel_cases(c: &LlamaConfig, context: u64, proj: DType, embd: DType) -> Vec<
             name: "rope (q and k)".into(),
             op: Op::Rope(ops::Rope {
                 head_dim: c.head_dim,
+                block: ops::rope_block(c.context_len),
             }),
             inputs: vec![
                 f32s(&[1, q]),
                 (s(&[1]), DType::I32),
-                f32s(&[u64::from(c.context_len), u64::from(c.rope_dim)]),
+                f32s(&[
+                    u64::from(ops::rope_table_rows(c.context_len)),
+                    u64::from(c.rope_dim),
+                ]),
             ],
             out: s(&[1, q]),
             per_token: 2 * l,

@@ -146,10 +146,25 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
     Ok((engine, model, run))
 }
 
+/// Prints the progress of a prompt prefilled in chunks (only prompts longer than one chunk
+/// report it).
+fn show_prefill_progress(session: &mut dynrt::llm::Session) {
+    session.set_prefill_progress(|done, total| eprintln!("[prefill {done}/{total} tokens]"));
+}
+
 /// Runs `dynrt generate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // The report's file is created first: a path that cannot be written fails at once,
+    // not after the whole generation.
+    let mut report_file = match &args.report {
+        Some(path) => Some(
+            std::fs::File::create(path).with_context(|| format!("--report {}", path.display()))?,
+        ),
+        None => None,
+    };
     let (engine, model, run) = open(&args.model)?;
     let mut session = model.session(run);
+    show_prefill_progress(&mut session);
     let params = args.sampling.params();
     let stdout = std::io::stdout();
     let stream = !args.json;
@@ -165,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (Some(prompt), None) => session.generate_blocking(prompt, &params, &mut on_text)?,
         (None, None) => anyhow::bail!("give --prompt TEXT or --chat TEXT"),
     };
-    if let Some(path) = &args.report {
+    if let (Some(path), Some(file)) = (&args.report, report_file.as_mut()) {
         let title = format!(
             "dynrt generate: {} policy, {} prompt + {} generated tokens on {}",
             args.model.policy,
@@ -173,7 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             g.tokens.len(),
             engine.gpu().adapter_info().name
         );
-        std::fs::write(path, render_svg(session.trace(), &title))
+        file.write_all(render_svg(session.trace(), &title).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
@@ -202,20 +217,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub fn run_chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
     let (_engine, model, run) = open(&args.model)?;
     let mut session = model.session(run);
+    show_prefill_progress(&mut session);
     let params = args.sampling.params();
     eprintln!(
         "chatting with {} ({} layers, context {}): one message per line, /reset to start over, /quit to end",
         model.config().architecture,
         model.config().num_layers,
-        model.config().context_len
+        model.context_len()
     );
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut input = stdin.lock();
+    let mut raw = Vec::new();
     loop {
         print!("> ");
         std::io::stdout().flush()?;
-        let Some(line) = lines.next() else { break };
-        let line = line?;
+        raw.clear();
+        if input.read_until(b'\n', &mut raw)? == 0 {
+            break;
+        }
+        // A line that is not UTF-8 is refused alone; the conversation goes on.
+        let Ok(line) = std::str::from_utf8(&raw) else {
+            eprintln!("error: that line is not valid UTF-8 text; it was ignored");
+            continue;
+        };
         let text = line.trim();
         match text {
             "" => continue,

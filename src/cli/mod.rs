@@ -14,6 +14,7 @@ mod fetch;
 mod generate;
 mod info;
 mod inspect;
+mod inspect_gguf;
 mod plan;
 mod predict;
 mod run;
@@ -42,7 +43,8 @@ enum Command {
     Demo(demo::Args),
     /// Benchmarks: kernels or the decode loop.
     Bench(bench::Args),
-    /// Summarise an ONNX model: inputs, outputs, opsets, ops, initializers, unsupported nodes.
+    /// Summarise an ONNX model (inputs, outputs, opsets, ops, initializers, unsupported nodes)
+    /// or a GGUF (architecture, tensors per type, configuration, limits on this device).
     Inspect(inspect::Args),
     /// Run an ONNX model once on the GPU: inputs from .npy files, outputs written as .npy.
     Run(run::Args),

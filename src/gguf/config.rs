@@ -206,6 +206,25 @@ impl LlamaConfig {
                 });
             }
         }
+        // A block the metadata does not count would be loaded and never run: the file
+        // disagrees with itself, so it is refused rather than half used.
+        for t in gguf.tensors() {
+            let block = t
+                .name()
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(block) = block.filter(|&b| b >= u64::from(num_layers)) {
+                return Err(GgufError::Inconsistent {
+                    reason: format!(
+                        "tensor {} belongs to block {block} but {}.block_count says there \
+                         are {num_layers} blocks",
+                        t.name(),
+                        config.architecture
+                    ),
+                });
+            }
+        }
         Ok(config)
     }
 

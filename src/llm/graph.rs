@@ -20,7 +20,7 @@
 
 use super::LlmError;
 use crate::gguf::{GgmlType, Gguf, LlamaConfig};
-use crate::graph::ops::rope_table;
+use crate::graph::ops::{rope_block, rope_table, rope_table_rows};
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
 use crate::shape::{DType, Shape};
@@ -81,8 +81,9 @@ pub struct LlamaGraph {
     pub weight_bytes: u64,
 }
 
-/// The dtype of a GGUF tensor type, for the types dynrt can hold.
-fn dtype_of(ty: GgmlType) -> Option<DType> {
+/// The dtype a GGUF tensor of type `ty` has on the device, for the types dynrt can hold
+/// (`None` for the others: such a tensor is [`LlmError::UnsupportedWeight`]).
+pub fn weight_dtype(ty: GgmlType) -> Option<DType> {
     Some(match ty {
         GgmlType::F32 => DType::F32,
         GgmlType::F16 => DType::F16,
@@ -107,7 +108,7 @@ impl Builder<'_> {
         let info = self.gguf.require_tensor(name)?;
         let ty = info.ggml_type();
         let shape = Shape::new(info.dims().iter().rev().copied().collect::<Vec<u64>>());
-        let dtype = dtype_of(ty).ok_or_else(|| LlmError::UnsupportedWeight {
+        let dtype = weight_dtype(ty).ok_or_else(|| LlmError::UnsupportedWeight {
             tensor: name.to_owned(),
             ggml_type: ty.name(),
         })?;
@@ -141,7 +142,9 @@ impl Builder<'_> {
     }
 }
 
-/// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`.
+/// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`,
+/// for positions `0..context` (the RoPE table's reach: at most the model's context, see
+/// [`super::context_on_device`]).
 ///
 /// # Errors
 /// [`LlmError::UnsupportedWeight`] for a tensor type dynrt cannot hold; GGUF errors for a
@@ -152,6 +155,7 @@ pub fn build_llama_graph(
     backing: &Backing,
     config: &LlamaConfig,
     format: WeightFormat,
+    context: u32,
 ) -> Result<LlamaGraph, LlmError> {
     let kv = u64::from(config.kv_len());
     let d = config.head_dim;
@@ -170,16 +174,15 @@ pub fn build_llama_graph(
         bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
     let positions =
         bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
-    let table_values = rope_table(
-        f64::from(config.rope_base),
-        config.rope_dim,
-        config.context_len,
-    );
+    // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
+    let context = context.clamp(1, config.context_len);
+    let table_values = rope_table(f64::from(config.rope_base), config.rope_dim, context);
     bl.weight_bytes += table_values.len() as u64 * 4;
+    let block = rope_block(context);
     let table = bl.b.constant(
         "rope_table",
         Shape::new(vec![
-            u64::from(config.context_len),
+            u64::from(rope_table_rows(context)),
             u64::from(config.rope_dim),
         ]),
         table_values,
@@ -208,8 +211,8 @@ pub fn build_llama_graph(
         let q = bl.project(p("q"), hn, wq);
         let k = bl.project(p("k"), hn, wk);
         let v = bl.project(p("v"), hn, wv);
-        let q = bl.b.rope(p("q.rope"), q, positions, table, d);
-        let k = bl.b.rope(p("k.rope"), k, positions, table, d);
+        let q = bl.b.rope(p("q.rope"), q, positions, table, d, block);
+        let k = bl.b.rope(p("k.rope"), k, positions, table, d, block);
         // In-place concatenation: the runtime appends the step's rows to the cache buffer.
         let kc = bl.b.concat(labels::present_k(l), &[past_k, k], 0);
         let vc = bl.b.concat(labels::present_v(l), &[past_v, v], 0);

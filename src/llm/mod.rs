@@ -43,10 +43,12 @@ pub mod sample;
 mod session;
 
 pub use error::LlmError;
-pub use graph::{build_llama_graph, LlamaGraph, WeightFormat};
+pub use graph::{build_llama_graph, weight_dtype, LlamaGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
-pub use session::{GenerateParams, Generation, Session, SessionStats, StopReason, TokenEvent};
+pub use session::{
+    GenerateParams, Generation, Session, SessionStats, StopReason, TokenEvent, PREFILL_CHUNK,
+};
 
 use crate::gguf::{Gguf, LlamaConfig};
 use crate::gpu::Engine;
@@ -55,6 +57,20 @@ use crate::runtime::{Network, NetworkOptions};
 use crate::tensor::Backing;
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;
+
+/// The longest context `config`'s model can hold on a device whose largest storage
+/// binding (and buffer) is `max_binding_bytes`: the metadata's `context_length`, capped so
+/// that one layer's keys (`context * kv_heads * head_dim` f32 values, the largest buffer
+/// that grows with the context) fit in one binding, and so that positions fit the kernels'
+/// i32. A file may claim any context (a million tokens, or 2^32 - 1): what is sized by the
+/// context is allocated as a session needs it (the KV cache) or is small (the two-level
+/// RoPE table, about `2 sqrt(context)` rows), so such a file loads and answers short
+/// prompts; a prompt past this limit is a typed error ([`LlmError::ContextFull`]).
+pub fn context_on_device(config: &LlamaConfig, max_binding_bytes: u64) -> u32 {
+    let per_token = u64::from(config.kv_len()).max(1) * 4;
+    let fits = (max_binding_bytes / per_token).min(i32::MAX as u64) as u32;
+    config.context_len.min(fits).max(1)
+}
 
 /// How a model is loaded.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,6 +94,8 @@ impl Default for ModelOptions {
 pub(crate) struct ModelInner {
     pub engine: Engine,
     pub config: LlamaConfig,
+    /// The longest context this model has on this device ([`context_on_device`]).
+    pub context: u32,
     pub tokenizer: Tokenizer,
     pub prefill: Network,
     pub decode: Network,
@@ -152,7 +170,14 @@ impl Model {
         let gguf = Gguf::parse(bytes)?;
         let config = LlamaConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let lg = build_llama_graph(&gguf, &backing, &config, options.format)?;
+        let limits = engine.gpu().limits();
+        let context = context_on_device(
+            &config,
+            limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size),
+        );
+        let lg = build_llama_graph(&gguf, &backing, &config, options.format, context)?;
         let file_tensor_bytes = gguf.tensors().iter().map(|t| t.size_bytes()).sum();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
@@ -188,6 +213,7 @@ impl Model {
             inner: Arc::new(ModelInner {
                 engine: engine.clone(),
                 config,
+                context,
                 tokenizer,
                 prefill,
                 decode,
@@ -202,6 +228,15 @@ impl Model {
     /// The hyper-parameters read from the file.
     pub fn config(&self) -> &LlamaConfig {
         &self.inner.config
+    }
+
+    /// The longest context (prompt, past turns and answer, in tokens) a session of this
+    /// model can hold on its device: the model's own context length, or less where one
+    /// layer's keys for that many tokens would not fit in one storage binding
+    /// ([`context_on_device`]). Longer prompts are refused before anything runs
+    /// ([`LlmError::ContextFull`]).
+    pub fn context_len(&self) -> u32 {
+        self.inner.context
     }
 
     /// The tokenizer read from the file.

@@ -157,7 +157,14 @@ pub struct Session {
     stats: SessionStats,
     trace: MemoryTrace,
     last_allocations: u64,
+    /// Called after each chunk of a prompt longer than one chunk (tokens done, total).
+    prefill_progress: Option<Box<dyn FnMut(usize, usize) + Send>>,
 }
+
+/// Tokens of a prompt fed to the model in one forward pass: a longer prompt is prefilled in
+/// chunks of this many on top of the cache (the same result, activations bounded by the
+/// chunk, progress reported between chunks).
+pub const PREFILL_CHUNK: usize = 512;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +191,14 @@ impl Session {
             stats: SessionStats::default(),
             trace: MemoryTrace::default(),
             last_allocations: 0,
+            prefill_progress: None,
         }
+    }
+
+    /// Calls `progress(done, total)` after each chunk of a prompt longer than
+    /// [`PREFILL_CHUNK`] tokens (the CLI prints it, so a long prompt shows that it moves).
+    pub fn set_prefill_progress(&mut self, progress: impl FnMut(usize, usize) + Send + 'static) {
+        self.prefill_progress = Some(Box::new(progress));
     }
 
     /// The model.
@@ -268,13 +282,7 @@ impl Session {
             });
         }
         let past = self.cached.len();
-        if past + tokens.len() > config.context_len as usize {
-            return Err(LlmError::ContextFull {
-                past_tokens: past,
-                new_tokens: tokens.len(),
-                context_len: config.context_len,
-            });
-        }
+        self.check_context(tokens.len())?;
         let target = if tokens.len() == 1 {
             Holder::Decode
         } else {
@@ -307,6 +315,21 @@ impl Session {
             .next()
             .map(|t| t.to_f32())
             .unwrap_or_default())
+    }
+
+    /// [`LlmError::ContextFull`] unless `new_tokens` more fit in the context
+    /// ([`Model::context_len`]).
+    fn check_context(&self, new_tokens: usize) -> Result<(), LlmError> {
+        let context_len = self.model.context_len();
+        let past = self.cached.len();
+        if past.saturating_add(new_tokens) > context_len as usize {
+            return Err(LlmError::ContextFull {
+                past_tokens: past,
+                new_tokens,
+                context_len,
+            });
+        }
+        Ok(())
     }
 
     /// Makes `target`'s request exist and hold the KV cache (moving it without a copy from
@@ -427,12 +450,24 @@ impl Session {
             return Err(LlmError::EmptyPrompt);
         }
         let prompt_tokens = feed.len();
+        // Refused before any chunk runs: a prompt that cannot fit never half-fills the cache.
+        self.check_context(prompt_tokens)?;
         let t0 = Instant::now();
-        let mut logits = self.forward(&feed).await?;
-        self.pending = None;
+        let mut logits = Vec::new();
+        let mut done = 0;
+        for chunk in feed.chunks(PREFILL_CHUNK) {
+            logits = self.forward(chunk).await?;
+            self.pending = None;
+            done += chunk.len();
+            if prompt_tokens > PREFILL_CHUNK {
+                if let Some(progress) = self.prefill_progress.as_mut() {
+                    progress(done, prompt_tokens);
+                }
+            }
+        }
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let model = self.model.clone();
-        let context = model.config().context_len as usize;
+        let context = model.context_len() as usize;
         let mut decoder = model.tokenizer().stream_decoder(true);
         let mut tokens = Vec::new();
         let mut text = String::new();
@@ -532,11 +567,12 @@ impl Session {
         let tokenizer = model.tokenizer();
         let mut messages = self.messages.clone();
         messages.push(ChatMessage::user(user));
-        let rendered = tokenizer.apply_chat_template(&messages, true)?;
+        // Message text is plain text: control tokens come only from the template.
+        let rendered = tokenizer.render_chat(&messages, true)?;
         // The template re-renders the whole chat; when it extends what the cache holds
         // (the usual case) only the new text is encoded and prefilled.
-        let ids = match rendered.strip_prefix(self.chat_text.as_str()) {
-            Some(suffix) if !self.chat_text.is_empty() => {
+        let ids = match rendered.text.strip_prefix(self.chat_text.as_str()) {
+            Some(_) if !self.chat_text.is_empty() => {
                 // A stop token the reply ended with is in the rendered text again.
                 if self
                     .pending
@@ -544,19 +580,19 @@ impl Session {
                 {
                     self.pending = None;
                 }
-                tokenizer.encode(suffix, Special::Allow)
+                tokenizer.encode_chat(&rendered, self.chat_text.len())
             }
             _ => {
                 if !self.cached.is_empty() {
                     self.stats.full_prefills += 1;
                 }
                 self.reset();
-                tokenizer.encode(&rendered, Special::Allow)
+                tokenizer.encode_chat(&rendered, 0)
             }
         };
         let reply = self.generate_ids_observed(&ids, params, on_token).await?;
         messages.push(ChatMessage::new("assistant", reply.text.clone()));
-        self.chat_text = rendered;
+        self.chat_text = rendered.text;
         self.chat_text.push_str(&reply.text);
         self.messages = messages;
         Ok(reply)

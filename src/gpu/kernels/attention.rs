@@ -34,7 +34,7 @@ pub struct RopeParams {
     pub head_dim: u32,
     /// Elements of each head that are rotated (the table's row length).
     pub rope_dim: u32,
-    /// Rows of the table (positions it covers).
+    /// Rows of the table (both levels).
     pub table_rows: u32,
     /// x element offset.
     pub x_offset: u32,
@@ -44,8 +44,10 @@ pub struct RopeParams {
     pub table_offset: u32,
     /// Output element offset.
     pub out_offset: u32,
+    /// Rows of the table's first level.
+    pub block: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 
 /// `GqaParams` of `shaders/attention.wgsl` (48 bytes).
@@ -108,7 +110,8 @@ impl Kernel for Rope {
             pos_offset: op,
             table_offset: ot,
             out_offset: oo,
-            _pad: [0; 3],
+            block: self.block,
+            _pad: [0; 2],
         };
         e.dispatch(
             FAMILY.key("attention_rope"),

@@ -11,20 +11,26 @@ use crate::shape::{DType, Shape};
 /// are adjacent instead of half a head apart).
 ///
 /// Inputs: x `[S, N * head_dim]` (f32, N heads side by side), positions `[S]` (i32, the
-/// absolute position of each row), and a cos/sin table `[P, R]` (f32) whose row `p` holds
-/// `cos(p θ_i), sin(p θ_i)` for `i < R / 2` (see [`rope_table`]). The first `R` elements of
-/// each head are rotated, `out[2i] = x[2i] cos - x[2i+1] sin`, `out[2i+1] = x[2i] sin +
-/// x[2i+1] cos`; elements from `R` on pass through. A row whose position is outside `0..P`
-/// is written as zeros (a caller's bug shows instead of wrapping around).
+/// absolute position of each row), and a two-level cos/sin table `[B + H, R]` (f32, see
+/// [`rope_table`]): row `l < B` holds `cos(l θ_i), sin(l θ_i)` and row `B + h` holds
+/// `cos(h B θ_i), sin(h B θ_i)` for `i < R / 2`, where `B` is [`Rope::block`]. Position
+/// `p = h B + l` takes the angle sum of rows `l` and `B + h`. The first `R` elements of each
+/// head are rotated, `out[2i] = x[2i] cos - x[2i+1] sin`, `out[2i+1] = x[2i] sin + x[2i+1]
+/// cos`; elements from `R` on pass through. A row whose position is outside `0..B * H` is
+/// written as zeros (a caller's bug shows instead of wrapping around).
 ///
 /// The table carries the angles instead of the kernel computing `p θ_i` in f32: positions up
-/// to the context length (8192 for SmolLM2) times frequencies near 1 give angles of
-/// thousands of radians, where an f32 product is off by about 5e-4 radians; the table is
-/// computed in f64 on the host and rounded once.
+/// to the context length times frequencies near 1 give angles of thousands of radians,
+/// where an f32 product is off by about 5e-4 radians; the table is computed in f64 on the
+/// host and rounded once per level. Two levels keep it at about `2 sqrt(P)` rows for `P`
+/// positions (a model that claims a context of a million tokens needs 2,048 rows, not a
+/// million), for an angle error of about 2e-7 instead of 6e-8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rope {
     /// Elements per head (even).
     pub head_dim: u32,
+    /// Rows of the table's first level `B` ([`rope_block`]), at least 1.
+    pub block: u32,
 }
 
 /// Causal grouped-query attention over a KV cache laid out sequence-major.
@@ -43,16 +49,41 @@ pub struct Attention {
     pub num_kv_heads: u32,
 }
 
-/// The cos/sin table of [`Rope`] for `positions` rows: row `p` holds `cos(p θ_i), sin(p θ_i)`
-/// for `i < rope_dim / 2`, `θ_i = base^(-2i / rope_dim)`, computed in f64 and rounded to f32
-/// (`positions * rope_dim` values, row-major).
+/// The first level's rows of [`rope_table`] for `positions` positions: the power of two at
+/// or above `sqrt(positions)` (at least 1).
+pub fn rope_block(positions: u32) -> u32 {
+    let mut b = 1u32;
+    while u64::from(b) * u64::from(b) < u64::from(positions) {
+        b *= 2;
+    }
+    b
+}
+
+/// Rows of [`rope_table`] for `positions` positions: `B + ceil(positions / B)` with
+/// `B = rope_block(positions)`.
+pub fn rope_table_rows(positions: u32) -> u32 {
+    let b = rope_block(positions);
+    b + positions.div_ceil(b)
+}
+
+/// The two-level cos/sin table of [`Rope`] covering positions `0..positions` (see [`Rope`]
+/// for its layout): [`rope_table_rows`] rows of `rope_dim` values, `θ_i = base^(-2i /
+/// rope_dim)`, each angle computed in f64 and rounded to f32. The op's `block` is
+/// [`rope_block`]`(positions)`.
 pub fn rope_table(base: f64, rope_dim: u32, positions: u32) -> Vec<f32> {
     let half = rope_dim / 2;
-    let mut out = Vec::with_capacity(positions as usize * rope_dim as usize);
-    for p in 0..positions {
+    let b = rope_block(positions);
+    let rows = rope_table_rows(positions);
+    let mut out = Vec::with_capacity(rows as usize * rope_dim as usize);
+    for row in 0..rows {
+        let p = if row < b {
+            f64::from(row)
+        } else {
+            f64::from(row - b) * f64::from(b)
+        };
         for i in 0..half {
             let theta = base.powf(-2.0 * f64::from(i) / f64::from(rope_dim));
-            let angle = f64::from(p) * theta;
+            let angle = p * theta;
             out.push(angle.cos() as f32);
             out.push(angle.sin() as f32);
         }
@@ -104,7 +135,20 @@ impl OpDef for Rope {
                 right: inputs[1].clone(),
             });
         }
-        let (_, r) = matrix(inputs[2], 2, "[positions, rope_dim] (the cos/sin table)")?;
+        let (t, r) = matrix(
+            inputs[2],
+            2,
+            "[block + blocks, rope_dim] (the cos/sin table)",
+        )?;
+        if self.block == 0 || t <= u64::from(self.block) {
+            return Err(invalid(
+                "rope",
+                format!(
+                    "the table has {t} rows: it needs more than the first level's {} rows",
+                    self.block
+                ),
+            ));
+        }
         let d = u64::from(self.head_dim);
         if d == 0 || d % 2 != 0 || w % d != 0 {
             return Err(invalid(
@@ -132,23 +176,26 @@ impl OpDef for Rope {
         let pos = inputs[1].ints("rope")?;
         let table = inputs[2].floats("rope")?;
         let (s, w) = (out.dims()[0] as usize, out.dims()[1] as usize);
-        let (p_rows, r) = (
+        let (t_rows, r) = (
             inputs[2].shape.dims()[0] as usize,
             inputs[2].shape.dims()[1] as usize,
         );
+        let b = self.block as usize;
         let d = self.head_dim as usize;
         let mut y = vec![0f32; s * w];
         for (row, &p) in pos.iter().enumerate().take(s) {
-            if p < 0 || p as usize >= p_rows {
+            if p < 0 || p as usize / b >= t_rows - b {
                 continue; // zeros
             }
-            let p = p as usize;
+            let (lo, hi) = (p as usize % b, b + p as usize / b);
             for head in 0..w / d {
                 let base = row * w + head * d;
                 y[base..base + d].copy_from_slice(&x[base..base + d]);
                 for i in 0..r / 2 {
-                    let c = f64::from(table[p * r + 2 * i]);
-                    let sn = f64::from(table[p * r + 2 * i + 1]);
+                    let at = |row: usize, k: usize| f64::from(table[row * r + 2 * i + k]);
+                    // cos(a + b), sin(a + b) of the two levels' angles.
+                    let c = at(lo, 0) * at(hi, 0) - at(lo, 1) * at(hi, 1);
+                    let sn = at(lo, 1) * at(hi, 0) + at(lo, 0) * at(hi, 1);
                     let x0 = f64::from(x[base + 2 * i]);
                     let x1 = f64::from(x[base + 2 * i + 1]);
                     y[base + 2 * i] = (x0 * c - x1 * sn) as f32;
@@ -261,8 +308,9 @@ impl OpDef for Attention {
 }
 
 impl crate::graph::GraphBuilder {
-    /// Rotary position embedding of `x` `[S, N * head_dim]` at `positions` `[S]` (i32) with a
-    /// cos/sin `table` `[P, rope_dim]` ([`rope_table`]); see [`Rope`].
+    /// Rotary position embedding of `x` `[S, N * head_dim]` at `positions` `[S]` (i32) with
+    /// the two-level cos/sin `table` of [`rope_table`] whose first level has `block` rows
+    /// ([`rope_block`]); see [`Rope`].
     pub fn rope(
         &mut self,
         label: impl Into<String>,
@@ -270,8 +318,9 @@ impl crate::graph::GraphBuilder {
         positions: crate::graph::NodeId,
         table: crate::graph::NodeId,
         head_dim: u32,
+        block: u32,
     ) -> crate::graph::NodeId {
-        self.add(label, Rope { head_dim }, &[x, positions, table])
+        self.add(label, Rope { head_dim, block }, &[x, positions, table])
     }
 
     /// Causal grouped-query attention of `q` `[S, H * D]` over `k`, `v` `[T, KVH * D]`; see
@@ -306,7 +355,10 @@ mod tests {
 
     #[test]
     fn rope_shape_rule_checks_positions_table_and_heads() {
-        let r = Rope { head_dim: 8 };
+        let r = Rope {
+            head_dim: 8,
+            block: 4,
+        };
         assert_eq!(
             r.infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[]),
             Ok(s(&[3, 16]))
@@ -320,10 +372,17 @@ mod tests {
         assert!(r
             .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 10])], &[])
             .is_err());
-        let e = Rope { head_dim: 0 }
-            .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[])
-            .unwrap_err();
+        let e = Rope {
+            head_dim: 0,
+            block: 4,
+        }
+        .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[])
+        .unwrap_err();
         assert!(e.to_string().contains("head_dim 0"), "{e}");
+        // The table must hold both levels.
+        assert!(r
+            .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[4, 8])], &[])
+            .is_err());
         assert!(r
             .output_dtype(&[DType::F32, DType::F32, DType::F32])
             .is_err());
@@ -331,12 +390,72 @@ mod tests {
 
     #[test]
     fn rope_table_holds_cos_and_sin_of_position_times_frequency() {
+        // 3 positions: a first level of 2 rows (angles 0, 1), a second of 2 (0, 2).
+        assert_eq!((rope_block(3), rope_table_rows(3)), (2, 4));
         let t = rope_table(10_000.0, 4, 3);
-        assert_eq!(t.len(), 12);
+        assert_eq!(t.len(), 16);
         assert_eq!(&t[..4], &[1.0, 0.0, 1.0, 0.0]);
         assert!((t[4] - 1f32.cos()).abs() < 1e-7 && (t[5] - 1f32.sin()).abs() < 1e-7);
         let theta1 = 10_000f64.powf(-0.5);
-        assert!((f64::from(t[10]) - (2.0 * theta1).cos()).abs() < 1e-7);
+        assert!((f64::from(t[14]) - (2.0 * theta1).cos()).abs() < 1e-7);
+        // A million positions: 1024 + 1024 rows; a claimed 2^32 - 1: 65536 + 65536.
+        assert_eq!(rope_table_rows(1 << 20), 2048);
+        assert_eq!(rope_table_rows(u32::MAX), 131_072);
+        assert_eq!((rope_block(1), rope_table_rows(1)), (1, 2));
+    }
+
+    #[test]
+    fn rope_reference_adds_the_two_levels_angles() {
+        let (base, r, positions) = (10_000.0, 4u32, 100u32);
+        let b = rope_block(positions);
+        let rows = u64::from(rope_table_rows(positions));
+        let table = rope_table(base, r, positions);
+        let op = Rope {
+            head_dim: 4,
+            block: b,
+        };
+        let pos: Vec<i32> = vec![0, 1, 37, 99, 100 + 20, -1];
+        let x: Vec<f32> = (0..pos.len() * 4).map(|i| 1.0 + i as f32 * 0.25).collect();
+        let n = pos.len() as u64;
+        let out = op
+            .reference(
+                &[
+                    &RefTensor::from_f32(s(&[n, 4]), DType::F32, x.clone()),
+                    &RefTensor::from_f32(
+                        s(&[n]),
+                        DType::I32,
+                        pos.iter().map(|&p| p as f32).collect(),
+                    ),
+                    &RefTensor::from_f32(s(&[rows, 4]), DType::F32, table),
+                ],
+                &s(&[n, 4]),
+                DType::F32,
+            )
+            .unwrap();
+        let Values::F32(y) = out else { panic!() };
+        for (row, &p) in pos.iter().enumerate() {
+            let got = &y[row * 4..row * 4 + 4];
+            if p < 0 || p as u32 >= b * (rows as u32 - b) {
+                assert!(got.iter().all(|&v| v == 0.0), "position {p}");
+                continue;
+            }
+            for i in 0..2 {
+                let theta = base.powf(-2.0 * i as f64 / f64::from(r));
+                let (sn, c) = (f64::from(p) * theta).sin_cos();
+                let (x0, x1) = (
+                    f64::from(x[row * 4 + 2 * i]),
+                    f64::from(x[row * 4 + 2 * i + 1]),
+                );
+                assert!(
+                    (f64::from(got[2 * i]) - (x0 * c - x1 * sn)).abs() < 1e-5,
+                    "{p}"
+                );
+                assert!(
+                    (f64::from(got[2 * i + 1]) - (x0 * sn + x1 * c)).abs() < 1e-5,
+                    "{p}"
+                );
+            }
+        }
     }
 
     #[test]
