@@ -43,7 +43,7 @@ const QUOTE_CHARS: usize = 60;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NpyError {
-    /// The file could not be written (native only).
+    /// The file could not be read or written (native only).
     #[error("{path}: {cause}")]
     Io {
         /// The path.
@@ -51,10 +51,11 @@ pub enum NpyError {
         /// The operating system's error.
         cause: std::io::Error,
     },
-    /// The file could not be read: not a regular file, too large, unreadable (native only).
+    /// The file is not a regular file (a FIFO, a device, a directory) or is larger than
+    /// [`crate::fileio::MAX_NPY_BYTES`] (native only).
     #[cfg(not(target_arch = "wasm32"))]
     #[error(transparent)]
-    File(#[from] FileError),
+    File(FileError),
     /// The bytes are not a valid `.npy` file: bad magic, a header outside the format's
     /// grammar, a header cut short.
     #[error("not a valid .npy file: {reason}")]
@@ -113,6 +114,17 @@ pub enum NpyError {
         /// What is wrong.
         cause: TensorError,
     },
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl From<FileError> for NpyError {
+    /// An operating-system error stays [`NpyError::Io`]; the rest is [`NpyError::File`].
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Io { path, cause } => NpyError::Io { path, cause },
+            other => NpyError::File(other),
+        }
+    }
 }
 
 fn malformed(e: impl std::fmt::Display) -> NpyError {
@@ -545,8 +557,8 @@ pub fn write_npy(tensor: &HostTensor) -> Result<Vec<u8>, NpyError> {
 /// [`crate::fileio::MAX_NPY_BYTES`] bytes.
 ///
 /// # Errors
-/// [`NpyError::File`] when it is not a regular file, is too large or cannot be read, then as
-/// [`read_npy`].
+/// [`NpyError::Io`] when it cannot be read, [`NpyError::File`] when it is not a regular file
+/// or is too large, then as [`read_npy`].
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_npy_file(path: impl AsRef<std::path::Path>) -> Result<HostTensor, NpyError> {
     let bytes =
