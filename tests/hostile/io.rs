@@ -71,7 +71,7 @@ fn npy(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
 fn npy_headers_of_nested_braces_are_refused_at_once() {
     for depth in [16, 64, 10_000] {
         let header = "{".repeat(depth);
-        let bytes = npy(if depth < 60_000 { 1 } else { 2 }, &header, &[]);
+        let bytes = npy(1, &header, &[]);
         if depth == 16 {
             // The 64-byte file of the report.
             assert_eq!(bytes.len(), 10 + 16 + 1);
