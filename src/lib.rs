@@ -37,6 +37,9 @@
 //!   each keep their own KV cache, greedy or sampled generation streamed as text.
 //! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
 //!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
+//! * `fileio` (native) — how every user-named file is read (regular files only, a stated
+//!   bound per kind) and how outputs are written (a temporary file moved into place, never
+//!   through a symbolic link).
 //!
 //! # Module map and adding an op
 //!
@@ -86,6 +89,8 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fetch;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fileio;
 pub mod gguf;
 pub mod gpu;
 pub mod graph;

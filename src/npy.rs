@@ -7,14 +7,37 @@
 //! `past_key_values` on the first decode step). Written files are little-endian, C order,
 //! format version 1.0 — what `numpy.load` reads.
 //!
-//! The format is handled by `npyz` (a maintained fork of `npy-rs`: header parsing with a real
-//! Python-literal parser, every plain dtype, f16 through `half`, no dependency on an array
-//! crate). `ndarray-npy` was the alternative; it needs `ndarray` and has no f16.
+//! Reading parses the format's own grammar and nothing more: the header is a Python dict
+//! literal with exactly the keys `'descr'` (a dtype string such as `'<f4'`), `'fortran_order'`
+//! (`True` or `False`) and `'shape'` (a tuple of non-negative integers), in any order, with a
+//! trailing comma and whitespace padding allowed. The parser makes one pass over the header
+//! without recursion, so a hostile header costs time linear in its length, and the length is
+//! bounded by [`MAX_HEADER_BYTES`] before anything is read. The shape's byte size is checked
+//! for overflow and against the bytes present before anything is allocated, and an error
+//! quotes at most a short piece of the header. Bytes after the data are ignored, as NumPy
+//! ignores them.
+//!
+//! Writing is done by `npyz` (a maintained fork of `npy-rs`: every plain dtype, f16 through
+//! `half`, no dependency on an array crate). Its reader is not used: it hands the header to a
+//! general Python-literal parser, on which a 64-byte file of nested braces never finished.
 
 use bytes::Bytes;
-use npyz::{DType, Order, TypeChar, WriterBuilder};
+use npyz::WriterBuilder;
 
+#[cfg(not(target_arch = "wasm32"))]
+use crate::fileio::FileError;
 use crate::onnx::{HostTensor, TensorDType, TensorError};
+
+/// Longest `.npy` header read, in bytes: 64 KiB. NumPy writes headers of a few hundred bytes
+/// (and its own reader refuses headers over 10,000 bytes unless told otherwise); a longer
+/// length field is refused before any of the header is looked at.
+pub const MAX_HEADER_BYTES: u64 = 64 << 10;
+
+/// Most dimensions a `.npy` shape may have: 64, NumPy's own limit (`NPY_MAXDIMS`).
+pub const MAX_DIMS: usize = 64;
+
+/// At most this many characters of a header are quoted in an error message.
+const QUOTE_CHARS: usize = 60;
 
 /// Errors reading or writing `.npy` data.
 #[derive(Debug, thiserror::Error)]
@@ -28,17 +51,55 @@ pub enum NpyError {
         /// The operating system's error.
         cause: std::io::Error,
     },
-    /// The bytes are not a valid `.npy` file (bad magic, malformed header, truncated data).
+    /// The file is not a regular file (a FIFO, a device, a directory) or is larger than
+    /// [`crate::fileio::MAX_NPY_BYTES`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[error(transparent)]
+    File(FileError),
+    /// The bytes are not a valid `.npy` file: bad magic, a header outside the format's
+    /// grammar, a header cut short.
     #[error("not a valid .npy file: {reason}")]
     Malformed {
-        /// What npyz reported.
+        /// What is wrong, with where in the header and at most a short quote of it.
         reason: String,
+    },
+    /// The format version is not 1.0, 2.0 or 3.0.
+    #[error("unsupported .npy format version {major}.{minor}: versions 1.0, 2.0 and 3.0 are read")]
+    UnsupportedVersion {
+        /// The major version byte.
+        major: u8,
+        /// The minor version byte.
+        minor: u8,
+    },
+    /// The header length field is larger than [`MAX_HEADER_BYTES`].
+    #[error("the .npy header is {header_bytes} bytes long, more than the {max_bytes} bytes read")]
+    HeaderTooLong {
+        /// The length the file states.
+        header_bytes: u64,
+        /// The bound, [`MAX_HEADER_BYTES`].
+        max_bytes: u64,
+    },
+    /// The shape has more than [`MAX_DIMS`] dimensions.
+    #[error("the .npy shape has more than {max_dims} dimensions")]
+    TooManyDims {
+        /// The bound, [`MAX_DIMS`].
+        max_dims: usize,
+    },
+    /// The header promises more data than the file holds.
+    #[error(
+        "the .npy header promises {expected_bytes} bytes of data but the file holds {actual_bytes}"
+    )]
+    Truncated {
+        /// The shape's size in bytes.
+        expected_bytes: u64,
+        /// The bytes after the header.
+        actual_bytes: u64,
     },
     /// The array's dtype has no tensor element type here (structured, object, complex,
     /// strings, datetimes).
     #[error("unsupported .npy dtype `{descr}`: use f32, f16, f64, i64, i32, i16, i8, u64, u32, u16, u8 or bool")]
     UnsupportedDType {
-        /// The header's `descr`.
+        /// The header's `descr` (at most a short quote of it).
         descr: String,
     },
     /// The tensor cannot be written as `.npy` (strings, sub-byte and float8 types).
@@ -47,12 +108,23 @@ pub enum NpyError {
         /// Its element type.
         dtype: TensorDType,
     },
-    /// The data does not match the shape.
+    /// The shape's size overflows, or the data does not match the shape.
     #[error("{cause}")]
     Tensor {
         /// What is wrong.
         cause: TensorError,
     },
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl From<FileError> for NpyError {
+    /// An operating-system error stays [`NpyError::Io`]; the rest is [`NpyError::File`].
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Io { path, cause } => NpyError::Io { path, cause },
+            other => NpyError::File(other),
+        }
+    }
 }
 
 fn malformed(e: impl std::fmt::Display) -> NpyError {
@@ -61,21 +133,271 @@ fn malformed(e: impl std::fmt::Display) -> NpyError {
     }
 }
 
-/// Reads `T` elements (npyz converts the byte order) into little-endian bytes.
-fn read_le<T, const N: usize>(
-    npy: npyz::NpyFile<&[u8]>,
-    to_le: impl Fn(T) -> [u8; N],
-) -> Result<Vec<u8>, NpyError>
-where
-    T: npyz::Deserialize,
-{
-    let values = npy.into_vec::<T>().map_err(malformed)?;
-    Ok(values.into_iter().flat_map(to_le).collect())
+/// At most [`QUOTE_CHARS`] characters of `bytes`, control characters escaped, with `…` when
+/// there is more.
+fn quote(bytes: &[u8]) -> String {
+    // Four bytes per character at most: enough bytes for QUOTE_CHARS characters.
+    let head = &bytes[..bytes.len().min(QUOTE_CHARS * 4)];
+    let text = String::from_utf8_lossy(head);
+    let mut out = String::new();
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(QUOTE_CHARS) {
+        out.extend(c.escape_debug());
+    }
+    if chars.next().is_some() || head.len() < bytes.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// A `.npy` header's three keys.
+#[derive(Debug, PartialEq)]
+struct Header {
+    dtype: TensorDType,
+    big_endian: bool,
+    fortran_order: bool,
+    shape: Vec<u64>,
+}
+
+/// One forward pass over the header text.
+struct Cursor<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// A [`NpyError::Malformed`] saying what was expected here and quoting what is here.
+    fn expected(&self, what: &str) -> NpyError {
+        let rest = &self.text[self.at.min(self.text.len())..];
+        let found = if rest.is_empty() {
+            "the end of the header".to_string()
+        } else {
+            format!("`{}`", quote(rest))
+        };
+        malformed(format!(
+            "header byte {}: expected {what}, found {found}",
+            self.at
+        ))
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        if self.peek() == Some(byte) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A quoted string without escapes (`'...'` or `"..."`), its contents.
+    fn string(&mut self, what: &str) -> Result<&'a [u8], NpyError> {
+        let Some(q @ (b'\'' | b'"')) = self.peek() else {
+            return Err(self.expected(what));
+        };
+        let start = self.at + 1;
+        let Some(len) = self.text[start..]
+            .iter()
+            .position(|&b| b == q || b == b'\\' || b == b'\n')
+        else {
+            return Err(self.expected("a string closed on its line"));
+        };
+        let end = start + len;
+        if self.text[end] != q {
+            self.at = end;
+            return Err(self.expected("the string's closing quote (escapes are not read)"));
+        }
+        self.at = end + 1;
+        Ok(&self.text[start..end])
+    }
+
+    /// A run of ASCII letters.
+    fn word(&mut self) -> &'a [u8] {
+        let start = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_alphabetic()) {
+            self.at += 1;
+        }
+        &self.text[start..self.at]
+    }
+
+    /// A non-negative decimal integer (a trailing `L`, as Python 2 wrote longs, is allowed).
+    fn dim(&mut self) -> Result<u64, NpyError> {
+        let start = self.at;
+        let mut value = 0u64;
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            value = value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(d - b'0')))
+                .ok_or_else(|| {
+                    self.at = start;
+                    self.expected("a dimension below 2^64")
+                })?;
+            self.at += 1;
+        }
+        if self.at == start {
+            return Err(self.expected("a non-negative integer dimension"));
+        }
+        let _ = self.eat(b'L');
+        Ok(value)
+    }
+
+    /// `(d0, d1, ...)`, trailing comma allowed; `()` for a scalar.
+    fn shape(&mut self) -> Result<Vec<u64>, NpyError> {
+        if !self.eat(b'(') {
+            return Err(self.expected("a shape tuple `(...)`"));
+        }
+        let mut dims = Vec::new();
+        loop {
+            self.skip_space();
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            if dims.len() == MAX_DIMS {
+                return Err(NpyError::TooManyDims { max_dims: MAX_DIMS });
+            }
+            dims.push(self.dim()?);
+            self.skip_space();
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            if !self.eat(b',') {
+                return Err(self.expected("`,` or `)` in the shape"));
+            }
+        }
+    }
+}
+
+/// The element type and byte order of a `descr` such as `<f4`, `>i8`, `|u1` or `|b1`.
+fn dtype_of(descr: &[u8]) -> Option<(TensorDType, bool)> {
+    let (order, code) = match descr.first() {
+        Some(&o @ (b'<' | b'>' | b'|' | b'=')) => (o, &descr[1..]),
+        _ => (b'=', descr),
+    };
+    let dtype = match code {
+        b"f2" => TensorDType::F16,
+        b"f4" => TensorDType::F32,
+        b"f8" => TensorDType::F64,
+        b"i1" => TensorDType::I8,
+        b"i2" => TensorDType::I16,
+        b"i4" => TensorDType::I32,
+        b"i8" => TensorDType::I64,
+        b"u1" => TensorDType::U8,
+        b"u2" => TensorDType::U16,
+        b"u4" => TensorDType::U32,
+        b"u8" => TensorDType::U64,
+        b"b1" | b"?" => TensorDType::Bool,
+        _ => return None,
+    };
+    let big_endian = match order {
+        b'>' => true,
+        b'<' => false,
+        // `|` (no byte order) and `=` (native).
+        _ => cfg!(target_endian = "big"),
+    };
+    Some((dtype, big_endian))
+}
+
+/// Parses the header text: a dict literal with exactly `descr`, `fortran_order` and `shape`.
+fn parse_header(text: &[u8]) -> Result<Header, NpyError> {
+    let mut c = Cursor { text, at: 0 };
+    let mut descr: Option<(TensorDType, bool)> = None;
+    let mut fortran_order = None;
+    let mut shape = None;
+    c.skip_space();
+    if !c.eat(b'{') {
+        return Err(c.expected("`{`"));
+    }
+    loop {
+        c.skip_space();
+        if c.eat(b'}') {
+            break;
+        }
+        let key_at = c.at;
+        let key = c.string("a quoted key or `}`")?;
+        let duplicate = match key {
+            b"descr" => descr.is_some(),
+            b"fortran_order" => fortran_order.is_some(),
+            b"shape" => shape.is_some(),
+            _ => {
+                c.at = key_at;
+                return Err(c.expected("one of the keys 'descr', 'fortran_order', 'shape'"));
+            }
+        };
+        if duplicate {
+            c.at = key_at;
+            return Err(c.expected("each key once"));
+        }
+        c.skip_space();
+        if !c.eat(b':') {
+            return Err(c.expected("`:` after the key"));
+        }
+        c.skip_space();
+        match key {
+            b"descr" => {
+                if c.peek() == Some(b'[') {
+                    // A list of fields: a structured dtype.
+                    return Err(NpyError::UnsupportedDType {
+                        descr: quote(&c.text[c.at..]),
+                    });
+                }
+                let d = c.string("a quoted dtype such as '<f4'")?;
+                descr = Some(
+                    dtype_of(d).ok_or_else(|| NpyError::UnsupportedDType { descr: quote(d) })?,
+                );
+            }
+            b"fortran_order" => {
+                let at = c.at;
+                fortran_order = Some(match c.word() {
+                    b"True" => true,
+                    b"False" => false,
+                    _ => {
+                        c.at = at;
+                        return Err(c.expected("True or False"));
+                    }
+                });
+            }
+            _ => shape = Some(c.shape()?),
+        }
+        c.skip_space();
+        if c.eat(b'}') {
+            break;
+        }
+        if !c.eat(b',') {
+            return Err(c.expected("`,` or `}`"));
+        }
+    }
+    c.skip_space();
+    if c.at != text.len() {
+        return Err(c.expected("only padding after `}`"));
+    }
+    let missing = |key: &str| malformed(format!("the header has no '{key}'"));
+    let (dtype, big_endian) = descr.ok_or_else(|| missing("descr"))?;
+    Ok(Header {
+        dtype,
+        big_endian,
+        fortran_order: fortran_order.ok_or_else(|| missing("fortran_order"))?,
+        shape: shape.ok_or_else(|| missing("shape"))?,
+    })
 }
 
 /// Reorders a Fortran-order (column-major) buffer of `dims` with `width`-byte elements into
 /// C order.
-fn fortran_to_c(bytes: &[u8], dims: &[u64], width: usize) -> Vec<u8> {
+fn fortran_to_c(bytes: Vec<u8>, dims: &[u64], width: usize) -> Vec<u8> {
+    // Dimensions of 1 do not change the order: without them the rank is at most log2 of the
+    // element count, and the work per element below stays small.
+    let dims: Vec<u64> = dims.iter().copied().filter(|&d| d != 1).collect();
+    if dims.len() < 2 {
+        return bytes;
+    }
     let n = bytes.len() / width.max(1);
     let mut out = vec![0u8; bytes.len()];
     let mut index = vec![0u64; dims.len()];
@@ -83,7 +405,7 @@ fn fortran_to_c(bytes: &[u8], dims: &[u64], width: usize) -> Vec<u8> {
         // Offset of the C-order multi-index in Fortran order: the first axis varies fastest.
         let mut f = 0u64;
         let mut stride = 1u64;
-        for (i, d) in index.iter().zip(dims) {
+        for (i, d) in index.iter().zip(&dims) {
             f += i * stride;
             stride *= d;
         }
@@ -103,67 +425,78 @@ fn fortran_to_c(bytes: &[u8], dims: &[u64], width: usize) -> Vec<u8> {
 /// Reads a `.npy` file's bytes into a tensor (one copy into little-endian C-order bytes).
 ///
 /// # Errors
-/// [`NpyError::Malformed`] for a bad header or truncated data, [`NpyError::UnsupportedDType`]
-/// for dtypes without a tensor element type, [`NpyError::Tensor`] when the shape's size
-/// overflows.
+/// [`NpyError::Malformed`] for a bad magic or a header outside the format's grammar,
+/// [`NpyError::UnsupportedVersion`], [`NpyError::HeaderTooLong`] (over
+/// [`MAX_HEADER_BYTES`]), [`NpyError::TooManyDims`] (over [`MAX_DIMS`]),
+/// [`NpyError::UnsupportedDType`] for dtypes without a tensor element type,
+/// [`NpyError::Tensor`] when the shape's size overflows, [`NpyError::Truncated`] when the
+/// file holds less data than the shape needs.
 pub fn read_npy(bytes: &[u8]) -> Result<HostTensor, NpyError> {
-    let npy = npyz::NpyFile::new(bytes).map_err(malformed)?;
-    let descr = npy.header().dtype().descr();
-    let unsupported = || NpyError::UnsupportedDType {
-        descr: descr.clone(),
-    };
-    let DType::Plain(ts) = npy.dtype() else {
-        return Err(unsupported());
-    };
-    let dims = npy.shape().to_vec();
-    let fortran = npy.order() == Order::Fortran;
-    // Check the size before reading, so a header that promises more than the file holds is
-    // an error rather than a large allocation.
-    let dtype = match (ts.type_char(), ts.size_field()) {
-        (TypeChar::Float, 4) => TensorDType::F32,
-        (TypeChar::Float, 2) => TensorDType::F16,
-        (TypeChar::Float, 8) => TensorDType::F64,
-        (TypeChar::Int, 8) => TensorDType::I64,
-        (TypeChar::Int, 4) => TensorDType::I32,
-        (TypeChar::Int, 2) => TensorDType::I16,
-        (TypeChar::Int, 1) => TensorDType::I8,
-        (TypeChar::Uint, 8) => TensorDType::U64,
-        (TypeChar::Uint, 4) => TensorDType::U32,
-        (TypeChar::Uint, 2) => TensorDType::U16,
-        (TypeChar::Uint, 1) => TensorDType::U8,
-        (TypeChar::Bool, 1) => TensorDType::Bool,
-        _ => return Err(unsupported()),
-    };
-    let (_, size) = HostTensor::expected_bytes(dtype, &dims, ".npy data")
-        .map_err(|cause| NpyError::Tensor { cause })?;
-    let data_bytes = bytes.len() as u64;
-    if size > data_bytes {
-        return Err(malformed(format!(
-            "the header promises {size} bytes of data but the file has {data_bytes} bytes"
-        )));
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if bytes.len() < MAGIC.len() + 2 || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(malformed("no \\x93NUMPY magic at the start"));
     }
-    let le = match dtype {
-        TensorDType::F32 => read_le(npy, f32::to_le_bytes)?,
-        TensorDType::F16 => read_le(npy, half::f16::to_le_bytes)?,
-        TensorDType::F64 => read_le(npy, f64::to_le_bytes)?,
-        TensorDType::I64 => read_le(npy, i64::to_le_bytes)?,
-        TensorDType::I32 => read_le(npy, i32::to_le_bytes)?,
-        TensorDType::I16 => read_le(npy, i16::to_le_bytes)?,
-        TensorDType::I8 => read_le(npy, i8::to_le_bytes)?,
-        TensorDType::U64 => read_le(npy, u64::to_le_bytes)?,
-        TensorDType::U32 => read_le(npy, u32::to_le_bytes)?,
-        TensorDType::U16 => read_le(npy, u16::to_le_bytes)?,
-        TensorDType::U8 => read_le(npy, u8::to_le_bytes)?,
-        TensorDType::Bool => read_le(npy, |b: bool| [b as u8])?,
-        _ => return Err(unsupported()),
+    let (major, minor) = (bytes[6], bytes[7]);
+    let (length_bytes, header_bytes) = match (major, minor) {
+        (1, 0) => (
+            2,
+            bytes
+                .get(8..10)
+                .map(|b| u64::from(u16::from_le_bytes([b[0], b[1]]))),
+        ),
+        (2 | 3, 0) => (
+            4,
+            bytes
+                .get(8..12)
+                .map(|b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        ),
+        _ => return Err(NpyError::UnsupportedVersion { major, minor }),
     };
-    let le = if fortran && dims.len() > 1 {
-        let width = dtype.bits().unwrap_or(8) as usize / 8;
-        fortran_to_c(&le, &dims, width)
-    } else {
-        le
-    };
-    HostTensor::from_bytes(dtype, dims, Bytes::from(le)).map_err(|cause| NpyError::Tensor { cause })
+    let header_bytes =
+        header_bytes.ok_or_else(|| malformed("the file ends inside the header length"))?;
+    if header_bytes > MAX_HEADER_BYTES {
+        return Err(NpyError::HeaderTooLong {
+            header_bytes,
+            max_bytes: MAX_HEADER_BYTES,
+        });
+    }
+    // Both below 64 KiB + 12: no overflow.
+    let start = 8 + length_bytes;
+    let end = start + header_bytes as usize;
+    let text = bytes.get(start..end).ok_or_else(|| {
+        malformed(format!(
+            "the file ends inside the header ({} of {end} bytes)",
+            bytes.len()
+        ))
+    })?;
+    let header = parse_header(text)?;
+    let (_, size) = HostTensor::expected_bytes(header.dtype, &header.shape, ".npy data")
+        .map_err(|cause| NpyError::Tensor { cause })?;
+    let data = &bytes[end..];
+    if size > data.len() as u64 {
+        return Err(NpyError::Truncated {
+            expected_bytes: size,
+            actual_bytes: data.len() as u64,
+        });
+    }
+    // At most the bytes present: fits in usize.
+    let mut le = data[..size as usize].to_vec();
+    let width = header.dtype.bits().unwrap_or(8) as usize / 8;
+    if header.big_endian && width > 1 {
+        for element in le.chunks_exact_mut(width) {
+            element.reverse();
+        }
+    }
+    if header.dtype == TensorDType::Bool {
+        for b in &mut le {
+            *b = u8::from(*b != 0);
+        }
+    }
+    if header.fortran_order {
+        le = fortran_to_c(le, &header.shape, width);
+    }
+    HostTensor::from_bytes(header.dtype, header.shape, Bytes::from(le))
+        .map_err(|cause| NpyError::Tensor { cause })
 }
 
 /// Writes `T` elements decoded from little-endian bytes.
@@ -220,17 +553,16 @@ pub fn write_npy(tensor: &HostTensor) -> Result<Vec<u8>, NpyError> {
     }
 }
 
-/// Reads a `.npy` file (native only).
+/// Reads a `.npy` file (native only): a regular file of at most
+/// [`crate::fileio::MAX_NPY_BYTES`] bytes.
 ///
 /// # Errors
-/// [`NpyError::Io`], then as [`read_npy`].
+/// [`NpyError::Io`] when it cannot be read, [`NpyError::File`] when it is not a regular file
+/// or is too large, then as [`read_npy`].
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_npy_file(path: impl AsRef<std::path::Path>) -> Result<HostTensor, NpyError> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|cause| NpyError::Io {
-        path: path.display().to_string(),
-        cause,
-    })?;
+    let bytes =
+        crate::fileio::read_bounded(path.as_ref(), crate::fileio::MAX_NPY_BYTES, "a .npy file")?;
     read_npy(&bytes)
 }
 
@@ -317,6 +649,159 @@ mod tests {
         let t = read_npy(&file).unwrap();
         assert_eq!(t.dims(), &[2, 3]);
         assert_eq!(t.to_f64_vec().unwrap(), vec![0., 1., 2., 3., 4., 5.]);
+    }
+
+    /// A file of format `version` with header text `header` (padded) and `data`.
+    fn file(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
+        let mut f = b"\x93NUMPY".to_vec();
+        f.extend_from_slice(&[version, 0]);
+        let text = format!("{header}\n");
+        if version == 1 {
+            f.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        } else {
+            f.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        }
+        f.extend_from_slice(text.as_bytes());
+        f.extend_from_slice(data);
+        f
+    }
+
+    #[test]
+    fn headers_in_every_form_numpy_and_others_write() {
+        let one_two: Vec<u8> = [1i32, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        for (version, header) in [
+            (
+                1,
+                "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }",
+            ),
+            (2, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,)}"),
+            (
+                3,
+                "  {\"shape\":(2L,),\"fortran_order\":False,\"descr\":\"<i4\"}   ",
+            ),
+            (1, "{'fortran_order':False,'shape':(2),'descr':'i4',}"),
+            (
+                1,
+                "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 2, 1), }",
+            ),
+        ] {
+            let t = read_npy(&file(version, header, &one_two)).unwrap();
+            assert_eq!(t.to_i64_vec().unwrap(), vec![1, 2], "{header}");
+        }
+        let big: Vec<u8> = [1i32, 2].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let t = read_npy(&file(
+            1,
+            "{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }",
+            &big,
+        ))
+        .unwrap();
+        assert_eq!(t.to_i64_vec().unwrap(), vec![1, 2]);
+        // Bytes after the data are ignored, as NumPy ignores them.
+        let mut longer = one_two.clone();
+        longer.extend_from_slice(&[9; 3]);
+        let t = read_npy(&file(
+            1,
+            "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }",
+            &longer,
+        ))
+        .unwrap();
+        assert_eq!(t.dims(), &[2]);
+    }
+
+    #[test]
+    fn hostile_headers_are_typed_errors_that_quote_little() {
+        let malformed = |header: &str| match read_npy(&file(1, header, &[0; 8])) {
+            Err(NpyError::Malformed { reason }) => reason,
+            other => panic!("{header:?}: {other:?}"),
+        };
+        for depth in [16, 64, 10_000] {
+            let header = "{".repeat(depth);
+            let reason = malformed(&header);
+            assert!(reason.contains("expected a quoted key"), "{reason}");
+            assert!(reason.chars().count() < 200, "{reason}");
+        }
+        for header in [
+            "{'descr': '<f4', 'fortran_order': False}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}",
+            "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': ()}",
+            "{'descr': '<f4', 'fortran_order': 0, 'shape': ()}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': ((2,),)}",
+            "{'descr': '<f\\x34', 'fortran_order': False, 'shape': ()}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': ()} x",
+            "{'descr': '<f4' 'fortran_order': False, 'shape': ()}",
+            "['descr', '<f4']",
+            "",
+        ] {
+            malformed(header);
+        }
+        let long_key = format!("{{'{}': 1}}", "k".repeat(10_000));
+        let reason = malformed(&long_key);
+        assert!(
+            reason.chars().count() < 200 && reason.ends_with("…`"),
+            "{reason}"
+        );
+        let long_descr = format!(
+            "{{'descr': '{}', 'fortran_order': False, 'shape': ()}}",
+            "x".repeat(10_000)
+        );
+        match read_npy(&file(1, &long_descr, &[])) {
+            Err(NpyError::UnsupportedDType { descr }) => {
+                assert_eq!(descr.chars().count(), QUOTE_CHARS + 1)
+            }
+            other => panic!("{other:?}"),
+        }
+        let structured = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': ()}";
+        assert!(matches!(
+            read_npy(&file(1, structured, &[0; 4])),
+            Err(NpyError::UnsupportedDType { .. })
+        ));
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_allocated() {
+        let mut huge = b"\x93NUMPY\x02\x00".to_vec();
+        huge.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+        huge.extend_from_slice(b"{}");
+        assert!(matches!(
+            read_npy(&huge),
+            Err(NpyError::HeaderTooLong {
+                header_bytes: 0xFFFF_FFF0,
+                ..
+            })
+        ));
+        let overflow =
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }";
+        assert!(matches!(
+            read_npy(&file(1, overflow, &[])),
+            Err(NpyError::Tensor {
+                cause: TensorError::Overflow { .. }
+            })
+        ));
+        let short = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }";
+        assert!(matches!(
+            read_npy(&file(1, short, &[0; 16])),
+            Err(NpyError::Truncated {
+                expected_bytes: 4_000_000_000_000,
+                actual_bytes: 16
+            })
+        ));
+        let rank = |n: usize| {
+            format!(
+                "{{'descr': '<f4', 'fortran_order': True, 'shape': ({}), }}",
+                "1, ".repeat(n)
+            )
+        };
+        assert!(read_npy(&file(1, &rank(MAX_DIMS), &[0; 4])).is_ok());
+        assert!(matches!(
+            read_npy(&file(1, &rank(MAX_DIMS + 1), &[0; 4])),
+            Err(NpyError::TooManyDims { max_dims: MAX_DIMS })
+        ));
+        assert!(matches!(
+            read_npy(&file(4, "{}", &[])),
+            Err(NpyError::UnsupportedVersion { major: 4, minor: 0 })
+        ));
     }
 
     #[test]

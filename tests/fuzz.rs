@@ -1,5 +1,5 @@
-//! Fuzzing on the stable toolchain: mutation loops over the GGUF parser and the tokenizer
-//! that fail on any panic and save the input that caused it.
+//! Fuzzing on the stable toolchain: mutation loops over the GGUF parser, the tokenizer and
+//! the `.npy` reader that fail on any panic and save the input that caused it.
 //!
 //! Each test runs for `DYNRT_FUZZ_SECS` seconds (default 2, so the suite stays quick); a
 //! long campaign is
@@ -20,10 +20,18 @@
 //! The tokenizer loop encodes random text (random scalar values, special-token fragments,
 //! whitespace runs, long words) and checks properties: decode inverts encode, the
 //! streaming decoder's pieces add up to the lossy decode, unknown ids are errors.
+//! The `.npy` loop starts from files of every readable dtype and layout and from the hostile
+//! headers of issue 23 (nested braces, huge header lengths, overflowing shapes, shapes beyond
+//! the data), mutates them structure-blind and by splicing header tokens into the header
+//! (keeping its length field right, so the parser sees them), and checks that every file is
+//! read or refused with a message that quotes little, and that what is read writes and reads
+//! back the same.
 
 mod common;
 
 use dynrt::gguf::{GgmlType, Gguf, GgufBuilder, LlamaConfig, MetaArray, MetaValue, TinyLlama};
+use dynrt::npy::{read_npy, write_npy};
+use dynrt::onnx::{HostTensor, TensorDType};
 use dynrt::rng::SplitMix64;
 use dynrt::tokenizer::{ChatMessage, Special, Tokenizer, TokenizerError};
 use std::collections::BTreeMap;
@@ -445,4 +453,243 @@ fn fuzz_tokenizer() {
         start.elapsed().as_secs_f64()
     );
     assert!(round_trips > 0 && stream_checks > 0);
+}
+
+/// A `.npy` file of format `version` with header text `header` (newline added) and `data`.
+fn npy_file(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
+    let mut f = b"\x93NUMPY".to_vec();
+    f.extend_from_slice(&[version, 0]);
+    let text = format!("{header}\n");
+    if version == 1 {
+        f.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    } else {
+        f.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    }
+    f.extend_from_slice(text.as_bytes());
+    f.extend_from_slice(data);
+    f
+}
+
+/// Valid files of every readable dtype and layout, then the hostile headers of issue 23.
+fn npy_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    let shapes: [&[u64]; 4] = [&[], &[3], &[2, 3], &[1, 2, 0]];
+    for (i, dtype) in [
+        TensorDType::F32,
+        TensorDType::F16,
+        TensorDType::F64,
+        TensorDType::I64,
+        TensorDType::I32,
+        TensorDType::I16,
+        TensorDType::I8,
+        TensorDType::U64,
+        TensorDType::U32,
+        TensorDType::U16,
+        TensorDType::U8,
+        TensorDType::Bool,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dims = shapes[i % shapes.len()];
+        let n: u64 = dims.iter().product();
+        let width = dtype.bits().unwrap() as usize / 8;
+        let bytes: Vec<u8> = (0..n as usize * width)
+            .map(|k| {
+                if dtype == TensorDType::Bool {
+                    (k % 2) as u8
+                } else {
+                    (k * 7 % 61) as u8
+                }
+            })
+            .collect();
+        let t = HostTensor::from_bytes(dtype, dims.to_vec(), bytes.into()).unwrap();
+        seeds.push(write_npy(&t).unwrap());
+    }
+    let six: Vec<u8> = (0..6u8).flat_map(|v| f32::from(v).to_le_bytes()).collect();
+    let six_be: Vec<u8> = (0..6u8).flat_map(|v| f32::from(v).to_be_bytes()).collect();
+    seeds.extend([
+        npy_file(
+            1,
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+            &six,
+        ),
+        npy_file(
+            2,
+            "{'descr': '>f4', 'fortran_order': False, 'shape': (3, 2)}",
+            &six_be,
+        ),
+        npy_file(
+            3,
+            "{\"shape\": (6L,), \"descr\": \"<f4\", \"fortran_order\": False}",
+            &six,
+        ),
+        // Hostile: nested braces (the 64-byte file that hung), in the shape and the value too.
+        npy_file(1, &"{".repeat(16), &[]),
+        npy_file(1, &"{".repeat(64), &[]),
+        npy_file(
+            1,
+            &format!(
+                "{{'descr': '<f4', 'fortran_order': False, 'shape': {}",
+                "(".repeat(64)
+            ),
+            &[],
+        ),
+        npy_file(1, &format!("{{'descr': {}", "[".repeat(64)), &[]),
+        // A header length far past the file.
+        {
+            let mut f = b"\x93NUMPY\x02\x00".to_vec();
+            f.extend_from_slice(&u32::MAX.to_le_bytes());
+            f.extend_from_slice(b"{'descr': '<f4', 'fortran_order': False, 'shape': (), }\n");
+            f
+        },
+        // Shapes whose size overflows, and shapes beyond the data.
+        npy_file(
+            1,
+            "{'descr': '<f8', 'fortran_order': True, 'shape': (4294967296, 4294967296, 2), }",
+            &six,
+        ),
+        npy_file(
+            1,
+            "{'descr': '<u1', 'fortran_order': False, 'shape': (1099511627776, 1024), }",
+            &six,
+        ),
+        npy_file(
+            1,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }",
+            &six,
+        ),
+        // A long key and a long dtype, which errors must not quote whole.
+        npy_file(1, &format!("{{'{}': 1}}", "k".repeat(2_000)), &[]),
+        npy_file(
+            1,
+            &format!(
+                "{{'descr': '{}', 'fortran_order': False, 'shape': ()}}",
+                "x".repeat(2_000)
+            ),
+            &[],
+        ),
+    ]);
+    seeds
+}
+
+/// Pieces of header syntax, spliced into headers.
+const NPY_TOKENS: [&str; 28] = [
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    "'",
+    "\"",
+    ",",
+    ":",
+    " ",
+    "\n",
+    "\\",
+    "L",
+    "-",
+    "0",
+    "1",
+    "18446744073709551616",
+    "True",
+    "False",
+    "None",
+    "'descr'",
+    "'shape'",
+    "'fortran_order'",
+    "'<f4'",
+    "'|b1'",
+    "'>i8'",
+    "'<c8'",
+];
+
+/// Splices a header token into the header and keeps the length field right, so the header
+/// parser (not the length check) sees it.
+fn splice_npy_token(rng: &mut SplitMix64, input: &mut Vec<u8>) {
+    let (length_at, width) = match input.get(6) {
+        Some(1) => (8, 2),
+        Some(2 | 3) => (8, 4),
+        _ => return,
+    };
+    let Some(field) = input.get(length_at..length_at + width) else {
+        return;
+    };
+    let mut le = [0u8; 8];
+    le[..width].copy_from_slice(field);
+    let length = u64::from_le_bytes(le);
+    let start = length_at + width;
+    let end = (start as u64 + length).min(input.len() as u64) as usize;
+    let token = pick(rng, &NPY_TOKENS).repeat(if rng.range(0, 8) == 0 { 200 } else { 1 });
+    let at = rng.range(start as u64, end as u64 + 1) as usize;
+    let new_length = length + token.len() as u64;
+    if width == 2 && new_length > u64::from(u16::MAX) {
+        return;
+    }
+    input.splice(at..at, token.bytes());
+    input[length_at..length_at + width].copy_from_slice(&new_length.to_le_bytes()[..width]);
+}
+
+#[test]
+fn fuzz_npy_reader() {
+    let test = "fuzz_npy_reader";
+    let seeds = npy_seeds();
+    let mut rng = SplitMix64::new(seed(test));
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let (start, limit) = (Instant::now(), budget());
+    let mut execs = 0u64;
+    // The valid seeds must read: otherwise the loop only fuzzes the first error path.
+    for s in &seeds[..15] {
+        read_npy(s).unwrap();
+    }
+    while start.elapsed() < limit {
+        let mut input = pick(&mut rng, &seeds).clone();
+        if rng.range(0, 2) == 0 {
+            mutate(&mut rng, &mut input, &seeds);
+        } else {
+            for _ in 0..rng.range(1, 4) {
+                splice_npy_token(&mut rng, &mut input);
+            }
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| match read_npy(&input) {
+            Ok(t) => {
+                let back = read_npy(&write_npy(&t).unwrap()).unwrap();
+                assert_eq!(back, t, "write then read changed the tensor");
+                "Ok".to_string()
+            }
+            Err(e) => {
+                let message = e.to_string();
+                assert!(
+                    message.chars().count() < 400,
+                    "the message quotes too much: {message}"
+                );
+                format!("{e:?}")
+                    .split([' ', '(', '{'])
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            }
+        }));
+        execs += 1;
+        match result {
+            Ok(kind) => *outcomes.entry(kind).or_default() += 1,
+            Err(_) => {
+                let path = save_crash(test, execs, &input);
+                panic!("{test}: failure on input saved at {path}");
+            }
+        }
+    }
+    eprintln!(
+        "{test}: {execs} executions in {:.1} s, no failure; outcomes:",
+        start.elapsed().as_secs_f64()
+    );
+    for (k, n) in &outcomes {
+        eprintln!("  {n:>9}  {k}");
+    }
+    assert!(execs > 0);
+    assert!(
+        outcomes.get("Ok").copied().unwrap_or(0) > 0,
+        "no mutant was read: the loop is too destructive"
+    );
 }

@@ -90,7 +90,12 @@ fn run_writes_every_output_as_npy_and_matches_the_session() {
                 dir.join(format!("{name}.npy")).display()
             ));
         }
-        args.extend(["--output-dir".into(), out_dir.display().to_string()]);
+        // The second step replaces the first step's files.
+        args.extend([
+            "--output-dir".into(),
+            out_dir.display().to_string(),
+            "--overwrite".into(),
+        ]);
         args.push("--json".into());
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let (ok, stdout, stderr) = dynrt(&refs);

@@ -1,6 +1,7 @@
 //! `dynrt plan`: static offsets for a MiniMalloc-format CSV (see `memory::planner`).
 
 use anyhow::Context;
+use dynrt::fileio;
 use dynrt::memory::planner::{self, Plan, PlanError, PlanOptions, Strategy, SvgOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,8 @@ use web_time::Instant;
 /// Arguments of `dynrt plan`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Buffers: CSV with header `id,lower,upper,size[,alignment]`, lifetimes half-open.
+    /// Buffers: CSV with header `id,lower,upper,size[,alignment]`, lifetimes half-open (a
+    /// regular file of at most 1 GiB).
     buffers: PathBuf,
     /// Arena size the plan must fit in (bytes); without it the height is minimised.
     #[arg(long)]
@@ -41,8 +43,8 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.buffers)
-        .with_context(|| format!("reading {}", args.buffers.display()))?;
+    // The error names the path: no context needed.
+    let text = fileio::read_bounded_text(&args.buffers, fileio::MAX_TEXT_BYTES, "a buffer CSV")?;
     let buffers =
         planner::parse_csv(&text).with_context(|| format!("parsing {}", args.buffers.display()))?;
     let strategy: Strategy = args.strategy.parse().map_err(anyhow::Error::msg)?;

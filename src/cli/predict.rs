@@ -3,6 +3,7 @@
 //! [`dynrt::memory::predictor::replay`]; this file only parses arguments and prints.
 
 use anyhow::Context;
+use dynrt::fileio;
 use dynrt::memory::predictor::{
     replay, Policy, PredictorOptions, ReplayConfig, ReplayOutcome, ReplaySummary, Trace,
     OPTIONS_ENV_VAR,
@@ -15,7 +16,8 @@ use std::process::ExitCode;
 /// Arguments of `dynrt predict`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Shape trace CSV (`id,dtype,shape[,can_reuse]`); several with `--compare`.
+    /// Shape trace CSV (`id,dtype,shape[,can_reuse]`); several with `--compare` (regular
+    /// files of at most 1 GiB each).
     #[arg(required = true, value_name = "TRACE.csv")]
     traces: Vec<PathBuf>,
     /// Preallocation policy: none, reference or adaptive.
@@ -79,8 +81,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut traces = Vec::with_capacity(args.traces.len());
     for path in &args.traces {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading trace {}", path.display()))?;
+        // The error names the path: no context needed.
+        let text = fileio::read_bounded_text(path, fileio::MAX_TEXT_BYTES, "a shape trace")?;
         let trace = Trace::parse(&text).with_context(|| format!("in {}", path.display()))?;
         traces.push((path, trace));
     }

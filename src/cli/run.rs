@@ -1,28 +1,45 @@
-//! `dynrt run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--json]`: one run of an
-//! ONNX model on the GPU with inputs from `.npy` files, every graph output written as
-//! `DIR/<output>.npy`.
+//! `dynrt run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR [--overwrite]] [--json]`:
+//! one run of an ONNX model on the GPU with inputs from `.npy` files, every graph output
+//! written as `DIR/<output>.npy`.
+//!
+//! The output files are checked before the model runs: two outputs whose names sanitise to
+//! one file, a symbolic link (or anything but a regular file) at an output's path, and an
+//! existing file without `--overwrite` are errors, and nothing is written. Each output is
+//! then written to a temporary file beside its destination and moved into place, so a link
+//! that appears meanwhile is replaced, never written through.
 
 use anyhow::Context;
+use dynrt::fileio::{self, FileError, Replace};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
-use dynrt::npy::{read_npy_file, write_npy_file};
-use dynrt::onnx::{parse_input_arg, Carry, HostTensor, OnnxSession, SessionOptions};
+use dynrt::npy::{read_npy_file, write_npy};
+use dynrt::onnx::{
+    parse_input_arg, Carry, HostTensor, LoadOptions, OnnxModel, OnnxSession, SessionOptions,
+};
 use dynrt::runtime::RunOptions;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Arguments of `dynrt run`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The `.onnx` file (external data is looked up beside it).
+    /// The `.onnx` file, at most 2 GiB (external data is looked up beside it).
     model: PathBuf,
     /// An input as a NumPy file, `NAME=FILE.npy` (repeat for each input; int64 and
     /// zero-length dimensions, such as an empty past, are fine).
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
-    /// Write every graph output as DIR/<output>.npy.
+    /// Write every graph output as DIR/<output>.npy (`/` and `\` in a name become `_`).
+    /// Checked before the model runs: two outputs that would share a file, a symbolic link
+    /// or anything but a regular file at an output's path, and an existing file (without
+    /// --overwrite) are errors, and nothing is written.
     #[arg(long = "output-dir", value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    /// Replace existing output files in DIR (each by an atomic rename; a symbolic link at an
+    /// output's path is still refused, never followed).
+    #[arg(long, requires = "output_dir")]
+    overwrite: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -71,9 +88,64 @@ struct OutputLine {
     file: Option<String>,
 }
 
+/// The file of every output in `dir`, checked before anything runs (see the module doc).
+fn output_files(
+    dir: &Path,
+    names: &[String],
+    replace: Replace,
+) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut files = BTreeMap::new();
+    let mut owners: HashMap<PathBuf, &str> = HashMap::new();
+    for name in names {
+        if files.contains_key(name) {
+            // The same output listed twice is one file.
+            continue;
+        }
+        let path = npy_path(dir, name);
+        if let Some(first) = owners.get(&path) {
+            anyhow::bail!(
+                "outputs `{first}` and `{name}` would both be written to {}: \
+                 nothing was written (run without --output-dir, or rename one in the model)",
+                path.display()
+            );
+        }
+        fileio::check_destination(&path, replace).map_err(|e| match e {
+            FileError::Exists { .. } => {
+                anyhow::anyhow!("output `{name}`: {e}: pass --overwrite to replace it")
+            }
+            FileError::NotAFile { .. } => {
+                anyhow::anyhow!("output `{name}`: {e}: it is not followed or replaced")
+            }
+            other => anyhow::Error::new(other).context(format!("output `{name}`")),
+        })?;
+        owners.insert(path.clone(), name);
+        files.insert(name.clone(), path);
+    }
+    Ok(files)
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy: Policy = args.policy.parse().context("--policy")?;
+    let loading = || format!("loading {}", args.model.display());
+    // Decoded without the GPU, so that the output files are checked before anything runs.
+    let t0 = web_time::Instant::now();
+    let model = OnnxModel::load(&args.model, &LoadOptions::default()).with_context(loading)?;
+    let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let replace = if args.overwrite {
+        Replace::Allow
+    } else {
+        Replace::Never
+    };
+    let files = match &args.output_dir {
+        Some(dir) => {
+            let names: Vec<String> = model.graph.outputs.iter().map(|o| o.name.clone()).collect();
+            let files = output_files(dir, &names, replace)?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            Some(files)
+        }
+        None => None,
+    };
     let mut feeds: Vec<(String, HostTensor)> = Vec::new();
     for arg in &args.inputs {
         let (name, path) = parse_input_arg(arg)?;
@@ -87,9 +159,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // One run with every input given: nothing is carried.
         carry: Carry::None,
     };
-    let mut session = OnnxSession::load(&engine, &args.model, &options)
-        .with_context(|| format!("loading {}", args.model.display()))?;
-    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut session = OnnxSession::from_model(&engine, &model, &options).with_context(loading)?;
+    drop(model);
+    let load_ms = decode_ms + t0.elapsed().as_secs_f64() * 1e3;
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let t1 = web_time::Instant::now();
     session.run_blocking(&refs)?;
@@ -97,12 +169,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let names: Vec<String> = session.outputs().iter().map(|o| o.name.clone()).collect();
     for name in &names {
         let t = session.read_blocking(name)?;
-        let file = match &args.output_dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                let path = npy_path(dir, name);
-                write_npy_file(&path, &t).with_context(|| format!("output `{name}`"))?;
+        let file = match &files {
+            Some(files) => {
+                let path = files.get(name).with_context(|| {
+                    format!("output `{name}` is not among the model's declared outputs")
+                })?;
+                let bytes = write_npy(&t).with_context(|| format!("output `{name}`"))?;
+                fileio::write_new_file(path, &bytes, replace)
+                    .with_context(|| format!("output `{name}`"))?;
                 Some(path.display().to_string())
             }
             None => None,

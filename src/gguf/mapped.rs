@@ -1,7 +1,6 @@
 //! Opening a GGUF file natively by memory map.
 
 use super::{Gguf, GgufError};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// A GGUF file mapped read-only into memory, with its parsed index. Tensor bytes are read
@@ -27,7 +26,8 @@ impl MappedGguf {
     /// program that maps its inputs (llama.cpp does the same).
     ///
     /// # Errors
-    /// [`GgufError::Io`] when the file cannot be opened or mapped; every error of
+    /// [`GgufError::Io`] when the file cannot be opened or mapped, [`GgufError::File`] when it
+    /// is not a regular file (a directory, a FIFO, a device); every error of
     /// [`Gguf::parse`].
     pub fn open(path: impl AsRef<Path>) -> Result<MappedGguf, GgufError> {
         let path = path.as_ref().to_path_buf();
@@ -35,7 +35,12 @@ impl MappedGguf {
             path: path.display().to_string(),
             source,
         };
-        let file = File::open(&path).map_err(io)?;
+        // Checked to be a regular file before it is opened: opening a FIFO would wait for a
+        // writer.
+        let (file, _) = crate::fileio::open_regular(&path).map_err(|e| match e {
+            crate::fileio::FileError::Io { cause, .. } => io(cause),
+            other => GgufError::File(other),
+        })?;
         // SAFETY: see the safety argument above: read-only map of a file nobody writes.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         let gguf = Gguf::parse(&map)?;

@@ -225,4 +225,20 @@ pub enum OnnxError {
         /// Its extent there.
         value: u64,
     },
+    /// A file is not a regular file (a FIFO, a device, a directory) or is larger than
+    /// [`crate::fileio::MAX_ONNX_BYTES`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    #[error(transparent)]
+    File(crate::fileio::FileError),
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl From<crate::fileio::FileError> for OnnxError {
+    /// An operating-system error stays [`OnnxError::Io`]; the rest is [`OnnxError::File`].
+    fn from(e: crate::fileio::FileError) -> Self {
+        match e {
+            crate::fileio::FileError::Io { path, cause } => OnnxError::Io { path, cause },
+            other => OnnxError::File(other),
+        }
+    }
 }

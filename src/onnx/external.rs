@@ -247,7 +247,8 @@ impl FolderResolver {
         }
     }
 
-    /// Opens the file, checking that its canonical path is inside the canonical folder.
+    /// Opens the file, checking that its canonical path is inside the canonical folder and
+    /// that it is a regular file.
     fn open(&self, r: &ExternalRef) -> Result<(std::fs::File, u64), ExternalDataError> {
         check_location(&r.location)?;
         let missing = |e: std::io::Error| ExternalDataError::Missing {
@@ -261,15 +262,18 @@ impl FolderResolver {
                 location: r.location.clone(),
             });
         }
-        let file = std::fs::File::open(&path).map_err(missing)?;
-        let meta = file.metadata().map_err(missing)?;
-        if !meta.is_file() {
-            return Err(ExternalDataError::Missing {
-                location: r.location.clone(),
-                reason: "not a regular file".to_string(),
-            });
-        }
-        Ok((file, meta.len()))
+        // Checked to be a regular file before it is opened: opening a FIFO would wait for a
+        // writer, and a device such as /dev/zero never ends.
+        crate::fileio::open_regular(&path).map_err(|e| ExternalDataError::Missing {
+            location: r.location.clone(),
+            reason: match e {
+                crate::fileio::FileError::NotAFile { kind, .. } => {
+                    format!("it is {kind}, not a regular file")
+                }
+                crate::fileio::FileError::Io { cause, .. } => cause.to_string(),
+                other => other.to_string(),
+            },
+        })
     }
 }
 
@@ -290,8 +294,23 @@ impl ExternalData for FolderResolver {
             file_bytes,
         })?;
         file.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut buf = vec![0u8; len];
-        file.read_exact(&mut buf).map_err(io)?;
+        // The range is within the file's length, which a sparse file can make huge: a failed
+        // reservation is an error, not an abort.
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len)
+            .map_err(|_| ExternalDataError::Missing {
+                location: r.location.clone(),
+                reason: format!("cannot allocate {len} bytes to read it"),
+            })?;
+        file.take(length).read_to_end(&mut buf).map_err(io)?;
+        if buf.len() != len {
+            return Err(ExternalDataError::OutOfRange {
+                location: r.location.clone(),
+                offset,
+                length,
+                file_bytes: offset + buf.len() as u64,
+            });
+        }
         Ok(Bytes::from(buf))
     }
 

@@ -611,20 +611,21 @@ impl OnnxModel {
     }
 
     /// Reads `path` and decodes it, external data from the model's folder (native only). The
-    /// file is read once into memory; `raw_data` initializers are slices of that buffer.
+    /// file is read once into memory; `raw_data` initializers are slices of that buffer. It
+    /// must be a regular file of at most [`crate::fileio::MAX_ONNX_BYTES`] bytes (protobuf's
+    /// limit on one message; larger models keep their weights as external data).
     ///
     /// # Errors
-    /// [`OnnxError::Io`] when the file cannot be read, then as [`OnnxModel::from_bytes`].
+    /// [`OnnxError::Io`] when the file cannot be read, [`OnnxError::File`] when it is not a
+    /// regular file or is too large, then as [`OnnxModel::from_bytes`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(
         path: impl AsRef<std::path::Path>,
         options: &LoadOptions,
     ) -> Result<Self, OnnxError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|cause| OnnxError::Io {
-            path: path.display().to_string(),
-            cause,
-        })?;
+        let bytes =
+            crate::fileio::read_bounded(path, crate::fileio::MAX_ONNX_BYTES, "an ONNX model")?;
         let folder = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => std::path::PathBuf::from("."),

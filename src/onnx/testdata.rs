@@ -121,12 +121,9 @@ pub fn list_cases(dir: &Path) -> Result<Vec<PathBuf>, OnnxError> {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn read(path: &Path) -> Result<Bytes, OnnxError> {
-    std::fs::read(path)
-        .map(Bytes::from)
-        .map_err(|cause| OnnxError::Io {
-            path: path.display().to_string(),
-            cause,
-        })
+    let bytes =
+        crate::fileio::read_bounded(path, crate::fileio::MAX_ONNX_BYTES, "an ONNX test file")?;
+    Ok(Bytes::from(bytes))
 }
 
 #[cfg(not(target_arch = "wasm32"))]

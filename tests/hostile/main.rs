@@ -1,8 +1,10 @@
-//! Hostile and careless input, tried as an attacker would: each module covers one class of
-//! input (files and paths, ONNX graphs, language models and chats) with generated cases
-//! that must end in a typed error or the right behaviour, quickly and in bounded memory.
+//! Hostile and careless input, tried as an attacker would: files and paths built to hang,
+//! exhaust or mislead dynrt (`io`), language models and chats (`llm`). Each case must end
+//! in a typed error that says what is wrong, or in the right behaviour, quickly and in
+//! bounded memory. One module per area.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod io;
 mod llm;
