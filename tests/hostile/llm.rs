@@ -371,3 +371,64 @@ fn a_report_path_that_cannot_be_written_fails_before_the_model_loads() {
     );
     assert!(!stderr.contains("not-even-a-model"), "{stderr}");
 }
+
+/// The CLI's stderr without the lines a GL probe of Mesa may print.
+fn error_line(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("error: ") && !l.contains("XDG_RUNTIME_DIR"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn error_messages_say_each_cause_once() {
+    let test = "error_messages_say_each_cause_once";
+    let dir = common::scratch(test);
+    // A GGUF whose tensor count cannot fit in the file: the parser's error used to be
+    // printed twice, once in the model error's message and once as its source.
+    let gguf = dir.join("bad.gguf");
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(u64::MAX.to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    std::fs::write(&gguf, bytes).unwrap();
+    let mut cmd = dynrt();
+    cmd.args(["generate", "--chat", "hi", "--model"]).arg(&gguf);
+    let out = run_bounded(cmd, b"", Duration::from_secs(60));
+    assert!(!out.status.success());
+    let cause = "the tensor count: count 18446744073709551615 cannot fit in the 0 bytes left in \
+                 the file (at least 24 bytes each)";
+    assert_eq!(
+        error_line(&out),
+        format!("error: loading {}: model file: {cause}", gguf.display())
+    );
+    // A CSV without the planner's columns.
+    let csv = dir.join("bad.csv");
+    std::fs::write(&csv, "size,start\nx,y\n").unwrap();
+    let mut cmd = dynrt();
+    cmd.arg("plan").arg(&csv);
+    let out = run_bounded(cmd, b"", Duration::from_secs(60));
+    assert_eq!(
+        error_line(&out),
+        format!(
+            "error: parsing {}: csv header: no `id` column (expected \
+             `id,lower,upper,size[,alignment]`)",
+            csv.display()
+        )
+    );
+    // Bytes that are not an ONNX protobuf.
+    let onnx = dir.join("bad.onnx");
+    std::fs::write(&onnx, [0x08, 0x01, 0x12, 0xff]).unwrap();
+    let mut cmd = dynrt();
+    cmd.arg("inspect").arg(&onnx);
+    let out = run_bounded(cmd, b"", Duration::from_secs(60));
+    assert_eq!(
+        error_line(&out),
+        format!(
+            "error: loading {}: model is not a valid ONNX protobuf: failed to decode Protobuf \
+             message: ModelProto.producer_name: invalid varint",
+            onnx.display()
+        )
+    );
+}
