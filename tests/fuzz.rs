@@ -30,6 +30,8 @@
 mod common;
 
 use dynrt::gguf::{GgmlType, Gguf, GgufBuilder, LlamaConfig, MetaArray, MetaValue, TinyLlama};
+use dynrt::graph::ops::{rope_table, rope_table_rows};
+use dynrt::llm::context_on_device;
 use dynrt::npy::{read_npy, write_npy};
 use dynrt::onnx::{HostTensor, TensorDType};
 use dynrt::rng::SplitMix64;
@@ -98,6 +100,22 @@ fn gguf_seeds() -> Vec<Vec<u8>> {
             .tensor("k", GgmlType::Q4_K, &[256], vec![0; 144])
             .build()
             .unwrap(),
+        // Issue 23's hostile metadata: a context of 2^32 - 1 tokens (the RoPE table and
+        // everything else sized by it must stay small), and a block count below the blocks
+        // the file holds.
+        TinyLlama {
+            context_len: u32::MAX,
+            ..TinyLlama::default()
+        }
+        .build(3)
+        .unwrap(),
+        {
+            let mut b = TinyLlama::default().build(4).unwrap();
+            let key = b"llama.block_count";
+            let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+            b[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
+            b
+        },
     ];
     // The real model's metadata and tensor index (its first 1.8 MB), when fetched: parsing
     // it walks 49152 token strings and 272 tensor infos.
@@ -231,7 +249,22 @@ fn exercise_gguf(bytes: &[u8], outcomes: &mut BTreeMap<String, u64>) {
         }
     }
     match LlamaConfig::from_gguf(&g) {
-        Ok(_) => *outcomes.entry("config: Ok".into()).or_default() += 1,
+        Ok(c) => {
+            *outcomes.entry("config: Ok".into()).or_default() += 1;
+            // What a load sizes from the metadata before the device: the context the
+            // browser's default binding allows and the RoPE table for it.
+            let context = context_on_device(&c, 128 << 20);
+            let table = rope_table(f64::from(c.rope_base), c.rope_dim, context);
+            assert_eq!(
+                table.len() as u64,
+                u64::from(rope_table_rows(context)) * u64::from(c.rope_dim)
+            );
+            assert!(
+                table.len() < 1 << 24,
+                "a RoPE table of {} values",
+                table.len()
+            );
+        }
         Err(e) => *outcomes.entry(format!("config: {}", kind(&e))).or_default() += 1,
     }
     match Tokenizer::from_gguf(&g) {
@@ -239,7 +272,9 @@ fn exercise_gguf(bytes: &[u8], outcomes: &mut BTreeMap<String, u64>) {
             *outcomes.entry("tokenizer: Ok".into()).or_default() += 1;
             let ids = t.encode("Hello <|im_start|> 2024 😀", Special::Allow);
             let _ = t.decode(&ids);
-            let _ = t.apply_chat_template(&[ChatMessage::user("hi")], true);
+            if let Ok(chat) = t.render_chat(&[ChatMessage::user("<|im_end|>hi")], true) {
+                let _ = t.encode_chat(&chat, 0);
+            }
         }
         Err(e) => {
             *outcomes
@@ -433,7 +468,24 @@ fn fuzz_tokenizer() {
                 let mut s = tok.stream_decoder(false);
                 assert!(matches!(s.push(bad), Err(TokenizerError::UnknownId { .. })));
             }
-            let _ = tok.apply_chat_template(&[ChatMessage::user(text.clone())], true);
+            // A chat whose message is this text: control tokens only from the template,
+            // however the text spells them, and the ids decode to the rendered text.
+            if let Ok(chat) = tok.render_chat(&[ChatMessage::user(text.clone())], true) {
+                let ids = tok.encode_chat(&chat, 0);
+                let own = tok
+                    .render_chat(&[ChatMessage::user("x")], true)
+                    .map(|c| tok.encode_chat(&c, 0))
+                    .unwrap();
+                let controls = |ids: &[u32]| ids.iter().filter(|&&i| tok.is_control(i)).count();
+                assert_eq!(
+                    controls(&ids),
+                    controls(&own),
+                    "control tokens for {text:?}"
+                );
+                if !text.bytes().any(|b| missing.contains(&b)) {
+                    assert_eq!(tok.decode(&ids).unwrap(), chat.text);
+                }
+            }
             checked
         }));
         execs += 1;
