@@ -55,6 +55,7 @@ enum Command {
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
 pub fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    quiet_display_probes();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(a) => info::run(a),
@@ -74,6 +75,20 @@ pub fn main() -> ExitCode {
             eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// On a machine without a desktop session, Mesa's Vulkan device-select layer (an implicit
+/// layer that lavapipe's package installs) connects to Wayland to learn the display's GPU,
+/// and libwayland prints `error: XDG_RUNTIME_DIR is invalid or not set in the environment.`
+/// twice before every run's output. dynrt picks its adapter itself, so where there is no
+/// session to ask (no `XDG_RUNTIME_DIR`) the layer is turned off with its own switch,
+/// `NODEVICE_SELECT=1`, unless the user set it. Called first, before any thread exists.
+fn quiet_display_probes() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none()
+        && std::env::var_os("NODEVICE_SELECT").is_none()
+    {
+        std::env::set_var("NODEVICE_SELECT", "1");
     }
 }
 

@@ -289,10 +289,7 @@ impl Gpu {
     /// # Errors
     /// [`GpuError::NoAdapter`], [`GpuError::NoMatchingAdapter`], [`GpuError::DeviceRequest`].
     pub async fn new(opts: GpuOptions) -> Result<Gpu, GpuError> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = opts.backends;
-        let instance = wgpu::Instance::new(desc);
-        let adapter = pick_adapter(&instance, &opts).await?;
+        let (instance, adapter) = instance_and_adapter(&opts).await?;
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
         if opts.mappable_primary_buffers
@@ -470,6 +467,35 @@ impl Gpu {
         #[cfg(target_arch = "wasm32")]
         let _ = &mut done;
     }
+}
+
+/// An instance on `opts.backends` and the adapter [`pick_adapter`] chooses on it. Natively,
+/// when GL is one of several backends it is tried only when the others give no adapter:
+/// creating a GL instance initialises EGL, whose Mesa build prints warnings (such as
+/// `XDG_RUNTIME_DIR is invalid`) on a headless machine even when the run then uses Vulkan.
+async fn instance_and_adapter(
+    opts: &GpuOptions,
+) -> Result<(wgpu::Instance, wgpu::Adapter), GpuError> {
+    let on = |backends: wgpu::Backends| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        wgpu::Instance::new(desc)
+    };
+    let gl = wgpu::Backends::GL;
+    if cfg!(not(target_arch = "wasm32")) && opts.backends.contains(gl) && opts.backends != gl {
+        let first = opts.backends.difference(gl);
+        let instance = on(first);
+        let narrowed = GpuOptions {
+            backends: first,
+            ..opts.clone()
+        };
+        if let Ok(adapter) = pick_adapter(&instance, &narrowed).await {
+            return Ok((instance, adapter));
+        }
+    }
+    let instance = on(opts.backends);
+    let adapter = pick_adapter(&instance, opts).await?;
+    Ok((instance, adapter))
 }
 
 async fn pick_adapter(

@@ -432,3 +432,25 @@ fn error_messages_say_each_cause_once() {
         )
     );
 }
+
+#[test]
+fn a_headless_run_prints_no_display_probe_noise() {
+    let test = "a_headless_run_prints_no_display_probe_noise";
+    let Some(model) = model_cli(test, &TinyLlama::default()) else {
+        return;
+    };
+    let mut cmd = dynrt();
+    cmd.env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("NODEVICE_SELECT")
+        .args(["generate", "--chat", "hi", "--max-tokens", "2", "--model"])
+        .arg(&model);
+    let out = run_bounded(cmd, b"", Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Only the run's own summary line.
+    assert!(
+        stderr.lines().all(|l| l.starts_with('[')),
+        "unexpected stderr: {stderr}"
+    );
+}
