@@ -1003,11 +1003,21 @@ impl<'m> Ctx<'m> {
                 .iter()
                 .map(|i| self.known[i.index()].values[p].as_deref())
                 .collect();
-            match op.infer(&shapes, &data) {
-                Ok(s) => {
-                    k.values[p] = shape_data::evaluate(op, dtype, &shapes, &data, &s)
-                        .ok()
-                        .flatten();
+            let inferred = match op.infer(&shapes, &data) {
+                // A gather index out of range for a probe's extent may be in range for the
+                // real one: the shape stands without the values.
+                Err(InferError::IndexOutOfRange { .. }) if !k.exact => {
+                    op.infer(&shapes, &[]).map(|s| (s, false))
+                }
+                r => r.map(|s| (s, true)),
+            };
+            match inferred {
+                Ok((s, with_values)) => {
+                    if with_values {
+                        k.values[p] = shape_data::evaluate(op, dtype, &shapes, &data, &s)
+                            .ok()
+                            .flatten();
+                    }
                     k.shapes[p] = Some(s);
                 }
                 // Values the rule needs that are not known at import time are fine: they
