@@ -16,6 +16,12 @@
 //                    row) reads table[(o * rows + id_j) * row + c]. ids_kind 0: u32 ids; 1: i32
 //                    ids, negative ones counted from the end; 2: i64 ids as (low, high) word
 //                    pairs, likewise. Ids outside [-rows, rows) give 0.
+//   movement_check_ids  the index check of a gather whose indices a kernel computed: one
+//                    workgroup finds the first id (ids_kind as movement_gather) outside
+//                    [-rows, rows) and writes (1, its position, its low word, its high word,
+//                    sign-extended for i32) to dst[fault_offset..+4]; writes nothing when every
+//                    id is in range (the runtime zeroes the record before the submit and reads
+//                    it back after).
 //   movement_fill    dst[i] = values[i] for i < n <= 16 (ShapeOf: the shape travels in the
 //                    uniform, so no host write races with earlier dispatches of the same submit).
 //   movement_slice   a slice whose starts (and steps: movement_slice_steps) are read from
@@ -34,10 +40,11 @@
 //                    64-bit one is the (lo, hi) pair).
 //
 // Bindings (group 0):
-//   0 uniform  CopyParams | GatherParams | FillParams | SplatParams | SliceParams (dynamic offset)
+//   0 uniform  CopyParams | GatherParams | CheckIdsParams | FillParams | SplatParams |
+//              SliceParams (dynamic offset)
 //   1 storage read_write  src (copy, slice) / table (gather)
-//   2 storage read_write  ids (gather) / starts (slice) / sizes (split_sized)
-//   3 storage read_write  dst (copy, gather, fill, splat, slice)
+//   2 storage read_write  ids (gather, check_ids) / starts (slice) / sizes (split_sized)
+//   3 storage read_write  dst (copy, gather, fill, splat, slice) / the fault record (check_ids)
 //   4 storage read_write  steps (movement_slice_steps, movement_slice_axes)
 //   5 storage read_write  axes (movement_slice_axes)
 //
@@ -47,6 +54,8 @@
 //                       out_strides: [[u32; 4]; 2] }                        // 112 bytes
 //   struct GatherParams { num_ids: u32, row: u32, rows: u32, table_offset: u32,
 //                         ids_offset: u32, out_offset: u32, outer: u32, ids_kind: u32 } // 32 bytes
+//   struct CheckIdsParams { num_ids: u32, rows: u32, ids_offset: u32, fault_offset: u32,
+//                           ids_kind: u32, _pad: [u32; 3] }                  // 32 bytes
 //   struct FillParams { n: u32, out_offset: u32, _pad: [u32; 2], values: [[u32; 4]; 4] } // 80 bytes
 //   struct SplatParams { n: u32, out_offset: u32, lo: u32, hi: u32 }    // 16 bytes
 //   struct SliceParams { numel: u32, rank: u32, in_offset: u32, out_offset: u32,
@@ -76,6 +85,17 @@ struct GatherParams {
     ids_kind: u32,
 }
 
+struct CheckIdsParams {
+    num_ids: u32,
+    rows: u32,
+    ids_offset: u32,
+    fault_offset: u32,
+    ids_kind: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
 struct FillParams {
     n: u32,
     out_offset: u32,
@@ -94,6 +114,7 @@ struct SplatParams {
 @group(0) @binding(0) var<uniform> cp: CopyParams;
 @group(0) @binding(0) var<uniform> gp: GatherParams;
 @group(0) @binding(0) var<uniform> fp: FillParams;
+@group(0) @binding(0) var<uniform> kp: CheckIdsParams;
 struct SliceParams {
     numel: u32,
     rank: u32,
@@ -185,6 +206,62 @@ fn movement_gather(
         v = src[gp.table_offset + (o * gp.rows + id) * gp.row + c];
     }
     dst[gp.out_offset + i] = v;
+}
+
+// The smallest bad position each invocation found (0xffffffff: none), reduced to the first.
+var<workgroup> first_bad: array<u32, 256>;
+
+// Whether id `which` of movement_check_ids lies outside [-rows, rows).
+fn id_out_of_range(which: u32) -> bool {
+    if kp.ids_kind == 2u {
+        let lo = ids[kp.ids_offset + 2u * which];
+        let hi = ids[kp.ids_offset + 2u * which + 1u];
+        let forward = hi == 0u && lo < kp.rows;
+        let back = hi == 0xffffffffu && kp.rows > 0u && lo >= 0u - kp.rows;
+        return !(forward || back);
+    }
+    let raw = ids[kp.ids_offset + which];
+    if kp.ids_kind == 1u && bitcast<i32>(raw) < 0 {
+        return 0u - raw > kp.rows;
+    }
+    return raw >= kp.rows;
+}
+
+@compute @workgroup_size(256)
+fn movement_check_ids(@builtin(local_invocation_index) lid: u32) {
+    var bad = 0xffffffffu;
+    for (var j = lid; j < kp.num_ids; j += 256u) {
+        if id_out_of_range(j) {
+            bad = j;
+            break;
+        }
+    }
+    first_bad[lid] = bad;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if lid < s {
+            first_bad[lid] = min(first_bad[lid], first_bad[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if lid == 0u && first_bad[0] != 0xffffffffu {
+        let p = first_bad[0];
+        var lo = 0u;
+        var hi = 0u;
+        if kp.ids_kind == 2u {
+            lo = ids[kp.ids_offset + 2u * p];
+            hi = ids[kp.ids_offset + 2u * p + 1u];
+        } else {
+            lo = ids[kp.ids_offset + p];
+            if kp.ids_kind == 1u && bitcast<i32>(lo) < 0 {
+                hi = 0xffffffffu;
+            }
+        }
+        dst[kp.fault_offset] = 1u;
+        dst[kp.fault_offset + 1u] = p;
+        dst[kp.fault_offset + 2u] = lo;
+        dst[kp.fault_offset + 3u] = hi;
+    }
 }
 
 @compute @workgroup_size(256)

@@ -337,9 +337,13 @@ fn gather_with_integer_ids() {
     let e = b.gather("emb", table, ids);
     b.output(e);
     let g = b.build().unwrap();
-    let out = reference::evaluate(&g, &[("ids", s(&[3]), vec![4.0, 0.0, 7.0])]).unwrap();
+    let out = reference::evaluate(&g, &[("ids", s(&[3]), vec![4.0, 0.0, -1.0])]).unwrap();
     assert_eq!(out[0].0, s(&[3, 2]));
-    assert_eq!(out[0].1, vec![8., 9., 0., 1., 0., 0.]);
+    assert_eq!(out[0].1, vec![8., 9., 0., 1., 8., 9.]);
+    // Out of range is an error naming the node (ONNX's rule), not zeros.
+    let e = reference::evaluate(&g, &[("ids", s(&[3]), vec![4.0, 0.0, 7.0])]).unwrap_err();
+    assert!(e.to_string().contains("`emb`"), "{e}");
+    assert!(e.to_string().contains("index 7"), "{e}");
 }
 
 #[test]

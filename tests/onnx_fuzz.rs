@@ -1,8 +1,9 @@
 //! Fuzz target for the ONNX loader (and the `.npy` and test-data readers) on the stable
 //! toolchain: a mutation loop over seed files that asserts nothing panics.
 //!
-//! Seeds: `fixtures/onnx/*.onnx` and `*.npy`, plus up to 200 models of the ONNX node tests when
-//! they are fetched (`scripts/fetch_onnx_tests.sh`). Mutations (SplitMix64, seeded): bit flips,
+//! Seeds: `fixtures/onnx/*.onnx` and `*.npy`, the hostile models `tests/hostile/onnx.rs`
+//! generates (variadic nodes of many inputs, gathers of indices out of range), plus up to 200
+//! models of the ONNX node tests when they are fetched (`scripts/fetch_onnx_tests.sh`). Mutations (SplitMix64, seeded): bit flips,
 //! interesting bytes (0, 0x7f, 0x80, 0xff), random runs, truncation, insertion and deletion of
 //! byte ranges, duplicated chunks, large varints written over a byte, and splices of two seeds.
 //! Each input goes through `OnnxModel::from_bytes` (external data from a `BytesResolver` that
@@ -22,6 +23,9 @@ use dynrt::rng::SplitMix64;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[path = "hostile/onnx/models.rs"]
+mod hostile;
+
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = Vec::new();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx");
@@ -39,6 +43,14 @@ fn seeds() -> Vec<Vec<u8>> {
         "fixtures/onnx has {} seed files",
         seeds.len()
     );
+    seeds.extend([
+        hostile::sum_of_inputs(300),
+        hostile::sum_of_one_input(3000),
+        hostile::gather(hostile::Indices::Fed),
+        hostile::gather(hostile::Indices::Added),
+        hostile::gather(hostile::Indices::Cast),
+        hostile::gather_in_shape_chain(),
+    ]);
     let node = testdata::default_dir();
     if let Ok(cases) = testdata::list_cases(&node) {
         let step = (cases.len() / 200).max(1);

@@ -362,6 +362,48 @@ impl<'k> Frame<'k> {
         Ok(n)
     }
 
+    /// Records the device check of a gather's indices `ids` against an axis of `rows`
+    /// entries, writing its fault record at `fault`
+    /// ([`crate::gpu::kernels::movement::encode_index_check`]). Encoded afresh each time (no
+    /// plan: only gathers whose indices a kernel computes have one). Returns the dispatch
+    /// count.
+    ///
+    /// # Errors
+    /// As [`crate::gpu::kernels::movement::encode_index_check`].
+    pub fn check_indices(
+        &mut self,
+        ids: &Operand<'_>,
+        rows: u64,
+        fault: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        self.slice_if_due();
+        self.open_pass();
+        let Frame {
+            pass,
+            kernels,
+            uniforms,
+            log,
+            ..
+        } = self;
+        let Some(open) = pass.as_mut() else {
+            return Ok(0);
+        };
+        let mut recorder = Recorder {
+            current: open.pipeline.take(),
+            dispatches: Vec::new(),
+        };
+        let result =
+            kernels.encode_index_check(&mut open.pass, uniforms, ids, rows, fault, &mut recorder);
+        open.pipeline = recorder.current;
+        let n = result?;
+        if let Some(log) = log {
+            log.cmds
+                .extend(recorder.dispatches.into_iter().map(Logged::Dispatch));
+        }
+        self.since_slice += n as u32;
+        Ok(n)
+    }
+
     /// Records a node: replays `plan` when it matches these operands (one uniform slot,
     /// `set_bind_group`, `dispatch`, and `set_pipeline` only when the pass holds another
     /// pipeline), else encodes afresh and stores the new plan in `plan`.

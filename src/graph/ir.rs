@@ -356,7 +356,10 @@ impl Graph {
         let mut users = vec![Vec::new(); self.nodes.len()];
         for id in self.ids() {
             for &i in &self.node(id).inputs {
-                if !users[i.index()].contains(&id) {
+                // Ids come in order, so a node reading `i` twice finds itself last: a search
+                // of the whole list was quadratic in the users of one node (a `Sum` of one
+                // input repeated 100k times).
+                if users[i.index()].last() != Some(&id) {
                     users[i.index()].push(id);
                 }
             }

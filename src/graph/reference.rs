@@ -88,6 +88,16 @@ pub enum RefError {
     /// Bytes could not be converted.
     #[error(transparent)]
     Tensor(#[from] TensorError),
+    /// An index outside `[-bound, bound)` (a gather's): an error, as in ONNX.
+    #[error("index {index} at position {position} is outside [-{bound}, {bound})")]
+    IndexOutOfRange {
+        /// Position of the index in the indices, row-major.
+        position: u64,
+        /// The index as given.
+        index: i64,
+        /// Extent of the indexed axis.
+        bound: u64,
+    },
 }
 
 impl RefTensor {
@@ -455,6 +465,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::ops::movement::infer_gather;
     use crate::graph::ops::{
         BinaryOp, CausalMask, Concat, Gather, LayerNorm, MatMul, Slice, Softmax, Transpose,
         MASK_VALUE,
@@ -533,14 +544,28 @@ mod tests {
             steps: vec![-2],
         };
         assert_eq!(run(backwards, &[&x]), vec![3., 1., 6., 4.]);
-        // ONNX gather: -1 is the last row; 5 and -3 are out of range and give zeros.
+        // ONNX gather: -1 is the last row, -2 the first; 2 and -3 are out of range, an error.
         assert_eq!(
             run(
                 Gather::default(),
-                &[&f(&[2, 2], &[1., 2., 3., 4.]), &i(&[4], &[1, 5, -1, -3])]
+                &[&f(&[2, 2], &[1., 2., 3., 4.]), &i(&[3], &[1, -1, -2])]
             ),
-            vec![3., 4., 0., 0., 3., 4., 0., 0.]
+            vec![3., 4., 3., 4., 1., 2.]
         );
+        let table = f(&[2, 2], &[1., 2., 3., 4.]);
+        for (ids, position, index) in [(&[1, 2][..], 1, 2), (&[-3, 0][..], 0, -3)] {
+            let ids = i(&[2], ids);
+            let out = infer_gather(&table.shape, &ids.shape, 0).unwrap();
+            let err = eval_op(&Op::Gather(Gather::default()), &[&table, &ids], &out);
+            assert!(
+                matches!(
+                    err,
+                    Err(RefError::IndexOutOfRange { position: p, index: x, bound: 2 })
+                        if p == position && x == index
+                ),
+                "{err:?}"
+            );
+        }
         let sm = run(Softmax::LAST, &[&f(&[2, 2], &[0.0, 0.0, 1000.0, 1000.0])]);
         assert!(sm.iter().all(|&v| (v - 0.5).abs() < 1e-6));
         // decode: past 2, one query, 3 keys: all visible; prefill 2 queries, 2 keys.

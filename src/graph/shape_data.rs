@@ -165,23 +165,20 @@ pub(crate) fn slice(x: &[i64], shape: &Shape, ranges: &[AxisRange]) -> Option<Ve
     Some(v)
 }
 
-/// `table` gathered along `axis` by `ids`: negative ids count from the end, others out of
-/// range give zeros.
+/// `table` gathered along `axis` by `ids`: negative ids count from the end; `None` for one
+/// out of range.
 pub(crate) fn gather(table: &[i64], tshape: &Shape, ids: &[i64], axis: usize) -> Option<Vec<i64>> {
     let dims = tshape.dims();
-    let extent = *dims.get(axis)? as i64;
+    let extent = *dims.get(axis)?;
     let outer = dims[..axis].iter().product::<u64>() as usize;
     let inner = dims[axis + 1..].iter().product::<u64>() as usize;
     let mut v = Vec::with_capacity(outer * ids.len() * inner);
     for o in 0..outer {
         for &id in ids {
-            let id = if id < 0 { id + extent } else { id };
-            if (0..extent).contains(&id) {
-                let at = (o * extent as usize + id as usize) * inner;
-                v.extend_from_slice(table.get(at..at + inner)?);
-            } else {
-                v.extend(std::iter::repeat_n(0, inner));
-            }
+            // Out of range is an error of the gather's shape rule, never a value.
+            let id = super::ops::movement::gather_index(id, extent)? as usize;
+            let at = (o * extent as usize + id) * inner;
+            v.extend_from_slice(table.get(at..at + inner)?);
         }
     }
     Some(v)
@@ -349,9 +346,13 @@ mod tests {
         );
         assert_eq!(float.unwrap(), None);
         assert_eq!(
-            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, 5, -1, -3], 0),
-            Some(vec![3, 4, 0, 0, 3, 4, 0, 0])
+            gather(&[1, 2, 3, 4], &s(&[2, 2]), &[1, -1, -2], 0),
+            Some(vec![3, 4, 3, 4, 1, 2])
         );
+        // Out of range (2, -3, a huge one) is no value: the shape rule reports it.
+        for bad in [2, -3, i64::MIN] {
+            assert_eq!(gather(&[1, 2, 3, 4], &s(&[2, 2]), &[0, bad], 0), None);
+        }
         assert_eq!(
             gather(&[1, 2, 3, 4, 5, 6], &s(&[2, 3]), &[2, 0], 1),
             Some(vec![3, 1, 6, 4])

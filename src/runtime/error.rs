@@ -75,6 +75,24 @@ pub enum RunError {
         /// What went wrong.
         reason: String,
     },
+    /// An index of a gather is outside `[-bound, bound)`, the extent of the gathered axis:
+    /// an error, as in ONNX (ONNX Runtime returns `INVALID_ARGUMENT`). Checked on the host
+    /// before anything is submitted when the indices are fed or constant, on the device
+    /// (and read back after the submit) when a kernel computes them. The request stays
+    /// usable: its KV caches hold what they held before.
+    #[error("node `{node}` ({op}): index {index} at position {position} of the indices is outside [-{bound}, {bound}) (the gathered axis has {bound} entries)")]
+    IndexOutOfRange {
+        /// Label of the node.
+        node: String,
+        /// Op name.
+        op: &'static str,
+        /// Position of the index in the indices, row-major.
+        position: u64,
+        /// The index as given.
+        index: i64,
+        /// Extent of the gathered axis.
+        bound: u64,
+    },
     /// An input was given data whose length or type does not match its shape.
     #[error("input `{input}`: {reason}")]
     BadInput {

@@ -3,19 +3,19 @@
 //! writes, the encoding of every node into one [`Frame`] and the output readbacks. See
 //! [`crate::runtime`] for the design.
 
-use super::compile::{padded_bytes, Role};
+use super::compile::{padded_bytes, Compiled, Role};
 use super::network::{Inner, Network};
 use super::options::{RunOptions, RunStats};
 use super::session::{MovedState, Session, View};
 use super::RunError;
-use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
+use crate::gpu::kernels::{movement, DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
 use crate::gpu::{AllocError, Buffer, BufferDesc, BufferUid, CommandLog, Engine, Frame};
 use crate::graph::{ops, NodeId, Op};
 use crate::memory::predictor::{Sizer, SizingSummary};
 use crate::memory::regions::Region;
 use crate::memory::AllocKind;
-use crate::shape::Shape;
+use crate::shape::{DType, Shape};
 use crate::tensor::HostTensor;
 use std::sync::Arc;
 
@@ -60,6 +60,80 @@ pub struct InferRequest {
     last_log: Option<CommandLog>,
     /// Inputs kept on the device between iterations ([`InferRequest::keep_input`]).
     kept: Vec<KeptInput>,
+    /// The device check of the gathers whose indices a kernel computes (none: no buffer).
+    index_checks: Option<IndexChecks>,
+}
+
+/// The gathers whose indices a kernel computes, so only the device sees them: each gets a
+/// fault record ([`movement::FAULT_RECORD_BYTES`]) in one buffer, zeroed before every
+/// submit, written by [`movement::encode_index_check`] and read back after the submit. Other
+/// gathers' indices are checked on the host (fed inputs and constants by the session, host
+/// values by the gather's shape rule), so a graph without such a gather (the LLM paths,
+/// whose ids are fed) never reads back more than its outputs.
+struct IndexChecks {
+    /// Processing positions of the checked gathers, ascending; record `i` is the `i`th's.
+    nodes: Vec<usize>,
+    buffer: Buffer,
+    /// The shape of one record as an operand (four u32 words).
+    record: Shape,
+}
+
+impl IndexChecks {
+    /// The checks `compiled` needs, their buffer allocated from `engine`; `None` when no
+    /// gather's indices are computed on the device.
+    fn new(engine: &Engine, compiled: &Compiled) -> Result<Option<IndexChecks>, RunError> {
+        let host_known = |id: NodeId| {
+            matches!(
+                compiled.node(compiled.pos(id)).role,
+                Role::Input { state: None } | Role::Constant | Role::ShapeOnly | Role::HostValue
+            )
+        };
+        let nodes: Vec<usize> = compiled
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                let node = compiled.graph.node(c.id);
+                c.role == Role::Kernel
+                    && matches!(node.op, Op::Gather(_))
+                    && node.inputs.get(1).is_some_and(|&ids| !host_known(ids))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        let buffer = engine
+            .allocate_in(
+                Region::Internal,
+                &BufferDesc {
+                    label: "dynrt gather index checks",
+                    size_bytes: nodes.len() as u64 * movement::FAULT_RECORD_BYTES,
+                    kind: AllocKind::UsmDevice,
+                },
+            )
+            .map_err(alloc_err("gather index checks"))?;
+        Ok(Some(IndexChecks {
+            nodes,
+            buffer,
+            record: Shape::new(vec![movement::FAULT_RECORD_BYTES / 4]),
+        }))
+    }
+
+    /// The fault record of node `k` as an operand, when it is checked on the device.
+    fn record_of(&self, k: usize) -> Option<Operand<'_>> {
+        let i = self.nodes.binary_search(&k).ok()?;
+        Some(Operand {
+            tensor: TensorRef {
+                buffer: &self.buffer,
+                offset_bytes: i as u64 * movement::FAULT_RECORD_BYTES,
+                size_bytes: movement::FAULT_RECORD_BYTES,
+            },
+            shape: &self.record,
+            dtype: DType::U32,
+            strides: None,
+        })
+    }
 }
 
 /// An input kept on the device between iterations.
@@ -152,6 +226,7 @@ impl InferRequest {
             log_commands: false,
             last_log: None,
             kept: Vec::new(),
+            index_checks: IndexChecks::new(engine, &inner.compiled)?,
         })
     }
 
@@ -450,6 +525,10 @@ impl InferRequest {
                     frame.write_before_submit(buf, off, bytes);
                 }
             }
+            if let Some(checks) = &self.index_checks {
+                let bytes = checks.buffer.size_bytes() as usize;
+                frame.write_before_submit(&checks.buffer, 0, vec![0; bytes]);
+            }
             let mut encoded = Ok(());
             for k in 0..compiled.nodes.len() {
                 if let Err(e) = self.encode_node(&inner, k, &mut frame) {
@@ -471,11 +550,63 @@ impl InferRequest {
             op: "submit",
             reason,
         })?;
+        self.read_index_checks().await?;
         let stats = self.session.stats_mut();
         stats.submits += 1;
         stats.input_bytes_written += input_bytes;
         self.session.commit();
         Ok(written)
+    }
+
+    /// Reads the fault records of the gathers checked on the device (after the submit: this
+    /// waits for it) and reports the first gather, in processing order, that met an index out
+    /// of range.
+    ///
+    /// # Errors
+    /// [`RunError::IndexOutOfRange`] naming the node; [`RunError::Alloc`] when the readback
+    /// fails.
+    async fn read_index_checks(&self) -> Result<(), RunError> {
+        let Some(checks) = &self.index_checks else {
+            return Ok(());
+        };
+        let bytes = self
+            .engine()
+            .read(&checks.buffer, 0, checks.buffer.size_bytes())
+            .await
+            .map_err(alloc_err("reading the gather index checks"))?;
+        let compiled = &self.net.inner.compiled;
+        for (record, &k) in bytes
+            .chunks_exact(movement::FAULT_RECORD_BYTES as usize)
+            .zip(&checks.nodes)
+        {
+            let word = |i: usize| {
+                u32::from_le_bytes([
+                    record[4 * i],
+                    record[4 * i + 1],
+                    record[4 * i + 2],
+                    record[4 * i + 3],
+                ])
+            };
+            if word(0) == 0 {
+                continue;
+            }
+            let node = compiled.graph.node(compiled.nodes[k].id);
+            let Op::Gather(g) = &node.op else {
+                continue;
+            };
+            let table = self.session.shape(node.inputs[0]);
+            let bound = ops::axis_index(g.axis, table.rank())
+                .map(|a| table.dims()[a])
+                .unwrap_or(0);
+            return Err(RunError::IndexOutOfRange {
+                node: node.label.clone(),
+                op: node.op.name(),
+                position: u64::from(word(1)),
+                index: (u64::from(word(2)) | u64::from(word(3)) << 32) as i64,
+                bound,
+            });
+        }
+        Ok(())
     }
 
     fn ensure_nan_source(&mut self) -> Result<(), RunError> {
@@ -738,6 +869,18 @@ impl InferRequest {
                         &many
                     }
                 };
+                if let (Some(record), Op::Gather(g)) = (
+                    self.index_checks.as_ref().and_then(|c| c.record_of(k)),
+                    &node.op,
+                ) {
+                    let table = ins[0].shape;
+                    let axis = ops::axis_index(g.axis, table.rank())
+                        .map_err(|e| kernel_err(e.to_string()))?;
+                    stats.dispatches += frame
+                        .check_indices(&ins[1], table.dims()[axis], &record)
+                        .map_err(|e| kernel_err(e.to_string()))?
+                        as u64;
+                }
                 let planned = frame
                     .encode_planned(&node.op, ins, &out, &mut self.plans[k])
                     .map_err(|e| kernel_err(e.to_string()))?;

@@ -1,10 +1,12 @@
 //! Hostile and careless input, tried as an attacker would: files and paths built to hang,
-//! exhaust or mislead dynrt (`io`), language models and chats (`llm`). Each case must end
-//! in a typed error that says what is wrong, or in the right behaviour, quickly and in
-//! bounded memory. One module per area.
+//! exhaust or mislead dynrt (`io`), language models and chats (`llm`), ONNX graphs with huge
+//! nodes and out-of-range indices (`onnx`). Each case must end in a typed error that says
+//! what is wrong, or in the right behaviour, quickly and in bounded memory. One module per
+//! area.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod io;
 mod llm;
+mod onnx;

@@ -654,6 +654,26 @@ impl Kernels {
         self.encode_with(pass, uniforms, op, inputs, output, Some(recorder))
     }
 
+    /// Records [`movement::encode_index_check`]: the device check of a gather's indices
+    /// `ids` against an axis of `rows` entries, its fault record at `fault`.
+    pub(crate) fn encode_index_check(
+        &mut self,
+        pass: &mut wgpu::ComputePass<'_>,
+        uniforms: &mut UniformArena,
+        ids: &Operand<'_>,
+        rows: u64,
+        fault: &Operand<'_>,
+        recorder: &mut Recorder,
+    ) -> Result<usize, KernelError> {
+        let mut e = Encoder {
+            kernels: self,
+            pass,
+            uniforms,
+            recorder: Some(recorder),
+        };
+        movement::encode_index_check(&mut e, ids, rows, fault)
+    }
+
     fn encode_with(
         &mut self,
         pass: &mut wgpu::ComputePass<'_>,

@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     bindings: |entry| match entry {
         "movement_copy" => &[1, 3],
         "movement_gather" | "movement_slice" | "movement_split_sized" => &[1, 2, 3],
+        "movement_check_ids" => &[2, 3],
         "movement_slice_steps" => &[1, 2, 3, 4],
         "movement_slice_axes" => &[1, 2, 3, 4, 5],
         _ => &[3],
@@ -76,6 +77,74 @@ pub struct GatherParams {
     pub outer: u32,
     /// 0: u32 ids, 1: i32, 2: i64 (word pairs).
     pub ids_kind: u32,
+}
+
+/// `CheckIdsParams` of `shaders/movement.wgsl` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct CheckIdsParams {
+    /// Number of ids.
+    pub num_ids: u32,
+    /// Extent of the gathered axis.
+    pub rows: u32,
+    /// Ids word offset.
+    pub ids_offset: u32,
+    /// Word offset of the fault record.
+    pub fault_offset: u32,
+    /// 0: u32 ids, 1: i32, 2: i64 (word pairs).
+    pub ids_kind: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
+}
+
+/// Bytes of the fault record [`encode_index_check`] writes: four words, `(1, position, low,
+/// high)` of the first index out of range (the index sign-extended to 64 bits), untouched
+/// when there is none.
+pub const FAULT_RECORD_BYTES: u64 = 16;
+
+/// Records the check of a gather's indices computed on the device (ONNX calls an index
+/// outside `[-rows, rows)` an error, and a dispatch cannot fail): one workgroup finds the
+/// first such index of `ids` (i32, u32 or i64) and writes its record at `fault`
+/// ([`FAULT_RECORD_BYTES`], which the caller zeroes before the submit and reads after).
+/// Returns the dispatch count (0 for no ids).
+///
+/// # Errors
+/// [`KernelError::DType`] for ids of another type; binding errors naming the operand.
+pub fn encode_index_check(
+    e: &mut Encoder<'_, '_>,
+    ids: &Operand<'_>,
+    rows: u64,
+    fault: &Operand<'_>,
+) -> Result<usize, KernelError> {
+    let num_ids = numel("input 1", ids.shape)?;
+    if num_ids == 0 {
+        return Ok(0);
+    }
+    let (ids_kind, id_words) = match ids.dtype {
+        DType::I64 => (2, 2),
+        DType::I32 => (1, 1),
+        DType::U32 => (0, 1),
+        other => {
+            return Err(KernelError::DType {
+                op: "gather",
+                inputs: vec![other],
+                output: DType::U32,
+                expected: "i32, u32 or i64 ids",
+            })
+        }
+    };
+    let (bi, oi) = e.bind("input 1", &ids.tensor, num_ids * 4 * id_words)?;
+    let (bf, of) = e.bind("output", &fault.tensor, FAULT_RECORD_BYTES)?;
+    let p = CheckIdsParams {
+        num_ids: u32_of("input 1", num_ids)?,
+        rows: u32_of("input 0", rows)?,
+        ids_offset: oi,
+        fault_offset: of,
+        ids_kind,
+        _pad: [0; 3],
+    };
+    e.dispatch(FAMILY.key("movement_check_ids"), &p, &[bi, bf], 1)?;
+    Ok(1)
 }
 
 /// `FillParams` of `shaders/movement.wgsl` (80 bytes).
@@ -661,7 +730,8 @@ impl Kernel for Concat {
 
 impl Kernel for Gather {
     /// Data of 32- or 64-bit elements; i32, u32 or i64 ids (negative ones count from the
-    /// end, others out of range give zeros). Or an f16/q4_1/q8_0 table gathered on axis 0
+    /// end, others out of range give zeros: the runtime checks them, on the host or with
+    /// [`encode_index_check`], and reports them as errors). Or an f16/q4_1/q8_0 table gathered on axis 0
     /// and dequantized to f32 rows ([`quant::encode_gather`]) with i32 or u32 ids (negative
     /// ones count from the end there too).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
@@ -868,6 +938,7 @@ mod tests {
     fn uniform_structs_match_the_wgsl_layouts() {
         assert_eq!(std::mem::size_of::<CopyParams>(), 112);
         assert_eq!(std::mem::size_of::<GatherParams>(), 32);
+        assert_eq!(std::mem::size_of::<CheckIdsParams>(), 32);
         assert_eq!(std::mem::size_of::<FillParams>(), 80);
         assert_eq!(std::mem::size_of::<SplatParams>(), 16);
         assert_eq!(std::mem::size_of::<SliceParams>(), 160);

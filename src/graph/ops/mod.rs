@@ -185,6 +185,19 @@ pub enum InferError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// An index of a gather is outside `[-bound, bound)`, the extent of the gathered axis
+    /// (ONNX calls it an error; ONNX Runtime returns `INVALID_ARGUMENT`).
+    #[error("index {index} at position {position} of input {input} is outside [-{bound}, {bound}) (the gathered axis has {bound} entries)")]
+    IndexOutOfRange {
+        /// Input position (the indices).
+        input: usize,
+        /// Position of the index in the indices, row-major.
+        position: u64,
+        /// The index as given.
+        index: i64,
+        /// Extent of the gathered axis.
+        bound: u64,
+    },
     /// An op parameter does not fit the inputs (a kernel larger than the padded input, a
     /// channel count that the groups do not divide).
     #[error("{what}: {detail}")]

@@ -72,9 +72,11 @@ pub struct SliceTo {
 }
 
 /// Gather along `axis`: `out[p.., i.., q..] = data[p.., indices[i..], q..]` (ONNX `Gather`).
-/// Indices in `[-dim, dim)` count negative ones from the end; others give zeros (ONNX leaves
-/// them undefined; the device cannot fail a dispatch). Inputs: data, indices (i32, u32 or
-/// i64).
+/// Indices in `[-dim, dim)` count negative ones from the end; others are an error, as in ONNX
+/// ([`InferError::IndexOutOfRange`] where the shape rule sees their values, the runtime's
+/// `IndexOutOfRange` for fed and device-computed ones: see [`crate::runtime`]). The kernel
+/// itself writes zeros for them, so no dispatch reads outside its table. Inputs: data,
+/// indices (i32, u32 or i64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Gather {
     /// The gathered axis (negative counts from the end).
@@ -623,11 +625,26 @@ impl OpDef for Gather {
             d => d,
         })
     }
-    fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
-        infer_gather(inputs[0], inputs[1], self.axis)
+    /// The shape; when the indices' values are known (constants, shape data), also that each
+    /// lies in `[-dim, dim)`.
+    fn infer(&self, inputs: &[&Shape], data: &[Option<&[i64]>]) -> Result<Shape, InferError> {
+        let out = infer_gather(inputs[0], inputs[1], self.axis)?;
+        if let Some(ids) = data.get(1).copied().flatten() {
+            let axis = axis_index(self.axis, inputs[0].rank())?;
+            let bound = inputs[0].dims()[axis];
+            if let Some((position, index)) = first_out_of_range(ids, bound) {
+                return Err(InferError::IndexOutOfRange {
+                    input: 1,
+                    position,
+                    index,
+                    bound,
+                });
+            }
+        }
+        Ok(out)
     }
     /// Output index `(p.., i.., q..)` reads data at `(p.., indices[i..], q..)`; negative
-    /// indices count from the end, others out of range give zeros.
+    /// indices count from the end, others are [`RefError::IndexOutOfRange`].
     fn reference(&self, inputs: &[&RefTensor], out: &Shape, _: DType) -> Result<Values, RefError> {
         let (data, ids) = (inputs[0], inputs[1]);
         let id_values = ids.ints("gather")?;
@@ -635,16 +652,22 @@ impl OpDef for Gather {
         let Ok(axis) = axis_index(self.axis, rank) else {
             return Ok(Values::F32(Vec::new()));
         };
+        let bound = data.shape.dims()[axis];
+        if let Some((position, index)) = first_out_of_range(id_values, bound) {
+            return Err(RefError::IndexOutOfRange {
+                position,
+                index,
+                bound,
+            });
+        }
         let id_rank = ids.shape.rank();
-        let extent = data.shape.dims()[axis] as i64;
         let mut picks = Vec::new();
         let mut src = vec![0u64; rank];
         index::for_each(out, |_, o| {
             let id = id_values[index::linear(&o[axis..axis + id_rank], &ids.shape)];
-            let id = if id < 0 { id + extent } else { id };
-            picks.push((0..extent).contains(&id).then(|| {
+            picks.push(gather_index(id, bound).map(|id| {
                 src[..axis].copy_from_slice(&o[..axis]);
-                src[axis] = id as u64;
+                src[axis] = id;
                 src[axis + 1..].copy_from_slice(&o[axis + id_rank..]);
                 index::linear(&src, &data.shape)
             }));
@@ -976,6 +999,25 @@ pub fn slice_ranges(
         };
     }
     Ok(out)
+}
+
+/// A gather index as a position along an axis of `bound` entries: `[0, bound)` as is,
+/// `[-bound, 0)` from the end; `None` outside (ONNX's rule for `Gather`).
+pub fn gather_index(index: i64, bound: u64) -> Option<u64> {
+    let b = i64::try_from(bound).ok()?;
+    let at = if index < 0 {
+        index.checked_add(b)?
+    } else {
+        index
+    };
+    (0..b).contains(&at).then_some(at as u64)
+}
+
+/// The first index of `ids` (its position and value) that [`gather_index`] refuses.
+pub fn first_out_of_range(ids: &[i64], bound: u64) -> Option<(u64, i64)> {
+    ids.iter()
+        .position(|&i| gather_index(i, bound).is_none())
+        .map(|p| (p as u64, ids[p]))
 }
 
 /// Output shape of a gather along `axis`: `data[..axis] ++ indices ++ data[axis + 1..]`.

@@ -91,8 +91,8 @@ pub(super) fn gelu(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError
     Ok(())
 }
 
-/// `Min`, `Max`, `Sum`, `Mean`: n-ary with broadcasting, a chain of binary ops (one input:
-/// itself); `Mean` divides the sum by the input count.
+/// `Min`, `Max`, `Sum`, `Mean`: n-ary with broadcasting, a balanced tree of binary ops (one
+/// input: itself); `Mean` divides the sum by the input count.
 pub(super) fn variadic(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError> {
     let xs = ctx.inputs(node)?;
     match node.op_type.as_str() {
@@ -101,10 +101,7 @@ pub(super) fn variadic(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportE
         "Sum" => fold(ctx, node, BinaryOp::Add, &xs),
         "Mean" => {
             let first = *xs.first().ok_or_else(|| ctx.err(node, "needs an input"))?;
-            let mut sum = first;
-            for (k, &x) in xs.iter().enumerate().skip(1) {
-                sum = ctx.add(node, &format!("sum{k}"), BinaryOp::Add, &[sum, x])?;
-            }
+            let sum = tree(ctx, node, BinaryOp::Add, &xs, &mut 0)?;
             let n = ctx.constant_scalar(node, "count", ctx.dtype(first), xs.len() as f64)?;
             ctx.emit(node, BinaryOp::Div, &[sum, n])?;
             Ok(())
@@ -113,7 +110,7 @@ pub(super) fn variadic(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportE
     }
 }
 
-/// `op` folded over `xs` left to right, the last node labelled with the output.
+/// `op` over `xs` as a balanced tree, the root labelled with the output.
 fn fold(
     ctx: &mut Ctx<'_>,
     node: &OnnxNode,
@@ -123,13 +120,40 @@ fn fold(
     match xs {
         [] => Err(ctx.err(node, "needs at least one input")),
         [x] => ctx.bind(node, 0, *x),
-        [first, middle @ .., last] => {
-            let mut acc = *first;
-            for (k, &x) in middle.iter().enumerate() {
-                acc = ctx.add(node, &format!("{}{k}", op.name()), op, &[acc, x])?;
-            }
-            ctx.emit(node, op, &[acc, *last])?;
+        _ => {
+            let mid = xs.len().div_ceil(2);
+            let mut k = 0;
+            let left = tree(ctx, node, op, &xs[..mid], &mut k)?;
+            let right = tree(ctx, node, op, &xs[mid..], &mut k)?;
+            ctx.emit(node, op, &[left, right])?;
             Ok(())
+        }
+    }
+}
+
+/// `op` over `xs` (not empty) as a balanced tree of helper nodes `<op>0`, `<op>1`, ...
+/// (counted by `k`), returning its root. A chain of `n - 1` ops was `n` nodes deep; the tree
+/// is `ceil(log2 n)`. The nodes are added in post-order, so the processing order (by node
+/// id among the ready nodes) finishes each subtree before it starts the next, and only
+/// `O(log n)` partial results are live at a time. Float sums round differently from the
+/// chain's (pairwise summation, the more accurate order); min and max are the same.
+fn tree(
+    ctx: &mut Ctx<'_>,
+    node: &OnnxNode,
+    op: BinaryOp,
+    xs: &[NodeId],
+    k: &mut usize,
+) -> Result<NodeId, ImportError> {
+    match xs {
+        [] => Err(ctx.err(node, "needs at least one input")),
+        [x] => Ok(*x),
+        _ => {
+            let mid = xs.len().div_ceil(2);
+            let left = tree(ctx, node, op, &xs[..mid], k)?;
+            let right = tree(ctx, node, op, &xs[mid..], k)?;
+            let id = ctx.add(node, &format!("{}{k}", op.name()), op, &[left, right])?;
+            *k += 1;
+            Ok(id)
         }
     }
 }

@@ -143,6 +143,19 @@ pub enum ImportError {
         /// What the op takes.
         expected: &'static str,
     },
+    /// A node with more inputs than [`MAX_NODE_INPUTS`], refused before anything is
+    /// converted.
+    #[error("node `{node}` ({op_type}) has {inputs} inputs, more than the {max} a node may have")]
+    TooManyInputs {
+        /// The node.
+        node: String,
+        /// Its op type.
+        op_type: String,
+        /// Its input count.
+        inputs: usize,
+        /// [`MAX_NODE_INPUTS`].
+        max: usize,
+    },
     /// A node's shape rule fails on inputs whose shapes are fixed (a malformed graph).
     #[error("node `{node}` ({op_type}): {source}")]
     Infer {
@@ -359,9 +372,17 @@ pub struct ImportedModel {
     pub outputs: Vec<ImportedValue>,
 }
 
+/// Most inputs one node may have (`Sum`, `Concat`, ... are variadic). Each input becomes at
+/// least one dynrt node and a dispatch per run, while the file spends three bytes on it: a
+/// node past this limit is refused ([`ImportError::TooManyInputs`]) before anything is
+/// converted rather than built at a hundred times its file size. Import time is linear in
+/// the inputs up to the limit (a `Sum` of 2^20 inputs imports in about a second).
+pub const MAX_NODE_INPUTS: usize = 1 << 20;
+
 /// Imports `model` into a dynrt graph.
 ///
 /// # Errors
+/// [`ImportError::TooManyInputs`] for a node with more than [`MAX_NODE_INPUTS`] inputs and
 /// [`ImportError::Unsupported`] listing every node whose op is not mapped, before anything
 /// else; then the first of [`ImportError::UnsupportedDType`], [`ImportError::Input`],
 /// [`ImportError::Node`], [`ImportError::NodeDType`], [`ImportError::Infer`] naming the node
@@ -369,8 +390,16 @@ pub struct ImportedModel {
 pub fn import(model: &OnnxModel) -> Result<ImportedModel, ImportError> {
     let graph = &model.graph;
     let opset = model.opset("").unwrap_or(0);
-    let unsupported: Vec<UnsupportedNode> = graph
-        .walk_nodes()
+    let nodes = graph.walk_nodes();
+    if let Some(n) = nodes.iter().find(|n| n.inputs.len() > MAX_NODE_INPUTS) {
+        return Err(ImportError::TooManyInputs {
+            node: n.label(),
+            op_type: n.op_type.clone(),
+            inputs: n.inputs.len(),
+            max: MAX_NODE_INPUTS,
+        });
+    }
+    let unsupported: Vec<UnsupportedNode> = nodes
         .into_iter()
         .filter_map(|n| {
             refusal(&n.domain, &n.op_type, opset).map(|reason| UnsupportedNode {
@@ -974,11 +1003,21 @@ impl<'m> Ctx<'m> {
                 .iter()
                 .map(|i| self.known[i.index()].values[p].as_deref())
                 .collect();
-            match op.infer(&shapes, &data) {
-                Ok(s) => {
-                    k.values[p] = shape_data::evaluate(op, dtype, &shapes, &data, &s)
-                        .ok()
-                        .flatten();
+            let inferred = match op.infer(&shapes, &data) {
+                // A gather index out of range for a probe's extent may be in range for the
+                // real one: the shape stands without the values.
+                Err(InferError::IndexOutOfRange { .. }) if !k.exact => {
+                    op.infer(&shapes, &[]).map(|s| (s, false))
+                }
+                r => r.map(|s| (s, true)),
+            };
+            match inferred {
+                Ok((s, with_values)) => {
+                    if with_values {
+                        k.values[p] = shape_data::evaluate(op, dtype, &shapes, &data, &s)
+                            .ok()
+                            .flatten();
+                    }
                     k.shapes[p] = Some(s);
                 }
                 // Values the rule needs that are not known at import time are fine: they

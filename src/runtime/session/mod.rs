@@ -639,6 +639,9 @@ impl<S: Storage + Clone> Session<S> {
                                 .any(|(i, p)| &self.shapes[i.index()] != p)
                     }
                 };
+            if let Op::Gather(g) = &gn.op {
+                self.check_gather_indices(id, g, inputs, changed)?;
+            }
             if !changed {
                 self.stats.shape_updates_skipped += 1;
                 if node.role == Role::HostValue && self.options.poison {
@@ -684,6 +687,60 @@ impl<S: Storage + Clone> Session<S> {
         }
         self.update_strides();
         Ok(())
+    }
+
+    /// Checks the indices of gather `id` that the host holds but the shape rule does not see:
+    /// a fed input's (at every iteration: its values change without its shape) and a
+    /// constant's too large to be a host value (when the node is inferred again, `changed`:
+    /// only the gathered axis can have moved). Indices with host values are the shape rule's
+    /// ([`ops::Gather`]); those a kernel computes are checked on the device.
+    ///
+    /// # Errors
+    /// [`RunError::IndexOutOfRange`] naming the node, the index and the axis' extent.
+    fn check_gather_indices(
+        &self,
+        id: NodeId,
+        g: &ops::Gather,
+        inputs: &[(&str, &HostTensor)],
+        changed: bool,
+    ) -> Result<(), RunError> {
+        let c = &self.compiled;
+        let gn = c.graph.node(id);
+        let [table, ids] = gn.inputs[..] else {
+            return Ok(());
+        };
+        if self.values[ids.index()].is_some() {
+            return Ok(());
+        }
+        let idn = c.graph.node(ids);
+        let values = match (&idn.op, c.node(c.pos(ids)).role) {
+            (Op::Input(_), Role::Input { state: None }) => inputs
+                .iter()
+                .find(|(l, _)| *l == idn.label)
+                .and_then(|(_, t)| crate::tensor::decode_i64(t.dtype, &t.bytes).ok()),
+            (Op::Constant(k), _) if changed => {
+                crate::tensor::decode_i64(k.dtype, k.data.bytes()).ok()
+            }
+            _ => None,
+        };
+        let Some(values) = values else {
+            return Ok(());
+        };
+        let shape = &self.shapes[table.index()];
+        let Ok(axis) = ops::axis_index(g.axis, shape.rank()) else {
+            return Ok(());
+        };
+        let bound = shape.dims()[axis];
+        match ops::movement::first_out_of_range(&values, bound) {
+            Some((position, index)) => Err(RunError::IndexOutOfRange {
+                node: gn.label.clone(),
+                op: gn.op.name(),
+                position,
+                index,
+                bound,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The shape of state `si`'s empty past for this iteration: no rows, the other
