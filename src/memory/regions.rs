@@ -145,7 +145,6 @@ impl FreeList {
         }
     }
 
-
     fn remove_range_at(&mut self, offset: u64) -> Option<u64> {
         self.free.remove(&offset)
     }
