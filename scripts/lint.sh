@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lint promises of DESIGN.md, checked: formatting, clippy with warnings denied on every
+# The lint promises, checked: formatting, clippy with warnings denied on every
 # native target and on the browser build (wasm32, --features web), and rustdoc with warnings
 # denied. scripts/test.sh (the README's test command, which .ci/run runs) calls this first;
 # run it alone before a commit.

@@ -27,7 +27,7 @@
 // Bindings (group 0):
 //   0 uniform  BroadcastParams (elementwise_binary) or FlatParams (the others), dynamic offset
 //   1 storage read_write  input a / x   (tensors are sub-ranges of arena buffers, all bound
-//   2 storage read_write  input b        read_write: DESIGN.md §6)
+//   2 storage read_write  input b        read_write: docs/design.md)
 //   3 storage read_write  output         (unary: binding 2 is the output, binding 3 unused)
 //
 // Rust mirrors (src/gpu/kernels/elementwise.rs, #[repr(C)], bytemuck::Pod):
@@ -225,8 +225,8 @@ fn elementwise_binary(
 
 // The flat bodies, shared by the entry points with element offsets from the uniform and the
 // `_aligned` ones that pass 0 (every operand starts at its binding): on SwiftShader the three
-// uniform offsets cost about a fifth of a streaming add's time (README, "Side by side with
-// ONNX Runtime").
+// uniform offsets cost about a fifth of a streaming add's time
+// (docs/benchmarks/2026-11-22-elementwise-swiftshader.md).
 fn binary_flat(i: u32, o0: u32, o1: u32, oo: u32) {
     if i >= fp.numel {
         return;

@@ -12,7 +12,8 @@
 //                 per-invocation address is a loop over the lanes, so loads per FMA decide the
 //                 speed, and one vec4 load costs about what one f32 load does: 16 vec4 loads per
 //                 256 FMAs here against 16 f32 loads per 64 FMAs with f32 tiles (1.3-1.5x the
-//                 GFLOP/s on lavapipe, README "Benchmark"); 8x8 halves them again against 4x4.
+//                 GFLOP/s on lavapipe, docs/benchmarks/2026-11-23-matmul-vec4-tiles.md);
+//                 8x8 halves them again against 4x4.
 //                 Output tiles of all batches are linearised over a
 //                 2-D grid (linear index wid.x + wid.y * num_workgroups.x) so that batch x tiles
 //                 may exceed max_compute_workgroups_per_dimension.

@@ -14,7 +14,8 @@
 // Block formats need K % 32 == 0 (checked on the host); f32 and f16 take any K (the last
 // partial block is read element by element).
 //
-// What bounds these kernels on llvmpipe/lavapipe (README, "Graph and kernels"): every storage
+// What bounds these kernels on llvmpipe/lavapipe
+// (docs/benchmarks/2026-11-21-kernels-lavapipe.md): every storage
 // or workgroup-memory load costs a few ns per invocation and component, while FMAs and values
 // held in registers (constant-indexed, so the compiler keeps them out of memory) are cheap.
 // So the linear kernels load each weight word once per call, reuse every loaded x value
@@ -40,7 +41,7 @@
 //       and dequantizes the 64 weight blocks (one per invocation) into workgroup memory, then
 //       every invocation does 32 x (8 + 8 loads, 64 FMAs). On llvmpipe those workgroup loads
 //       cost as much as storage loads, which is why quant_regtile exists (about 5x faster
-//       there; README).
+//       there; `dynrt bench kernels --only-linear`).
 //   quant_gather  embedding rows from an f16 or block-quantized table (below).
 //
 // Bindings (group 0):

@@ -3,7 +3,7 @@
 //! Built only for `cfg(all(target_arch = "wasm32", feature = "web"))`; `web/build.sh` turns
 //! the `.wasm` into the ES module `web/pkg/dynrt.js` that `web/main.js` imports.
 //! Everything here is `async` because WebGPU in the browser is: the page's event loop must
-//! keep running while the GPU works, so nothing may block (DESIGN.md §7).
+//! keep running while the GPU works, so nothing may block (docs/browser.md).
 
 use wasm_bindgen::prelude::*;
 

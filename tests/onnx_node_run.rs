@@ -33,7 +33,7 @@ const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
 
 /// Cases that fail for a reason that is a limit of dynrt, not a bug: each reason with its
-/// cases (also in README "ONNX backend node tests").
+/// cases (also in docs/onnx.md, "Ops of the importer").
 const DOCUMENTED_LIMITS: &[(&str, &[&str])] = &[
     (
         "Attention with nonpad_kv_seqlen (opset 24's padding lengths): not mapped",

@@ -31,7 +31,7 @@ use std::process::Command;
 /// Largest difference allowed between dynrt's and onnxruntime's logits (the last position of
 /// every run; the logits are of order 10). Both compute in f32 with different summation
 /// orders over 30 layers; the test prints the largest difference (1.3e-4 on lavapipe and
-/// llvmpipe GL, 1.5e-4 on SwiftShader: README "ONNX"), and the bound leaves room for adapters
+/// llvmpipe GL, 1.5e-4 on SwiftShader: docs/onnx.md), and the bound leaves room for adapters
 /// that fuse or reorder differently.
 const LOGITS_ATOL: f32 = 2e-3;
 

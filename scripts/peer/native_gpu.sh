@@ -12,7 +12,7 @@
 # alternating, on the system's Vulkan driver (no VK_ICD_FILENAMES; ONNX Runtime through
 # scripts/peer/ort-native.sh with PEER_ICD=system), under the counting layer when
 # PEER_LAYER_DIR holds it built (scripts/peer/vulkan-count-layer). Prints the report of
-# scripts/peer/report.py (the table README's "Side by side with ONNX Runtime" shows) and
+# scripts/peer/report.py (the table of docs/benchmarks/2026-11-23-nvidia-h100.md) and
 # leaves OUT_DIR/results.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -35,7 +35,7 @@
 //! * **Callbacks.** Polling runs every callback that is due, so an app's own `map_async`
 //!   callbacks may run on dynrt's thread (wgpu requires them to be `Send` for that reason).
 //!
-//! The whole of it in an app (the README's "Desktop" section; `examples/desktop_chat.rs` is
+//! The whole of it in an app (docs/desktop.md; `examples/desktop_chat.rs` is
 //! the same in an eframe window):
 //!
 //! ```no_run

@@ -258,7 +258,7 @@ impl Buffer {
     }
     /// A sub-range for a storage-buffer bind group entry (a view: nothing is allocated or
     /// counted). `offset_bytes` must be a multiple of the device's
-    /// `min_storage_buffer_offset_alignment` (DESIGN §6).
+    /// `min_storage_buffer_offset_alignment` (a wgpu rule).
     ///
     /// # Errors
     /// [`AllocError::NotBindable`], [`AllocError::Misaligned`], [`AllocError::OutOfBounds`],
@@ -390,7 +390,7 @@ impl Engine {
         self.allocate_inner(desc, kind_usages(desc.kind), false, None)
     }
 
-    /// [`Engine::allocate`] in a device region (DESIGN §6): the buffer also counts in that
+    /// [`Engine::allocate`] in a device region (docs/design.md): the buffer also counts in that
     /// region's bytes, buffers and peak ([`MemoryStats::regions`]) until it is dropped.
     ///
     /// # Errors
@@ -896,11 +896,11 @@ impl Engine {
         self.inner.gpu.limits().max_buffer_size
     }
 
-    /// The reference rule (`reference/openvino-gpu-memory-allocation.md`, DESIGN §4): false if
+    /// The OpenVINO GPU plugin's rule (docs/design.md, "Shape predictor"): false if
     /// `size_bytes` exceeds the largest buffer; otherwise true iff device bytes in use plus
     /// `size_bytes` stay below 90% of the budget.
     pub fn can_preallocate(&self, size_bytes: u64) -> bool {
-        // One rule, kept with the predictor (reference/openvino-gpu-memory-preallocation.md).
+        // One rule, kept with the predictor (memory::predictor::can_preallocate).
         crate::memory::predictor::can_preallocate(
             size_bytes,
             self.max_buffer_size(),

@@ -7,7 +7,7 @@
 //!   [`BufferDesc`] (label, size, [`AllocKind`]) and returns a [`Buffer`] that frees itself on
 //!   drop; the engine keeps per-kind bytes in use and peak and the allocation history
 //!   ([`crate::memory::accounting`]).
-//! * [`kind_usages`] — the allocation-kind table (DESIGN §2), also printed by `dynrt info`.
+//! * [`kind_usages`] — the allocation-kind table (docs/design.md), also printed by `dynrt info`.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -156,7 +156,7 @@ pub struct GpuOptions {
     /// dynrt pools and packs its own buffers, so wgpu's large blocks would only be memory
     /// allocated and never used (the exported SmolLM2 decoder on lavapipe: 743,581,184 bytes
     /// of Vulkan memory at the peak with `Performance`, the 542 MB of weights plus a 128 MiB
-    /// and a 64 MiB block; see README "Side by side with ONNX Runtime").
+    /// and a 64 MiB block; see docs/benchmarks/2026-11-23-onnx-runtime-side-by-side.md).
     pub memory_hints: wgpu::MemoryHints,
 }
 
@@ -315,7 +315,7 @@ impl Gpu {
                 reason: e.to_string(),
             })?;
         // wgpu's default handler panics; everything dynrt does that can fail runs inside an
-        // error scope (DESIGN §7), so what reaches this handler is a bug worth logging, not a
+        // error scope, so what reaches this handler is a bug worth logging, not a
         // reason to abort the process.
         let uncaptured: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
         let sink = uncaptured.clone();

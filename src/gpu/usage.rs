@@ -1,5 +1,5 @@
 //! The allocation-kind table: which wgpu buffer usages each [`AllocKind`] gets, and whether a
-//! device supports it. DESIGN §2; the README's "allocation kinds" section prints the same table.
+//! device supports it. docs/design.md ("Allocation kinds") prints the same table.
 //!
 //! | kind | wgpu usages | host access | supported |
 //! |---|---|---|---|

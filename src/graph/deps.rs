@@ -1,7 +1,8 @@
 //! Memory dependencies over a DAG in processing order, and tensor lifetimes.
 //!
 //! Two nodes *conflict* (have a memory dependency) when their outputs must not share a buffer.
-//! The passes follow `reference/openvino-gpu-memory-allocation.md`:
+//! The passes follow the OpenVINO GPU plugin's memory dependencies (docs/design.md, "Memory
+//! pool and static planner"):
 //!
 //! - [`basic_dependencies`] assumes an in-order queue: a node conflicts with its inputs, its
 //!   users, and every earlier network output (outputs stay alive until the host reads them);

@@ -2,7 +2,7 @@
 //! what integer constants, slices, concats, gathers and arithmetic make of it), computed on
 //! the host while shapes are inferred so a shape rule that needs values
 //! ([`crate::graph::ops::OpDef::shape_data_inputs`], a reshape to a computed target) never
-//! waits for the GPU (reference §update_shape steps 4-7).
+//! waits for the GPU (as the OpenVINO GPU plugin's update_shape reads shape inputs on the host).
 //!
 //! Written apart from the CPU reference ([`crate::graph::reference`]): its own index code
 //! (stride tables over i64 vectors) and its own per-op code, reached through

@@ -4,8 +4,8 @@
 //! [`Accounting::record_allocate`] / [`Accounting::record_free`] for every real buffer it
 //! creates and destroys; views of an existing buffer are never recorded.
 //!
-//! The history line format is the reference plugin's (`OV_VERBOSE=2` in
-//! `reference/openvino-gpu-memory-allocation.md`), where `current` and `max` are that kind's
+//! The history line format is the reference plugin's (OpenVINO's GPU plugin prints
+//! it with `OV_VERBOSE=2`; docs/design.md), where `current` and `max` are that kind's
 //! bytes in use and peak *after* the event:
 //!
 //! ```text
@@ -279,7 +279,7 @@ pub struct KindStats {
     pub bytes_allocated: u64,
 }
 
-/// Counters of one device region (DESIGN §6): what the runtime placed there, whole buffers or
+/// Counters of one device region (docs/design.md): what the runtime placed there, whole buffers or
 /// ranges of a shared one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegionStats {

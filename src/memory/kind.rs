@@ -2,7 +2,7 @@
 //!
 //! Device-free: the mapping onto wgpu buffer usages lives in [`crate::gpu`]; this module says
 //! what a kind allows (binding to kernels, host mapping) so misuse is a typed error before
-//! wgpu sees it. See `reference/openvino-gpu-memory-allocation.md`.
+//! wgpu sees it. See docs/design.md, "Allocation kinds".
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! A memory pool that shares buffers between nodes without memory dependencies.
 //!
-//! Follows `reference/openvino-gpu-memory-allocation.md` (DESIGN.md §5): the pool keeps records
+//! Follows the OpenVINO GPU plugin's memory pool (docs/design.md): the pool keeps records
 //! `{buffer, kind, network, users}`. A request takes the smallest record at least as large as
 //! asked, of the same network and kind, whose users are all outside the requester's restriction
 //! set (its memory dependencies, from [`crate::graph::deps`]), adds the requester as a user and
@@ -181,7 +181,7 @@ pub struct MemoryPool<S: Storage> {
 }
 
 impl<S: Storage> MemoryPool<S> {
-    /// Default utilisation threshold for dynamic requests (DESIGN.md §5).
+    /// Default utilisation threshold for dynamic requests (docs/design.md).
     pub const DEFAULT_THRESHOLD: f64 = 0.5;
 
     /// An empty pool over `storage` with the default threshold.

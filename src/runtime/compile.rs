@@ -67,7 +67,7 @@ pub fn find_states(graph: &Graph) -> Vec<StateBinding> {
 #[derive(Debug, Clone)]
 pub struct NetworkOptions {
     /// Pack outputs whose shapes are known at compile time into one arena with the static
-    /// planner (DESIGN §6). Off: they are acquired from the pool at request creation, largest
+    /// planner (docs/design.md). Off: they are acquired from the pool at request creation, largest
     /// first.
     pub planner: bool,
     /// Symbols fixed for every run of this network (`seq = 1` for a decode-only network):

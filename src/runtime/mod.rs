@@ -16,7 +16,7 @@
 //! * **Kernels' dtype rules**: every node the device computes must have a kernel for its
 //!   element types ([`crate::gpu::kernels::Kernel::check_dtypes`]); otherwise compiling fails
 //!   with [`RunError::UnsupportedDType`] naming the node, before anything is allocated.
-//! * **Device regions** (`reference/device-runtime-memory-management.rst`, DESIGN §6), each
+//! * **Device regions** (docs/design.md, "Memory pool and static planner"), each
 //!   counted by the engine ([`crate::memory::accounting::MemoryStats::regions`], reported by
 //!   `dynrt demo --json` and drawn by `--report`):
 //!   - *constants*: the weights of the network family (shared by [`Network::specialize`]d
@@ -53,7 +53,7 @@
 //! * **Static outputs**: nodes whose output shape is fully known at compile time (no symbolic
 //!   dimension left after the network's bindings) are either packed by the static planner
 //!   into one arena buffer ([`crate::memory::planner`], offsets aligned to
-//!   `min_storage_buffer_offset_alignment`, DESIGN §6) or, with the planner off, acquired from
+//!   `min_storage_buffer_offset_alignment`) or, with the planner off, acquired from
 //!   the request's pool in descending order of size. Activations belong to a request, never
 //!   to the network: two requests may run interleaved and must not share them.
 //! * **Kinds** come from the reference rule ([`crate::gpu::Engine::preferred_kind`]): inputs
@@ -66,7 +66,7 @@
 //! A request owns a [`crate::memory::predictor::Sizer`] (the shape predictor and the ledger
 //! of what it sized: the same code `dynrt predict` replays), a memory pool over the engine,
 //! its activation buffers, its placeholder slots and its *states* (the KV cache). One call to
-//! [`InferRequest::infer`] runs one iteration, DESIGN §3, for each node in processing order:
+//! [`InferRequest::infer`] runs one iteration (docs/design.md) for each node in processing order:
 //!
 //! 1. `update_shape` — compare the input shapes with those the node saw last time; equal:
 //!    skip (counted in [`RunStats::shape_updates_skipped`]); otherwise [`crate::graph::Op::infer`].

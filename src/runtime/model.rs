@@ -9,7 +9,7 @@
 //! produce the same numbers.
 //!
 //! The KV cache is laid out sequence-major, `[t, dim]` per layer, so that appending a step is a
-//! contiguous byte range at the end of the cache (the in-place concatenation of DESIGN §3):
+//! contiguous byte range at the end of the cache (the in-place concatenation of docs/design.md):
 //! with the reference's `[heads, t, head_dim]` layout each head's rows would be strided by the
 //! current length and growth could not be an append.
 

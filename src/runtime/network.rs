@@ -37,7 +37,7 @@ impl Inner {
     }
 }
 
-/// The data region of a network family (DESIGN §6, constants region): device buffers
+/// The data region of a network family (the constants region, docs/design.md): device buffers
 /// ("segments", each at most the device's largest buffer) holding every constant the device
 /// reads, placed from the low end with the bidirectional allocator, read-only, uploaded
 /// once in bounded staging chunks straight from the constants' bytes (a loader's shared

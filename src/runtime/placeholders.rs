@@ -1,6 +1,6 @@
 //! The placeholders of a network family: buffers for network inputs and outputs, per
-//! inference, pooled per network (`reference/device-runtime-memory-management.rst`,
-//! placeholders region and pool allocator; DESIGN §6).
+//! inference, pooled per network (the placeholders region of docs/design.md, with a pool of slots
+//! per network).
 //!
 //! Every request is one inference in flight: it holds its placeholder slots while it lives
 //! (its outputs stay readable until its next iteration) and gives them back to its network's

@@ -97,7 +97,7 @@ pub struct RegionCounts {
     pub peak_bytes: u64,
 }
 
-/// The device regions of DESIGN §6 as the runtime used them.
+/// The device regions (docs/design.md) as the runtime used them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegionReport {
     /// Weights and other constants: once per loaded network, read-only.

@@ -13,9 +13,10 @@
 //! (`if i >= fp.numel { return; }`) makes sure of that, and `off + i < 2^31` because a binding
 //! holds at most `max_storage_buffer_binding_size` bytes. So the clamp wgpu would add
 //! to each access on adapters without robustBufferAccess2 can never change an index; it only
-//! costs: on SwiftShader the same add takes 1.6-1.8x the CPU time with it (README, "Side by
-//! side with ONNX Runtime", which also shows that ONNX Runtime's native WebGPU EP runs Dawn with
-//! its robustness off). A replayed [`super::DispatchPlan`] binds the same ranges it recorded.
+//! costs, on SwiftShader much of the add's CPU time
+//! (docs/benchmarks/2026-11-22-elementwise-swiftshader.md; ONNX Runtime's native WebGPU EP runs
+//! Dawn with its robustness off, docs/onnx.md). A replayed [`super::DispatchPlan`] binds the
+//! same ranges it recorded.
 //! The broadcasting entry point, whose index arithmetic goes through strides, keeps the checks.
 
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s};

@@ -104,7 +104,7 @@ pub struct Encoder<'a, 'p> {
 impl Encoder<'_, '_> {
     /// Checks a tensor range and splits its offset into an aligned binding offset and an
     /// element (32-bit word) offset for the uniform: binding offsets must be multiples of
-    /// `min_storage_buffer_offset_alignment` (DESIGN §6), tensors only of 4 bytes.
+    /// `min_storage_buffer_offset_alignment` (a wgpu rule), tensors only of 4 bytes.
     ///
     /// # Errors
     /// [`KernelError::Unaligned`], [`KernelError::TooSmall`], [`KernelError::BindingTooLarge`],

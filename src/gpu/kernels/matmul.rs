@@ -158,7 +158,7 @@ struct Gemm2 {
 /// along their last axis (K for A, N for B) and every offset, stride, K and N a multiple of 4,
 /// so that each aligned group of 4 elements it reads lies wholly inside the operand or wholly
 /// outside the matrix. On lavapipe and SwiftShader a vec4 storage load costs about what one
-/// f32 load does (README, "Benchmark").
+/// f32 load does (docs/benchmarks/2026-11-23-matmul-vec4-tiles.md).
 fn vec4_operands(p: &MatMulParams) -> bool {
     let all4 = |v: &[u32]| v.iter().all(|x| x % 4 == 0);
     p.a_stride_k == 1
@@ -406,7 +406,7 @@ impl Kernel for Conv {
         // The weights are contiguous (a conv reads contiguous inputs): with K and their
         // offset multiples of 4, each group's rows start on a vec4 and `matmul_conv4` stages
         // them with vec4 loads (on SwiftShader, where every storage index is clamped, a
-        // quarter of the loads; README "Benchmark").
+        // quarter of the loads; docs/benchmarks/2026-11-23-matmul-vec4-tiles.md).
         let entry = if p.k % 4 == 0 && p.w_offset % 4 == 0 {
             "matmul_conv4"
         } else {

@@ -7,10 +7,10 @@
 //! * [`Kernels`] owns the shader modules and a pipeline cache keyed by [`PipelineKey`]
 //!   (family, entry point, specialisation constant); every lookup counts as a hit or a miss
 //!   ([`Kernels::stats`]) — the runtime's `update_impl`
-//!   (`reference/openvino-gpu-dynamic-shape-preprocessing.md`).
+//!   (the pipeline lookup of an iteration, docs/design.md).
 //! * [`Kernels::encode`] records the dispatches of one op into a compute pass, given its
 //!   operands as [`Operand`]s: a byte range of an engine [`Buffer`] plus the concrete shape
-//!   and type. Tensors are sub-ranges of arena buffers bound `read_write` (DESIGN.md §6). A
+//!   and type. Tensors are sub-ranges of arena buffers bound `read_write` (docs/design.md). A
 //!   binding offset must be a multiple of `min_storage_buffer_offset_alignment`, so the
 //!   kernels bind the aligned-down offset and pass the remainder as an element offset in the
 //!   uniform: any 4-byte aligned `offset_bytes` works ([`Encoder::bind`]).
@@ -73,8 +73,9 @@ pub struct Family {
     /// Entry points compiled without wgpu's runtime bounds checks (from a second module of
     /// the same source): only those whose every storage index is within its binding by
     /// construction, which the family's file shows. On adapters without robustBufferAccess2
-    /// (SwiftShader) wgpu clamps each storage index, which made a streaming add cost 1.6-1.8x
-    /// the CPU time; where the driver bounds accesses itself (lavapipe) nothing changes.
+    /// (SwiftShader) wgpu clamps each storage index, which made a streaming add cost much more
+    /// CPU time (docs/benchmarks/2026-11-22-elementwise-swiftshader.md); where the driver
+    /// bounds accesses itself (lavapipe) nothing changes.
     pub unchecked: &'static [&'static str],
 }
 

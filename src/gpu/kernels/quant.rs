@@ -11,7 +11,7 @@
 //! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
 //! that dequantizes weight blocks into workgroup memory. Why two: on llvmpipe a
 //! workgroup-memory load costs as much as a storage load, and the register-tiled kernel is
-//! about 5x faster there (README, "Quantized weights"). The embedding `gather` from an f16 or
+//! about 5x faster there (`dynrt bench kernels`). The embedding `gather` from an f16 or
 //! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
 
 use super::layout::{numel, rows, u32_of};

@@ -7,8 +7,8 @@
 //! host values) and, optionally, its **host evaluation for shape data**
 //! ([`OpDef::host_value`]: integer tensors derived from shapes, computed on the host so no GPU
 //! round trip is needed). This mirrors the reference plugin's `calc_output_layouts()` with
-//! `get_shape_infer_dependencies()` (`reference/openvino-gpu-dynamic-shape-preprocessing.md`,
-//! update_shape step 7).
+//! `get_shape_infer_dependencies()` (OpenVINO's update_shape reads the values of such inputs
+//! before it infers).
 //!
 //! [`Op`] is the enum of every op type, generated from one list (the `registry!` invocation
 //! below): adding an op is its file here, one line in that list, its kernel (a family file in

@@ -1,5 +1,5 @@
-//! The global-memory planner of `reference/gmem-allocation-by-lifetime.md`, on buffers with
-//! lifetimes.
+//! The global-memory (gmem) planner that allocates by lifetime (docs/design.md, "Memory pool
+//! and static planner"), on buffers with lifetimes.
 //!
 //! Mapping of the reference onto `[lower, upper)` buffers:
 //! - *weight tensors* are the buffers live over the whole horizon; they are allocated first,

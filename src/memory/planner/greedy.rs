@@ -1,5 +1,5 @@
 //! Greedy placement with best fit: buffers in a fixed order, each into the tightest address
-//! gap left free by the already placed buffers that overlap it in time (DESIGN.md §6 baseline).
+//! gap left free by the already placed buffers that overlap it in time (docs/design.md).
 //!
 //! Finding what the already placed buffers occupy during a new buffer's lifetime is the cost.
 //! Enumerating the time-overlapping buffers one by one costs the number of overlapping pairs

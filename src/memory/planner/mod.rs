@@ -1,5 +1,5 @@
 //! Static memory planner: give every buffer with a known lifetime an offset in one arena,
-//! keeping the arena's height low (DESIGN.md §6).
+//! keeping the arena's height low (docs/design.md, "Memory pool and static planner").
 //!
 //! A [`PlanBuffer`] lives in the half-open time interval `[lower, upper)`; two buffers whose
 //! lifetimes overlap must not overlap in address space. [`build`] returns a [`Plan`] whose
@@ -7,8 +7,8 @@
 //! instant, so `height / lower_bound` measures the plan's quality.
 //!
 //! Strategies ([`Strategy`]):
-//! - [`Strategy::GmemFitFirst`], [`Strategy::GmemOpSize`]: the global-memory planner of
-//!   `reference/gmem-allocation-by-lifetime.md` (weights first, then reuse of end-of-life
+//! - [`Strategy::GmemFitFirst`], [`Strategy::GmemOpSize`]: the global-memory planner that
+//!   allocates by lifetime (weights first, then reuse of end-of-life
 //!   blocks in processing order);
 //! - [`Strategy::GreedySize`]: greedy by size with best fit, over several orders;
 //! - [`Strategy::Search`]: depth-first search over canonical placements with section-based

@@ -2,9 +2,9 @@
 //!
 //! Why: under linear growth (a KV cache gaining one token per decode step) the reference
 //! reserves a fixed 10 steps, so it reallocates every 10 steps forever — 200 reallocations
-//! for 2048 tokens (DESIGN.md §8). Reserving a fixed *fraction* of the current size instead
-//! makes the number of reallocations logarithmic in the final length, while the
-//! over-reservation never exceeds that fraction of what is in use: at any moment the buffer
+//! for 2048 tokens (docs/design.md, "Shape predictor"). Reserving a fixed *fraction* of the
+//! current size instead makes the number of reallocations logarithmic in the final length,
+//! while the over-reservation never exceeds that fraction of what is in use: at any moment the buffer
 //! was sized at most `ratio` times a need that has only grown since.
 //!
 //! The rule, for the last three shapes of an id:

@@ -114,7 +114,7 @@ impl Ledger {
         self.entries.get(id).map_or(0, |e| e.reserved_bytes)
     }
 
-    /// Decides the buffer of `id` for its new `shape` (DESIGN.md §3 `realloc_if_needed`):
+    /// Decides the buffer of `id` for its new `shape` (`realloc_if_needed`, docs/design.md):
     /// reuse it when big enough (the shape is recorded anyway), else grow it as the predictor's
     /// policy says (see the module docs); under [`Policy::Adaptive`] a reused buffer may be
     /// reclaimed. Block-quantized types have no bits per element for the predictor: their

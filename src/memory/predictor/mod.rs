@@ -6,8 +6,9 @@
 //! larger shape to allocate instead, so that the next iterations find the buffer big enough.
 //!
 //! Three [`Policy`]s:
-//! - [`Policy::Reference`] follows `reference/openvino-gpu-memory-preallocation.md` (DESIGN.md
-//!   §4) bit for bit: 3 shapes of history, *iterations-ahead* mode for small linear growth,
+//! - [`Policy::Reference`] follows the OpenVINO GPU plugin's preallocation rule
+//!   (docs/design.md) bit for bit: 3 shapes of history, *iterations-ahead* mode for small
+//!   linear growth,
 //!   *percentage* mode (`ratio`) otherwise.
 //! - [`Policy::Adaptive`] keeps the reference's answers where growth is small, but lets the
 //!   look-ahead of a linear-growth streak grow with the buffer (geometrically, capped at
@@ -278,7 +279,7 @@ impl fmt::Display for PredictorOptions {
 pub enum Policy {
     /// Never predict: buffers are allocated exactly as large as needed.
     None,
-    /// The reference plugin's rule, bit for bit (DESIGN.md §4).
+    /// The reference plugin's rule, bit for bit (docs/design.md).
     Reference,
     /// dynrt's rule: geometric look-ahead for linear growth, reclaim of mostly empty buffers.
     Adaptive,

@@ -1,5 +1,5 @@
-//! The reference policy, as `reference/openvino-gpu-memory-preallocation.md` and DESIGN.md §4
-//! specify it.
+//! The reference policy: the OpenVINO GPU plugin's preallocation rule, bit for bit
+//! (docs/design.md, "Shape predictor").
 
 use super::{add_steps, percentage, steps, PredictorError, PredictorOptions};
 use crate::shape::Shape;

@@ -1,7 +1,8 @@
 //! The device-free half of a request: shapes, sizing decisions and KV-cache bookkeeping.
 //!
 //! A [`Session`] runs `update_shape` and `realloc_if_needed` for every node of an iteration
-//! (DESIGN §3 steps 1 and 3) and keeps the KV-cache states (rows held, bytes valid, growth),
+//! (steps 1 and 3 of an iteration, docs/design.md) and keeps the KV-cache states (rows held,
+//! bytes valid, growth),
 //! over any [`Storage`]: the GPU executor ([`super::InferRequest`]) runs it on the engine's
 //! buffers, and its property tests run it on host storage. It never touches a device: it
 //! decides which buffer holds each node's output and how large, and tells the executor which
@@ -450,7 +451,7 @@ impl<S: Storage + Clone> Session<S> {
         }
     }
 
-    /// `realloc_if_needed` for an ordinary node (DESIGN §3 step 3): the sizer decides
+    /// `realloc_if_needed` for an ordinary node (step 3, docs/design.md): the sizer decides
     /// (reuse, predicted growth, reclaim), the storage provides.
     fn realloc_if_needed(&mut self, k: usize, shape: &Shape) -> Result<(), RunError> {
         let c = Arc::clone(&self.compiled);
