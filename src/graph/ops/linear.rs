@@ -7,13 +7,14 @@ use crate::graph::{GraphBuilder, NodeId};
 use crate::shape::{DType, Shape};
 
 /// `y[..., n] = sum_k x[..., k] * w[n, k]`: x f32 `[..., K]`, w `[N, K]` — the GGUF row
-/// layout, each of the N output rows K contiguous elements (in blocks of 32 for the block
-/// formats) — output f32 `[..., N]`. Inputs: x (f32), w ([`Linear::WEIGHT_TYPES`]).
+/// layout, each of the N output rows K contiguous elements (in blocks of 32 or 256 for the
+/// block formats) — output f32 `[..., N]`. Inputs: x (f32), w (any format of
+/// [`crate::formats`], [`Linear::accepts_weight`]).
 ///
 /// The weight keeps its format in device memory: the kernels (`src/gpu/kernels/quant.rs`)
-/// dequantize `q4_1` and `q8_0` blocks and widen `f16` as they read them. Block weights need
-/// K to be a multiple of 32 on the device (every GGUF tensor is); the CPU reference also
-/// takes a partial last block.
+/// dequantize blocks and widen `f16`/`bf16` as they read them. Block weights need K to be a
+/// multiple of the block on the device (every GGUF tensor is); the CPU reference also takes a
+/// partial last block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Linear;
 
