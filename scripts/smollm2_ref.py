@@ -9,6 +9,8 @@ python of scripts/pyenv.sh.
                   rows as a float32 .npy (steps x vocab)
   tokenize        encode strings with special tokens matched and as plain text; decode
   dequant         sha256 and first values of every tensor dequantized to float32
+  dequant-blocks  decode raw blocks of ggml types with gguf.quants.dequantize: DIR/TYPE.bin
+                  (whole blocks) to DIR/TYPE.f32 (little-endian float32)
   write-test-gguf write a small GGUF with every metadata type and F32/F16/Q8_0/Q4_1
                   tensors, and a JSON of what it holds (values as the package dequantizes)
 
@@ -291,6 +293,15 @@ def cmd_dequant(a):
         json.dump({"tensors": out}, f)
 
 
+def cmd_dequant_blocks(a):
+    for name in a.types:
+        qtype = GGMLQuantizationType[name]
+        _, type_size = GGML_QUANT_SIZES[qtype]
+        raw = np.fromfile(f"{a.dir}/{name}.bin", dtype=np.uint8).reshape(-1, type_size)
+        values = np.asarray(dequantize(raw, qtype), dtype=np.float32)
+        values.astype("<f4").tofile(f"{a.dir}/{name}.f32")
+
+
 def cmd_write_test_gguf(a):
     V = GGUFValueType
     w = GGUFWriter(a.out, arch="llama")
@@ -378,6 +389,10 @@ def main():
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)
     d.set_defaults(fn=cmd_dequant)
+    db = sub.add_parser("dequant-blocks")
+    db.add_argument("--dir", required=True)
+    db.add_argument("types", nargs="+", help="ggml type names (Q4_K, BF16, ...)")
+    db.set_defaults(fn=cmd_dequant_blocks)
     wt = sub.add_parser("write-test-gguf")
     wt.add_argument("--out", required=True)
     wt.add_argument("--json", required=True)

@@ -2,17 +2,13 @@
 // op, y[m, n] = sum_k x[m, k] * w[n, k], and the embedding gather from f16 / block tables.
 //
 // Weights w [N, K] are read as 32-bit words in the GGUF row layout. The format is a
-// pipeline-overridable constant (WEIGHT_FORMAT), so each format gets its own pipeline with the
-// switches folded away:
-//   0 f32   K words per row
-//   1 f16   element e = n * K + k is half (e & 1) of word e / 2
-//   2 q4_1  blocks of 32 elements in 20 bytes (5 words): word 0 = f16 d | f16 m << 16, words
-//           1..4 = 16 bytes of nibbles; byte j holds element j (low nibble) and j + 16 (high);
-//           value = d * q + m. Blocks are word aligned.
-//   3 q8_0  blocks of 32 elements in 34 bytes: f16 d, 32 i8 q; value = d * q. A block starts
-//           at a byte offset that is 0 or 2 mod 4; both cases read 9 words.
-// Block formats need K % 32 == 0 (checked on the host); f32 and f16 take any K (the last
-// partial block is read element by element).
+// pipeline-overridable constant (WEIGHT_FORMAT: the index of its row in the table of
+// src/formats, which also holds each format's WGSL decoder, composed into this module by
+// src/gpu/kernels/quant.rs), so each format gets its own pipeline with the switches folded
+// away. Rows are walked in 32-element chunks: a block format's decoder returns chunk `blk`
+// (a k-quant's 256-element super-block is 8 chunks). Block formats need K to be a multiple of
+// their block (checked on the host); plain formats (f32, f16, bf16) take any K (the last
+// partial chunk is read element by element).
 //
 // What bounds these kernels on llvmpipe/lavapipe
 // (docs/benchmarks/2026-11-21-kernels-lavapipe.md): every storage
@@ -21,7 +17,8 @@
 // So the linear kernels load each weight word once per call, reuse every loaded x value
 // across many weight rows, and keep x and the accumulators in registers; dot products of a
 // block use the raw quantized values, d * dot(x, q) + m * sum(x), so a q4_1 block costs 5
-// loads and no dequantization multiply per element.
+// loads and no dequantization multiply per element (formats whose chunk has more than one
+// scale return dequantized values with d = 1, m = 0).
 //
 // Entry points (linear):
 //   quant_matvec_wg8, quant_matvec_wg64  decode (a few rows of x): each invocation owns
@@ -60,7 +57,7 @@
 // x_offset and out_offset are in f32 elements, w_offset and table_offset in words, from each
 // binding's start. Workgroups are linearised over a 2-D grid (wid.x + wid.y * nwg.x).
 
-override WEIGHT_FORMAT: u32 = 2u;
+override WEIGHT_FORMAT: u32 = 0u;
 
 struct LinearParams {
     m: u32,
@@ -85,18 +82,29 @@ struct LinearParams {
 // Most output rows per invocation of quant_matvec_* and quant_regtile.
 const ROWS_MAX: u32 = 64u;
 
-// Element e of an f32 or f16 tensor starting at word wo (the partial last block of a row,
-// unaligned f16 rows, f16 tables).
-fn element_at(wo: u32, e: u32) -> f32 {
-    if WEIGHT_FORMAT == 0u {
-        return bitcast<f32>(w[wo + e]);
-    }
-    let h = unpack2x16float(w[wo + e / 2u]);
-    return select(h.x, h.y, (e & 1u) == 1u);
-}
-
 fn weight_at(n: u32, k: u32) -> f32 {
     return element_at(p.w_offset, n * p.k + k);
+}
+
+// Helpers of the format decoders (src/formats). Byte offsets `at` count from word wo.
+// Byte at.
+fn byte_at(wo: u32, at: u32) -> u32 {
+    return (w[wo + at / 4u] >> ((at & 3u) * 8u)) & 255u;
+}
+
+// The 4 bytes at .. at + 3, at any alignment (the second word is read only when needed).
+fn word_at(wo: u32, at: u32) -> u32 {
+    let i = wo + at / 4u;
+    let s = (at & 3u) * 8u;
+    if s == 0u {
+        return w[i];
+    }
+    return (w[i] >> s) | (w[i + 1u] << (32u - s));
+}
+
+// The f16 at the even byte offset at.
+fn f16_at(wo: u32, at: u32) -> f32 {
+    return unpack2x16float(w[wo + at / 4u] >> ((at & 2u) * 8u)).x;
 }
 
 // The 4 nibbles at bits shift, shift + 8, shift + 16, shift + 24 of q.
@@ -105,64 +113,27 @@ fn nibbles(q: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(v);
 }
 
+// Bits shift .. shift + 3 of q, as 0 or 1.
+fn bits4(q: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(shift, shift + 1u, shift + 2u, shift + 3u)) & vec4<u32>(1u));
+}
+
 // The 4 signed bytes of q, lowest first.
 fn bytes_i8(q: u32) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(bitcast<i32>(q)) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-// The 32 stored values of one block of a tensor starting at word wo, as 8 vec4s in element
-// order, and its (scale, minimum) in dm, so that value = dm.x * q + dm.y: block number blk for
-// the block formats, elements e .. e + 31 for f32 and f16 (dm = (1, 0)).
-fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
-    var v: array<vec4<f32>, 8>;
-    switch WEIGHT_FORMAT {
-        case 2u: {
-            let wi = wo + blk * 5u;
-            *dm = unpack2x16float(w[wi]);
-            for (var i = 0u; i < 4u; i++) {
-                let q = w[wi + 1u + i];
-                v[i] = nibbles(q, 0u);
-                v[i + 4u] = nibbles(q, 4u);
-            }
-        }
-        case 3u: {
-            let byte = wo * 4u + blk * 34u;
-            let wi = byte / 4u;
-            let odd = (byte & 2u) != 0u;
-            var u = w[wi];
-            *dm = vec2<f32>(unpack2x16float(select(u, u >> 16u, odd)).x, 0.0);
-            for (var i = 0u; i < 8u; i++) {
-                let next = w[wi + 1u + i];
-                let q = select((u >> 16u) | (next << 16u), next, odd);
-                u = next;
-                v[i] = bytes_i8(q);
-            }
-        }
-        case 1u: {
-            *dm = vec2<f32>(1.0, 0.0);
-            if (e & 1u) == 0u {
-                let wi = wo + e / 2u;
-                for (var i = 0u; i < 8u; i++) {
-                    v[i] = vec4<f32>(unpack2x16float(w[wi + 2u * i]), unpack2x16float(w[wi + 2u * i + 1u]));
-                }
-            } else {
-                for (var i = 0u; i < 8u; i++) {
-                    let j = e + 4u * i;
-                    v[i] = vec4<f32>(element_at(wo, j), element_at(wo, j + 1u), element_at(wo, j + 2u), element_at(wo, j + 3u));
-                }
-            }
-        }
-        default: {
-            *dm = vec2<f32>(1.0, 0.0);
-            let wi = wo + e;
-            for (var i = 0u; i < 8u; i++) {
-                let j = wi + 4u * i;
-                v[i] = bitcast<vec4<f32>>(vec4<u32>(w[j], w[j + 1u], w[j + 2u], w[j + 3u]));
-            }
-        }
-    }
-    return v;
-}
+// Composed after this file (src/gpu/kernels/quant.rs, from the table of src/formats):
+//   fn element_at(wo: u32, e: u32) -> f32
+//       element e of a plain-format (f32, f16, bf16) tensor starting at word wo (the partial
+//       last block of a row, f16 tables);
+//   fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8>
+//       the 32 stored values of one block of a tensor starting at word wo, as 8 vec4s in
+//       element order, and (scale, offset) in dm so that value = dm.x * q + dm.y: 32-element
+//       chunk blk for the block formats, elements e .. e + 31 for plain ones (dm = (1, 0));
+//   fn weight_is_block() -> bool
+//       whether WEIGHT_FORMAT is a block format;
+// and every format's decoder, which those call by WEIGHT_FORMAT.
 
 // The dequantized values of a block (see raw_block).
 fn block_values(wo: u32, blk: u32, e: u32) -> array<vec4<f32>, 8> {
@@ -526,7 +497,7 @@ fn quant_gather(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     let i = (wid.x + wid.y * nwg.x) * 64u + lidx;
-    if WEIGHT_FORMAT >= 2u {
+    if weight_is_block() {
         let per_row = gp.row / 32u;
         if i >= gp.num_ids * per_row {
             return;

@@ -91,6 +91,7 @@
 pub mod fetch;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fileio;
+pub mod formats;
 pub mod gguf;
 pub mod gpu;
 pub mod graph;

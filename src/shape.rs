@@ -18,7 +18,7 @@ pub enum ShapeError {
         bits: u32,
     },
     /// An element type name was not recognised.
-    #[error("unknown dtype `{name}`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_1, q8_0")]
+    #[error("unknown dtype `{name}`: expected one of {}", DType::names())]
     UnknownDType {
         /// The name as given.
         name: String,
@@ -34,7 +34,7 @@ pub enum ShapeError {
 }
 
 /// How many elements a block-quantized format packs into how many bytes (ggml's Q4_1: 32
-/// elements in 20 bytes, Q8_0: 32 in 34). Blocks run along the last dimension of a tensor.
+/// elements in 20 bytes, Q4_K: 256 in 144). Blocks run along the last dimension of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockLayout {
     /// Elements per block.
@@ -43,90 +43,101 @@ pub struct BlockLayout {
     pub bytes: u32,
 }
 
-/// Element type of a tensor: a plain element of a whole number of bits, or a block-quantized
-/// format whose size is counted in blocks ([`DType::block`]), never in bits per element.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 16-bit IEEE float.
-    F16,
-    /// 16-bit brain float (the top half of an f32).
-    BF16,
-    /// 64-bit signed integer (ONNX shape tensors; computed on the host).
-    I64,
-    /// 32-bit signed integer.
-    I32,
-    /// 32-bit unsigned integer.
-    U32,
-    /// 8-bit signed integer.
-    I8,
-    /// 8-bit unsigned integer.
-    U8,
-    /// Boolean, one byte per element (0 or 1), as ONNX stores it.
-    Bool,
-    /// ggml Q4_1: blocks of 32 elements in 20 bytes (f16 scale, f16 minimum, 16 bytes of
-    /// 4-bit values: element `i` is the low nibble of byte `i` for `i < 16`, else the high
-    /// nibble of byte `i - 16`; value = scale * q + minimum).
-    #[serde(rename = "q4_1")]
-    Q4_1,
-    /// ggml Q8_0: blocks of 32 elements in 34 bytes (f16 scale, 32 signed bytes; value =
-    /// scale * q).
-    #[serde(rename = "q8_0")]
-    Q8_0,
+macro_rules! dtype_enum {
+    ($($variant:ident $module:ident,)*) => {
+        /// Element type of a tensor: a plain element of a whole number of bits, or a
+        /// block-quantized format whose size is counted in blocks ([`DType::block`]), never in
+        /// bits per element. The block formats are the rows of [`crate::formats`]' table (one
+        /// variant each, its layout documented in that format's module).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        // ggml's names (`Q4_K`) are the vocabulary every reader of GGUF knows.
+        #[allow(non_camel_case_types)]
+        pub enum DType {
+            /// 32-bit float.
+            F32,
+            /// 16-bit IEEE float.
+            F16,
+            /// 16-bit brain float (the top half of an f32).
+            BF16,
+            /// 64-bit signed integer (ONNX shape tensors; computed on the host).
+            I64,
+            /// 32-bit signed integer.
+            I32,
+            /// 32-bit unsigned integer.
+            U32,
+            /// 8-bit signed integer.
+            I8,
+            /// 8-bit unsigned integer.
+            U8,
+            /// Boolean, one byte per element (0 or 1), as ONNX stores it.
+            Bool,
+            $(
+                #[doc = concat!("ggml ", stringify!($variant), ": a block format (see the `", stringify!($module), "` row of [`crate::formats::FORMATS`]).")]
+                $variant,
+            )*
+        }
+
+        impl DType {
+            /// Every element type, in the order error messages list them.
+            pub const ALL: &'static [DType] = &[
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::I64,
+                DType::I32,
+                DType::U32,
+                DType::I8,
+                DType::U8,
+                DType::Bool,
+                $(DType::$variant,)*
+            ];
+
+            /// Width of one element in bits; `None` for block-quantized formats, whose size is
+            /// only defined per block ([`DType::block`]).
+            pub fn bits(self) -> Option<u32> {
+                match self {
+                    DType::I64 => Some(64),
+                    DType::F32 | DType::I32 | DType::U32 => Some(32),
+                    DType::F16 | DType::BF16 => Some(16),
+                    DType::I8 | DType::U8 | DType::Bool => Some(8),
+                    $(DType::$variant => None,)*
+                }
+            }
+
+            /// Lower-case name (`f32`, `q4_1`, ...), as used in traces and on the CLI.
+            pub fn name(self) -> &'static str {
+                match self {
+                    DType::F32 => "f32",
+                    DType::F16 => "f16",
+                    DType::BF16 => "bf16",
+                    DType::I64 => "i64",
+                    DType::I32 => "i32",
+                    DType::U32 => "u32",
+                    DType::I8 => "i8",
+                    DType::U8 => "u8",
+                    DType::Bool => "bool",
+                    $(DType::$variant => stringify!($module),)*
+                }
+            }
+        }
+    };
 }
+crate::formats::block_format_table!(dtype_enum);
 
 impl DType {
-    /// Every element type, in the order error messages list them.
-    pub const ALL: [DType; 11] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::I64,
-        DType::I32,
-        DType::U32,
-        DType::I8,
-        DType::U8,
-        DType::Bool,
-        DType::Q4_1,
-        DType::Q8_0,
-    ];
-
-    /// Width of one element in bits; `None` for block-quantized formats, whose size is only
-    /// defined per block ([`DType::block`]).
-    pub fn bits(self) -> Option<u32> {
-        match self {
-            DType::I64 => Some(64),
-            DType::F32 | DType::I32 | DType::U32 => Some(32),
-            DType::F16 | DType::BF16 => Some(16),
-            DType::I8 | DType::U8 | DType::Bool => Some(8),
-            DType::Q4_1 | DType::Q8_0 => None,
-        }
-    }
-
     /// The block layout of a block-quantized format; `None` for plain element types.
     pub fn block(self) -> Option<BlockLayout> {
-        match self {
-            DType::Q4_1 => Some(BlockLayout {
-                elements: 32,
-                bytes: 20,
-            }),
-            DType::Q8_0 => Some(BlockLayout {
-                elements: 32,
-                bytes: 34,
-            }),
-            _ => None,
-        }
+        crate::formats::block_format(self).map(|f| BlockLayout {
+            elements: f.block_elements,
+            bytes: f.block_bytes,
+        })
     }
 
     /// Whether values are floating point (f32, f16, bf16, and the block formats, whose
     /// values dequantize to floats).
     pub fn is_float(self) -> bool {
-        matches!(
-            self,
-            DType::F32 | DType::F16 | DType::BF16 | DType::Q4_1 | DType::Q8_0
-        )
+        crate::formats::of_dtype(self).is_some()
     }
 
     /// Whether values are integers (bool included).
@@ -134,21 +145,16 @@ impl DType {
         !self.is_float()
     }
 
-    /// Lower-case name (`f32`, `q4_1`, ...), as used in traces and on the CLI.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::I64 => "i64",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::Bool => "bool",
-            DType::Q4_1 => "q4_1",
-            DType::Q8_0 => "q8_0",
-        }
+    /// Every name [`DType::from_str`](std::str::FromStr) accepts, for messages.
+    pub fn names() -> &'static str {
+        static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| {
+            DType::ALL
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
     }
 }
 
@@ -163,7 +169,8 @@ impl std::str::FromStr for DType {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let name = s.trim();
         DType::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|d| d.name() == name)
             .ok_or_else(|| ShapeError::UnknownDType {
                 name: name.to_string(),
@@ -354,7 +361,7 @@ mod tests {
         assert!("".parse::<Shape>().is_err());
         assert!("f64".parse::<DType>().is_err());
         assert_eq!("i8".parse::<DType>().unwrap().bits(), Some(8));
-        for d in DType::ALL {
+        for &d in DType::ALL {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
         }
     }

@@ -233,52 +233,25 @@ pub fn check_len(what: &str, shape: &Shape, dtype: DType, len: usize) -> Result<
     Ok(())
 }
 
-/// Float values of float bytes: f32 as is, f16/bf16 widened exactly, q4_1/q8_0 dequantized
-/// (every element of every block; a partial last block yields its whole 32 values).
+/// Float values of float bytes: f32 as is, f16/bf16 widened exactly, block formats
+/// dequantized by their [`crate::formats`] decoder (every element of every whole block; a
+/// partial last block yields its whole block of values).
 ///
 /// # Errors
 /// [`TensorError::Conversion`] for integer types.
 pub fn decode_f32(dtype: DType, bytes: &[u8]) -> Result<Vec<f32>, TensorError> {
-    let words2 = || {
-        bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    let Some(format) = crate::formats::of_dtype(dtype) else {
+        return Err(TensorError::Conversion {
+            dtype,
+            wanted: "floats",
+        });
     };
-    Ok(match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => words2().map(|w| half::f16::from_bits(w).to_f32()).collect(),
-        DType::BF16 => words2()
-            .map(|w| half::bf16::from_bits(w).to_f32())
-            .collect(),
-        DType::Q8_0 => {
-            let mut out = Vec::with_capacity(bytes.len() / 34 * 32);
-            for b in bytes.chunks_exact(34) {
-                let d = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-                out.extend(b[2..].iter().map(|&q| d * f32::from(q as i8)));
-            }
-            out
-        }
-        DType::Q4_1 => {
-            let mut out = Vec::with_capacity(bytes.len() / 20 * 32);
-            for b in bytes.chunks_exact(20) {
-                let d = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-                let m = half::f16::from_bits(u16::from_le_bytes([b[2], b[3]])).to_f32();
-                let qs = &b[4..];
-                out.extend(qs.iter().map(|&q| d * f32::from(q & 0x0F) + m));
-                out.extend(qs.iter().map(|&q| d * f32::from(q >> 4) + m));
-            }
-            out
-        }
-        _ => {
-            return Err(TensorError::Conversion {
-                dtype,
-                wanted: "floats",
-            })
-        }
-    })
+    let (bl, bb) = (format.block_elements as usize, format.block_bytes as usize);
+    let mut out = vec![0f32; bytes.len() / bb * bl];
+    for (block, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {
+        (format.decode)(block, o);
+    }
+    Ok(out)
 }
 
 /// Integer values of integer bytes (bool as 0/1), sign- or zero-extended to i64.

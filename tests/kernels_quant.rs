@@ -1,14 +1,16 @@
-//! The `quant` kernels against the CPU reference: `linear` (`x · wᵀ`) with q4_1, q8_0, f16
-//! and f32 weights, and the embedding `gather` from q8_0, q4_1 and f16 tables, on every test
+//! The `quant` kernels against the CPU reference: `linear` (`x · wᵀ`) with weights in every
+//! format of `dynrt::formats` (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k),
+//! and the embedding `gather` from tables in every format but f32, on every test
 //! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks), on seeded random
-//! shapes: K multiples of 32 (any K for f16/f32, odd K included), odd N, M = 1, 3, 8, 9, 64,
+//! shapes: K multiples of the format's block (32 or 256; any K for f16/bf16/f32, odd K
+//! included), odd N, M = 1, 3, 8, 9, 64,
 //! 200 and batch dimensions (so the matrix-vector kernel and both prefill kernels), unaligned
 //! tensor offsets, under every `QuantLayout` (the adapter's own, then the software and the
 //! hardware layouts forced). Then the same ops compiled into a `Network`, whose constants
 //! region holds the weights in their file format, and the real model's tensors when it is
 //! fetched (`dynrt fetch`; skipped otherwise unless `DYNRT_REQUIRE_MODEL=1`).
 //!
-//! Weights are random values in [-1, 1) quantized with ggml's rounding
+//! Weights are random values in [-1, 1) quantized by each format's quantizer
 //! (`dynrt::gguf::quantize`); the reference dequantizes the same bytes on the host
 //! (`tensor::decode_f32`) and accumulates in f64.
 //!
@@ -18,6 +20,7 @@
 //! * gather: atol 1e-6, rtol 1e-6 (one dequantization per value: `d * q + m` may be fused
 //!   into one rounding on the device and two on the host)
 
+use dynrt::formats::FORMATS;
 use dynrt::gguf::{quantize, GgmlType};
 use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
@@ -35,12 +38,14 @@ fn s(d: &[u64]) -> Shape {
 }
 
 fn ggml(d: DType) -> GgmlType {
-    match d {
-        DType::Q4_1 => GgmlType::Q4_1,
-        DType::Q8_0 => GgmlType::Q8_0,
-        DType::F16 => GgmlType::F16,
-        _ => GgmlType::F32,
-    }
+    dynrt::formats::of_dtype(d)
+        .unwrap_or_else(|| panic!("{d} is no weight format"))
+        .ggml
+}
+
+/// Elements per block of `d` (1 for plain formats).
+fn block_len(d: DType) -> u64 {
+    d.block().map_or(1, |b| u64::from(b.elements))
 }
 
 /// Random values in [-1, 1).
@@ -139,22 +144,26 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
         let mut cases = 0;
         for layout in layouts(&k) {
             k.set_quant_layout(layout);
-            for dtype in Linear::WEIGHT_TYPES {
-                // (x dims, N): M = 1, 3, 8 (matrix-vector), 9, 64, 200 (prefill), batch
-                // dims, odd N, a weight row count past one invocation's 64 rows.
+            for dtype in FORMATS.iter().map(|f| f.dtype) {
+                // (x dims with K in blocks of 32 elements, N): M = 1, 3, 8 (matrix-vector),
+                // 9, 64, 200 (prefill), batch dims, odd N, a weight row count past one
+                // invocation's 64 rows. K counts blocks of 32, or of 256 for the k-quants
+                // (rows of 1 to 5 super-blocks).
                 let shapes: [(&[u64], u64); 9] = [
-                    (&[1, 64], 7),
-                    (&[3, 96], 33),
-                    (&[8, 32], 65),
-                    (&[9, 128], 1),
-                    (&[64, 64], 129),
-                    (&[200, 96], 67),
-                    (&[2, 3, 160], 19),
-                    (&[2, 100, 32], 5),
-                    (&[1, 32], 2100),
+                    (&[1, 2], 7),
+                    (&[3, 3], 33),
+                    (&[8, 1], 65),
+                    (&[9, 4], 1),
+                    (&[64, 2], 129),
+                    (&[200, 3], 67),
+                    (&[2, 3, 5], 19),
+                    (&[2, 100, 1], 5),
+                    (&[1, 1], 2100),
                 ];
                 for (i, (xd, n)) in shapes.into_iter().enumerate() {
-                    let kd = *xd.last().unwrap();
+                    let kd = *xd.last().unwrap() * block_len(dtype).max(32);
+                    let xd = [&xd[..xd.len() - 1], &[kd][..]].concat();
+                    let xd = &xd[..];
                     let xv = values(&mut rng, s(xd).num_elements().unwrap());
                     let x = HostTensor::f32(s(xd), &xv);
                     let w = weight(&mut rng, dtype, n, kd);
@@ -171,7 +180,7 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
             }
             // f32 and f16 take any K: odd K puts f16 rows at half-word offsets, and the last
             // partial block is read element by element (every kernel).
-            for dtype in [DType::F16, DType::F32] {
+            for dtype in [DType::F16, DType::BF16, DType::F32] {
                 for (m, kd, n) in [(1, 45, 9), (3, 7, 5), (17, 45, 9), (70, 33, 3)] {
                     let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
                     let v = values(&mut rng, n * kd);
@@ -196,9 +205,9 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
         // Random shapes on the adapter's own layout: K a multiple of 32, N odd or not, M
         // across the kernels.
         k.set_quant_layout(QuantLayout::for_device(gpu.adapter_info().device_type));
-        for dtype in Linear::WEIGHT_TYPES {
+        for dtype in FORMATS.iter().map(|f| f.dtype) {
             for i in 0..6 {
-                let kd = 32 * rng.range(1, 9);
+                let kd = block_len(dtype).max(32) * rng.range(1, 9);
                 let n = rng.range(1, 150);
                 let m = [1, 2, 5, 8, 9, 33, 70][rng.range(0, 7) as usize];
                 let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
@@ -214,10 +223,13 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
                 cases += 1;
             }
         }
-        assert!(cases >= 3 * (4 * 9 + 8) + 24, "{cases}");
+        assert!(
+            cases >= 3 * (FORMATS.len() * 9 + 12) + 6 * FORMATS.len(),
+            "{cases}"
+        );
         // One pipeline per (entry point, format) at most, every later dispatch a cache hit.
         let st = k.stats();
-        assert!(st.misses <= 16, "{st:?}");
+        assert!(st.misses <= 4 * FORMATS.len() as u64, "{st:?}");
     }
 }
 
@@ -255,7 +267,35 @@ fn linear_refuses_partial_blocks_and_other_weight_types() {
             ),
             "{err}"
         );
-        let w = HostTensor::from_f32_values(s(&[3, 48]), DType::BF16, &[0.5; 144]).unwrap();
+        // q4_k rows of 288 elements: one super-block and a bit.
+        let x288 = HostTensor::f32(s(&[1, 288]), &values(&mut rng, 288));
+        let w = HostTensor {
+            shape: s(&[3, 288]),
+            dtype: DType::Q4_K,
+            bytes: vec![0; 3 * 2 * 144],
+        };
+        let err = run_op(
+            &engine,
+            &mut k,
+            &Op::Linear(Linear),
+            &[x288, w],
+            &s(&[1, 3]),
+            DType::F32,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RunOpError::Kernel(KernelError::PartialBlock {
+                    k: 288,
+                    block: 256,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        let w = HostTensor::from_f32_values(s(&[3, 48]), DType::I8, &[1.0; 144]).unwrap();
         let err = run_op(
             &engine,
             &mut k,
@@ -271,10 +311,10 @@ fn linear_refuses_partial_blocks_and_other_weight_types() {
             "{err}"
         );
     }
-    // At build time: a bf16 weight, naming the node.
+    // At build time: an i8 weight, naming the node.
     let mut b = GraphBuilder::new();
     let x = b.input("x", &[Dim::sym("seq"), Dim::Fixed(32)], DType::F32);
-    let w = b.input("w", &[Dim::Fixed(4), Dim::Fixed(32)], DType::BF16);
+    let w = b.input("w", &[Dim::Fixed(4), Dim::Fixed(32)], DType::I8);
     let y = b.linear("proj", x, w);
     b.output(y);
     let err = b.build().unwrap_err();
@@ -282,19 +322,25 @@ fn linear_refuses_partial_blocks_and_other_weight_types() {
         matches!(&err, GraphError::DType { node, .. } if node == "proj"),
         "{err}"
     );
-    assert!(err.to_string().contains("q4_1, q8_0, f16 or f32"), "{err}");
+    assert!(err.to_string().contains("q4_1, q5_0"), "{err}");
+    assert!(err.to_string().contains("q6_k"), "{err}");
 }
 
 #[test]
-fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
+fn gather_dequantizes_rows_of_every_table_format() {
     for gpu in testing::gpus_or_skip("gather_dequantizes_rows") {
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(21);
-        for dtype in [DType::Q8_0, DType::Q4_1, DType::F16] {
+        let tables = FORMATS.iter().map(|f| f.dtype).filter(|&d| d != DType::F32);
+        for dtype in tables {
+            // Row lengths in blocks of 32 (or 256 for the k-quants): 2, 1, 18 (SmolLM2's
+            // 576) and 3 of 256.
+            let unit = block_len(dtype).max(32);
+            let long = if unit == 256 { 3 } else { 18 };
             for (v, d, ids) in [
-                (50u64, 64u64, vec![3i32, 0, 49]),
-                (7, 32, vec![6, -1, 7, 2, 2]),
-                (300, 576, vec![299, 1, 150]),
+                (50u64, 2 * unit, vec![3i32, 0, 49]),
+                (7, unit, vec![6, -1, 7, 2, 2]),
+                (300, long * unit, vec![299, 1, 150]),
             ] {
                 let table = weight(&mut rng, dtype, v, d);
                 let ids = HostTensor::i32(s(&[ids.len() as u64]), &ids);
@@ -308,7 +354,7 @@ fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
                 );
             }
             // Ids with batch dimensions.
-            let table = weight(&mut rng, dtype, 40, 96);
+            let table = weight(&mut rng, dtype, 40, 3 * unit);
             let ids = HostTensor::i32(s(&[2, 3]), &[1, 39, 0, 5, 40, 12]);
             check(
                 &gpu,
@@ -319,22 +365,24 @@ fn gather_dequantizes_rows_of_q8_0_q4_1_and_f16_tables() {
                 &format!("gather {dtype} batch ids"),
             );
         }
-        // f16 rows of odd length start at half-word offsets.
-        let v = values(&mut rng, 9 * 15);
-        let table = HostTensor {
-            shape: s(&[9, 15]),
-            dtype: DType::F16,
-            bytes: quantize("t", GgmlType::F16, &v).unwrap(),
-        };
-        let ids = HostTensor::i32(s(&[4]), &[8, 3, 0, 5]);
-        check(
-            &gpu,
-            &mut k,
-            &Op::Gather(Gather::default()),
-            &[table, ids],
-            GATHER_TOL,
-            "gather f16 odd rows",
-        );
+        // f16 and bf16 rows of odd length start at half-word offsets.
+        for dtype in [DType::F16, DType::BF16] {
+            let v = values(&mut rng, 9 * 15);
+            let table = HostTensor {
+                shape: s(&[9, 15]),
+                dtype,
+                bytes: quantize("t", ggml(dtype), &v).unwrap(),
+            };
+            let ids = HostTensor::i32(s(&[4]), &[8, 3, 0, 5]);
+            check(
+                &gpu,
+                &mut k,
+                &Op::Gather(Gather::default()),
+                &[table, ids],
+                GATHER_TOL,
+                &format!("gather {dtype} odd rows"),
+            );
+        }
     }
 }
 

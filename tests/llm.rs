@@ -125,9 +125,10 @@ fn compare(ctx: &str, ours: &dynrt::llm::Generation, r: &Reference, atol: f32) -
 
 /// The tiny models the tests run: SmolLM2's structure (GQA, Q4_1 projections, tied Q8_0
 /// embedding), plain multi-head attention with an untied F16 head and F32 projections,
-/// and heads wider than width / heads.
+/// heads wider than width / heads, and one model per other weight format of
+/// `dynrt::formats` (as projections, and as embeddings and heads).
 fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
-    vec![
+    let mut models = vec![
         ("gqa-q4_1-tied", TinyLlama::default()),
         (
             "mha-f32-untied",
@@ -149,7 +150,48 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
                 ..TinyLlama::default()
             },
         ),
-    ]
+    ];
+    // The other 32-element formats and bf16, as projections and as embeddings (gathered, and
+    // the head: tied, or untied in the same type).
+    for (name, proj, embd, untied) in [
+        ("q4_0-q5_1-untied", GgmlType::Q4_0, GgmlType::Q5_1, true),
+        ("q5_0-bf16-embd", GgmlType::Q5_0, GgmlType::BF16, false),
+        ("q5_1-q4_0-embd", GgmlType::Q5_1, GgmlType::Q4_0, false),
+        ("bf16-q5_0-embd", GgmlType::BF16, GgmlType::Q5_0, false),
+    ] {
+        models.push((
+            name,
+            TinyLlama {
+                projection_type: proj,
+                embedding_type: embd,
+                untied_output: untied,
+                ..TinyLlama::default()
+            },
+        ));
+    }
+    // K-quants need rows of 256: width, attention width and FFN of 256. The first is a
+    // Q4_K_M file's mix (Q4_K projections, a Q6_K embedding and head).
+    for (name, proj, embd, untied) in [
+        ("q4_k-q6_k-embd", GgmlType::Q4_K, GgmlType::Q6_K, false),
+        ("q5_k-q4_k-untied", GgmlType::Q5_K, GgmlType::Q4_K, true),
+        ("q6_k-q5_k-embd", GgmlType::Q6_K, GgmlType::Q5_K, false),
+        ("q3_k-q2_k-embd", GgmlType::Q3_K, GgmlType::Q2_K, false),
+        ("q2_k-q3_k-embd", GgmlType::Q2_K, GgmlType::Q3_K, false),
+    ] {
+        models.push((
+            name,
+            TinyLlama {
+                embedding_len: 256,
+                head_dim: 64,
+                ffn_len: 256,
+                projection_type: proj,
+                embedding_type: embd,
+                untied_output: untied,
+                ..TinyLlama::default()
+            },
+        ));
+    }
+    models
 }
 
 fn tiny_file(dir: &Path, name: &str, t: &TinyLlama) -> (PathBuf, Vec<u8>) {
@@ -423,22 +465,31 @@ fn bad_model_files_are_typed_errors_and_leave_nothing_allocated() {
         }
         e => panic!("{e}"),
     }
-    // A type GGUF defines but dynrt does not run: f16 projections relabelled bf16 (the
+    // A type GGUF defines but dynrt does not run: f16 projections relabelled i16 (the
     // same bytes per element, so the file itself stays valid).
-    let mut bf16 = TinyLlama {
+    let mut i16_file = TinyLlama {
         projection_type: GgmlType::F16,
         ..TinyLlama::default()
     }
     .build(5)
     .unwrap();
-    let at = tensor_info_type_at(&bf16, "blk.0.attn_k.weight");
-    bf16[at..at + 4].copy_from_slice(&GgmlType::BF16.id().to_le_bytes());
-    match load(bf16) {
-        LlmError::UnsupportedWeight { tensor, ggml_type } => {
+    let at = tensor_info_type_at(&i16_file, "blk.0.attn_k.weight");
+    i16_file[at..at + 4].copy_from_slice(&GgmlType::I16.id().to_le_bytes());
+    match load(i16_file) {
+        e @ LlmError::UnsupportedWeight { .. } => {
+            let LlmError::UnsupportedWeight { tensor, ggml_type } = &e else {
+                unreachable!()
+            };
             assert_eq!(
-                (tensor.as_str(), ggml_type),
-                ("blk.0.attn_k.weight", "BF16")
-            )
+                (tensor.as_str(), *ggml_type),
+                ("blk.0.attn_k.weight", "I16")
+            );
+            // The message lists what dynrt does run, from the format table.
+            let text = e.to_string();
+            assert!(
+                text.contains("I16") && text.contains("Q4_K, Q5_K, Q6_K"),
+                "{text}"
+            );
         }
         e => panic!("{e}"),
     }

@@ -20,7 +20,7 @@
 
 use super::generate::{model_path, ModelArgs};
 use anyhow::Context;
-use dynrt::gguf::{quantize, GgmlType, LlamaConfig};
+use dynrt::gguf::{quantize, LlamaConfig};
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
 use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
@@ -457,10 +457,10 @@ fn operand_buffer(
     let bytes: Vec<u8> = match dtype {
         DType::F32 => bytemuck::cast_slice(&values).to_vec(),
         DType::I32 => vec![0u8; n as usize * 4],
-        DType::Q4_1 => quantize("bench", GgmlType::Q4_1, &values)?,
-        DType::Q8_0 => quantize("bench", GgmlType::Q8_0, &values)?,
-        DType::F16 => quantize("bench", GgmlType::F16, &values)?,
-        other => anyhow::bail!("no bench operand of type {other}"),
+        other => match dynrt::formats::of_dtype(other) {
+            Some(f) => quantize("bench", f.ggml, &values)?,
+            None => anyhow::bail!("no bench operand of type {other}"),
+        },
     };
     let mut padded = bytes;
     padded.resize(padded.len().div_ceil(4) * 4, 0);
@@ -478,12 +478,7 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
     let gpu = engine.gpu();
     let c = model.config();
     let proj = DType::Q4_1;
-    let embd = match c.embedding_type {
-        GgmlType::Q8_0 => DType::Q8_0,
-        GgmlType::F16 => DType::F16,
-        GgmlType::Q4_1 => DType::Q4_1,
-        _ => DType::F32,
-    };
+    let embd = dynrt::llm::weight_dtype(c.embedding_type).unwrap_or(DType::F32);
     let mut kernels = Kernels::new(gpu);
     let mut rng = SplitMix64::new(3);
     let mut rows = Vec::new();

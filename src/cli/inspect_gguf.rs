@@ -4,7 +4,7 @@
 //! of this device (the longest context it holds, the largest tensor one binding takes).
 //! The file is mapped, not read; nothing goes to the device.
 
-use dynrt::gguf::{GgmlType, LlamaConfig, MappedGguf};
+use dynrt::gguf::{LlamaConfig, MappedGguf};
 use dynrt::gpu::{Gpu, GpuOptions};
 use dynrt::graph::ops::rope_table_rows;
 use dynrt::llm::{context_on_device, weight_dtype};
@@ -50,9 +50,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
         problems.push(format!(
             "tensor types dynrt does not hold: {} (it holds {})",
             unsupported.join(", "),
-            [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1]
-                .map(GgmlType::name)
-                .join(", ")
+            dynrt::formats::ggml_names()
         ));
     }
     // The device's limits, where there is an adapter (inspect works without one).

@@ -1,40 +1,24 @@
 //! CPU dequantization into `f32`: the reference the GPU kernels are checked against.
 //!
-//! Block layouts (ggml's, little-endian):
-//! - `Q4_1`, 20 bytes per 32 elements: f16 scale `d`, f16 minimum `m`, 16 bytes `qs`;
-//!   element `j < 16` is `d * (qs[j] & 15) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
-//! - `Q8_0`, 34 bytes per 32 elements: f16 scale `d`, 32 `i8` values `q`; element `j` is
-//!   `d * q[j]`.
-//! - `F16`: IEEE half floats; `F32`: floats.
-//!
-//! A test compares these with the Python `gguf` package's `dequantize` on every tensor of the
-//! real model and on files that package writes.
+//! The block layouts and decoders are the rows of [`crate::formats`]; this module applies
+//! them to whole tensors with GGUF's checks. A test compares every decoder bit for bit with
+//! the Python `gguf` package's `dequantize` on random blocks (`tests/quant_formats.rs`), and
+//! the real model's tensors and files that package writes with it (`src/gguf/tests.rs`).
 
 use super::{GgmlType, Gguf, GgufError};
-use half::f16;
+use crate::formats::{self, Format};
 
-/// The types [`dequantize`] handles, for messages.
-pub const DEQUANTIZE_TYPES: &str = "F32, F16, Q4_1, Q8_0";
-
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+/// The types [`dequantize`] handles, for messages (`"F32, F16, BF16, Q4_0, ..."`).
+pub fn dequantize_types() -> &'static str {
+    formats::ggml_names()
 }
 
-fn q4_1_block(block: &[u8], out: &mut [f32]) {
-    let d = f16_at(block, 0);
-    let m = f16_at(block, 2);
-    let (lo, hi) = out.split_at_mut(16);
-    for (j, &q) in block[4..20].iter().enumerate() {
-        lo[j] = d * f32::from(q & 0x0F) + m;
-        hi[j] = d * f32::from(q >> 4) + m;
-    }
-}
-
-fn q8_0_block(block: &[u8], out: &mut [f32]) {
-    let d = f16_at(block, 0);
-    for (o, &q) in out.iter_mut().zip(&block[2..34]) {
-        *o = d * f32::from(q as i8);
-    }
+fn format_of(label: &str, ty: GgmlType) -> Result<&'static Format, GgufError> {
+    formats::of_ggml(ty).ok_or_else(|| GgufError::UnsupportedTensorType {
+        tensor: label.to_owned(),
+        ty,
+        supported: dequantize_types(),
+    })
 }
 
 /// Dequantizes `src`, the bytes of `dst.len()` elements of type `ty`, into `dst`.
@@ -42,23 +26,11 @@ fn q8_0_block(block: &[u8], out: &mut [f32]) {
 /// `label` names what is dequantized (a tensor) in errors.
 ///
 /// # Errors
-/// [`GgufError::UnsupportedTensorType`] for a type outside [`DEQUANTIZE_TYPES`];
+/// [`GgufError::UnsupportedTensorType`] for a type outside [`dequantize_types`];
 /// [`GgufError::PartialBlock`] when `dst.len()` is not a whole number of blocks;
 /// [`GgufError::LengthMismatch`] when `src` is not exactly the bytes of `dst.len()` elements.
 pub fn dequantize(label: &str, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), GgufError> {
-    let block_fn: fn(&[u8], &mut [f32]) = match ty {
-        GgmlType::F32 => |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        GgmlType::F16 => |b, o| o[0] = f16_at(b, 0),
-        GgmlType::Q4_1 => q4_1_block,
-        GgmlType::Q8_0 => q8_0_block,
-        _ => {
-            return Err(GgufError::UnsupportedTensorType {
-                tensor: label.to_owned(),
-                ty,
-                supported: DEQUANTIZE_TYPES,
-            })
-        }
-    };
+    let format = format_of(label, ty)?;
     let n = dst.len() as u64;
     let Some(expected_bytes) = ty.size_bytes(n) else {
         return Err(GgufError::PartialBlock {
@@ -75,21 +47,23 @@ pub fn dequantize(label: &str, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Res
             actual_bytes: src.len() as u64,
         });
     }
-    let (bl, bb) = (ty.block_len() as usize, ty.block_bytes() as usize);
+    let (bl, bb) = (format.block_elements as usize, format.block_bytes as usize);
     for (block, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(bl)) {
-        block_fn(block, out);
+        (format.decode)(block, out);
     }
     Ok(())
 }
 
-/// Quantizes `src` to `ty` (`Q8_0`, `Q4_1`, `F16` or `F32`) with ggml's reference rounding,
-/// for building test models and checking kernels; `src.len()` must be a whole number of
-/// blocks. Returns the blocks' bytes.
+/// Quantizes `src` to `ty` (any type of [`dequantize_types`]) with each format's simple
+/// quantizer ([`Format::quantize`]: ggml's reference rounding for the 32-element formats, a
+/// min/max fit for the k-quants), for building test models and checking kernels;
+/// `src.len()` must be a whole number of blocks. Returns the blocks' bytes.
 ///
 /// # Errors
 /// [`GgufError::UnsupportedTensorType`], [`GgufError::PartialBlock`].
 pub fn quantize(label: &str, ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, GgufError> {
-    let bl = ty.block_len() as usize;
+    let format = format_of(label, ty)?;
+    let bl = format.block_elements as usize;
     if src.len() % bl != 0 {
         return Err(GgufError::PartialBlock {
             tensor: label.to_owned(),
@@ -98,40 +72,9 @@ pub fn quantize(label: &str, ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, GgufE
             block_len: bl as u64,
         });
     }
-    let mut out = Vec::with_capacity(src.len() / bl * ty.block_bytes() as usize);
-    match ty {
-        GgmlType::F32 => src.iter().for_each(|x| out.extend(x.to_le_bytes())),
-        GgmlType::F16 => src
-            .iter()
-            .for_each(|&x| out.extend(f16::from_f32(x).to_le_bytes())),
-        GgmlType::Q8_0 => {
-            for block in src.chunks_exact(32) {
-                let amax = block.iter().fold(0f32, |a, x| a.max(x.abs()));
-                let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(block.iter().map(|&x| (x * id).round() as i8 as u8));
-            }
-        }
-        GgmlType::Q4_1 => {
-            for block in src.chunks_exact(32) {
-                let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-                let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let d = (max - min) / 15.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(f16::from_f32(min).to_le_bytes());
-                let q = |x: f32| (((x - min) * id + 0.5) as u8).min(15);
-                out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
-            }
-        }
-        _ => {
-            return Err(GgufError::UnsupportedTensorType {
-                tensor: label.to_owned(),
-                ty,
-                supported: DEQUANTIZE_TYPES,
-            })
-        }
+    let mut out = Vec::with_capacity(src.len() / bl * format.block_bytes as usize);
+    for block in src.chunks_exact(bl) {
+        (format.quantize)(block, &mut out);
     }
     Ok(out)
 }
@@ -183,6 +126,7 @@ impl Gguf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     fn h(x: f32) -> [u8; 2] {
         f16::from_f32(x).to_le_bytes()
@@ -217,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn quantize_then_dequantize_is_close() {
+    fn quantize_then_dequantize_is_close_for_the_32_element_formats() {
         let x: Vec<f32> = (0..64)
             .map(|i| ((i * 37 % 64) as f32 - 31.5) / 8.0)
             .collect();
@@ -253,9 +197,9 @@ mod tests {
             Err(GgufError::PartialBlock { .. })
         ));
         assert!(matches!(
-            dequantize("t", GgmlType::Q6_K, &[], &mut []),
+            dequantize("t", GgmlType::IQ2_XXS, &[], &mut []),
             Err(GgufError::UnsupportedTensorType {
-                ty: GgmlType::Q6_K,
+                ty: GgmlType::IQ2_XXS,
                 ..
             })
         ));

@@ -44,7 +44,7 @@ mod value;
 mod writer;
 
 pub use config::LlamaConfig;
-pub use dequant::{dequantize, quantize, DEQUANTIZE_TYPES};
+pub use dequant::{dequantize, dequantize_types, quantize};
 pub use error::GgufError;
 pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX_DIMS};
 #[cfg(not(target_arch = "wasm32"))]

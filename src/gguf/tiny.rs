@@ -29,7 +29,8 @@ pub struct TinyLlama {
     pub rope_base: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
-    /// Type of the projections (`Q4_1` like SmolLM2, or `Q8_0`, `F16`, `F32`).
+    /// Type of the projections (`Q4_1` like SmolLM2, or any type of `dynrt::formats`; the
+    /// k-quants need widths that are multiples of 256).
     pub projection_type: GgmlType,
     /// Type of the embedding (`Q8_0` like SmolLM2).
     pub embedding_type: GgmlType,

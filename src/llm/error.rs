@@ -20,7 +20,10 @@ pub enum LlmError {
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] TokenizerError),
     /// A tensor of a type dynrt cannot hold on the device.
-    #[error("tensor `{tensor}` has type {ggml_type}, which dynrt cannot run (supported: F32, F16, Q8_0, Q4_1)")]
+    #[error(
+        "tensor `{tensor}` has type {ggml_type}, which dynrt cannot run (supported: {})",
+        crate::formats::ggml_names()
+    )]
     UnsupportedWeight {
         /// The tensor's name.
         tensor: String,

@@ -57,7 +57,7 @@ pub mod labels {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WeightFormat {
-    /// As stored in the file (Q4_1, Q8_0, F16, F32): the bytes of the memory map go to the
+    /// As stored in the file (any type of [`crate::formats::FORMATS`]): the bytes of the memory map go to the
     /// device unchanged, the `linear` kernels dequantize blocks as they read them, the
     /// embedding rows are gathered from the quantized table, and the tied head is a
     /// `linear` on that same table. Device bytes for weights equal the file's tensor bytes
@@ -81,16 +81,11 @@ pub struct LlamaGraph {
     pub weight_bytes: u64,
 }
 
-/// The dtype a GGUF tensor of type `ty` has on the device, for the types dynrt can hold
-/// (`None` for the others: such a tensor is [`LlmError::UnsupportedWeight`]).
+/// The dtype a GGUF tensor of type `ty` has on the device: that of its row in
+/// [`crate::formats::FORMATS`] (`None` for the other types: such a tensor is
+/// [`LlmError::UnsupportedWeight`]).
 pub fn weight_dtype(ty: GgmlType) -> Option<DType> {
-    Some(match ty {
-        GgmlType::F32 => DType::F32,
-        GgmlType::F16 => DType::F16,
-        GgmlType::Q8_0 => DType::Q8_0,
-        GgmlType::Q4_1 => DType::Q4_1,
-        _ => return None,
-    })
+    crate::formats::of_ggml(ty).map(|f| f.dtype)
 }
 
 struct Builder<'a> {

@@ -14,7 +14,7 @@ pub const WGSL: &str = include_str!("../../../shaders/attention.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "attention",
-    source: WGSL,
+    source: || WGSL,
     bindings: |_| &[1, 2, 3, 4],
     unchecked: &[],
 };

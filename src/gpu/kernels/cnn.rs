@@ -16,7 +16,7 @@ pub const WGSL: &str = include_str!("../../../shaders/cnn.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "cnn",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "cnn_batch_norm" => &[1, 2, 3, 4, 5, 6],
         _ => &[1, 6],

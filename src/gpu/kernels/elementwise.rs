@@ -31,7 +31,7 @@ pub const WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "elementwise",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| {
         if entry.starts_with("elementwise_unary") {
             &[1, 2]

@@ -14,7 +14,7 @@ pub const WGSL: &str = include_str!("../../../shaders/generate.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "generate",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "generate_trilu" => &[1, 3],
         _ => &[1, 2, 3],

@@ -20,7 +20,7 @@ pub const WGSL: &str = include_str!("../../../shaders/logic.wgsl");
 /// [`Encoder::unused`]).
 pub const FAMILY: Family = Family {
     name: "logic",
-    source: WGSL,
+    source: || WGSL,
     bindings: |_| &[1, 2, 3, 4],
     unchecked: &[],
 };

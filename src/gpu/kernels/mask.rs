@@ -15,7 +15,7 @@ pub const WGSL: &str = include_str!("../../../shaders/mask.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "mask",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "mask_causal" => &[1, 4],
         _ => &[1, 2, 3, 4],

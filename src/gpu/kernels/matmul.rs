@@ -21,7 +21,7 @@ pub const WGSL: &str = include_str!("../../../shaders/matmul.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "matmul",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "matmul_conv" | "matmul_conv4" => &[1, 2, 3, 4],
         "matmul_scale" => &[3],

@@ -66,8 +66,9 @@ pub use uniforms::UniformArena;
 pub struct Family {
     /// The file stem (`shaders/<name>.wgsl`); entry points are named `<name>_<variant>`.
     pub name: &'static str,
-    /// The WGSL source.
-    pub source: &'static str,
+    /// The WGSL source (composed once, for families whose file is completed from a table:
+    /// `quant` adds the weight formats' decoders).
+    pub source: fn() -> &'static str,
     /// Storage binding numbers of an entry point.
     pub bindings: fn(&str) -> &'static [u32],
     /// Entry points compiled without wgpu's runtime bounds checks (from a second module of
@@ -557,7 +558,7 @@ impl Kernels {
             .or_insert_with(|| {
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(family.name),
-                    source: wgpu::ShaderSource::Wgsl(family.source.into()),
+                    source: wgpu::ShaderSource::Wgsl((family.source)().into()),
                 };
                 if checked {
                     device.create_shader_module(desc)
@@ -823,8 +824,8 @@ mod tests {
     fn every_family_validates_with_naga_and_names_its_entries() {
         let mut entries = 0;
         for f in FAMILIES {
-            let m =
-                crate::gpu::validate_wgsl(f.source).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            let m = crate::gpu::validate_wgsl((f.source)())
+                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
             for ep in &m.entry_points {
                 assert!(
                     ep.name.starts_with(&format!("{}_", f.name)),

@@ -25,7 +25,7 @@ pub const WGSL: &str = include_str!("../../../shaders/movement.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "movement",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "movement_copy" => &[1, 3],
         "movement_gather" | "movement_slice" | "movement_split_sized" => &[1, 2, 3],
@@ -731,7 +731,8 @@ impl Kernel for Concat {
 impl Kernel for Gather {
     /// Data of 32- or 64-bit elements; i32, u32 or i64 ids (negative ones count from the
     /// end, others out of range give zeros: the runtime checks them, on the host or with
-    /// [`encode_index_check`], and reports them as errors). Or an f16/q4_1/q8_0 table gathered on axis 0
+    /// [`encode_index_check`], and reports them as errors). Or an f16, bf16 or block-quantized
+    /// table gathered on axis 0
     /// and dequantized to f32 rows ([`quant::encode_gather`]) with i32 or u32 ids (negative
     /// ones count from the end there too).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
@@ -741,7 +742,7 @@ impl Kernel for Gather {
             return if ids_ok && self.axis == 0 && output == DType::F32 {
                 Ok(())
             } else {
-                Err("an f16, q4_1 or q8_0 table gathered on axis 0 into f32, with i32 or u32 ids")
+                Err("a table of a weight format gathered on axis 0 into f32, with i32 or u32 ids")
             };
         }
         let ids_ok = matches!(inputs.get(1), Some(DType::I32 | DType::U32 | DType::I64));

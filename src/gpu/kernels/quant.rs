@@ -1,8 +1,9 @@
 //! The `quant` family (`shaders/quant.wgsl`): kernels that read weights in their stored
-//! format (q4_1, q8_0, f16, f32; GGUF row layout) and dequantize as they read, so a model's
-//! weights stay as compact on the device as in its file (no repacking: q8_0's 34-byte blocks
-//! are read at either word alignment). The weight format is the pipeline's specialisation
-//! constant.
+//! format (every row of [`crate::formats::FORMATS`]; GGUF row layout) and dequantize as they
+//! read, so a model's weights stay as compact on the device as in its file (no repacking:
+//! q8_0's 34-byte blocks are read at either word alignment). The weight format is the
+//! pipeline's specialisation constant, the index of its row in the table; the shader is the
+//! file plus every format's WGSL decoder and a dispatch on that index ([`wgsl`]).
 //!
 //! The `linear` op (`y = x · wᵀ`) has a matrix-vector kernel for decode (M <=
 //! [`QuantLayout::matvec_max_m`] rows of x: each invocation owns several output rows, so every loaded x
@@ -16,19 +17,83 @@
 
 use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use crate::formats::FORMATS;
 use crate::gpu::wgpu;
 use crate::graph::ops::linear::infer;
 use crate::graph::ops::Linear;
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/quant.wgsl`.
+/// `shaders/quant.wgsl`: the kernels, without the format decoders.
 pub const WGSL: &str = include_str!("../../../shaders/quant.wgsl");
+
+/// The family's source: `shaders/quant.wgsl`, every format's decoder, and `element_at`,
+/// `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT` (composed once).
+pub fn wgsl() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(compose)
+}
+
+fn compose() -> String {
+    use std::fmt::Write;
+    let mut s = String::from(WGSL);
+    let mut elements = String::new();
+    let mut blocks = String::new();
+    let mut first_block = FORMATS.len();
+    for (code, f) in FORMATS.iter().enumerate() {
+        let _ = write!(
+            s,
+            "\n// ---- {} (src/formats, WEIGHT_FORMAT {code})\n{}",
+            f.name, f.wgsl
+        );
+        if f.is_block() {
+            first_block = first_block.min(code);
+            let _ = writeln!(
+                blocks,
+                "        case {code}u: {{ return {}_block(wo, blk, dm); }}",
+                f.name
+            );
+        } else {
+            let _ = writeln!(
+                elements,
+                "        case {code}u: {{ return {}_element(wo, e); }}",
+                f.name
+            );
+            let _ = writeln!(
+                blocks,
+                "        case {code}u: {{ *dm = vec2<f32>(1.0, 0.0); return {}_run(wo, e); }}",
+                f.name
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        "
+// ---- the dispatch on WEIGHT_FORMAT (src/gpu/kernels/quant.rs)
+fn element_at(wo: u32, e: u32) -> f32 {{
+    switch WEIGHT_FORMAT {{
+{elements}        default: {{ return 0.0; }}
+    }}
+}}
+
+fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {{
+    switch WEIGHT_FORMAT {{
+{blocks}        default: {{ *dm = vec2<f32>(1.0, 0.0); return array<vec4<f32>, 8>(); }}
+    }}
+}}
+
+fn weight_is_block() -> bool {{
+    return WEIGHT_FORMAT >= {first_block}u;
+}}
+"
+    );
+    s
+}
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "quant",
-    source: WGSL,
+    source: wgsl,
     bindings: |entry| match entry {
         "quant_gather" => &[2, 3, 4],
         _ => &[1, 2, 3],
@@ -148,16 +213,13 @@ pub struct GatherParams {
     pub _pad: u32,
 }
 
-/// The `WEIGHT_FORMAT` constant of the WGSL for a weight type, `None` for types the kernels
-/// do not read.
+/// The `WEIGHT_FORMAT` constant of the WGSL for a weight type (the index of its row in
+/// [`FORMATS`]), `None` for types the kernels do not read.
 pub fn weight_format(dtype: DType) -> Option<u32> {
-    match dtype {
-        DType::F32 => Some(0),
-        DType::F16 => Some(1),
-        DType::Q4_1 => Some(2),
-        DType::Q8_0 => Some(3),
-        _ => None,
-    }
+    FORMATS
+        .iter()
+        .position(|f| f.dtype == dtype)
+        .map(|i| i as u32)
 }
 
 impl Kernel for Linear {
@@ -168,7 +230,7 @@ impl Kernel for Linear {
         if ok {
             Ok(())
         } else {
-            Err("f32 x, q4_1/q8_0/f16/f32 weights and an f32 output")
+            Err("f32 x, weights in a format of dynrt::formats and an f32 output")
         }
     }
 
@@ -187,7 +249,7 @@ impl Kernel for Linear {
             op: "linear",
             inputs: vec![x.dtype, w.dtype],
             output: out.dtype,
-            expected: "q4_1/q8_0/f16/f32 weights",
+            expected: crate::formats::dtype_names(),
         })?;
         let (m, k) = rows(x.shape);
         let n = w.shape.dims()[0];
@@ -210,7 +272,7 @@ impl Kernel for Linear {
                 max: u64::from(u32::MAX),
             })?;
         let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
-        // Whole words: the last q8_0 block may end halfway through one.
+        // Whole words: the last q8_0 block (or an odd f16 count) may end halfway through one.
         let (bw, ow) = e.bind("input 1", &w.tensor, w_bytes.div_ceil(4) * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
         let mut p = LinearParams {
@@ -262,13 +324,14 @@ impl Kernel for Linear {
     }
 }
 
-/// The types of table [`encode_gather`] dequantizes.
+/// The types of table [`encode_gather`] dequantizes: every format but f32 (gathered as
+/// plain 32-bit values).
 pub fn is_gather_table(dtype: DType) -> bool {
-    matches!(dtype, DType::F16 | DType::Q4_1 | DType::Q8_0)
+    dtype != DType::F32 && weight_format(dtype).is_some()
 }
 
-/// Records the embedding lookup of `ids` (i32 or u32, shape checked by the caller) in an f16
-/// or block-quantized `table` `[V, ...]` into the f32 `out`: each picked row dequantized;
+/// Records the embedding lookup of `ids` (i32 or u32, shape checked by the caller) in an f16,
+/// bf16 or block-quantized `table` `[V, ...]` into the f32 `out`: each picked row dequantized;
 /// negative i32 ids in `[-V, 0)` count from the end, other ids outside `0..V` give zeros. Block tables need their last dimension to hold whole blocks.
 ///
 /// # Errors
@@ -286,7 +349,7 @@ pub fn encode_gather(
             op: "gather",
             inputs: vec![table.dtype, ids.dtype],
             output: out.dtype,
-            expected: "an f16, q4_1 or q8_0 table",
+            expected: "a table in a format of dynrt::formats other than f32",
         })?;
     let dims = table.shape.dims();
     let rows_in_table = dims.first().copied().unwrap_or(0);
@@ -330,7 +393,7 @@ pub fn encode_gather(
         ids_signed: u32::from(ids.dtype == DType::I32),
         _pad: 0,
     };
-    // One invocation per block of 32 output values (block tables) or per value (f16).
+    // One invocation per 32-element chunk of output values (block tables) or per value.
     let lanes = if table.dtype.block().is_some() {
         n / 32
     } else {
@@ -369,9 +432,10 @@ mod tests {
     fn uniform_struct_matches_the_wgsl_layout() {
         assert_eq!(std::mem::size_of::<LinearParams>(), 48);
         assert_eq!(std::mem::size_of::<GatherParams>(), 32);
-        for d in Linear::WEIGHT_TYPES {
-            assert!(weight_format(d).is_some(), "{d}");
+        for f in FORMATS {
+            assert!(weight_format(f.dtype).is_some(), "{}", f.name);
         }
-        assert_eq!(weight_format(DType::BF16), None);
+        assert_eq!(weight_format(DType::I8), None);
+        assert!(!is_gather_table(DType::F32) && is_gather_table(DType::Q6_K));
     }
 }

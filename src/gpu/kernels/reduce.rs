@@ -18,7 +18,7 @@ pub const WGSL: &str = include_str!("../../../shaders/reduce.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "reduce",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "reduce_layer_norm" => &[1, 2, 3, 4],
         "reduce_rms_norm" | "reduce_layer_norm_nobias" | "reduce_axes_input" => &[1, 2, 4],

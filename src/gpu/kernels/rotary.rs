@@ -14,7 +14,7 @@ pub const WGSL: &str = include_str!("../../../shaders/rotary.wgsl");
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
     name: "rotary",
-    source: WGSL,
+    source: || WGSL,
     bindings: |entry| match entry {
         "rotary_pos" => &[1, 2, 3, 4, 5],
         _ => &[1, 2, 3, 5],

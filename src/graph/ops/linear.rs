@@ -7,19 +7,22 @@ use crate::graph::{GraphBuilder, NodeId};
 use crate::shape::{DType, Shape};
 
 /// `y[..., n] = sum_k x[..., k] * w[n, k]`: x f32 `[..., K]`, w `[N, K]` — the GGUF row
-/// layout, each of the N output rows K contiguous elements (in blocks of 32 for the block
-/// formats) — output f32 `[..., N]`. Inputs: x (f32), w ([`Linear::WEIGHT_TYPES`]).
+/// layout, each of the N output rows K contiguous elements (in blocks of 32 or 256 for the
+/// block formats) — output f32 `[..., N]`. Inputs: x (f32), w (any format of
+/// [`crate::formats`], [`Linear::accepts_weight`]).
 ///
 /// The weight keeps its format in device memory: the kernels (`src/gpu/kernels/quant.rs`)
-/// dequantize `q4_1` and `q8_0` blocks and widen `f16` as they read them. Block weights need
-/// K to be a multiple of 32 on the device (every GGUF tensor is); the CPU reference also
-/// takes a partial last block.
+/// dequantize blocks and widen `f16`/`bf16` as they read them. Block weights need K to be a
+/// multiple of the block on the device (every GGUF tensor is); the CPU reference also takes a
+/// partial last block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Linear;
 
 impl Linear {
-    /// The weight element types the op accepts.
-    pub const WEIGHT_TYPES: [DType; 4] = [DType::Q4_1, DType::Q8_0, DType::F16, DType::F32];
+    /// Whether the op accepts weights of `dtype`: every format of [`crate::formats`].
+    pub fn accepts_weight(dtype: DType) -> bool {
+        crate::formats::of_dtype(dtype).is_some()
+    }
 }
 
 impl OpDef for Linear {
@@ -29,14 +32,14 @@ impl OpDef for Linear {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// x f32, w one of [`Linear::WEIGHT_TYPES`]; output f32.
+    /// x f32, w any format ([`Linear::accepts_weight`]); output f32.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
         if inputs.first() != Some(&DType::F32) {
             return Err(DTypeError::at(0, "f32"));
         }
         match inputs.get(1) {
-            Some(w) if Linear::WEIGHT_TYPES.contains(w) => Ok(DType::F32),
-            _ => Err(DTypeError::at(1, "q4_1, q8_0, f16 or f32 weights")),
+            Some(&w) if Linear::accepts_weight(w) => Ok(DType::F32),
+            _ => Err(DTypeError::at(1, crate::formats::dtype_names())),
         }
     }
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
@@ -133,12 +136,12 @@ mod tests {
             infer(&s(&[2, 64]), &s(&[1, 5, 64])),
             Err(InferError::Rank { input: 1, .. })
         ));
-        for w in Linear::WEIGHT_TYPES {
-            assert_eq!(Linear.output_dtype(&[DType::F32, w]), Ok(DType::F32));
+        for f in crate::formats::FORMATS {
+            assert_eq!(Linear.output_dtype(&[DType::F32, f.dtype]), Ok(DType::F32));
         }
         assert_eq!(
-            Linear.output_dtype(&[DType::F32, DType::BF16]),
-            Err(DTypeError::at(1, "q4_1, q8_0, f16 or f32 weights"))
+            Linear.output_dtype(&[DType::F32, DType::I8]),
+            Err(DTypeError::at(1, crate::formats::dtype_names()))
         );
         assert_eq!(
             Linear.output_dtype(&[DType::F16, DType::Q4_1]),

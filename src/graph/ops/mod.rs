@@ -346,7 +346,7 @@ registry! {
     Constant(source::Constant),
     /// Batched matmul `[..., M, K] x [..., K, N]`. Inputs: a, b.
     MatMul(matmul::MatMul),
-    /// `x · wᵀ` with the weight in its stored format (q4_1, q8_0, f16, f32). Inputs: x, w.
+    /// `x · wᵀ` with the weight in its stored format (any of [`crate::formats`]). Inputs: x, w.
     Linear(linear::Linear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),

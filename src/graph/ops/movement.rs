@@ -614,14 +614,15 @@ impl OpDef for Gather {
     fn arity(&self) -> (usize, usize) {
         (2, 2)
     }
-    /// Any table type, integer ids. f16 and block-quantized (q4_1, q8_0) tables give f32
-    /// rows, dequantized by the kernel; other tables keep their type.
+    /// Any table type, integer ids. Tables of a weight format other than f32 (f16, bf16, the
+    /// block formats of [`crate::formats`]) give f32 rows, dequantized by the kernel; other
+    /// tables keep their type.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
         if !is_index(inputs[1]) {
             return Err(DTypeError::at(1, "i32, u32 or i64 (indices)"));
         }
         Ok(match inputs[0] {
-            DType::F16 | DType::Q4_1 | DType::Q8_0 => DType::F32,
+            d if crate::formats::of_dtype(d).is_some() => DType::F32,
             d => d,
         })
     }

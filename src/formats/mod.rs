@@ -1,0 +1,299 @@
+//! Weight formats as data: one [`Format`] per element type a weight can be stored in (plain
+//! floats and ggml's block quantizations), holding everything the rest of dynrt needs to know
+//! about it.
+//!
+//! A [`Format`] is a table row: its [`DType`] and [`GgmlType`], how many elements a block
+//! holds in how many bytes, the CPU decoder of one block (the reference, equal bit for bit to
+//! the Python `gguf` package's `gguf.quants.dequantize`), a simple quantizer (for building test
+//! models and kernel inputs), and the WGSL function that decodes it on the device. The
+//! [`DType`] variants of the block formats, their block sizes, the list of supported types in
+//! error messages, the `linear` and embedding kernels' specialisations (one per row, the
+//! row's index in [`FORMATS`] being the shader's `WEIGHT_FORMAT`) and the GGUF types a model
+//! may use are all derived from the table.
+//!
+//! Adding a block format is one file here (decoder, quantizer, WGSL function) and one row in
+//! `block_format_table!` below.
+//!
+//! # The WGSL contract
+//! A block format's `wgsl` defines `fn <name>_block(wo: u32, blk: u32, dm: ptr<function,
+//! vec2<f32>>) -> array<vec4<f32>, 8>`: the 32 values of 32-element chunk `blk` of a tensor
+//! that starts at word `wo` of the weight buffer `w` (`array<u32>`), in element order, as raw
+//! values `q` and a `(scale, offset)` pair in `dm` such that value = `dm.x * q + dm.y`
+//! (formats whose 32 values do not share one scale return the values themselves with
+//! `dm = (1, 0)`). Chunk `blk` of a 256-element k-quant is chunk `blk % 8` of super-block
+//! `blk / 8`. A plain format's `wgsl` defines `fn <name>_element(wo: u32, e: u32) -> f32` and
+//! `fn <name>_run(wo: u32, e: u32) -> array<vec4<f32>, 8>` (elements `e .. e + 32`). Both may
+//! use the helpers of `shaders/quant.wgsl`: `byte_at`, `word_at`, `f16_at`, `nibbles`,
+//! `bytes_i8`, `bits4`.
+
+use crate::gguf::GgmlType;
+use crate::shape::DType;
+use half::f16;
+
+mod bf16;
+mod float16;
+mod float32;
+
+/// One weight format: a row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Format {
+    /// The element type of a tensor in this format.
+    pub dtype: DType,
+    /// The GGUF type.
+    pub ggml: GgmlType,
+    /// Lower-case name (`q4_k`), as [`DType::name`] and WGSL function names use it.
+    pub name: &'static str,
+    /// Elements per block (1 for plain floats).
+    pub block_elements: u32,
+    /// Bytes per block.
+    pub block_bytes: u32,
+    /// Decodes one block (`block_bytes` bytes) into `block_elements` floats.
+    pub decode: fn(block: &[u8], out: &mut [f32]),
+    /// Appends the bytes of one block quantized from `block_elements` floats (a simple
+    /// quantizer, for test models and kernel inputs; not ggml's search for the best scales).
+    pub quantize: fn(values: &[f32], out: &mut Vec<u8>),
+    /// The WGSL decoder (see the module docs for its contract).
+    pub wgsl: &'static str,
+}
+
+impl Format {
+    /// Whether blocks hold more than one element.
+    pub fn is_block(&self) -> bool {
+        self.block_elements > 1
+    }
+}
+
+/// The block formats: `DType variant, module`. The [`DType`] enum gets one variant per row,
+/// and [`FORMATS`] the module's `FORMAT`.
+macro_rules! block_format_table {
+    ($callback:ident) => {
+        $callback! {
+            Q4_0 q4_0,
+            Q4_1 q4_1,
+            Q5_0 q5_0,
+            Q5_1 q5_1,
+            Q8_0 q8_0,
+            Q2_K q2_k,
+            Q3_K q3_k,
+            Q4_K q4_k,
+            Q5_K q5_k,
+            Q6_K q6_k,
+        }
+    };
+}
+pub(crate) use block_format_table;
+
+macro_rules! format_list {
+    ($($variant:ident $module:ident,)*) => {
+        $(mod $module;)*
+
+        /// Every format, plain floats first; a format's index is the `WEIGHT_FORMAT`
+        /// specialisation of the `quant` kernels.
+        pub const FORMATS: &[Format] = &[
+            float32::FORMAT,
+            float16::FORMAT,
+            bf16::FORMAT,
+            $($module::FORMAT,)*
+        ];
+
+        /// The format of a block dtype.
+        pub(crate) fn block_format(dtype: DType) -> Option<&'static Format> {
+            match dtype {
+                $(DType::$variant => Some(&$module::FORMAT),)*
+                _ => None,
+            }
+        }
+    };
+}
+block_format_table!(format_list);
+
+/// The format of `dtype`, `None` for types no weight is stored in (integers, bool).
+pub fn of_dtype(dtype: DType) -> Option<&'static Format> {
+    FORMATS.iter().find(|f| f.dtype == dtype)
+}
+
+/// The format of GGUF type `ty`, `None` for the types dynrt does not decode.
+pub fn of_ggml(ty: GgmlType) -> Option<&'static Format> {
+    FORMATS.iter().find(|f| f.ggml == ty)
+}
+
+/// The GGUF names of every format (`"F32, F16, BF16, Q4_0, ..."`), for messages.
+pub fn ggml_names() -> &'static str {
+    static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        FORMATS
+            .iter()
+            .map(|f| f.ggml.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// The lower-case names of every format (`"f32, f16, bf16, q4_0, ..."`), for messages.
+pub fn dtype_names() -> &'static str {
+    static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        FORMATS
+            .iter()
+            .map(|f| f.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// The f16 at byte `at` of `b` widened to f32 (exact).
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// `x` as f16 bytes.
+fn f16_bytes(x: f32) -> [u8; 2] {
+    f16::from_f32(x).to_le_bytes()
+}
+
+/// `x` rounded to f16 and back: the scale a decoder will see.
+fn f16_round(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// `1 / d`, 0 for a zero scale.
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+/// The value of largest magnitude (its sign kept), 0 for an empty slice.
+fn signed_absmax(x: &[f32]) -> f32 {
+    x.iter()
+        .copied()
+        .fold(0f32, |a, v| if v.abs() > a.abs() { v } else { a })
+}
+
+/// Quantizes `x` to `0..=levels` with scale `d` and offset `-m` (value ~ `d * q - m`).
+fn level(x: f32, d: f32, m: f32, levels: u8) -> u8 {
+    let q = ((x + m) * inverse(d)).round();
+    q.clamp(0.0, f32::from(levels)) as u8
+}
+
+/// Packs 4-bit values two to a byte, element `i` of the first half in the low nibble of byte
+/// `i`, element `i + half` in the high one (ggml's 32-element blocks).
+fn pack_nibbles(q: &[u8], out: &mut Vec<u8>) {
+    let half = q.len() / 2;
+    out.extend((0..half).map(|i| (q[i] & 15) | (q[i + half] << 4)));
+}
+
+/// Rounds `x * (1 / d)` to an integer in `lo..=hi` (a symmetric grid of step `d`).
+fn level_signed(x: f32, d: f32, lo: i8, hi: i8) -> i8 {
+    (x * inverse(d)).round().clamp(f32::from(lo), f32::from(hi)) as i8
+}
+
+/// The step of a grid `-below..=above` that reaches both the most negative and the most
+/// positive value of `g`.
+fn signed_step(g: &[f32], below: f32, above: f32) -> f32 {
+    let lo = g.iter().copied().fold(0f32, f32::min);
+    let hi = g.iter().copied().fold(0f32, f32::max);
+    (-lo / below).max(hi / above)
+}
+
+/// Per-group `(scale, offset)` of an asymmetric grid of `levels` steps covering each group of
+/// `x` and 0 (k-quants store minimums as non-negative offsets: value = `scale * q - offset`).
+fn group_ranges(x: &[f32], group: usize, levels: f32) -> Vec<(f32, f32)> {
+    x.chunks_exact(group)
+        .map(|g| {
+            let lo = g.iter().copied().fold(0f32, f32::min);
+            let hi = g.iter().copied().fold(lo, f32::max);
+            ((hi - lo) / levels, -lo)
+        })
+        .collect()
+}
+
+/// Quantizes non-negative per-group values to `0..=max` integers against a shared scale
+/// (the super-block scale `largest / max`, rounded to f16 as stored). Returns the f16 scale
+/// and the integers.
+fn quantize_scales(values: impl Iterator<Item = f32> + Clone, max: u8) -> (f32, Vec<u8>) {
+    let largest = values.clone().fold(0f32, f32::max);
+    let d = f16_round(largest / f32::from(max));
+    let q = values.map(|v| level(v, d, 0.0, max)).collect();
+    (d, q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_consistent() {
+        assert_eq!(FORMATS.len(), 13);
+        let mut seen_block = false;
+        for (i, f) in FORMATS.iter().enumerate() {
+            assert_eq!(f.dtype.name(), f.name, "{i}");
+            assert_eq!(f.ggml.name().to_lowercase(), f.name);
+            assert_eq!(
+                u64::from(f.block_elements),
+                f.ggml.block_len(),
+                "{}",
+                f.name
+            );
+            assert_eq!(u64::from(f.block_bytes), f.ggml.block_bytes(), "{}", f.name);
+            assert_eq!(of_dtype(f.dtype).map(|g| g.name), Some(f.name));
+            assert_eq!(of_ggml(f.ggml).map(|g| g.name), Some(f.name));
+            // Plain formats come first: the kernels tell them apart by index.
+            assert!(!seen_block || f.is_block(), "{}", f.name);
+            seen_block |= f.is_block();
+            let fn_name = if f.is_block() {
+                format!("fn {}_block(", f.name)
+            } else {
+                format!("fn {}_run(", f.name)
+            };
+            assert!(f.wgsl.contains(&fn_name), "{}: no `{fn_name}`", f.name);
+            assert_eq!(f.dtype.block().is_some(), f.is_block(), "{}", f.name);
+            if let Some(b) = f.dtype.block() {
+                assert_eq!((b.elements, b.bytes), (f.block_elements, f.block_bytes));
+            }
+        }
+        assert!(ggml_names().starts_with("F32, F16, BF16, Q4_0"));
+    }
+
+    /// A smooth row with one outlier per block: every format must come close.
+    #[test]
+    fn quantize_then_decode_is_close() {
+        for f in FORMATS {
+            let n = 512usize;
+            let x: Vec<f32> = (0..n)
+                .map(|i| {
+                    ((i * 37 % 101) as f32 - 50.0) / 16.0 + if i % 97 == 0 { 4.0 } else { 0.0 }
+                })
+                .collect();
+            let bl = f.block_elements as usize;
+            let mut bytes = Vec::new();
+            for c in x.chunks_exact(bl) {
+                (f.quantize)(c, &mut bytes);
+            }
+            assert_eq!(bytes.len(), n / bl * f.block_bytes as usize, "{}", f.name);
+            let mut y = vec![0f32; n];
+            for (b, o) in bytes
+                .chunks_exact(f.block_bytes as usize)
+                .zip(y.chunks_exact_mut(bl))
+            {
+                (f.decode)(b, o);
+            }
+            let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+            // Half a step of the coarsest grid (2 bits over the range), scale rounding included.
+            let tol = match f.name {
+                "q2_k" => amax / 2.5,
+                "q3_k" => amax / 5.0,
+                "q4_0" | "q4_1" | "q4_k" => amax / 10.0,
+                "q5_0" | "q5_1" | "q5_k" => amax / 20.0,
+                _ => amax / 60.0,
+            };
+            let worst = x
+                .iter()
+                .zip(&y)
+                .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+            assert!(worst <= tol, "{}: worst {worst} > {tol}", f.name);
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Q5_K, 176 bytes per 256 elements: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and
+//! minimums (as Q4_K), 32 bytes `qh` (the fifth bits: element `i`'s is bit `i / 32` of
+//! `qh[i % 32]`), 128 bytes `qs` (the low nibbles, as Q4_K). Element `i` is
+//! `(d * sc[i/32]) * (nibble | fifth bit << 4) - dmin * m[i/32]`.
+
+use super::q4_k::{pack_scale_min, quantize_groups, scale_min};
+use super::{f16_at, f16_bytes, Format};
+use crate::gguf::GgmlType;
+use crate::shape::DType;
+
+/// The table row.
+pub const FORMAT: Format = Format {
+    dtype: DType::Q5_K,
+    ggml: GgmlType::Q5_K,
+    name: "q5_k",
+    block_elements: 256,
+    block_bytes: 176,
+    decode,
+    quantize,
+    wgsl: r#"
+// As q4_k_block (k_scale_min is Q4_K's), plus a fifth bit per element.
+fn q5_k_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let j = blk % 8u;
+    let b = (blk / 8u) * 176u;
+    let dd = unpack2x16float(w[wo + b / 4u]);
+    let sm = k_scale_min(wo, b, j);
+    *dm = vec2<f32>(dd.x * sm.x, -(dd.y * sm.y));
+    let hw = wo + (b + 16u) / 4u;
+    let qw = wo + (b + 48u + (j / 2u) * 32u) / 4u;
+    let sh = (j % 2u) * 4u;
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        let hb = (vec4<u32>(w[hw + i]) >> vec4<u32>(j, j + 8u, j + 16u, j + 24u)) & vec4<u32>(1u);
+        v[i] = nibbles(w[qw + i], sh) + 16.0 * vec4<f32>(hb);
+    }
+    return v;
+}
+"#,
+};
+
+fn decode(b: &[u8], o: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    for (j, group) in o.chunks_exact_mut(32).enumerate() {
+        let (sc, m) = scale_min(&b[4..16], j);
+        let dl = d * f32::from(sc);
+        let ml = dmin * f32::from(m);
+        for (l, v) in group.iter_mut().enumerate() {
+            let lo = (b[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+            let hi = (b[16 + l] >> j) & 1;
+            *v = dl * f32::from(lo | (hi << 4)) - ml;
+        }
+    }
+}
+
+fn quantize(x: &[f32], out: &mut Vec<u8>) {
+    let (d, dmin, sc, m, q) = quantize_groups(x, 31);
+    out.extend(f16_bytes(d));
+    out.extend(f16_bytes(dmin));
+    out.extend(pack_scale_min(&sc, &m));
+    out.extend((0..32).map(|l| (0..8).fold(0u8, |a, j| a | ((q[32 * j + l] >> 4) << j))));
+    for c in 0..4 {
+        out.extend((0..32).map(|l| (q[64 * c + l] & 15) | ((q[64 * c + 32 + l] & 15) << 4)));
+    }
+}
