@@ -4,6 +4,7 @@
 use crate::common;
 use dynrt::gguf::{Gguf, TinyLlama};
 use dynrt::gpu::{testing, Engine};
+use dynrt::graph::ops::rope_table_rows;
 use dynrt::llm::{GenerateParams, LlmError, Model, ModelOptions, SamplingParams, PREFILL_CHUNK};
 use dynrt::memory::predictor::Policy;
 use dynrt::runtime::RunOptions;
@@ -166,13 +167,16 @@ fn a_claimed_context_of_millions_loads_small_and_answers() {
         let expected = u64::from(claimed).min(max_binding / kv_row) as u32;
         assert_eq!(model.context_len(), expected, "claimed {claimed}");
         assert_eq!(model.config().context_len, claimed);
-        // The RoPE table is two levels of about sqrt(context) rows: kilobytes, not the
-        // gigabytes a full table of the claimed context would take.
+        // The RoPE table is two levels of about sqrt(context) rows: kilobytes (256 KiB on a
+        // 128 MiB binding, 512 KiB on a 2 GiB one), not the gigabytes a full table of the
+        // context would take.
         let file = model.file_tensor_bytes();
+        let rope_dim = u64::from(tiny.head_dim);
+        let table = u64::from(rope_table_rows(expected)) * rope_dim * 4;
+        assert_eq!(model.weight_bytes(), file + table, "claimed {claimed}");
         assert!(
-            model.weight_bytes() < file + 256 * 1024,
-            "claimed {claimed}: {} weight bytes for {file} in the file",
-            model.weight_bytes()
+            table * 100 < u64::from(expected) * rope_dim * 4,
+            "claimed {claimed}: a table of {table} bytes"
         );
         assert!(
             load < Duration::from_secs(20),
