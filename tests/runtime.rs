@@ -666,7 +666,7 @@ fn a_constant_larger_than_one_storage_binding_is_refused_before_anything_is_allo
     assert!(
         matches!(
             &err,
-            RunError::Alloc { what, source: AllocError::BindingTooLarge { size_bytes, max_bytes } }
+            RunError::Alloc { what, cause: AllocError::BindingTooLarge { size_bytes, max_bytes } }
                 if what.contains("huge") && *size_bytes == bytes
                     && *max_bytes == limits.max_storage_buffer_binding_size
         ),

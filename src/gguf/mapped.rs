@@ -33,7 +33,7 @@ impl MappedGguf {
         let path = path.as_ref().to_path_buf();
         let io = |source| GgufError::Io {
             path: path.display().to_string(),
-            source,
+            cause: source,
         };
         // Checked to be a regular file before it is opened: opening a FIFO would wait for a
         // writer.

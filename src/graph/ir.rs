@@ -143,14 +143,14 @@ pub enum GraphError {
         got: DType,
     },
     /// The CPU reference could not evaluate a node.
-    #[error("node `{node}` ({op}): {source}")]
+    #[error("node `{node}` ({op}): {cause}")]
     Reference {
         /// Label of the node.
         node: String,
         /// The op name.
         op: &'static str,
         /// Why.
-        source: super::reference::RefError,
+        cause: super::reference::RefError,
     },
     /// The host evaluator of shape data and the CPU reference disagree on a node's values: a
     /// bug in one of them.
@@ -208,14 +208,14 @@ pub enum GraphError {
         got: usize,
     },
     /// A node's shape inference failed; the message carries the shapes involved.
-    #[error("node `{node}` ({op}): {source}")]
+    #[error("node `{node}` ({op}): {cause}")]
     Infer {
         /// Label of the node.
         node: String,
         /// The op name.
         op: &'static str,
         /// Why.
-        source: InferError,
+        cause: InferError,
     },
 }
 
@@ -527,7 +527,7 @@ impl Graph {
         let wrap = |source| GraphError::Infer {
             node: node.label.clone(),
             op: node.op.name(),
-            source,
+            cause: source,
         };
         let shape = node.op.infer(&in_shapes, &data).map_err(wrap)?;
         let value = super::shape_data::evaluate(&node.op, node.dtype, &in_shapes, &data, &shape)
@@ -626,7 +626,7 @@ fn check_node(node: &Node, nodes: &[Node]) -> Result<(), GraphError> {
         let expected = c.shape.size_bytes(c.dtype).map_err(|_| GraphError::Infer {
             node: node.label.clone(),
             op: "constant",
-            source: InferError::Overflow {
+            cause: InferError::Overflow {
                 shape: c.shape.to_string(),
             },
         })?;

@@ -320,7 +320,7 @@ pub fn evaluate_tensors(
         let expected = shape.num_elements().map_err(|_| GraphError::Infer {
             node: node.label.clone(),
             op: node.op.name(),
-            source: super::ops::InferError::Overflow {
+            cause: super::ops::InferError::Overflow {
                 shape: shape.to_string(),
             },
         })?;
@@ -345,7 +345,7 @@ pub fn evaluate_tensors(
                 .map_err(|source| GraphError::Reference {
                     node: node.label.clone(),
                     op: "constant",
-                    source,
+                    cause: source,
                 })?,
             _ => {
                 let ins: Vec<&RefTensor> = node
@@ -363,7 +363,7 @@ pub fn evaluate_tensors(
                     .map_err(|source| GraphError::Reference {
                         node: node.label.clone(),
                         op: node.op.name(),
-                        source,
+                        cause: source,
                     })?;
                 RefTensor {
                     shape: shape.clone(),

@@ -15,10 +15,10 @@ pub enum LlmError {
     /// The GGUF is malformed or is not a llama model dynrt can run (names the key, tensor or
     /// offset).
     #[error("model file: {0}")]
-    Gguf(#[from] GgufError),
+    Gguf(GgufError),
     /// The model's tokenizer could not be built, or a token id is unknown.
     #[error("tokenizer: {0}")]
-    Tokenizer(#[from] TokenizerError),
+    Tokenizer(TokenizerError),
     /// A tensor of a type dynrt cannot hold on the device.
     #[error(
         "tensor `{tensor}` has type {ggml_type}, which dynrt cannot run (supported: {})",
@@ -74,12 +74,25 @@ pub enum LlmError {
         vocab_size: u32,
     },
     /// The model file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
+}
+
+// The message shows the cause, so it is not also returned as the source: printed as a chain,
+// the cause would read twice.
+impl From<GgufError> for LlmError {
+    fn from(e: GgufError) -> Self {
+        LlmError::Gguf(e)
+    }
+}
+
+impl From<TokenizerError> for LlmError {
+    fn from(e: TokenizerError) -> Self {
+        LlmError::Tokenizer(e)
+    }
 }

@@ -139,7 +139,7 @@ impl Model {
         let path = path.as_ref();
         let io = |source| LlmError::Io {
             path: path.display().to_string(),
-            source,
+            cause: source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: a read-only map of a file nobody writes while it is open, as for

@@ -476,7 +476,7 @@ impl Compiled {
                     // A shape rule that needs values known only per run (a target fed as an
                     // input): the node and what follows are dynamic.
                     Err(GraphError::Infer {
-                        source: InferError::MissingShapeData { .. },
+                        cause: InferError::MissingShapeData { .. },
                         ..
                     }) => {}
                     Err(e) => return Err(e.into()),

@@ -54,13 +54,12 @@ pub enum RunError {
         reason: &'static str,
     },
     /// Another allocation or data-path error (uploads, readbacks).
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Alloc {
         /// What was being done.
         what: String,
         /// The engine's error.
-        #[source]
-        source: AllocError,
+        cause: AllocError,
     },
     /// The static planner failed.
     #[error("static plan failed: {0}")]

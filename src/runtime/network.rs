@@ -294,7 +294,12 @@ fn build_data_region(
     let gpu = engine.gpu();
     let align = u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4);
     let max_seg = engine.max_buffer_size();
-    let alloc_err = |what: String| move |source| RunError::Alloc { what, source };
+    let alloc_err = |what: String| {
+        move |source| RunError::Alloc {
+            what,
+            cause: source,
+        }
+    };
     let users = graph.users();
     // Constants read on the device (not only as shape data), in processing order.
     let mut wanted: Vec<(NodeId, u64)> = Vec::new();
@@ -346,7 +351,7 @@ fn build_data_region(
         if let Some(source) = too_large {
             return Err(RunError::Alloc {
                 what: format!("constant `{}`", graph.node(id).label),
-                source,
+                cause: source,
             });
         }
         let fits = segs

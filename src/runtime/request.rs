@@ -157,7 +157,10 @@ impl std::fmt::Debug for InferRequest {
 
 fn alloc_err(what: impl Into<String>) -> impl FnOnce(AllocError) -> RunError {
     let what = what.into();
-    move |source| RunError::Alloc { what, source }
+    move |source| RunError::Alloc {
+        what,
+        cause: source,
+    }
 }
 
 /// An engine buffer range as a kernel operand.

@@ -458,3 +458,46 @@ fn a_headless_run_prints_no_display_probe_noise() {
         "unexpected stderr: {stderr}"
     );
 }
+
+/// No cause in `e`'s chain is shown again by the error above it: a message that shows its
+/// cause does not also return it as its source.
+fn assert_each_cause_said_once(e: &(dyn std::error::Error + 'static)) {
+    let mut above = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        assert!(
+            !above.contains(&text),
+            "`{above}` also returns its cause `{text}` as its source"
+        );
+        above = text;
+        next = cause.source();
+    }
+}
+
+#[test]
+fn library_errors_say_each_cause_once() {
+    // A corrupt GGUF, through the parser and the model loader.
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(u64::MAX.to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    let gguf = Gguf::parse(&bytes).unwrap_err();
+    assert_each_cause_said_once(&gguf);
+    let llm = LlmError::from(gguf);
+    assert_each_cause_said_once(&llm);
+    assert!(
+        llm.to_string().starts_with("model file: the tensor count"),
+        "{llm}"
+    );
+    // A file that cannot be opened, through the model loader and the GGUF map.
+    let dir = common::scratch("library_errors_say_each_cause_once");
+    let missing = dir.join("missing.gguf");
+    let e = dynrt::gguf::MappedGguf::open(&missing).unwrap_err();
+    assert_each_cause_said_once(&e);
+    // An ONNX file that is not a protobuf.
+    let onnx = dir.join("bad.onnx");
+    std::fs::write(&onnx, [0x08, 0x01, 0x12, 0xff]).unwrap();
+    let e = dynrt::onnx::OnnxModel::load(&onnx, &dynrt::onnx::LoadOptions::default()).unwrap_err();
+    assert_each_cause_said_once(&e);
+}

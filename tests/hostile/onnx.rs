@@ -187,7 +187,7 @@ fn fed_gather_indices_out_of_range_are_an_error_naming_the_node() {
             &err,
             GraphError::Infer {
                 node,
-                source: InferError::IndexOutOfRange { position: 1, index: 5, bound: ROWS, .. },
+                cause: InferError::IndexOutOfRange { position: 1, index: 5, bound: ROWS, .. },
                 ..
             } if node == "picked"
         ),
@@ -294,7 +294,7 @@ fn a_gather_in_a_shape_subgraph_refuses_an_index_out_of_range() {
                 &err,
                 SessionError::Run(RunError::Graph(GraphError::Infer {
                     node,
-                    source: InferError::IndexOutOfRange { index, bound: 2, .. },
+                    cause: InferError::IndexOutOfRange { index, bound: 2, .. },
                     ..
                 })) if node == "dim" && *index == bad
             ),

@@ -113,7 +113,7 @@ impl Kernel for Pool {
         let x = &inputs[0];
         let axes = self.axes(x.shape).map_err(|source| KernelError::Infer {
             op: OpDef::name(self),
-            source,
+            cause: source,
         })?;
         let n = numel("output", out.shape)?;
         let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;

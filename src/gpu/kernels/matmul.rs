@@ -250,7 +250,7 @@ impl Kernel for MatMul {
         let (a, b) = (&inputs[0], &inputs[1]);
         let d = dims(a.shape, b.shape, self.transpose_b).map_err(|source| KernelError::Infer {
             op: "matmul",
-            source,
+            cause: source,
         })?;
         let (ra, rb) = (a.shape.rank(), b.shape.rank());
         let (sta, stb) = (operand_strides(a), operand_strides(b));
@@ -299,9 +299,10 @@ impl Kernel for Gemm {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
-        let (m, k, n) = self
-            .dims(&shapes)
-            .map_err(|source| KernelError::Infer { op: "gemm", source })?;
+        let (m, k, n) = self.dims(&shapes).map_err(|source| KernelError::Infer {
+            op: "gemm",
+            cause: source,
+        })?;
         let g = Gemm2 {
             m,
             k,
@@ -370,9 +371,10 @@ impl Kernel for Conv {
     ) -> Result<usize, KernelError> {
         let (x, w, bias) = (&inputs[0], &inputs[1], &inputs[2]);
         let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
-        let axes = self
-            .axes(&shapes)
-            .map_err(|source| KernelError::Infer { op: "conv", source })?;
+        let axes = self.axes(&shapes).map_err(|source| KernelError::Infer {
+            op: "conv",
+            cause: source,
+        })?;
         let group = self.group;
         let (images, oc) = (x.shape.dims()[0], w.shape.dims()[0]);
         let m = oc / group;

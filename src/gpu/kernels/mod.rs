@@ -307,12 +307,12 @@ pub enum KernelError {
         got: Shape,
     },
     /// Shape inference rejected the operands.
-    #[error("op `{op}`: {source}")]
+    #[error("op `{op}`: {cause}")]
     Infer {
         /// The op name.
         op: &'static str,
         /// Why.
-        source: crate::graph::InferError,
+        cause: crate::graph::InferError,
     },
     /// A tensor offset is not a multiple of 4 bytes.
     #[error("{what} starts at byte {offset_bytes}, which is not a multiple of 4")]
@@ -724,9 +724,10 @@ impl Kernels {
         // shape rule needs input values, such as a reshape_to's target, was inferred by the
         // caller from host values the kernel never sees).
         if op.shape_data_inputs().is_empty() {
-            let expected = op
-                .infer(shapes, &[])
-                .map_err(|source| KernelError::Infer { op: name, source })?;
+            let expected = op.infer(shapes, &[]).map_err(|source| KernelError::Infer {
+                op: name,
+                cause: source,
+            })?;
             if &expected != output.shape {
                 return Err(KernelError::OutputShape {
                     op: name,

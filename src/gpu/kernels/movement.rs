@@ -474,7 +474,7 @@ impl Kernel for Slice {
         )
         .map_err(|source| KernelError::Infer {
             op: "slice",
-            source,
+            cause: source,
         })?;
         slice_copy(
             e,
@@ -562,14 +562,14 @@ impl Kernel for SliceTo {
                 .collect::<Result<_, _>>()
                 .map_err(|source| KernelError::Infer {
                     op: "slice_to",
-                    source,
+                    cause: source,
                 })?,
             (None, None) => (0..n_axes).collect(),
         };
         if axes_input.is_none() && (axes.len() != n_axes || axes.iter().any(|&a| a >= rank)) {
             return Err(KernelError::Infer {
                 op: "slice_to",
-                source: crate::graph::InferError::Slice {
+                cause: crate::graph::InferError::Slice {
                     reason: "axes and starts must have the same length",
                 },
             });
@@ -629,7 +629,7 @@ impl Kernel for SplitPart {
         let x = &inputs[0];
         let infer = |source| KernelError::Infer {
             op: "split_part",
-            source,
+            cause: source,
         };
         let Some(sizes) = inputs.get(1) else {
             let (axis, start, _) = self.range(x.shape).map_err(infer)?;
@@ -713,7 +713,7 @@ impl Kernel for Concat {
         let axis =
             axis_index(self.axis, out.shape.rank()).map_err(|source| KernelError::Infer {
                 op: "concat",
-                source,
+                cause: source,
             })?;
         let out_strides = strides(out.shape);
         let mut at = 0u64;
@@ -766,7 +766,7 @@ impl Kernel for Gather {
         let dims = table.shape.dims();
         let axis = axis_index(self.axis, dims.len()).map_err(|source| KernelError::Infer {
             op: "gather",
-            source,
+            cause: source,
         })?;
         let n = numel("output", out.shape)? * words;
         let num_ids = numel("input 1", ids.shape)?;

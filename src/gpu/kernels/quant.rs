@@ -243,7 +243,7 @@ impl Kernel for Linear {
         let (x, w) = (&inputs[0], &inputs[1]);
         infer(x.shape, w.shape).map_err(|source| KernelError::Infer {
             op: "linear",
-            source,
+            cause: source,
         })?;
         let format = weight_format(w.dtype).ok_or(KernelError::DType {
             op: "linear",

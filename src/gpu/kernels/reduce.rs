@@ -120,7 +120,7 @@ fn around(shape: &Shape, axis: usize) -> (u64, u64, u64) {
 }
 
 fn infer_err(op: &'static str) -> impl FnOnce(crate::graph::InferError) -> KernelError {
-    move |source| KernelError::Infer { op, source }
+    move |source| KernelError::Infer { op, cause: source }
 }
 
 /// One workgroup per row of `d` elements `inner` apart: x, then the `[d]` parameters, then

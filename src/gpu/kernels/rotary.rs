@@ -82,7 +82,7 @@ impl Kernel for RotaryEmbedding {
         let shapes: Vec<&Shape> = inputs.iter().map(|o| o.shape).collect();
         let d = self.dims(&shapes).map_err(|source| KernelError::Infer {
             op: "rotary_embedding",
-            source,
+            cause: source,
         })?;
         let n = numel("output", out.shape)?;
         let cache = numel("input 1", inputs[1].shape)?;

@@ -217,7 +217,7 @@ pub fn run_graph(
             frame.abandon();
             return Err(RunGraphError::Node {
                 node: node.label.clone(),
-                source: e,
+                cause: e,
             });
         }
     }
@@ -246,12 +246,12 @@ pub enum RunGraphError {
     #[error(transparent)]
     Graph(#[from] crate::graph::GraphError),
     /// A node's kernel could not be encoded.
-    #[error("node `{node}`: {source}")]
+    #[error("node `{node}`: {cause}")]
     Node {
         /// Label of the node.
         node: String,
         /// Why.
-        source: KernelError,
+        cause: KernelError,
     },
     /// A device failure.
     #[error(transparent)]

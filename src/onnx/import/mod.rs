@@ -157,14 +157,14 @@ pub enum ImportError {
         max: usize,
     },
     /// A node's shape rule fails on inputs whose shapes are fixed (a malformed graph).
-    #[error("node `{node}` ({op_type}): {source}")]
+    #[error("node `{node}` ({op_type}): {cause}")]
     Infer {
         /// The node.
         node: String,
         /// Its op type.
         op_type: String,
         /// Why.
-        source: InferError,
+        cause: InferError,
     },
     /// The finished graph is invalid (a converter bug rather than a model problem).
     #[error(transparent)]
@@ -1027,7 +1027,7 @@ impl<'m> Ctx<'m> {
                     return Err(ImportError::Infer {
                         node: node.label(),
                         op_type: node.op_type.clone(),
-                        source,
+                        cause: source,
                     })
                 }
                 Err(_) => {}
