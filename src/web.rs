@@ -454,7 +454,7 @@ fn load_error_message(e: &crate::llm::LlmError) -> String {
     use crate::runtime::RunError;
     match e {
         LlmError::Run(RunError::Alloc {
-            source: AllocError::TooLarge { .. } | AllocError::BindingTooLarge { .. },
+            cause: AllocError::TooLarge { .. } | AllocError::BindingTooLarge { .. },
             ..
         }) => format!("this WebGPU adapter is too small for the model: {e}"),
         _ => e.to_string(),

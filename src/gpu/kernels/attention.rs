@@ -179,14 +179,3 @@ impl Kernel for Attention {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layout() {
-        assert_eq!(std::mem::size_of::<RopeParams>(), 48);
-        assert_eq!(std::mem::size_of::<GqaParams>(), 48);
-    }
-}

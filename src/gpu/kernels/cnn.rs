@@ -185,14 +185,3 @@ impl Kernel for BatchNorm {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<PoolParams>(), 128);
-        assert_eq!(std::mem::size_of::<BnParams>(), 48);
-    }
-}

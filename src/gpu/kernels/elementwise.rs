@@ -199,14 +199,3 @@ impl Kernel for UnaryOp {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<BroadcastParams>(), 160);
-        assert_eq!(std::mem::size_of::<FlatParams>(), 16);
-    }
-}

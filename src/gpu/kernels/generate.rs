@@ -163,14 +163,3 @@ impl Kernel for Trilu {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<RangeParams>(), 32);
-        assert_eq!(std::mem::size_of::<TriluParams>(), 48);
-    }
-}

@@ -140,13 +140,3 @@ impl Kernel for CausalMask {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_struct_matches_the_wgsl_layout() {
-        assert_eq!(std::mem::size_of::<CausalParams>(), 32);
-    }
-}

@@ -419,15 +419,3 @@ impl Kernel for Conv {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<MatMulParams>(), 112);
-        assert_eq!(std::mem::size_of::<ConvParams>(), 144);
-        assert_eq!(std::mem::size_of::<EpilogueParams>(), 32);
-    }
-}

@@ -840,4 +840,131 @@ mod tests {
         }
         assert!(entries >= 10, "found {entries} entry points");
     }
+
+    /// Every uniform struct of every shader (`struct *Params`) with the Rust struct that
+    /// fills it: the size naga's layouter gives the WGSL struct must be the Rust struct's, and
+    /// a WGSL uniform struct missing from this list fails the test.
+    #[test]
+    fn every_uniform_struct_matches_its_wgsl_layout() {
+        use std::mem::size_of;
+        let rust: &[(&str, &str, usize)] = &[
+            (
+                "attention",
+                "RopeParams",
+                size_of::<attention::RopeParams>(),
+            ),
+            ("attention", "GqaParams", size_of::<attention::GqaParams>()),
+            ("cnn", "PoolParams", size_of::<cnn::PoolParams>()),
+            ("cnn", "BnParams", size_of::<cnn::BnParams>()),
+            (
+                "elementwise",
+                "BroadcastParams",
+                size_of::<elementwise::BroadcastParams>(),
+            ),
+            (
+                "elementwise",
+                "FlatParams",
+                size_of::<elementwise::FlatParams>(),
+            ),
+            (
+                "generate",
+                "RangeParams",
+                size_of::<generate::RangeParams>(),
+            ),
+            (
+                "generate",
+                "TriluParams",
+                size_of::<generate::TriluParams>(),
+            ),
+            // The logic and mask families are filled with the elementwise struct.
+            (
+                "logic",
+                "TypedParams",
+                size_of::<elementwise::BroadcastParams>(),
+            ),
+            ("mask", "CausalParams", size_of::<mask::CausalParams>()),
+            (
+                "mask",
+                "BroadcastParams",
+                size_of::<elementwise::BroadcastParams>(),
+            ),
+            ("matmul", "MatMulParams", size_of::<matmul::MatMulParams>()),
+            ("matmul", "ConvParams", size_of::<matmul::ConvParams>()),
+            (
+                "matmul",
+                "EpilogueParams",
+                size_of::<matmul::EpilogueParams>(),
+            ),
+            ("movement", "CopyParams", size_of::<movement::CopyParams>()),
+            (
+                "movement",
+                "GatherParams",
+                size_of::<movement::GatherParams>(),
+            ),
+            (
+                "movement",
+                "CheckIdsParams",
+                size_of::<movement::CheckIdsParams>(),
+            ),
+            ("movement", "FillParams", size_of::<movement::FillParams>()),
+            (
+                "movement",
+                "SplatParams",
+                size_of::<movement::SplatParams>(),
+            ),
+            (
+                "movement",
+                "SliceParams",
+                size_of::<movement::SliceParams>(),
+            ),
+            ("quant", "LinearParams", size_of::<quant::LinearParams>()),
+            ("quant", "GatherParams", size_of::<quant::GatherParams>()),
+            ("reduce", "RowParams", size_of::<reduce::RowParams>()),
+            ("reduce", "AxesParams", size_of::<reduce::AxesParams>()),
+            ("reduce", "CumParams", size_of::<reduce::CumParams>()),
+            ("rotary", "RotaryParams", size_of::<rotary::RotaryParams>()),
+            (
+                "fill",
+                "FillParams",
+                size_of::<crate::gpu::pipeline::FillParams>(),
+            ),
+        ];
+        let sources = FAMILIES
+            .iter()
+            .map(|f| (f.name, (f.source)()))
+            .chain([("fill", crate::gpu::pipeline::FILL_WGSL)]);
+        let mut seen = 0;
+        for (family, source) in sources {
+            let module = crate::gpu::validate_wgsl(source).unwrap();
+            let mut layouter = naga::proc::Layouter::default();
+            layouter.update(module.to_ctx()).unwrap();
+            for (handle, ty) in module.types.iter() {
+                let naga::TypeInner::Struct { span, .. } = ty.inner else {
+                    continue;
+                };
+                let Some(name) = ty.name.as_deref().filter(|n| n.ends_with("Params")) else {
+                    continue;
+                };
+                let &(_, _, bytes) = rust
+                    .iter()
+                    .find(|(f, n, _)| *f == family && *n == name)
+                    .unwrap_or_else(|| {
+                        panic!("{family}: WGSL struct {name} has no Rust struct in this list")
+                    });
+                assert_eq!(layouter[handle].size, span, "{family}: {name}");
+                assert_eq!(
+                    span as usize, bytes,
+                    "{family}: WGSL struct {name} is {span} bytes, its Rust struct {bytes}"
+                );
+                // A uniform's size must be a multiple of 16 bytes.
+                assert_eq!(bytes % 16, 0, "{family}: {name}");
+                seen += 1;
+            }
+        }
+        assert_eq!(
+            seen,
+            rust.len(),
+            "every listed struct is found in its shader"
+        );
+    }
 }

@@ -930,18 +930,3 @@ impl Kernel for ConstantOfShape {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<CopyParams>(), 112);
-        assert_eq!(std::mem::size_of::<GatherParams>(), 32);
-        assert_eq!(std::mem::size_of::<CheckIdsParams>(), 32);
-        assert_eq!(std::mem::size_of::<FillParams>(), 80);
-        assert_eq!(std::mem::size_of::<SplatParams>(), 16);
-        assert_eq!(std::mem::size_of::<SliceParams>(), 160);
-    }
-}

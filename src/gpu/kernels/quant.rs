@@ -429,9 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn uniform_struct_matches_the_wgsl_layout() {
-        assert_eq!(std::mem::size_of::<LinearParams>(), 48);
-        assert_eq!(std::mem::size_of::<GatherParams>(), 32);
+    fn every_format_has_a_weight_format_index() {
         for f in FORMATS {
             assert!(weight_format(f.dtype).is_some(), "{}", f.name);
         }

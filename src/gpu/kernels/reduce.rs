@@ -384,15 +384,3 @@ impl Kernel for CumSum {
         Ok(1)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_structs_match_the_wgsl_layouts() {
-        assert_eq!(std::mem::size_of::<RowParams>(), 48);
-        assert_eq!(std::mem::size_of::<AxesParams>(), 176);
-        assert_eq!(std::mem::size_of::<CumParams>(), 32);
-    }
-}
