@@ -507,21 +507,6 @@ fn fuzz_tokenizer() {
     assert!(round_trips > 0 && stream_checks > 0);
 }
 
-/// A `.npy` file of format `version` with header text `header` (newline added) and `data`.
-fn npy_file(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
-    let mut f = b"\x93NUMPY".to_vec();
-    f.extend_from_slice(&[version, 0]);
-    let text = format!("{header}\n");
-    if version == 1 {
-        f.extend_from_slice(&(text.len() as u16).to_le_bytes());
-    } else {
-        f.extend_from_slice(&(text.len() as u32).to_le_bytes());
-    }
-    f.extend_from_slice(text.as_bytes());
-    f.extend_from_slice(data);
-    f
-}
-
 /// Valid files of every readable dtype and layout, then the hostile headers of issue 23.
 fn npy_seeds() -> Vec<Vec<u8>> {
     let mut seeds = Vec::new();
@@ -561,25 +546,25 @@ fn npy_seeds() -> Vec<Vec<u8>> {
     let six: Vec<u8> = (0..6u8).flat_map(|v| f32::from(v).to_le_bytes()).collect();
     let six_be: Vec<u8> = (0..6u8).flat_map(|v| f32::from(v).to_be_bytes()).collect();
     seeds.extend([
-        npy_file(
+        common::npy_file(
             1,
             "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
             &six,
         ),
-        npy_file(
+        common::npy_file(
             2,
             "{'descr': '>f4', 'fortran_order': False, 'shape': (3, 2)}",
             &six_be,
         ),
-        npy_file(
+        common::npy_file(
             3,
             "{\"shape\": (6L,), \"descr\": \"<f4\", \"fortran_order\": False}",
             &six,
         ),
         // Hostile: nested braces (the 64-byte file that hung), in the shape and the value too.
-        npy_file(1, &"{".repeat(16), &[]),
-        npy_file(1, &"{".repeat(64), &[]),
-        npy_file(
+        common::npy_file(1, &"{".repeat(16), &[]),
+        common::npy_file(1, &"{".repeat(64), &[]),
+        common::npy_file(
             1,
             &format!(
                 "{{'descr': '<f4', 'fortran_order': False, 'shape': {}",
@@ -587,7 +572,7 @@ fn npy_seeds() -> Vec<Vec<u8>> {
             ),
             &[],
         ),
-        npy_file(1, &format!("{{'descr': {}", "[".repeat(64)), &[]),
+        common::npy_file(1, &format!("{{'descr': {}", "[".repeat(64)), &[]),
         // A header length far past the file.
         {
             let mut f = b"\x93NUMPY\x02\x00".to_vec();
@@ -596,24 +581,24 @@ fn npy_seeds() -> Vec<Vec<u8>> {
             f
         },
         // Shapes whose size overflows, and shapes beyond the data.
-        npy_file(
+        common::npy_file(
             1,
             "{'descr': '<f8', 'fortran_order': True, 'shape': (4294967296, 4294967296, 2), }",
             &six,
         ),
-        npy_file(
+        common::npy_file(
             1,
             "{'descr': '<u1', 'fortran_order': False, 'shape': (1099511627776, 1024), }",
             &six,
         ),
-        npy_file(
+        common::npy_file(
             1,
             "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }",
             &six,
         ),
         // A long key and a long dtype, which errors must not quote whole.
-        npy_file(1, &format!("{{'{}': 1}}", "k".repeat(2_000)), &[]),
-        npy_file(
+        common::npy_file(1, &format!("{{'{}': 1}}", "k".repeat(2_000)), &[]),
+        common::npy_file(
             1,
             &format!(
                 "{{'descr': '{}', 'fortran_order': False, 'shape': ()}}",

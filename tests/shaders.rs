@@ -1,30 +1,9 @@
 //! naga validates every WGSL file in `shaders/`, and each file follows the house layout:
 //! a header comment, and compute entry points named `<family>_<variant>` after the file.
 
-use std::path::Path;
+mod common;
 
-/// The WGSL of shader file `path` as the device compiles it: the family's composed source
-/// where one is named after the file (`quant` appends the weight formats' decoders from
-/// `src/formats`), else the file.
-fn shader_source(path: &Path) -> String {
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    match dynrt::gpu::kernels::FAMILIES
-        .iter()
-        .find(|f| f.name == stem)
-    {
-        Some(f) => {
-            let src = (f.source)();
-            let file = std::fs::read_to_string(path).unwrap();
-            assert!(
-                src.starts_with(&file),
-                "{}: not the start of its family's source",
-                path.display()
-            );
-            src.to_string()
-        }
-        None => std::fs::read_to_string(path).unwrap(),
-    }
-}
+use std::path::Path;
 
 #[test]
 fn every_shader_validates() {
@@ -40,7 +19,7 @@ fn every_shader_validates() {
             continue;
         }
         found += 1;
-        let src = shader_source(&path);
+        let src = common::shader_source(&path);
         let module = dynrt::gpu::validate_wgsl(&src)
             .unwrap_or_else(|e| panic!("{} does not validate:\n{e}", path.display()));
         let family = path.file_stem().unwrap().to_str().unwrap();
@@ -84,7 +63,7 @@ fn every_float_literal_fits_in_f32() {
         if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
             continue;
         }
-        let src = shader_source(&path);
+        let src = common::shader_source(&path);
         for (line_no, line) in src.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             for token in code
@@ -124,7 +103,7 @@ fn every_kernel_fits_the_limits_dynrt_requires() {
         if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
             continue;
         }
-        let src = shader_source(&path);
+        let src = common::shader_source(&path);
         let module = naga::front::wgsl::parse_str(&src).unwrap();
         let info = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),

@@ -4,30 +4,9 @@
 //! are all ones passes every native test and fails only in the browser. This test reads the
 //! shaders as text and names each such literal; load the bits from a `var<private>` instead.
 
-use std::path::Path;
+mod common;
 
-/// The WGSL of shader file `path` as the device compiles it: the family's composed source
-/// where one is named after the file (`quant` appends the weight formats' decoders from
-/// `src/formats`), else the file.
-fn shader_source(path: &Path) -> String {
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    match dynrt::gpu::kernels::FAMILIES
-        .iter()
-        .find(|f| f.name == stem)
-    {
-        Some(f) => {
-            let src = (f.source)();
-            let file = std::fs::read_to_string(path).unwrap();
-            assert!(
-                src.starts_with(&file),
-                "{}: not the start of its family's source",
-                path.display()
-            );
-            src.to_string()
-        }
-        None => std::fs::read_to_string(path).unwrap(),
-    }
-}
+use std::path::Path;
 
 /// `bitcast<f32>(0x...u)` literals with an all-ones exponent, as `file:line: text`.
 fn non_finite_literals(name: &str, src: &str) -> Vec<String> {
@@ -65,7 +44,7 @@ fn no_shader_has_a_non_finite_constant() {
         let path = entry.expect("a directory entry").path();
         if path.extension().is_some_and(|e| e == "wgsl") {
             files += 1;
-            let src = shader_source(&path);
+            let src = common::shader_source(&path);
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             found.extend(non_finite_literals(&name, &src));
         }

@@ -142,3 +142,42 @@ pub fn check_aliased_outputs(x: &[f32], i: &[f32], got: &[Vec<f32>], ctx: &str) 
         assert_eq!(g, w, "{ctx}: output {name}");
     }
 }
+
+/// The WGSL of shader file `path` as the device compiles it: the family's composed source
+/// where one is named after the file (`quant` appends the weight formats' decoders from
+/// `src/formats`), else the file.
+pub fn shader_source(path: &Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    match dynrt::gpu::kernels::FAMILIES
+        .iter()
+        .find(|f| f.name == stem)
+    {
+        Some(f) => {
+            let src = (f.source)();
+            let file = std::fs::read_to_string(path).unwrap();
+            assert!(
+                src.starts_with(&file),
+                "{}: not the start of its family's source",
+                path.display()
+            );
+            src.to_string()
+        }
+        None => std::fs::read_to_string(path).unwrap(),
+    }
+}
+
+/// A `.npy` file of format `version` with header text `header` (newline added) and `data`:
+/// hostile headers that no `.npy` writer would make.
+pub fn npy_file(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
+    let mut f = b"\x93NUMPY".to_vec();
+    f.extend_from_slice(&[version, 0]);
+    let text = format!("{header}\n");
+    if version == 1 {
+        f.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    } else {
+        f.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    }
+    f.extend_from_slice(text.as_bytes());
+    f.extend_from_slice(data);
+    f
+}

@@ -7,6 +7,7 @@
 //! must not reach the GPU, under `ulimit -v` (a read of `/dev/zero` fails instead of filling
 //! the machine).
 
+use crate::common;
 use dynrt::npy::{read_npy, write_npy_file};
 use dynrt::onnx::HostTensor;
 use std::io::Read;
@@ -52,26 +53,11 @@ fn npy_error(what: &str, bytes: Vec<u8>) -> String {
     }
 }
 
-/// A `.npy` file of format `version` with header text `header` (newline added) and `data`.
-fn npy(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
-    let mut f = b"\x93NUMPY".to_vec();
-    f.extend_from_slice(&[version, 0]);
-    let text = format!("{header}\n");
-    if version == 1 {
-        f.extend_from_slice(&(text.len() as u16).to_le_bytes());
-    } else {
-        f.extend_from_slice(&(text.len() as u32).to_le_bytes());
-    }
-    f.extend_from_slice(text.as_bytes());
-    f.extend_from_slice(data);
-    f
-}
-
 #[test]
 fn npy_headers_of_nested_braces_are_refused_at_once() {
     for depth in [16, 64, 10_000] {
         let header = "{".repeat(depth);
-        let bytes = npy(1, &header, &[]);
+        let bytes = common::npy_file(1, &header, &[]);
         if depth == 16 {
             // The 64-byte file of the report.
             assert_eq!(bytes.len(), 10 + 16 + 1);
@@ -92,7 +78,7 @@ fn npy_headers_of_nested_braces_are_refused_at_once() {
         format!("{{'descr': {}", "[".repeat(10_000)),
         format!("{{'descr': '<f4', 'fortran_order': {}", "{".repeat(10_000)),
     ] {
-        let e = npy_error("nested brackets", npy(1, &header, &[]));
+        let e = npy_error("nested brackets", common::npy_file(1, &header, &[]));
         assert!(e.chars().count() < 200, "the message quotes too much: {e}");
     }
 }
@@ -121,7 +107,7 @@ fn npy_shape_whose_byte_size_overflows_is_refused() {
         "(3074457345618258603, 3, 1)",
     ] {
         let header = format!("{{'descr': '<f4', 'fortran_order': True, 'shape': {shape}, }}");
-        let e = npy_error(shape, npy(1, &header, &[0; 64]));
+        let e = npy_error(shape, common::npy_file(1, &header, &[0; 64]));
         assert!(e.contains("overflows"), "{shape}: {e}");
     }
     // A dimension beyond u64 is a header error that does not quote the digits at length.
@@ -129,7 +115,7 @@ fn npy_shape_whose_byte_size_overflows_is_refused() {
         "{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
         "9".repeat(5_000)
     );
-    let e = npy_error("a 5000-digit dimension", npy(1, &header, &[]));
+    let e = npy_error("a 5000-digit dimension", common::npy_file(1, &header, &[]));
     assert!(e.contains("below 2^64") && e.chars().count() < 200, "{e}");
 }
 
@@ -141,13 +127,13 @@ fn npy_shape_larger_than_the_data_is_refused() {
         "{{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }}{}",
         " ".repeat(300)
     );
-    let e = npy_error("6 f8 in 40 bytes", npy(1, &header, &[0; 40]));
+    let e = npy_error("6 f8 in 40 bytes", common::npy_file(1, &header, &[0; 40]));
     assert!(
         e.contains("promises 48 bytes of data but the file holds 40"),
         "{e}"
     );
     let header = "{'descr': '<u1', 'fortran_order': True, 'shape': (1099511627776, 1024), }";
-    let e = npy_error("a terabyte promised", npy(1, header, &[7; 10]));
+    let e = npy_error("a terabyte promised", common::npy_file(1, header, &[7; 10]));
     assert!(
         e.contains("promises 1125899906842624 bytes of data but the file holds 10"),
         "{e}"
@@ -163,7 +149,7 @@ fn npy_errors_quote_a_short_piece_of_the_header() {
         format!("{{'{junk}': 1}}"),
         format!("{{'descr': '<f4', 'fortran_order': False, 'shape': (1, {junk})}}"),
     ] {
-        let e = npy_error("20000 junk bytes", npy(2, &header, &[]));
+        let e = npy_error("20000 junk bytes", common::npy_file(2, &header, &[]));
         assert!(e.chars().count() < 300, "the message quotes too much: {e}");
         assert!(e.contains("xxxx"), "the message quotes nothing: {e}");
     }
