@@ -6,10 +6,10 @@
 //! DYNRT_VERBOSE=2 cargo run --release --example decode_loop -- reference
 //! ```
 
+use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
-use dynrt::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunOptions, StateBinding};
 use dynrt::shape::Shape;
 

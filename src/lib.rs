@@ -87,6 +87,7 @@
 // them natively (Engine, Gpu, Network) trip this lint there; the single-threaded target is why.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+pub mod demo;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod fetch;
 #[cfg(not(target_arch = "wasm32"))]

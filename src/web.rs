@@ -232,13 +232,13 @@ struct StepPoint {
 }
 
 /// The decode demo of `dynrt demo`, driven one step at a time from JavaScript so the page
-/// can redraw between steps ([`crate::runtime::demo::Demo`] underneath, the same loop as
+/// can redraw between steps ([`crate::demo::Demo`] underneath, the same loop as
 /// the command line).
 #[wasm_bindgen]
 pub struct WebDemo {
     // Rc<RefCell>: each step's promise holds the demo across awaits, and wasm-bindgen's
     // async exports must own what they touch ('static futures).
-    demo: std::rc::Rc<std::cell::RefCell<crate::runtime::demo::Demo>>,
+    demo: std::rc::Rc<std::cell::RefCell<crate::demo::Demo>>,
 }
 
 #[wasm_bindgen]
@@ -255,9 +255,9 @@ impl WebDemo {
             .policy
             .parse()
             .map_err(|e| JsError::new(&format!("policy: {e}")))?;
-        let defaults = crate::runtime::demo::DemoConfig::default();
-        let config = crate::runtime::demo::DemoConfig {
-            model: crate::runtime::model::DecoderConfig {
+        let defaults = crate::demo::DemoConfig::default();
+        let config = crate::demo::DemoConfig {
+            model: crate::demo::model::DecoderConfig {
                 // As `dynrt demo`: the position table is exactly as long as the run.
                 max_positions: defaults.prompt_len.saturating_add(opts.steps),
                 seed: opts.seed,
@@ -277,8 +277,8 @@ impl WebDemo {
             .await
             .map_err(|e| JsError::new(&e.to_string()))?;
         let engine = crate::gpu::Engine::new(gpu);
-        let demo = crate::runtime::demo::Demo::new(&engine, config)
-            .map_err(|e| JsError::new(&e.to_string()))?;
+        let demo =
+            crate::demo::Demo::new(&engine, config).map_err(|e| JsError::new(&e.to_string()))?;
         Ok(WebDemo {
             demo: std::rc::Rc::new(std::cell::RefCell::new(demo)),
         })

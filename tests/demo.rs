@@ -1,10 +1,10 @@
 //! The decode demo on a real adapter: the library loop (prefill network, KV cache moved to the
 //! decode network) and the `dynrt demo` command line.
 
+use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::{Demo, DemoConfig};
 use dynrt::gpu::{testing, Engine};
 use dynrt::memory::predictor::Policy;
-use dynrt::runtime::demo::{Demo, DemoConfig};
-use dynrt::runtime::model::DecoderConfig;
 use dynrt::runtime::report::DemoSummary;
 use dynrt::runtime::RunOptions;
 use std::process::Command;

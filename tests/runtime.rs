@@ -3,10 +3,10 @@
 
 mod common;
 
+use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::gpu::{testing, Engine, Gpu};
 use dynrt::graph::{reference, Bindings, Graph};
 use dynrt::memory::predictor::{Policy, PredictorOptions};
-use dynrt::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::runtime::{
     HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, StateBinding,
 };

@@ -4,10 +4,10 @@
 
 use super::demo::run_demo;
 use anyhow::Context;
+use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::DemoConfig;
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
-use dynrt::runtime::demo::DemoConfig;
-use dynrt::runtime::model::DecoderConfig;
 use dynrt::runtime::report::{human_bytes, DemoSummary};
 use dynrt::runtime::RunOptions;
 use std::process::ExitCode;
@@ -163,11 +163,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// changes, `set_bind_group` + `dispatch_workgroups` per dispatch, the copies, one submit.
 mod dynamic {
     use super::Args;
+    use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
     use dynrt::gpu::{wgpu, CommandLog, Engine, Gpu, LoggedCommand};
     use dynrt::graph::{reference, Bindings};
     use dynrt::memory::predictor::{Policy, PredictorOptions};
     use dynrt::memory::AllocKind;
-    use dynrt::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
     use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunOptions};
     use dynrt::shape::Shape;
     use web_time::Instant;

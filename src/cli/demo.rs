@@ -2,10 +2,10 @@
 //! cache on the GPU, checked against the CPU reference.
 
 use anyhow::Context;
+use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::{Demo, DemoConfig};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
-use dynrt::runtime::demo::{Demo, DemoConfig};
-use dynrt::runtime::model::DecoderConfig;
 use dynrt::runtime::report::{human_bytes, render_svg};
 use dynrt::runtime::RunOptions;
 use std::io::{IsTerminal, Write};

@@ -1,5 +1,6 @@
 //! The runtime: a graph compiled for a device ([`Network`]) and the per-iteration loop of a
-//! dynamic-shape inference ([`InferRequest`]), plus the built-in decoder demo ([`demo`]).
+//! dynamic-shape inference ([`InferRequest`]). The built-in decoder demo ([`crate::demo`]) and
+//! the language models ([`crate::llm`]) are its users.
 //!
 //! Files: `compile.rs` (the device-free plan: roles, states, static shapes, memory
 //! dependencies, the arena plan), `network.rs` (the device half: the data region, the
@@ -7,7 +8,7 @@
 //! sizing through [`crate::memory::predictor::Sizer`], and in `session/kv.rs` the KV-cache
 //! states; generic over a storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
 //! writes, one [`crate::gpu::Frame`] per iteration, readbacks), `placeholders.rs` (the
-//! placeholder pool), [`demo`], [`model`], [`report`].
+//! placeholder pool), [`report`].
 //!
 //! # Network: compiled once, shared
 //!
@@ -148,9 +149,7 @@
 //! outputs; correct code gives identical results with it on.
 
 mod compile;
-pub mod demo;
 mod error;
-pub mod model;
 mod network;
 mod options;
 mod placeholders;

@@ -2,11 +2,11 @@
 //! one pool record, the KV bookkeeping adding up, nothing left after a drop.
 
 use super::*;
+use crate::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use crate::graph::Graph;
 use crate::memory::pool::HostStorage;
 use crate::memory::predictor::Policy;
 use crate::runtime::compile::{NetworkOptions, StateBinding, Target};
-use crate::runtime::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

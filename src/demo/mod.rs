@@ -14,7 +14,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use dynrt::gpu::{Engine, Gpu, GpuOptions};
-//! use dynrt::runtime::demo::{Demo, DemoConfig};
+//! use dynrt::demo::{Demo, DemoConfig};
 //! let engine = Engine::new(Gpu::new_blocking(GpuOptions::from_env()?)?);
 //! let mut demo = Demo::new(&engine, DemoConfig::default())?;
 //! while !demo.done() {
@@ -25,18 +25,22 @@
 //! # Ok(()) }
 //! ```
 
-use super::model::{build_graph, labels, DecoderConfig, DecoderWeights};
-use super::report::{
-    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
-    TraceSample,
-};
-use super::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats};
+pub mod model;
+
+use self::model::{build_graph, labels, DecoderConfig, DecoderWeights};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};
 use crate::memory::predictor::Policy;
 use crate::memory::AllocKind;
 use crate::rng::SplitMix64;
+use crate::runtime::report::{
+    BytesPerKind, CacheCounts, DemoSummary, MemoryTrace, PeakBytes, RegionReport, SizingCounts,
+    TraceSample,
+};
+use crate::runtime::{
+    HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, RunStats,
+};
 use crate::shape::Shape;
 use web_time::Instant;
 
