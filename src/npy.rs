@@ -39,6 +39,23 @@ pub const MAX_DIMS: usize = 64;
 /// At most this many characters of a header are quoted in an error message.
 const QUOTE_CHARS: usize = 60;
 
+/// The element types a `.npy` file is read and written with (little- or big-endian on
+/// reading; little-endian on writing).
+pub const DTYPES: [TensorDType; 12] = [
+    TensorDType::F32,
+    TensorDType::F16,
+    TensorDType::F64,
+    TensorDType::I64,
+    TensorDType::I32,
+    TensorDType::I16,
+    TensorDType::I8,
+    TensorDType::U64,
+    TensorDType::U32,
+    TensorDType::U16,
+    TensorDType::U8,
+    TensorDType::Bool,
+];
+
 /// Errors reading or writing `.npy` data.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -590,20 +607,7 @@ mod tests {
     #[test]
     fn round_trip_every_writable_type_and_shape() {
         let shapes: [&[u64]; 5] = [&[], &[3], &[2, 3], &[1, 3, 0, 4], &[2, 1, 2]];
-        for dtype in [
-            TensorDType::F32,
-            TensorDType::F16,
-            TensorDType::F64,
-            TensorDType::I64,
-            TensorDType::I32,
-            TensorDType::I16,
-            TensorDType::I8,
-            TensorDType::U64,
-            TensorDType::U32,
-            TensorDType::U16,
-            TensorDType::U8,
-            TensorDType::Bool,
-        ] {
+        for dtype in DTYPES {
             for dims in shapes {
                 let n: u64 = dims.iter().product();
                 let width = dtype.bits().unwrap() as usize / 8;

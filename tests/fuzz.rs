@@ -511,23 +511,7 @@ fn fuzz_tokenizer() {
 fn npy_seeds() -> Vec<Vec<u8>> {
     let mut seeds = Vec::new();
     let shapes: [&[u64]; 4] = [&[], &[3], &[2, 3], &[1, 2, 0]];
-    for (i, dtype) in [
-        TensorDType::F32,
-        TensorDType::F16,
-        TensorDType::F64,
-        TensorDType::I64,
-        TensorDType::I32,
-        TensorDType::I16,
-        TensorDType::I8,
-        TensorDType::U64,
-        TensorDType::U32,
-        TensorDType::U16,
-        TensorDType::U8,
-        TensorDType::Bool,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, dtype) in dynrt::npy::DTYPES.into_iter().enumerate() {
         let dims = shapes[i % shapes.len()];
         let n: u64 = dims.iter().product();
         let width = dtype.bits().unwrap() as usize / 8;

@@ -4,6 +4,7 @@
 //! of this device (the longest context it holds, the largest tensor one binding takes).
 //! The file is mapped, not read; nothing goes to the device.
 
+use anyhow::Context;
 use dynrt::gguf::{LlamaConfig, MappedGguf};
 use dynrt::gpu::{Gpu, GpuOptions};
 use dynrt::graph::ops::rope_table_rows;
@@ -21,7 +22,7 @@ struct TypeRow {
 
 /// Prints the report of the GGUF at `path`.
 pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
-    let mapped = MappedGguf::open(path)?;
+    let mapped = MappedGguf::open(path).with_context(|| format!("loading {}", path.display()))?;
     let gguf = mapped.gguf();
     let mut types: BTreeMap<&'static str, TypeRow> = BTreeMap::new();
     let mut largest = (String::new(), 0u64);

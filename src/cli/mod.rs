@@ -72,7 +72,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", error_text(&e));
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -90,22 +90,4 @@ fn quiet_display_probes() {
     {
         std::env::set_var("NODEVICE_SELECT", "1");
     }
-}
-
-/// The error and its causes joined by `: `, each said once: a cause whose text is already
-/// in what was printed (an error whose message shows its source and that also returns it as
-/// its source) is not printed again.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
 }

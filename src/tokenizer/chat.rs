@@ -188,16 +188,26 @@ pub struct RenderedChat {
 const MARK_OPEN: &str = "\u{2E28}\u{2E28}";
 const MARK_CLOSE: char = '\u{2E29}';
 
-/// A number that makes the markers occur in no message and not in the template.
+/// A number that makes the markers occur in no message and not in the template: the
+/// smallest that no `MARK_OPEN<digits>-` in them names. One pass over the texts, so a
+/// message full of would-be markers costs its length, not its length times their number.
 fn marker_nonce(messages: &[ChatMessage], source: &str) -> u64 {
-    let mut nonce = 0u64;
-    loop {
-        let probe = format!("{MARK_OPEN}{nonce}-");
-        if !source.contains(&probe) && messages.iter().all(|m| !m.content.contains(&probe)) {
-            return nonce;
+    let mut taken = std::collections::HashSet::new();
+    for text in std::iter::once(source).chain(messages.iter().map(|m| m.content.as_str())) {
+        for (at, _) in text.match_indices(MARK_OPEN) {
+            let rest = &text[at + MARK_OPEN.len()..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if rest[digits..].starts_with('-') {
+                if let Ok(n) = rest[..digits].parse::<u64>() {
+                    taken.insert(n);
+                }
+            }
         }
-        nonce += 1;
     }
+    // At most `taken.len()` numbers are taken, so one of the first `taken.len() + 1` is free.
+    (0..=taken.len() as u64)
+        .find(|n| !taken.contains(n))
+        .unwrap_or(0)
 }
 
 fn marker(nonce: u64, index: usize) -> String {
@@ -315,6 +325,14 @@ mod tests {
         let sneaky = [ChatMessage::user("\u{2E28}\u{2E28}0-0\u{2E29}")];
         let r = t.render_spans(&sneaky, false).unwrap();
         assert_eq!(&r.text[r.content[0].clone()], sneaky[0].content);
+        // A message made of would-be markers for every small nonce costs one pass.
+        let many: String = (0..20_000)
+            .map(|n| format!("\u{2E28}\u{2E28}{n}-0\u{2E29}"))
+            .collect();
+        let crowded = [ChatMessage::user(many.clone())];
+        assert_eq!(marker_nonce(&crowded, CHATML), 20_000);
+        let r = t.render_spans(&crowded, false).unwrap();
+        assert_eq!(&r.text[r.content[0].clone()], many);
     }
 
     #[test]
