@@ -3,10 +3,10 @@
 //!
 //! ```sh
 //! cargo run --release --example decode_loop            # adaptive policy
-//! DYNRT_VERBOSE=2 cargo run --release --example decode_loop -- reference
+//! DYNRT_VERBOSE=2 cargo run --release --example decode_loop -- openvino
 //! ```
 
-use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+use dynrt::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;

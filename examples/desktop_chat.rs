@@ -51,7 +51,7 @@ struct Args {
     /// Tokens per answer at most.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
-    /// Preallocation policy to start with: none, reference, adaptive.
+    /// Preallocation policy to start with: none, openvino, adaptive.
     #[arg(long, default_value = "adaptive")]
     policy: String,
     /// Device memory dynrt may use, in MiB (the app's share for it).

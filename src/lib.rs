@@ -13,7 +13,7 @@
 //!   (`DYNRT_VERBOSE=2`). A [`gpu::Buffer`] frees itself on drop. [`gpu::Frame`] records one
 //!   submit's copies and dispatches: the runtime's one door to wgpu.
 //! * [`memory::predictor::Sizer`] — the one sizing path (`realloc_if_needed`): the shape
-//!   predictor (the reference policy bit for bit, an adaptive one, or none) and the ledger of
+//!   predictor (the openvino policy bit for bit, an adaptive one, or none) and the ledger of
 //!   what it sized; `dynrt predict` replays traces through the same code.
 //! * [`memory::pool::MemoryPool`] — reuse of buffers between nodes that are never live together,
 //!   from the memory dependencies of [`graph::deps`].
@@ -35,7 +35,7 @@
 //!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
 //! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that
 //!   each keep their own KV cache, greedy or sampled generation streamed as text.
-//! * [`onnx::OnnxModel`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
+//! * [`onnx::OnnxFile`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
 //!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
 //! * `fileio` (native) — how every user-named file is read (regular files only, a stated
 //!   bound per kind) and how outputs are written (a temporary file moved into place, never

@@ -211,7 +211,7 @@ async fn self_check(engine: &crate::gpu::Engine) -> Result<SelfCheck, crate::gpu
     })
 }
 
-/// What the page asks for (JSON): `{"steps":N,"policy":"none|reference|adaptive","seed":S}`;
+/// What the page asks for (JSON): `{"steps":N,"policy":"none|openvino|adaptive","seed":S}`;
 /// everything else as `dynrt demo`'s defaults, so the same arguments give the same tokens.
 #[derive(serde::Deserialize)]
 struct DemoOptions {
@@ -257,7 +257,7 @@ impl WebDemo {
             .map_err(|e| JsError::new(&format!("policy: {e}")))?;
         let defaults = crate::demo::DemoConfig::default();
         let config = crate::demo::DemoConfig {
-            model: crate::demo::model::DecoderConfig {
+            model: crate::demo::decoder::DecoderConfig {
                 // As `dynrt demo`: the position table is exactly as long as the run.
                 max_positions: defaults.prompt_len.saturating_add(opts.steps),
                 seed: opts.seed,

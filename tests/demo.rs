@@ -1,7 +1,7 @@
 //! The decode demo on a real adapter: the library loop (prefill network, KV cache moved to the
 //! decode network) and the `dynrt demo` command line.
 
-use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::decoder::DecoderConfig;
 use dynrt::demo::{Demo, DemoConfig};
 use dynrt::gpu::{testing, Engine};
 use dynrt::memory::predictor::Policy;
@@ -87,7 +87,7 @@ fn exact_allocation_reallocates_far_more_than_the_predictors() {
         }
         reallocs.push(demo.summary().reallocations);
     }
-    // none, reference, adaptive
+    // none, openvino, adaptive
     assert!(reallocs[0] > 3 * reallocs[1], "{reallocs:?}");
     assert!(reallocs[2] <= reallocs[1], "{reallocs:?}");
 }
@@ -100,13 +100,7 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
     let svg = std::env::temp_dir().join(format!("dynrt-demo-test-{}.svg", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
         .args([
-            "demo",
-            "--steps",
-            "12",
-            "--json",
-            "--policy",
-            "reference",
-            "--report",
+            "demo", "--steps", "12", "--json", "--policy", "openvino", "--report",
         ])
         .arg(&svg)
         .output()
@@ -159,7 +153,7 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
     let s: DemoSummary = serde_json::from_str(line).unwrap();
     assert_eq!(
         (s.policy.as_str(), s.steps, s.tokens.len()),
-        ("reference", 12, 12)
+        ("openvino", 12, 12)
     );
     assert!(s.max_abs_err <= 1e-2);
     let picture = std::fs::read_to_string(&svg).expect("svg written");
@@ -182,7 +176,7 @@ fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
     let Some(_gpu) = testing::gpu_or_skip("demo trace replay") else {
         return;
     };
-    for policy in ["none", "reference", "adaptive"] {
+    for policy in ["none", "openvino", "adaptive"] {
         let csv = std::env::temp_dir().join(format!(
             "dynrt-demo-trace-{policy}-{}.csv",
             std::process::id()

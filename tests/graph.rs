@@ -105,7 +105,7 @@ fn symbols_bind_and_conflicts_are_reported() {
     let mut b = GraphBuilder::new();
     let x = b.input("x", &[Dim::sym("seq"), Dim::Fixed(4)], DType::F32);
     let y = b.input("y", &[Dim::sym("seq"), Dim::Fixed(4)], DType::F32);
-    let z = b.add_("z", x, y);
+    let z = b.add("z", x, y);
     b.output(z);
     let g = b.build().unwrap();
     let (a, c) = (s(&[3, 4]), s(&[5, 4]));
@@ -149,7 +149,7 @@ fn infer_one(op: Op, shapes: &[&[u64]]) -> Result<Shape, String> {
             )
         })
         .collect();
-    let n = b.add("the_op", op, &ins);
+    let n = b.node("the_op", op, &ins);
     b.output(n);
     let g = b.build().map_err(|e| e.to_string())?;
     g.infer_shapes(&Bindings::new())
@@ -486,7 +486,7 @@ fn dtype_rules_refuse_at_build_time_naming_the_node_and_constants_keep_their_bit
     let mut b = GraphBuilder::new();
     let i = b.input("i", &[Dim::Fixed(2)], DType::I32);
     let f = b.input("f", &[Dim::Fixed(2)], DType::F32);
-    b.add_("mixed", i, f);
+    b.add("mixed", i, f);
     assert!(b.build().unwrap_err().to_string().contains("node `mixed`"));
     // A constant's byte length must match its type: 3 i64 values are 24 bytes.
     let mut b = GraphBuilder::new();

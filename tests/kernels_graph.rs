@@ -63,7 +63,7 @@ fn decoder_layer() -> Graph {
     let wqkv = weights(&mut b, &mut rng, "w_qkv", &[D, 3 * D], 0.3);
     let bqkv = weights(&mut b, &mut rng, "b_qkv", &[3 * D], 0.1);
     let qkv = b.matmul("qkv.mm", ln1, wqkv, false);
-    let qkv = b.add_("qkv", qkv, bqkv);
+    let qkv = b.add("qkv", qkv, bqkv);
     let d = D as i64;
     let q = b.slice("q", qkv, &[1], &[0], &[d], &[1]);
     let k = b.slice("k", qkv, &[1], &[d], &[2 * d], &[1]);
@@ -91,7 +91,7 @@ fn decoder_layer() -> Graph {
     let ctx2 = b.reshape("ctx2", ctx_t, &[0, -1]);
     let wo = weights(&mut b, &mut rng, "w_o", &[D, D], 0.3);
     let attn = b.matmul("attn", ctx2, wo, false);
-    let h = b.add_("h", emb, attn);
+    let h = b.add("h", emb, attn);
     let g2 = weights(&mut b, &mut rng, "ln2.g", &[D], 1.0);
     let ln2 = b.rms_norm("ln2", h, g2, 1e-6);
     let w1 = weights(&mut b, &mut rng, "w1", &[D, F], 0.3);
@@ -101,7 +101,7 @@ fn decoder_layer() -> Graph {
     let mlp = b.sub("mlp.mix", mlp, gate);
     let w2 = weights(&mut b, &mut rng, "w2", &[F, D], 0.3);
     let mlp = b.matmul("mlp.down", mlp, w2, false);
-    let out = b.add_("out", h, mlp);
+    let out = b.add("out", h, mlp);
     // A where with a constant per-feature condition, and a relu'd copy as the other branch.
     let cond: Vec<f32> = (0..D).map(|i| (i % 3 != 0) as u32 as f32).collect();
     let cond = b.constant("cond", s(&[D]), cond);

@@ -422,7 +422,7 @@ fn a_network_keeps_quantized_weights_in_their_file_format_and_matches_the_refere
         let w1_c = constant(&mut b, "w1", &w1);
         let w2_c = constant(&mut b, "w2", &w2);
         let emb = b.gather("emb", table_c, ids);
-        let h = b.add_("h", emb, x);
+        let h = b.add("h", emb, x);
         let y1 = b.linear("proj1", h, w1_c);
         let y = b.linear("proj2", y1, w2_c);
         b.output(y);

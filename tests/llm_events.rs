@@ -94,7 +94,7 @@ fn token_events_follow_the_generation_and_the_plain_calls_are_unchanged() {
 
     // A second turn of a chat: events number from 0 again, and carry the samples of this
     // turn's passes (after the first turn's).
-    let mut chat = model.session(RunOptions::new(Policy::Reference));
+    let mut chat = model.session(RunOptions::new(Policy::OpenVino));
     let mut first = Vec::new();
     let g1 = chat_observed(&mut chat, "hi", &params(5), &mut first);
     check_events(&first, &g1, &chat, 0);
@@ -102,7 +102,7 @@ fn token_events_follow_the_generation_and_the_plain_calls_are_unchanged() {
     let mut second = Vec::new();
     let g2 = chat_observed(&mut chat, "and then?", &params(4), &mut second);
     check_events(&second, &g2, &chat, before);
-    let mut other = model.session(RunOptions::new(Policy::Reference));
+    let mut other = model.session(RunOptions::new(Policy::OpenVino));
     let o1 = other.chat_blocking("hi", &params(5), &mut |_| {}).unwrap();
     let o2 = other
         .chat_blocking("and then?", &params(4), &mut |_| {})

@@ -3,7 +3,7 @@
 //! `dynrt inspect` end to end.
 
 use dynrt::onnx::{
-    DataLocation, ExternalDataError, LoadOptions, OnnxDim, OnnxError, OnnxModel, TensorDType,
+    DataLocation, ExternalDataError, LoadOptions, OnnxDim, OnnxError, OnnxFile, TensorDType,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,7 +38,7 @@ fn patch(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 }
 
 fn external_error(path: &Path) -> (String, ExternalDataError) {
-    match OnnxModel::load(path, &LoadOptions::default()) {
+    match OnnxFile::load(path, &LoadOptions::default()) {
         Err(OnnxError::External { initializer, cause }) => (initializer, cause),
         other => panic!("expected an external-data error, got {other:?}"),
     }
@@ -46,7 +46,7 @@ fn external_error(path: &Path) -> (String, ExternalDataError) {
 
 #[test]
 fn external_data_is_read_from_the_models_folder() {
-    let m = OnnxModel::load(fixtures().join("external.onnx"), &LoadOptions::default()).unwrap();
+    let m = OnnxFile::load(fixtures().join("external.onnx"), &LoadOptions::default()).unwrap();
     let big = m.graph.initializer("big").unwrap();
     assert!(
         matches!(&big.location, DataLocation::External(r) if r.location == "external.bin" && r.offset == 0)
@@ -128,7 +128,7 @@ fn missing_short_and_escaping_external_data_are_typed_errors() {
         // The same file copied inside the folder loads.
         std::fs::remove_file(dir.join("model/external.bin")).unwrap();
         std::fs::write(dir.join("model/external.bin"), &data).unwrap();
-        OnnxModel::load(dir.join("model/external.onnx"), &LoadOptions::default()).unwrap();
+        OnnxFile::load(dir.join("model/external.onnx"), &LoadOptions::default()).unwrap();
     }
 }
 
@@ -144,7 +144,7 @@ fn opsets_out_of_range_and_truncated_files() {
     );
     std::fs::copy(fixtures().join("external.bin"), dir.join("external.bin")).unwrap();
     std::fs::write(dir.join("external.onnx"), opset28).unwrap();
-    match OnnxModel::load(dir.join("external.onnx"), &LoadOptions::default()) {
+    match OnnxFile::load(dir.join("external.onnx"), &LoadOptions::default()) {
         Err(OnnxError::UnsupportedOpset {
             domain,
             version: 28,
@@ -155,11 +155,11 @@ fn opsets_out_of_range_and_truncated_files() {
     }
     std::fs::write(dir.join("external.onnx"), &model[..model.len() / 2]).unwrap();
     assert!(matches!(
-        OnnxModel::load(dir.join("external.onnx"), &LoadOptions::default()),
+        OnnxFile::load(dir.join("external.onnx"), &LoadOptions::default()),
         Err(OnnxError::Decode { .. })
     ));
     assert!(matches!(
-        OnnxModel::load(dir.join("absent.onnx"), &LoadOptions::default()),
+        OnnxFile::load(dir.join("absent.onnx"), &LoadOptions::default()),
         Err(OnnxError::Io { .. })
     ));
 }

@@ -6,7 +6,7 @@
 //! models of the ONNX node tests when they are fetched (`scripts/fetch_onnx_tests.sh`). Mutations (SplitMix64, seeded): bit flips,
 //! interesting bytes (0, 0x7f, 0x80, 0xff), random runs, truncation, insertion and deletion of
 //! byte ranges, duplicated chunks, large varints written over a byte, and splices of two seeds.
-//! Each input goes through `OnnxModel::from_bytes` (external data from a `BytesResolver` that
+//! Each input goes through `OnnxFile::from_bytes` (external data from a `BytesResolver` that
 //! holds `external.bin`) and, when it loads, the importer (`onnx::import`),
 //! `testdata::decode_tensor` and `npy::read_npy`, inside
 //! `catch_unwind`; a panic is a finding, written to `<target tmp>/onnx_fuzz/finding-N.bin` and
@@ -18,7 +18,7 @@
 
 use bytes::Bytes;
 use dynrt::onnx::external::BytesResolver;
-use dynrt::onnx::{testdata, LoadOptions, OnnxModel};
+use dynrt::onnx::{testdata, LoadOptions, OnnxFile};
 use dynrt::rng::SplitMix64;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -155,7 +155,7 @@ fn loader_never_panics_on_mutated_files() {
     // Every seed model must load (or the loop only exercises error paths).
     let loaded_seeds = seeds
         .iter()
-        .filter(|s| OnnxModel::from_bytes(Bytes::from((*s).clone()), &resolver, &options).is_ok())
+        .filter(|s| OnnxFile::from_bytes(Bytes::from((*s).clone()), &resolver, &options).is_ok())
         .count();
     assert!(loaded_seeds >= 2, "only {loaded_seeds} seeds load");
 
@@ -170,7 +170,7 @@ fn loader_never_panics_on_mutated_files() {
             let input = mutate(&mut rng, &seeds);
             let result = std::panic::catch_unwind(|| {
                 let bytes = Bytes::from(input.clone());
-                let model = OnnxModel::from_bytes(bytes.clone(), &resolver, &options);
+                let model = OnnxFile::from_bytes(bytes.clone(), &resolver, &options);
                 if let Ok(m) = &model {
                     // Walk what was loaded: constants, summaries, the import into a graph.
                     let _ = dynrt::onnx::InspectReport::new(m).to_text();

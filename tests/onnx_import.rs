@@ -7,16 +7,16 @@
 use dynrt::gpu::{testing, Engine};
 use dynrt::graph::{reference, GraphError};
 use dynrt::memory::predictor::Policy;
-use dynrt::onnx::{import, HostTensor as OnnxTensor, LoadOptions, OnnxError, OnnxModel};
+use dynrt::onnx::{import, HostTensor as OnnxTensor, LoadOptions, OnnxError, OnnxFile};
 use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions};
 use dynrt::shape::{DType, Shape};
 use std::path::Path;
 
-fn model(name: &str) -> OnnxModel {
+fn model(name: &str) -> OnnxFile {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/onnx")
         .join(name);
-    OnnxModel::load(&path, &LoadOptions::default()).expect("fixture loads")
+    OnnxFile::load(&path, &LoadOptions::default()).expect("fixture loads")
 }
 
 fn engine(test: &str) -> Option<Engine> {
@@ -49,7 +49,7 @@ fn a_shape_chain_stays_on_the_host_while_its_reshape_follows_the_symbols() {
         return;
     };
     let net = Network::compile(&engine, imported.graph.clone(), NetworkOptions::default()).unwrap();
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).unwrap();
     for (batch, seq) in [(2u64, 3u64), (2, 5), (1, 1), (2, 5)] {
         let n = (batch * seq * 8) as usize;
         let xs = ramp(n);
@@ -114,7 +114,7 @@ fn bad_inputs_and_negative_dims_are_typed_errors_naming_the_input_or_node() {
     };
     let imported = import(&m).unwrap();
     let net = Network::compile(&engine, imported.graph, NetworkOptions::default()).unwrap();
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).unwrap();
     // The runtime checks too, naming the input.
     let wrong_rank = HostTensor::f32(Shape::new(vec![2, 8]), &[0.0; 16]);
     let err = req
@@ -142,7 +142,7 @@ fn bad_inputs_and_negative_dims_are_typed_errors_naming_the_input_or_node() {
     // request stays usable.
     let imported = import(&model("negative_dim.onnx")).unwrap();
     let net = Network::compile(&engine, imported.graph, NetworkOptions::default()).unwrap();
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).unwrap();
     let short = HostTensor::f32(Shape::new(vec![3]), &[1.0, 2.0, 3.0]);
     let err = req.infer_blocking(&[("x", &short)], &["y"]).unwrap_err();
     assert!(
@@ -174,7 +174,7 @@ fn a_refused_kernel_fails_the_load_before_anything_is_allocated() {
     // A model that compiles and runs gives everything back when dropped.
     let ok = import(&model("shape_chain.onnx")).unwrap();
     let net = Network::compile(&engine, ok.graph, NetworkOptions::default()).unwrap();
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).unwrap();
     let x = HostTensor::f32(Shape::new(vec![1, 2, 8]), &ramp(16));
     req.infer_blocking(&[("x", &x)], &["y"]).unwrap();
     assert!(engine.stats().total_current_bytes() > 0);

@@ -220,7 +220,7 @@ fn run_case(engine: &Engine, case: &NodeTestCase) -> (Status, String) {
     // Poison on: a kernel that reads bytes nothing wrote shows as NaN or a wrong integer.
     let options = RunOptions {
         poison: true,
-        ..RunOptions::new(Policy::Reference)
+        ..RunOptions::new(Policy::OpenVino)
     };
     let mut request = match InferRequest::new(&network, options) {
         Ok(r) => r,

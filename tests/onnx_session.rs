@@ -7,8 +7,8 @@ use dynrt::gpu::{testing, Engine};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
 use dynrt::onnx::{
-    Carry, HostTensor, LoadOptions, OnnxError, OnnxModel, OnnxSession, SessionError,
-    SessionOptions, TensorDType, TensorData,
+    Carry, HostTensor, LoadOptions, OnnxError, OnnxFile, OnnxSession, SessionError, SessionOptions,
+    TensorDType, TensorData,
 };
 use dynrt::rng::SplitMix64;
 use dynrt::runtime::RunOptions;
@@ -54,7 +54,7 @@ fn concat2(x: &[f32], a: u64, y: &[f32], b: u64) -> Vec<f32> {
 
 fn session(engine: &Engine, carry: Carry) -> OnnxSession {
     let options = SessionOptions {
-        run: RunOptions::new(Policy::Reference),
+        run: RunOptions::new(Policy::OpenVino),
         carry,
     };
     OnnxSession::load(engine, fixture("kv_attention.onnx"), &options).unwrap()
@@ -114,7 +114,7 @@ fn carried_caches_match_feeding_every_input_and_move_only_the_new_rows() {
         }
     }
     // The fed session copied its whole past into each present at every step; the carried one
-    // grew its caches a few times (the reference policy reserves 10 steps ahead).
+    // grew its caches a few times (the openvino policy reserves 10 steps ahead).
     assert!(carried.stats().state_growths <= 2 * 5);
 }
 
@@ -219,7 +219,7 @@ fn a_failed_load_leaves_nothing_allocated() {
     assert!(e.to_string().contains("node `q` (div)"), "{e}");
     assert_eq!(in_use(&engine), 0);
     // A model that loads allocates, and frees it all when dropped.
-    let model = OnnxModel::load(fixture("kv_attention.onnx"), &LoadOptions::default()).unwrap();
+    let model = OnnxFile::load(fixture("kv_attention.onnx"), &LoadOptions::default()).unwrap();
     let s = OnnxSession::from_model(&engine, &model, &SessionOptions::default()).unwrap();
     assert!(in_use(&engine) > 0);
     drop(s);

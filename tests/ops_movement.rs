@@ -624,7 +624,7 @@ fn runtime_values_from_shapes_drive_range_slice_fill_and_expand() {
     let one = i64c(&mut b, "one", &[], &[1]);
     let four = i64c(&mut b, "four", &[], &[4]);
     let two = i64c(&mut b, "two", &[1], &[2]);
-    let shape = b.add(
+    let shape = b.node(
         "shape",
         ShapeOf {
             start: 0,
@@ -633,27 +633,27 @@ fn runtime_values_from_shapes_drive_range_slice_fill_and_expand() {
         },
         &[past],
     );
-    let p = b.add("p", Gather { axis: 0 }, &[shape, zero]);
-    let lim = b.add("lim", BinaryOp::Add, &[p, four]);
-    let range = b.add("range", Range, &[p, lim, one]);
-    let start = b.add("start", Unsqueeze { axes: vec![0] }, &[p]);
-    let end = b.add("end", BinaryOp::Add, &[start, two]);
-    let rows = b.add(
+    let p = b.node("p", Gather { axis: 0 }, &[shape, zero]);
+    let lim = b.node("lim", BinaryOp::Add, &[p, four]);
+    let range = b.node("range", Range, &[p, lim, one]);
+    let start = b.node("start", Unsqueeze { axes: vec![0] }, &[p]);
+    let end = b.node("end", BinaryOp::Add, &[start, two]);
+    let rows = b.node(
         "rows",
         SliceTo {
             axes: Some(vec![0]),
         },
         &[table, start, end],
     );
-    let fill = b.add("fill", ConstantOfShape::f32(1.5), &[shape]);
-    let grown = b.add("grown", Expand, &[row, shape]);
+    let fill = b.node("fill", ConstantOfShape::f32(1.5), &[shape]);
+    let grown = b.node("grown", Expand, &[row, shape]);
     for o in [range, rows, fill, grown] {
         b.output(o);
     }
     let graph = b.build().expect("graph");
     let engine = dynrt::gpu::Engine::new(gpu);
     let net = Network::compile(&engine, graph.clone(), NetworkOptions::default()).expect("compile");
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).expect("request");
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).expect("request");
     for (step, p) in [1u64, 2, 3, 5, 8].into_iter().enumerate() {
         let values: Vec<f32> = (0..p * 2).map(|v| v as f32).collect();
         let feed = HostTensor::f32(s(&[p, 2]), &values);

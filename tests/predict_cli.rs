@@ -33,7 +33,7 @@ fn predict(args: &[&str]) -> (bool, String, String) {
 const SMALL: &str = "id,dtype,shape\nk,f32,1x2\nk,f32,1x3\nk,f32,1x4\nk,f32,1x5\ns,u8,7\n";
 
 #[test]
-fn reference_replay_matches_hand_computed_json() {
+fn openvino_replay_matches_hand_computed_json() {
     let path = trace_file("small.csv", SMALL);
     let (ok, stdout, stderr) = predict(&[path.to_str().unwrap(), "--json"]);
     assert!(ok, "{stderr}");
@@ -236,25 +236,25 @@ fn adaptive_meets_its_targets_on_the_fixtures() {
     let run = |trace: &Trace, policy| {
         replay(
             trace,
-            &ReplayConfig::new(policy, PredictorOptions::reference_defaults()),
+            &ReplayConfig::new(policy, PredictorOptions::openvino_defaults()),
         )
         .expect("replay")
         .summary
     };
     let decode = load("decode.csv");
     let (r, a) = (
-        run(&decode, Policy::Reference),
+        run(&decode, Policy::OpenVino),
         run(&decode, Policy::Adaptive),
     );
     assert!(a.reallocations * 4 <= r.reallocations, "{a:?} vs {r:?}");
     assert!(a.peak_reserved_bytes as f64 <= 1.10 * a.peak_needed_bytes as f64);
     let chat = load("chat.csv");
-    let (r, a) = (run(&chat, Policy::Reference), run(&chat, Policy::Adaptive));
+    let (r, a) = (run(&chat, Policy::OpenVino), run(&chat, Policy::Adaptive));
     assert!(a.reallocations * 2 <= r.reallocations, "{a:?} vs {r:?}");
     assert!(a.peak_reserved_bytes as f64 <= 1.10 * a.peak_needed_bytes as f64);
     let images = load("images.csv");
     let (r, a) = (
-        run(&images, Policy::Reference),
+        run(&images, Policy::OpenVino),
         run(&images, Policy::Adaptive),
     );
     assert!(a.reallocations <= r.reallocations, "{a:?} vs {r:?}");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+use dynrt::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::gpu::{testing, Engine, Gpu};
 use dynrt::graph::{reference, Bindings, Graph};
 use dynrt::memory::predictor::{Policy, PredictorOptions};
@@ -217,7 +217,7 @@ fn prefill_then_decode_matches_the_reference_and_reuses_the_kv_cache_in_place() 
         &config,
         None,
         true,
-        RunOptions::new(Policy::Reference),
+        RunOptions::new(Policy::OpenVino),
         &tokens,
         &chunks,
     )
@@ -322,9 +322,9 @@ fn preallocation_over_budget_falls_back_to_the_exact_size_and_an_impossible_requ
     chunks.extend(std::iter::repeat_n(1, 24));
     // Weights ~50 KB; a budget of 400 KB leaves little room: predictions are refused.
     let engine = Engine::with_memory_budget(gpu.clone(), 400_000);
-    let mut opts = RunOptions::new(Policy::Reference);
+    let mut opts = RunOptions::new(Policy::OpenVino);
     // A look-ahead of 100000 steps: every prediction asks for megabytes, far over budget.
-    opts.predictor = PredictorOptions::reference_defaults().with_iterations(100_000);
+    opts.predictor = PredictorOptions::openvino_defaults().with_iterations(100_000);
     let (got, mut req) = run(&engine, &config, None, true, opts, &tokens, &chunks).unwrap();
     let s = req.stats();
     assert!(
@@ -387,7 +387,7 @@ fn an_input_processed_late_never_shares_memory_with_an_earlier_node() {
     let n1 = b.exp("n1", c);
     let n2 = b.relu("n2", n1);
     let x = b.input("x", &[Dim::sym("n")], DType::F32);
-    let y = b.add_("y", x, n2);
+    let y = b.add("y", x, n2);
     b.output(y);
     let g = b.build().unwrap();
     let xs: Vec<f32> = (0..64).map(|i| 1.0 - i as f32 * 0.03).collect();
@@ -428,7 +428,7 @@ fn unchanged_nodes_replay_their_dispatch_plans_and_changed_ones_record_afresh() 
     let c = b.constant("c", Shape::new(vec![1]), vec![0.5]);
     let m = b.mul("m", x, c);
     let e = b.exp("e", m);
-    let y = b.add_("y", e, x);
+    let y = b.add("y", e, x);
     let c8 = b.constant(
         "c8",
         Shape::new(vec![8]),
@@ -659,7 +659,7 @@ fn a_constant_larger_than_one_storage_binding_is_refused_before_anything_is_allo
         DType::F32,
         ConstData::slice(backing, 0..n).unwrap(),
     );
-    let y = b.add_("y", x, w);
+    let y = b.add("y", x, w);
     b.output(y);
     let before = engine.stats().total_current_bytes();
     let err = Network::compile(&engine, b.build().unwrap(), NetworkOptions::default()).unwrap_err();

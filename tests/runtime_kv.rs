@@ -95,7 +95,7 @@ fn inputs_that_do_not_fit_the_graph_are_typed_errors_and_the_request_stays_usabl
     };
     let engine = Engine::new(gpu);
     let net = network(&engine).unwrap();
-    let mut req = InferRequest::new(&net, RunOptions::new(Policy::Reference)).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::OpenVino)).unwrap();
     let bad = HostTensor::f32(Shape::new(vec![2, WIDTH + 1]), &[0.0; 14]);
     assert!(matches!(
         req.infer_blocking(&[("x", &bad)], &[]),
@@ -383,7 +383,7 @@ fn a_past_given_by_the_caller_replaces_the_rows_held_and_a_failed_step_keeps_the
     };
     let net = Network::compile(&engine, graph, options).unwrap();
     for poison in [false, true] {
-        let mut opts = RunOptions::new(Policy::Reference);
+        let mut opts = RunOptions::new(Policy::OpenVino);
         opts.poison = poison;
         let mut req = InferRequest::new(&net, opts).unwrap();
         let mut rng = SplitMix64::new(3);

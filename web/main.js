@@ -26,7 +26,7 @@ const REGION_SERIES = REGIONS.map((r) => ({ key: r, colour: REGION_COLOURS[r], v
 /** The preallocation policies (`Policy` in dynrt), for both policy selects (adaptive selected). */
 const POLICIES = [
   ['none', 'none (exact sizes)'],
-  ['reference', 'reference (OpenVINO rule)'],
+  ['openvino', 'openvino (OpenVINO rule)'],
   ['adaptive', 'adaptive'],
 ];
 

@@ -43,7 +43,7 @@ const nativeBin = join(targetDir, 'release', 'dynrt');
 const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const steps = Number(process.env.DYNRT_WEB_STEPS ?? 24);
 const seed = Number(process.env.DYNRT_WEB_SEED ?? 7);
-const POLICIES = ['none', 'reference', 'adaptive'];
+const POLICIES = ['none', 'openvino', 'adaptive'];
 const llm = {
   prompt: process.env.DYNRT_WEB_PROMPT ?? 'What is the capital of France?',
   maxTokens: Number(process.env.DYNRT_WEB_TOKENS ?? 16),
@@ -370,8 +370,8 @@ async function testDemo(page) {
   if (POLICIES.every((p) => web[p])) {
     const r = Object.fromEntries(POLICIES.map((p) => [p, web[p].reallocations]));
     // Preallocation exists to cut reallocations of growing buffers: exact sizes (none) must
-    // reallocate most, and adaptive must not do worse than the reference rule.
-    check('reallocations: none > reference >= adaptive', r.none > r.reference && r.reference >= r.adaptive, JSON.stringify(r));
+    // reallocate most, and adaptive must not do worse than the OpenVINO rule.
+    check('reallocations: none > openvino >= adaptive', r.none > r.openvino && r.openvino >= r.adaptive, JSON.stringify(r));
   }
 }
 

@@ -4,7 +4,7 @@
 
 use super::demo::run_demo;
 use anyhow::Context;
-use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::decoder::DecoderConfig;
 use dynrt::demo::DemoConfig;
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// changes, `set_bind_group` + `dispatch_workgroups` per dispatch, the copies, one submit.
 mod dynamic {
     use super::Args;
-    use dynrt::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+    use dynrt::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
     use dynrt::gpu::{wgpu, CommandLog, Engine, Gpu, LoggedCommand};
     use dynrt::graph::{reference, Bindings};
     use dynrt::memory::predictor::{Policy, PredictorOptions};
@@ -324,8 +324,8 @@ mod dynamic {
         // Room for the whole window from the third step on: no buffer grows while timing,
         // so every step issues the same kind of work (attention re-recorded, the rest
         // replayed) and the command logs stay valid.
-        let mut run = RunOptions::new(Policy::Reference);
-        run.predictor = PredictorOptions::reference_defaults().with_iterations(total as u32);
+        let mut run = RunOptions::new(Policy::OpenVino);
+        run.predictor = PredictorOptions::openvino_defaults().with_iterations(total as u32);
         let mut tokens: Vec<i32> = (0..PROMPT as i32).map(|i| (i * 37 + 11) % 256).collect();
         let mut prefill = InferRequest::new(&prefill_net, run)?;
         let shape = Shape::new(vec![PROMPT as u64]);
@@ -693,7 +693,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
         let one = b.constant("one", Shape::new(vec![1]), vec![1.0]);
         let mut x = x0;
         for i in 0..CHAIN {
-            x = b.add_(format!("add{i}"), x, one);
+            x = b.add(format!("add{i}"), x, one);
         }
         b.output(x);
         let net = Network::compile(engine, b.build()?, NetworkOptions::default())?;

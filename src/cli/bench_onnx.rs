@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = web_time::Instant::now();
     // The carried pairs come from the model's outputs and inputs, so the model is loaded
     // first without carrying anything to learn its names.
-    let model = dynrt::onnx::OnnxModel::load(&args.model, &dynrt::onnx::LoadOptions::default())
+    let model = dynrt::onnx::OnnxFile::load(&args.model, &dynrt::onnx::LoadOptions::default())
         .with_context(|| format!("loading {}", args.model.display()))?;
     let input_names: Vec<String> = model
         .graph

@@ -2,7 +2,7 @@
 //! cache on the GPU, checked against the CPU reference.
 
 use anyhow::Context;
-use dynrt::demo::model::DecoderConfig;
+use dynrt::demo::decoder::DecoderConfig;
 use dynrt::demo::{Demo, DemoConfig};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;

@@ -4,7 +4,7 @@
 //! enough), not read. A GGUF goes to [`super::inspect_gguf`].
 
 use anyhow::Context;
-use dynrt::onnx::{InspectReport, LoadOptions, OnnxModel};
+use dynrt::onnx::{InspectReport, LoadOptions, OnnxFile};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         read_external: false,
         ..LoadOptions::default()
     };
-    let model = OnnxModel::load(&args.model, &options)
+    let model = OnnxFile::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let report = InspectReport::new(&model);
     if args.json {

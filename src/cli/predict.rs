@@ -20,8 +20,8 @@ pub struct Args {
     /// files of at most 1 GiB each).
     #[arg(required = true, value_name = "TRACE.csv")]
     traces: Vec<PathBuf>,
-    /// Preallocation policy: none, reference or adaptive.
-    #[arg(long, default_value = "reference")]
+    /// Preallocation policy: none, openvino or adaptive.
+    #[arg(long, default_value = "openvino")]
     policy: Policy,
     /// Predictor options "ITERATIONS MAX_PER_ITER_BYTES MAX_PER_DIM_DIFF RATIO"
     /// (default: $DYNRT_MEM_PREALLOCATION_OPTIONS, else "10 16384 2 1.1").
@@ -217,15 +217,15 @@ fn compare_table(
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "| trace | rows | policy | reallocations | vs reference | bytes allocated | peak reserved | peak needed | peak reserved / needed | mean reserved / needed |"
+        "| trace | rows | policy | reallocations | vs openvino | bytes allocated | peak reserved | peak needed | peak reserved / needed | mean reserved / needed |"
     );
     let _ = writeln!(text, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for (trace, policy, s) in results {
-        let reference = results
+        let openvino = results
             .iter()
-            .find(|(t, p, _)| t == trace && *p == Policy::Reference)
+            .find(|(t, p, _)| t == trace && *p == Policy::OpenVino)
             .map(|(_, _, r)| r.reallocations);
-        let vs = match reference {
+        let vs = match openvino {
             Some(r) => ratio_text(s.reallocations as f64, r as f64),
             None => "-".into(),
         };

@@ -14,7 +14,7 @@ use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::npy::{read_npy_file, write_npy};
 use dynrt::onnx::{
-    parse_input_arg, Carry, HostTensor, LoadOptions, OnnxModel, OnnxSession, SessionOptions,
+    parse_input_arg, Carry, HostTensor, LoadOptions, OnnxFile, OnnxSession, SessionOptions,
 };
 use dynrt::runtime::RunOptions;
 use std::collections::{BTreeMap, HashMap};
@@ -130,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loading = || format!("loading {}", args.model.display());
     // Decoded without the GPU, so that the output files are checked before anything runs.
     let t0 = web_time::Instant::now();
-    let model = OnnxModel::load(&args.model, &LoadOptions::default()).with_context(loading)?;
+    let model = OnnxFile::load(&args.model, &LoadOptions::default()).with_context(loading)?;
     let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
     let replace = if args.overwrite {
         Replace::Allow

@@ -25,9 +25,9 @@
 //! # Ok(()) }
 //! ```
 
-pub mod model;
+pub mod decoder;
 
-use self::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+use self::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::graph::{reference, Graph};

@@ -38,6 +38,7 @@ mod file;
 mod mapped;
 #[cfg(test)]
 mod tests;
+#[cfg(any(test, feature = "testing"))]
 mod tiny;
 mod types;
 mod value;
@@ -49,6 +50,7 @@ pub use error::GgufError;
 pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX_DIMS};
 #[cfg(not(target_arch = "wasm32"))]
 pub use mapped::MappedGguf;
+#[cfg(any(test, feature = "testing"))]
 pub use tiny::{TinyLlama, CHATML_TEMPLATE, TINY_SPECIAL_TOKENS};
 pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};

@@ -31,7 +31,7 @@ mod frame;
 pub mod kernels;
 mod pipeline;
 pub mod pool_storage;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
 

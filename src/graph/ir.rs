@@ -703,7 +703,7 @@ impl GraphBuilder {
     /// Adds a node with an explicit op and inputs; the output dtype follows
     /// [`Op::output_dtype`] (a type the op refuses, or an input that is not a node yet, is
     /// reported by [`GraphBuilder::build`] naming the node).
-    pub fn add(
+    pub fn node(
         &mut self,
         label: impl Into<String>,
         op: impl Into<Op>,
@@ -731,7 +731,7 @@ impl GraphBuilder {
 
     /// A network input with declared (possibly symbolic) dimensions.
     pub fn input(&mut self, label: impl Into<String>, dims: &[Dim], dtype: DType) -> NodeId {
-        self.add(label, ops::Input::new(dims.to_vec(), dtype), &[])
+        self.node(label, ops::Input::new(dims.to_vec(), dtype), &[])
     }
 
     /// A constant of any type from its little-endian bytes, possibly a range of a shared
@@ -744,7 +744,7 @@ impl GraphBuilder {
         dtype: DType,
         data: ConstData,
     ) -> NodeId {
-        self.add(label, ops::Constant { shape, dtype, data }, &[])
+        self.node(label, ops::Constant { shape, dtype, data }, &[])
     }
 
     /// An f32 constant (weights); `data` is row-major, `shape.num_elements()` values (checked by
@@ -766,7 +766,7 @@ impl GraphBuilder {
         b: NodeId,
         transpose_b: bool,
     ) -> NodeId {
-        self.add(label, ops::MatMul { transpose_b }, &[a, b])
+        self.node(label, ops::MatMul { transpose_b }, &[a, b])
     }
 
     /// Elementwise binary op with broadcasting.
@@ -777,11 +777,11 @@ impl GraphBuilder {
         a: NodeId,
         b: NodeId,
     ) -> NodeId {
-        self.add(label, op, &[a, b])
+        self.node(label, op, &[a, b])
     }
 
     /// `a + b` with broadcasting.
-    pub fn add_(&mut self, label: impl Into<String>, a: NodeId, b: NodeId) -> NodeId {
+    pub fn add(&mut self, label: impl Into<String>, a: NodeId, b: NodeId) -> NodeId {
         self.binary(label, BinaryOp::Add, a, b)
     }
 
@@ -802,7 +802,7 @@ impl GraphBuilder {
 
     /// Elementwise unary op.
     pub fn unary(&mut self, label: impl Into<String>, op: UnaryOp, x: NodeId) -> NodeId {
-        self.add(label, op, &[x])
+        self.node(label, op, &[x])
     }
 
     /// `max(x, 0)`.
@@ -827,7 +827,7 @@ impl GraphBuilder {
 
     /// Softmax over the last axis.
     pub fn softmax(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, ops::Softmax::LAST, &[x])
+        self.node(label, ops::Softmax::LAST, &[x])
     }
 
     /// Layer norm over the last axis.
@@ -839,7 +839,7 @@ impl GraphBuilder {
         beta: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, ops::LayerNorm { eps, axis: -1 }, &[x, gamma, beta])
+        self.node(label, ops::LayerNorm { eps, axis: -1 }, &[x, gamma, beta])
     }
 
     /// RMS norm over the last axis.
@@ -850,12 +850,12 @@ impl GraphBuilder {
         gamma: NodeId,
         eps: f32,
     ) -> NodeId {
-        self.add(label, ops::RmsNorm { eps, axis: -1 }, &[x, gamma])
+        self.node(label, ops::RmsNorm { eps, axis: -1 }, &[x, gamma])
     }
 
     /// Reshape to a static target (`0` copies, `-1` infers).
     pub fn reshape(&mut self, label: impl Into<String>, x: NodeId, target: &[i64]) -> NodeId {
-        self.add(
+        self.node(
             label,
             ops::Reshape {
                 target: target.to_vec(),
@@ -866,12 +866,12 @@ impl GraphBuilder {
 
     /// Reshape to the shape held in an integer tensor (a shape-inference data dependency).
     pub fn reshape_to(&mut self, label: impl Into<String>, x: NodeId, shape: NodeId) -> NodeId {
-        self.add(label, ops::ReshapeTo::default(), &[x, shape])
+        self.node(label, ops::ReshapeTo::default(), &[x, shape])
     }
 
     /// Permute dimensions.
     pub fn transpose(&mut self, label: impl Into<String>, x: NodeId, perm: &[usize]) -> NodeId {
-        self.add(
+        self.node(
             label,
             ops::Transpose {
                 perm: perm.to_vec(),
@@ -882,7 +882,7 @@ impl GraphBuilder {
 
     /// Concatenate along `axis`.
     pub fn concat(&mut self, label: impl Into<String>, xs: &[NodeId], axis: usize) -> NodeId {
-        self.add(label, ops::Concat { axis: axis as i64 }, xs)
+        self.node(label, ops::Concat { axis: axis as i64 }, xs)
     }
 
     /// Slice `axes` with `starts`/`ends`/`steps` (ONNX rules).
@@ -895,7 +895,7 @@ impl GraphBuilder {
         ends: &[i64],
         steps: &[i64],
     ) -> NodeId {
-        self.add(
+        self.node(
             label,
             ops::Slice {
                 axes: axes.iter().map(|&a| a as i64).collect(),
@@ -909,7 +909,7 @@ impl GraphBuilder {
 
     /// Embedding lookup: rows of `table` picked by integer `ids`.
     pub fn gather(&mut self, label: impl Into<String>, table: NodeId, ids: NodeId) -> NodeId {
-        self.add(label, ops::Gather::default(), &[table, ids])
+        self.node(label, ops::Gather::default(), &[table, ids])
     }
 
     /// `cond ? a : b` with broadcasting.
@@ -920,17 +920,17 @@ impl GraphBuilder {
         a: NodeId,
         b: NodeId,
     ) -> NodeId {
-        self.add(label, ops::Where, &[cond, a, b])
+        self.node(label, ops::Where, &[cond, a, b])
     }
 
     /// Causal mask over scores `[..., S, P + S]`.
     pub fn causal_mask(&mut self, label: impl Into<String>, scores: NodeId) -> NodeId {
-        self.add(label, ops::CausalMask, &[scores])
+        self.node(label, ops::CausalMask, &[scores])
     }
 
     /// The shape of `x` as an i32 tensor.
     pub fn shape_of(&mut self, label: impl Into<String>, x: NodeId) -> NodeId {
-        self.add(label, ops::ShapeOf::default(), &[x])
+        self.node(label, ops::ShapeOf::default(), &[x])
     }
 
     /// Marks a node as a network output.

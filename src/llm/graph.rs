@@ -223,7 +223,7 @@ pub fn build_llama_graph(
         let attn = bl.b.attention(p("attn"), q, kc, vc, h, kvh);
         let wo = bl.weight(&p("attn_output.weight"))?;
         let o = bl.project(p("attn_out"), attn, wo);
-        x = bl.b.add_(p("attn_res"), x, o);
+        x = bl.b.add(p("attn_res"), x, o);
         let ffn_norm = bl.weight(&p("ffn_norm.weight"))?;
         let hf = bl.b.rms_norm(p("ffn_norm"), x, ffn_norm, eps);
         let wg = bl.weight(&p("ffn_gate.weight"))?;
@@ -233,7 +233,7 @@ pub fn build_llama_graph(
         let up = bl.project(p("ffn_up"), hf, wu);
         let act = bl.b.silu_mul(p("ffn_act"), gate, up);
         let down = bl.project(p("ffn_down"), act, wd);
-        x = bl.b.add_(p("ffn_res"), x, down);
+        x = bl.b.add(p("ffn_res"), x, down);
     }
     // Only the last position needs logits.
     let last = bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1]);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{OnnxDim, OnnxGraph, ValueType};
+use super::file::{OnnxDim, OnnxGraph, ValueType};
 use super::tensor::HostTensor;
 use super::OnnxError;
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::model::{DataLocation, OnnxModel, Opset, ValueInfo};
+use super::file::{DataLocation, OnnxFile, Opset, ValueInfo};
 use super::ops;
 use super::tensor::TensorDType;
 
@@ -101,7 +101,7 @@ pub struct InspectReport {
 
 impl InspectReport {
     /// Summarises a loaded model.
-    pub fn new(model: &OnnxModel) -> Self {
+    pub fn new(model: &OnnxFile) -> Self {
         let graph = &model.graph;
         let nodes = graph.walk_nodes();
         let opset = model.opset("").unwrap_or(0);

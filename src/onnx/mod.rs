@@ -3,8 +3,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), dynrt::onnx::OnnxError> {
-//! use dynrt::onnx::{InspectReport, LoadOptions, OnnxModel};
-//! let model = OnnxModel::load("model.onnx", &LoadOptions::default())?;
+//! use dynrt::onnx::{InspectReport, LoadOptions, OnnxFile};
+//! let model = OnnxFile::load("model.onnx", &LoadOptions::default())?;
 //! for input in model.graph.runtime_inputs() {
 //!     println!("{}: {:?}", input.name, input.ty);
 //! }
@@ -13,7 +13,7 @@
 //! # }
 //! ```
 //!
-//! * [`OnnxModel`] (`model`): the decoded model, checked: opset imports within
+//! * [`OnnxFile`] (`model`): the decoded model, checked: opset imports within
 //!   [`ops::DEFAULT_DOMAIN_OPSETS`] for the default domain, every node input defined before
 //!   use (by an earlier node, a graph input, an initializer or an enclosing graph), no value
 //!   defined twice, graph outputs defined, attributes typed ([`AttributeValue`]), subgraphs
@@ -27,7 +27,7 @@
 //!   handed over (wasm32).
 //! * [`bind_inputs`] / [`parse_input_arg`] (`feeds`): a run's inputs checked against the
 //!   model (names, element types, ranks, fixed dims) and its symbolic dims bound.
-//! * [`mod@import`]: the importer, [`OnnxModel`] into a dynrt [`crate::graph::Graph`], with its
+//! * [`mod@import`]: the importer, [`OnnxFile`] into a dynrt [`crate::graph::Graph`], with its
 //!   converter registry ([`import::CONVERTERS`], one line per op type).
 //! * [`OnnxSession`] (`session`): a model imported, compiled and run step by step on the
 //!   device, its KV caches carried in place between steps.
@@ -63,14 +63,15 @@
 mod error;
 pub mod external;
 mod feeds;
+mod file;
 pub mod import;
 mod inspect;
-mod model;
 pub mod ops;
 pub(crate) mod proto;
 mod schemas;
 pub mod session;
 mod tensor;
+#[cfg(any(test, feature = "testing"))]
 pub mod testdata;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -78,14 +79,14 @@ pub(crate) mod tests;
 pub use error::OnnxError;
 pub use external::{ExternalData, ExternalDataError, ExternalRef};
 pub use feeds::{bind_inputs, bind_inputs_carried, parse_input_arg};
-pub use import::{import, ImportError, ImportedModel};
+pub use file::{
+    Attribute, AttributeValue, DataLocation, Initializer, LoadOptions, LocalFunction, OnnxDim,
+    OnnxFile, OnnxGraph, OnnxNode, Opset, SparseInitializer, SparseTensor, TensorType, ValueInfo,
+    ValueType, MAX_DENSE_BYTES,
+};
+pub use import::{import, ImportError, ImportedGraph};
 pub use inspect::{
     DTypeBytes, ExternalFile, InitializerSummary, InspectReport, OpCount, UnsupportedNode,
-};
-pub use model::{
-    Attribute, AttributeValue, DataLocation, Initializer, LoadOptions, LocalFunction, OnnxDim,
-    OnnxGraph, OnnxModel, OnnxNode, Opset, SparseInitializer, SparseTensor, TensorType, ValueInfo,
-    ValueType, MAX_DENSE_BYTES,
 };
 pub use session::{onnx_tensor, Carry, OnnxSession, SessionError, SessionOptions};
 pub use tensor::{HostTensor, TensorDType, TensorData, TensorError};

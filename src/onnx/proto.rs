@@ -9,7 +9,7 @@
 //! decoding from a [`Bytes`] buffer makes them slices of that buffer, so a model's weights are
 //! not copied by the decoder.
 //!
-//! These are crate-private wire structs: nothing here is validated. [`crate::onnx::OnnxModel`]
+//! These are crate-private wire structs: nothing here is validated. [`crate::onnx::OnnxFile`]
 //! turns them into checked types. Fields carry `onnx.proto`'s names; see its comments.
 
 use bytes::Bytes;
@@ -333,6 +333,7 @@ pub struct FunctionProto {
     pub domain: String,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// `SequenceProto.DataType` / `OptionalProto.DataType` values (`onnx-data.proto`).
 pub mod value_kind {
     pub const UNDEFINED: i32 = 0;
@@ -343,6 +344,7 @@ pub mod value_kind {
     pub const OPTIONAL: i32 = 5;
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// `SequenceProto` (`onnx-data.proto`): a test-data value of sequence type.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SequenceProto {
@@ -362,6 +364,7 @@ pub struct SequenceProto {
     pub optional_values: Vec<OptionalProto>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// `MapProto` (`onnx-data.proto`).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MapProto {
@@ -377,6 +380,7 @@ pub struct MapProto {
     pub values: Option<SequenceProto>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// `OptionalProto` (`onnx-data.proto`): a test-data value of optional type.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct OptionalProto {

@@ -30,8 +30,8 @@
 //! and steps leave it out — what ONNX Runtime's callers get by binding a device tensor.
 
 use super::feeds::bind_inputs_carried;
+use super::file::{LoadOptions, OnnxFile, OnnxGraph};
 use super::import::{dtype_of, import, runtime_tensor, ImportError, ImportedValue};
-use super::model::{LoadOptions, OnnxGraph, OnnxModel};
 use super::tensor::{HostTensor, TensorDType};
 use super::{ExternalData, OnnxError};
 use crate::gpu::Engine;
@@ -190,7 +190,7 @@ impl OnnxSession {
         path: impl AsRef<std::path::Path>,
         options: &SessionOptions,
     ) -> Result<OnnxSession, SessionError> {
-        let model = OnnxModel::load(path, &LoadOptions::default()).map_err(SessionError::Load)?;
+        let model = OnnxFile::load(path, &LoadOptions::default()).map_err(SessionError::Load)?;
         Self::from_model(engine, &model, options)
     }
 
@@ -206,7 +206,7 @@ impl OnnxSession {
         external: &dyn ExternalData,
         options: &SessionOptions,
     ) -> Result<OnnxSession, SessionError> {
-        let model = OnnxModel::from_bytes(bytes, external, &LoadOptions::default())
+        let model = OnnxFile::from_bytes(bytes, external, &LoadOptions::default())
             .map_err(SessionError::Load)?;
         Self::from_model(engine, &model, options)
     }
@@ -218,7 +218,7 @@ impl OnnxSession {
     /// stays allocated.
     pub fn from_model(
         engine: &Engine,
-        model: &OnnxModel,
+        model: &OnnxFile,
         options: &SessionOptions,
     ) -> Result<OnnxSession, SessionError> {
         let imported = import(model)?;

@@ -14,8 +14,8 @@ use prost::Message;
 use std::path::{Path, PathBuf};
 
 #[cfg(not(target_arch = "wasm32"))]
-use super::model::LoadOptions;
-use super::model::{OnnxModel, ValueType};
+use super::file::LoadOptions;
+use super::file::{OnnxFile, ValueType};
 use super::proto::{self, value_kind};
 use super::tensor::{self, HostTensor, TensorDType};
 use super::OnnxError;
@@ -93,7 +93,7 @@ pub struct NodeTestCase {
     /// The folder's name (`test_abs`).
     pub name: String,
     /// The model.
-    pub model: OnnxModel,
+    pub model: OnnxFile,
     /// Its data sets, in order of N.
     pub data_sets: Vec<TestDataSet>,
 }
@@ -143,7 +143,7 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 /// [`OnnxError`] from the model or any data file (a decode error names the file), and
 /// [`OnnxError::Type`] when there are more data files than graph inputs or outputs.
 pub fn load_case(dir: &Path, options: &LoadOptions) -> Result<NodeTestCase, OnnxError> {
-    let model = OnnxModel::load(dir.join("model.onnx"), options)?;
+    let model = OnnxFile::load(dir.join("model.onnx"), options)?;
     let input_types: Vec<Option<ValueType>> =
         model.graph.runtime_inputs().map(|v| v.ty.clone()).collect();
     let output_types: Vec<Option<ValueType>> =
@@ -255,7 +255,7 @@ fn sparse_value(s: &proto::SparseTensorProto, what: &str) -> Result<TestValue, O
         tensor: what.to_string(),
         cause,
     })?;
-    let sparse = super::model::SparseTensor::checked(dims, values, &indices).map_err(bad)?;
+    let sparse = super::file::SparseTensor::checked(dims, values, &indices).map_err(bad)?;
     sparse
         .to_dense()
         .map(TestValue::SparseTensor)

@@ -1,4 +1,4 @@
-//! Loader tests on models built from the wire structs: every check of [`OnnxModel`] fails
+//! Loader tests on models built from the wire structs: every check of [`OnnxFile`] fails
 //! with its typed error, naming the node, value or initializer.
 
 use bytes::Bytes;
@@ -94,8 +94,8 @@ fn model() -> ModelProto {
     })
 }
 
-pub(crate) fn load(m: &ModelProto) -> Result<OnnxModel, OnnxError> {
-    OnnxModel::from_bytes(
+pub(crate) fn load(m: &ModelProto) -> Result<OnnxFile, OnnxError> {
+    OnnxFile::from_bytes(
         Bytes::from(m.encode_to_vec()),
         &NoExternalData,
         &LoadOptions::default(),
@@ -109,7 +109,7 @@ fn graph_mut(m: &mut ModelProto) -> &mut GraphProto {
 #[test]
 fn a_valid_model_loads_with_its_types_and_data() {
     let bytes = Bytes::from(model().encode_to_vec());
-    let m = OnnxModel::from_bytes(bytes.clone(), &NoExternalData, &LoadOptions::default()).unwrap();
+    let m = OnnxFile::from_bytes(bytes.clone(), &NoExternalData, &LoadOptions::default()).unwrap();
     assert_eq!(m.opset(""), Some(17));
     assert_eq!(m.opset("ai.onnx"), Some(17));
     let x = m.graph.runtime_inputs().next().unwrap();
@@ -145,7 +145,7 @@ fn truncated_and_malformed_bytes_are_errors() {
     for cut in 0..full.len() {
         // A cut at a field boundary can still be a valid (smaller) model; a cut inside a
         // field never is. Neither may panic.
-        if let Err(OnnxError::Decode { .. }) = OnnxModel::from_bytes(
+        if let Err(OnnxError::Decode { .. }) = OnnxFile::from_bytes(
             Bytes::copy_from_slice(&full[..cut]),
             &NoExternalData,
             &LoadOptions::default(),
@@ -165,8 +165,8 @@ fn truncated_and_malformed_bytes_are_errors() {
     assert!(matches!(load_bytes(&[]).unwrap_err(), OnnxError::NoGraph));
 }
 
-fn load_bytes(b: &[u8]) -> Result<OnnxModel, OnnxError> {
-    OnnxModel::from_bytes(
+fn load_bytes(b: &[u8]) -> Result<OnnxFile, OnnxError> {
+    OnnxFile::from_bytes(
         Bytes::copy_from_slice(b),
         &NoExternalData,
         &LoadOptions::default(),
@@ -221,7 +221,7 @@ fn opsets_outside_the_supported_range_are_refused() {
     };
     let mut m = model();
     m.opset_import[0].version = 22;
-    let err = OnnxModel::from_bytes(Bytes::from(m.encode_to_vec()), &NoExternalData, &options);
+    let err = OnnxFile::from_bytes(Bytes::from(m.encode_to_vec()), &NoExternalData, &options);
     assert!(matches!(
         err,
         Err(OnnxError::UnsupportedOpset {
@@ -470,7 +470,7 @@ fn external_data_through_a_bytes_resolver() {
     let file = Bytes::from((0u8..40).collect::<Vec<u8>>());
     let mut res = BytesResolver::new();
     res.insert("w.bin", file.clone());
-    let loaded = OnnxModel::from_bytes(bytes.clone(), &res, &LoadOptions::default()).unwrap();
+    let loaded = OnnxFile::from_bytes(bytes.clone(), &res, &LoadOptions::default()).unwrap();
     let w = loaded.graph.initializer("w").unwrap();
     assert_eq!(w.tensor().unwrap().bytes().unwrap().as_ref(), &file[4..36]);
     assert!(
@@ -481,12 +481,12 @@ fn external_data_through_a_bytes_resolver() {
         read_external: false,
         ..LoadOptions::default()
     };
-    let loaded = OnnxModel::from_bytes(bytes.clone(), &res, &check).unwrap();
+    let loaded = OnnxFile::from_bytes(bytes.clone(), &res, &check).unwrap();
     assert!(loaded.graph.initializer("w").unwrap().tensor().is_none());
     // A file too short for the range, and no file at all.
     let mut short = BytesResolver::new();
     short.insert("w.bin", file.slice(..30));
-    match OnnxModel::from_bytes(bytes.clone(), &short, &check).unwrap_err() {
+    match OnnxFile::from_bytes(bytes.clone(), &short, &check).unwrap_err() {
         OnnxError::External { initializer, cause } => {
             assert_eq!(initializer, "w");
             assert!(matches!(
@@ -497,7 +497,7 @@ fn external_data_through_a_bytes_resolver() {
         e => panic!("{e}"),
     }
     assert!(matches!(
-        OnnxModel::from_bytes(bytes, &NoExternalData, &LoadOptions::default()).unwrap_err(),
+        OnnxFile::from_bytes(bytes, &NoExternalData, &LoadOptions::default()).unwrap_err(),
         OnnxError::External {
             cause: ExternalDataError::Missing { .. },
             ..
@@ -505,7 +505,7 @@ fn external_data_through_a_bytes_resolver() {
     ));
     // A location that climbs out of the folder is refused before any resolver sees it.
     graph_mut(&mut m).initializer[0].external_data[0].value = "../w.bin".into();
-    let err = OnnxModel::from_bytes(
+    let err = OnnxFile::from_bytes(
         Bytes::from(m.encode_to_vec()),
         &res,
         &LoadOptions::default(),

@@ -4,8 +4,8 @@
 //!
 //! Files: `compile.rs` (the device-free plan: roles, states, static shapes, memory
 //! dependencies, the arena plan), `network.rs` (the device half: the data region, the
-//! kernels' dtype check), `session/` (the device-free per-iteration state: update_shape,
-//! sizing through [`crate::memory::predictor::Sizer`], and in `session/kv.rs` the KV-cache
+//! kernels' dtype check), `state/` (the device-free per-iteration state: update_shape,
+//! sizing through [`crate::memory::predictor::Sizer`], and in `state/kv.rs` the KV-cache
 //! states; generic over a storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
 //! writes, one [`crate::gpu::Frame`] per iteration, readbacks), `placeholders.rs` (the
 //! placeholder pool), [`report`].
@@ -114,7 +114,7 @@
 //! head_dim]` caches exported models write. [`find_states`] recognises the pattern; callers
 //! may also name the pairs ([`NetworkOptions::states`]). The request keeps one buffer per
 //! state, preallocated with room from the predictor: a *padded* layout whose growing axis
-//! has the buffer's capacity (`[batch, heads, capacity, head_dim]`, see `session/kv.rs`). The
+//! has the buffer's capacity (`[batch, heads, capacity, head_dim]`, see `state/kv.rs`). The
 //! concat node does not run a kernel: its output *is* the state buffer, and the step copies
 //! only the new rows into their place (one copy per `batch x heads` block). When the buffer
 //! is too small, a larger one is allocated and the old rows are copied into it once, in the
@@ -155,7 +155,7 @@ mod options;
 mod placeholders;
 pub mod report;
 mod request;
-mod session;
+mod state;
 
 pub use crate::tensor::HostTensor;
 pub use compile::{find_states, NetworkOptions, StateBinding};

@@ -26,7 +26,7 @@ impl RunOptions {
     pub fn new(policy: Policy) -> Self {
         RunOptions {
             policy,
-            predictor: PredictorOptions::reference_defaults(),
+            predictor: PredictorOptions::openvino_defaults(),
             pool: true,
             poison: false,
             trace: false,

@@ -1,4 +1,4 @@
-//! The GPU executor of a request: a [`Session`] on the engine's buffers, plus what only the
+//! The GPU executor of a request: a [`RequestState`] on the engine's buffers, plus what only the
 //! device needs (dispatch plans, uniform slots, the NaN source of poison mode), the input
 //! writes, the encoding of every node into one [`Frame`] and the output readbacks. See
 //! [`crate::runtime`] for the design.
@@ -6,7 +6,7 @@
 use super::compile::{padded_bytes, Compiled, Role};
 use super::network::{Inner, Network};
 use super::options::{RunOptions, RunStats};
-use super::session::{MovedState, Session, View};
+use super::state::{MovedState, RequestState, View};
 use super::RunError;
 use crate::gpu::kernels::{movement, DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
@@ -47,7 +47,7 @@ impl KvStates {
 /// KV-cache states. Dropping it frees all of them.
 pub struct InferRequest {
     net: Network,
-    session: Session<EngineStorage>,
+    state: RequestState<EngineStorage>,
     /// The dispatch plan of each kernel node, by position.
     plans: Vec<Option<DispatchPlan>>,
     /// Source of NaN bytes for poison fills.
@@ -67,7 +67,7 @@ pub struct InferRequest {
 /// The gathers whose indices a kernel computes, so only the device sees them: each gets a
 /// fault record ([`movement::FAULT_RECORD_BYTES`]) in one buffer, zeroed before every
 /// submit, written by [`movement::encode_index_check`] and read back after the submit. Other
-/// gathers' indices are checked on the host (fed inputs and constants by the session, host
+/// gathers' indices are checked on the host (fed inputs and constants by the request state, host
 /// values by the gather's shape rule), so a graph without such a gather (the LLM paths,
 /// whose ids are fed) never reads back more than its outputs.
 struct IndexChecks {
@@ -149,8 +149,8 @@ struct KeptInput {
 impl std::fmt::Debug for InferRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InferRequest")
-            .field("options", &self.session.options())
-            .field("stats", &self.session.stats())
+            .field("options", &self.state.options())
+            .field("stats", &self.state.stats())
             .finish()
     }
 }
@@ -179,15 +179,15 @@ fn operand<'a>(v: View<'a, Buffer>) -> Operand<'a> {
 
 /// The operand of node `id`'s output (constants from the network).
 fn tensor_of<'a>(
-    session: &'a Session<EngineStorage>,
+    state: &'a RequestState<EngineStorage>,
     inner: &'a Inner,
     id: NodeId,
 ) -> Option<Operand<'a>> {
-    if let Some(v) = session.view(id) {
+    if let Some(v) = state.view(id) {
         return Some(operand(v));
     }
     let k = inner.compiled.pos(id).index();
-    if !session.is_constant(k) {
+    if !state.is_constant(k) {
         return None;
     }
     let (buffer, offset_bytes, size_bytes) = inner.data.constant(id)?;
@@ -197,7 +197,7 @@ fn tensor_of<'a>(
             offset_bytes,
             size_bytes,
         },
-        shape: session.shape(id),
+        shape: state.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
         strides: None,
     })
@@ -212,7 +212,7 @@ impl InferRequest {
     pub fn new(network: &Network, options: RunOptions) -> Result<InferRequest, RunError> {
         let inner = &network.inner;
         let engine = &inner.engine;
-        let session = Session::new(
+        let state = RequestState::new(
             Arc::clone(&inner.compiled),
             options,
             EngineStorage::new(engine.clone()).in_region(Region::Internal),
@@ -222,7 +222,7 @@ impl InferRequest {
         let n = inner.compiled.nodes.len();
         Ok(InferRequest {
             net: network.clone(),
-            session,
+            state,
             plans: (0..n).map(|_| None).collect(),
             nan_source: None,
             uniforms: Some(UniformArena::new(engine)),
@@ -240,24 +240,24 @@ impl InferRequest {
 
     /// Counters since creation.
     pub fn stats(&self) -> RunStats {
-        self.session.stats()
+        self.state.stats()
     }
 
     /// The request's options.
     pub fn options(&self) -> RunOptions {
-        self.session.options()
+        self.state.options()
     }
 
     /// The sizing decisions of this request (and of the sequence it continues): what
     /// `dynrt predict` gives when it replays [`InferRequest::sizing_trace`].
     pub fn sizing(&self) -> SizingSummary {
-        self.session.sizer().summary()
+        self.state.sizer().summary()
     }
 
     /// The shape trace of every sizing decision (`id,dtype,shape` CSV), when
     /// [`RunOptions::trace`] is on.
     pub fn sizing_trace(&self) -> Option<&str> {
-        self.session.sizer().trace()
+        self.state.sizer().trace()
     }
 
     /// Logs every command of the following iterations (dispatches with their pipelines, bind
@@ -277,20 +277,20 @@ impl InferRequest {
 
     /// Rows currently held by each state (the past length of the KV cache).
     pub fn state_shapes(&self) -> Vec<Shape> {
-        self.session.state_shapes()
+        self.state.state_shapes()
     }
 
     /// Bytes the KV cache's buffers reserve (the rows held plus the room preallocated for
     /// growth), summed over the states.
     pub fn state_reserved_bytes(&self) -> u64 {
-        self.session.state_reserved_bytes()
+        self.state.state_reserved_bytes()
     }
 
     /// Takes the KV cache out of this request (which then starts a new sequence) to continue
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.
     pub fn take_states(&mut self) -> KvStates {
-        let (states, sizer) = self.session.take_states();
+        let (states, sizer) = self.state.take_states();
         self.forget_freed();
         KvStates { states, sizer }
     }
@@ -303,14 +303,14 @@ impl InferRequest {
     /// [`RunError::BadState`] when the number of states or their row shapes differ; the
     /// request is unchanged then.
     pub fn put_states(&mut self, states: KvStates) -> Result<(), RunError> {
-        self.session.put_states(states.states, states.sizer)?;
+        self.state.put_states(states.states, states.sizer)?;
         self.forget_freed();
         Ok(())
     }
 
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
-        self.session.reset_states();
+        self.state.reset_states();
     }
 
     /// Keeps `tensor` as input `label` on the device: iterations may leave the input out and
@@ -323,7 +323,7 @@ impl InferRequest {
     /// [`RunError::BadInput`] for a label that is not an input, a state's past (the request
     /// keeps those itself) or a tensor of the wrong type or size; nothing changes then.
     pub fn keep_input(&mut self, label: &str, tensor: HostTensor) -> Result<(), RunError> {
-        if self.session.check_input(label, &tensor)?.is_some() {
+        if self.state.check_input(label, &tensor)?.is_some() {
             return Err(RunError::BadInput {
                 input: label.to_string(),
                 reason: "the past of a state: the request keeps its rows on the device already"
@@ -359,15 +359,10 @@ impl InferRequest {
         &self.net.inner.engine
     }
 
-    /// Drops the cached bind groups and dispatch plans that bind a buffer the session freed
+    /// Drops the cached bind groups and dispatch plans that bind a buffer the request state freed
     /// (or handed away): they hold the buffers they bind, and a freed buffer must really leave.
     fn forget_freed(&mut self) {
-        let gone: Vec<BufferUid> = self
-            .session
-            .take_freed()
-            .into_iter()
-            .map(BufferUid)
-            .collect();
+        let gone: Vec<BufferUid> = self.state.take_freed().into_iter().map(BufferUid).collect();
         if gone.is_empty() {
             return;
         }
@@ -418,7 +413,7 @@ impl InferRequest {
                 }
             }
             Err(_) => {
-                self.session.abort();
+                self.state.abort();
                 for plan in &mut self.plans {
                     *plan = None;
                 }
@@ -455,10 +450,10 @@ impl InferRequest {
         }
         let inputs = &inputs[..];
         // Phase 1 (device-free): update_shape and realloc_if_needed for every node.
-        self.session.prepare(inputs)?;
+        self.state.prepare(inputs)?;
         self.forget_freed();
         for (k, plan) in self.plans.iter_mut().enumerate() {
-            if self.session.reinferred(k) {
+            if self.state.reinferred(k) {
                 *plan = None;
             }
         }
@@ -486,7 +481,7 @@ impl InferRequest {
                 continue;
             }
             let (buf, off) = self
-                .session
+                .state
                 .slot_buffer(k)
                 .ok_or_else(|| RunError::BadInput {
                     input: label.to_string(),
@@ -524,7 +519,7 @@ impl InferRequest {
                 frame.log_commands();
             }
             for (k, bytes) in queued {
-                if let Some((buf, off)) = self.session.slot_buffer(k) {
+                if let Some((buf, off)) = self.state.slot_buffer(k) {
                     frame.write_before_submit(buf, off, bytes);
                 }
             }
@@ -554,10 +549,10 @@ impl InferRequest {
             reason,
         })?;
         self.read_index_checks().await?;
-        let stats = self.session.stats_mut();
+        let stats = self.state.stats_mut();
         stats.submits += 1;
         stats.input_bytes_written += input_bytes;
-        self.session.commit();
+        self.state.commit();
         Ok(written)
     }
 
@@ -597,7 +592,7 @@ impl InferRequest {
             let Op::Gather(g) = &node.op else {
                 continue;
             };
-            let table = self.session.shape(node.inputs[0]);
+            let table = self.state.shape(node.inputs[0]);
             let bound = ops::axis_index(g.axis, table.rank())
                 .map(|a| table.dims()[a])
                 .unwrap_or(0);
@@ -613,10 +608,10 @@ impl InferRequest {
     }
 
     fn ensure_nan_source(&mut self) -> Result<(), RunError> {
-        if !self.session.options().poison {
+        if !self.state.options().poison {
             return Ok(());
         }
-        let need = self.session.poison_need();
+        let need = self.state.poison_need();
         if need == 0
             || self
                 .nan_source
@@ -660,12 +655,12 @@ impl InferRequest {
             op: node.op.name(),
             reason,
         };
-        let poison = self.session.options().poison;
+        let poison = self.state.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
         // Not host values: their upload is a queue write, which lands before every command
         // of the submit, so a fill here would overwrite it (they own their buffer anyway).
-        let poison_now = self.session.take_poison(k)
+        let poison_now = self.state.take_poison(k)
             && poison
             && !matches!(
                 c.role,
@@ -678,8 +673,8 @@ impl InferRequest {
             );
         let mut stats = RunStats::default();
         if poison_now {
-            if let (Some((buf, off)), Some(src)) = (self.session.slot_buffer(k), &self.nan_source) {
-                let cap = self.session.capacity(k).min(buf.size_bytes() - off);
+            if let (Some((buf, off)), Some(src)) = (self.state.slot_buffer(k), &self.nan_source) {
+                let cap = self.state.capacity(k).min(buf.size_bytes() - off);
                 if cap > 0 && src.size_bytes() >= cap {
                     frame.copy(src, 0, buf, off, cap);
                     stats.poison_fills += 1;
@@ -689,16 +684,16 @@ impl InferRequest {
         match c.role {
             Role::Input { .. } | Role::Constant | Role::ShapeOnly | Role::StateView { .. } => {}
             Role::HostValue => {
-                if let Some(bytes) = self.session.take_upload(k) {
+                if let Some(bytes) = self.state.take_upload(k) {
                     // HostValue nodes own their buffer (never pooled), so this write cannot
                     // land in a buffer that another command of this submit still reads.
-                    if let Some((buf, off)) = self.session.slot_buffer(k) {
+                    if let Some((buf, off)) = self.state.slot_buffer(k) {
                         frame.write_before_submit(buf, off, pad4(&bytes));
                     }
                 }
             }
             Role::StateConcat { state } => {
-                let st = &self.session.states[state];
+                let st = &self.state.states[state];
                 let target = st
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
@@ -739,7 +734,7 @@ impl InferRequest {
                         "a state concat takes exactly the past and the new rows".into(),
                     ));
                 }
-                let src = tensor_of(&self.session, inner, node.inputs[1])
+                let src = tensor_of(&self.state, inner, node.inputs[1])
                     .ok_or_else(|| kernel_err("new rows have no buffer".into()))?;
                 if src.is_strided() {
                     return Err(kernel_err(
@@ -760,9 +755,9 @@ impl InferRequest {
                 }
             }
             Role::Copy => {
-                let src = tensor_of(&self.session, inner, node.inputs[0])
+                let src = tensor_of(&self.state, inner, node.inputs[0])
                     .ok_or_else(|| kernel_err("input has no buffer".into()))?;
-                let out = tensor_of(&self.session, inner, c.id)
+                let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let bytes = padded_bytes(out.shape, c.dtype)?;
                 if bytes > 0 {
@@ -794,11 +789,11 @@ impl InferRequest {
                     .inputs
                     .iter()
                     .map(|&i| {
-                        tensor_of(&self.session, inner, i)
+                        tensor_of(&self.state, inner, i)
                             .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
                     })
                     .collect::<Result<_, _>>()?;
-                let out = tensor_of(&self.session, inner, c.id)
+                let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let aligned = ins
                     .iter()
@@ -831,18 +826,18 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
-                let out = tensor_of(&self.session, inner, c.id)
+                let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let def = node.op.def();
                 let graph = &inner.compiled.graph;
                 // An input the kernel never reads (shape data computed on the host, such as an
                 // expand's target) may have no buffer: it gets a placeholder that names the
                 // output's range with the input's shape and type, which the kernel never binds.
-                let input = |pos: usize, i: NodeId| match tensor_of(&self.session, inner, i) {
+                let input = |pos: usize, i: NodeId| match tensor_of(&self.state, inner, i) {
                     Some(o) => Ok(o),
                     None if !def.reads_input(pos) => Ok(Operand {
                         tensor: out.tensor,
-                        shape: self.session.shape(i),
+                        shape: self.state.shape(i),
                         dtype: graph.node(i).dtype,
                         strides: None,
                     }),
@@ -893,7 +888,7 @@ impl InferRequest {
                 }
             }
         }
-        let s = self.session.stats_mut();
+        let s = self.state.stats_mut();
         s.dispatches += stats.dispatches;
         s.dispatches_replayed += stats.dispatches_replayed;
         s.copies += stats.copies;
@@ -918,7 +913,7 @@ impl InferRequest {
             })?;
         let k = compiled.pos(id).index();
         let dtype = compiled.nodes[k].dtype;
-        let shape = self.session.shape(id).clone();
+        let shape = self.state.shape(id).clone();
         let bytes = shape.size_bytes(dtype)?;
         if bytes == 0 {
             return Ok(HostTensor {
@@ -928,13 +923,13 @@ impl InferRequest {
             });
         }
         let (buf, off) = self
-            .session
+            .state
             .slot_buffer(k)
             .ok_or_else(|| RunError::UnknownOutput {
                 label: label.to_string(),
             })?;
         let strides = self
-            .session
+            .state
             .view(id)
             .and_then(|v| v.strides)
             .filter(|s| !crate::gpu::kernels::layout::is_row_major(&shape, s))
@@ -967,7 +962,7 @@ impl InferRequest {
             .await
             .map_err(alloc_err(format!("reading output `{label}`")))?;
         Ok(HostTensor {
-            bytes: super::session::compact(&data, &shape, &strides, elem),
+            bytes: super::state::compact(&data, &shape, &strides, elem),
             shape,
             dtype,
         })

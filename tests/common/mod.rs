@@ -103,12 +103,12 @@ pub fn aliased_operands_graph() -> dynrt::graph::Graph {
     let x = b.input("x", &[Dim::sym("n")], DType::F32);
     let i = b.input("i", &[Dim::sym("n")], DType::I32);
     let sq = b.mul("sq", x, x);
-    let dbl = b.add_("dbl", x, x);
+    let dbl = b.add("dbl", x, x);
     let isq = b.mul("isq", i, i);
-    let gt = b.add("gt", CompareOp::Greater, &[x, dbl]);
+    let gt = b.node("gt", CompareOp::Greater, &[x, dbl]);
     let sel = b.where_("sel", gt, i, i);
     let fsel = b.where_("fsel", gt, x, x);
-    let ng = b.add("ng", Not, &[gt]);
+    let ng = b.node("ng", Not, &[gt]);
     for o in [sq, dbl, isq, gt, sel, fsel, ng] {
         b.output(o);
     }

@@ -383,8 +383,8 @@ fn external_data_that_is_a_fifo_is_refused_without_opening_it() {
     // inspect only checks external files; run reads them.
     refused(&["inspect", &model_arg], &["external.bin", "FIFO"]);
     refused(&["run", &model_arg], &["external.bin", "FIFO"]);
-    let e = within("OnnxModel::load with a FIFO as external data", move || {
-        dynrt::onnx::OnnxModel::load(&model, &Default::default())
+    let e = within("OnnxFile::load with a FIFO as external data", move || {
+        dynrt::onnx::OnnxFile::load(&model, &Default::default())
             .err()
             .map(|e| e.to_string())
     });

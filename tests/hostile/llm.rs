@@ -498,6 +498,6 @@ fn library_errors_say_each_cause_once() {
     // An ONNX file that is not a protobuf.
     let onnx = dir.join("bad.onnx");
     std::fs::write(&onnx, [0x08, 0x01, 0x12, 0xff]).unwrap();
-    let e = dynrt::onnx::OnnxModel::load(&onnx, &dynrt::onnx::LoadOptions::default()).unwrap_err();
+    let e = dynrt::onnx::OnnxFile::load(&onnx, &dynrt::onnx::LoadOptions::default()).unwrap_err();
     assert_each_cause_said_once(&e);
 }

@@ -13,15 +13,15 @@ use dynrt::graph::{reference, GraphError, Op};
 use dynrt::onnx::external::NoExternalData;
 use dynrt::onnx::import::MAX_NODE_INPUTS;
 use dynrt::onnx::{
-    import, HostTensor, ImportError, LoadOptions, OnnxModel, OnnxSession, SessionError,
+    import, HostTensor, ImportError, LoadOptions, OnnxFile, OnnxSession, SessionError,
     SessionOptions, TensorData,
 };
 use dynrt::runtime::RunError;
 use models::{Indices, COLS, ROWS};
 use std::time::{Duration, Instant};
 
-fn load(bytes: Vec<u8>) -> OnnxModel {
-    OnnxModel::from_bytes(Bytes::from(bytes), &NoExternalData, &LoadOptions::default())
+fn load(bytes: Vec<u8>) -> OnnxFile {
+    OnnxFile::from_bytes(Bytes::from(bytes), &NoExternalData, &LoadOptions::default())
         .expect("the generated model loads")
 }
 

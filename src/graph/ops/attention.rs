@@ -320,7 +320,7 @@ impl crate::graph::GraphBuilder {
         head_dim: u32,
         block: u32,
     ) -> crate::graph::NodeId {
-        self.add(label, Rope { head_dim, block }, &[x, positions, table])
+        self.node(label, Rope { head_dim, block }, &[x, positions, table])
     }
 
     /// Causal grouped-query attention of `q` `[S, H * D]` over `k`, `v` `[T, KVH * D]`; see
@@ -334,7 +334,7 @@ impl crate::graph::GraphBuilder {
         num_heads: u32,
         num_kv_heads: u32,
     ) -> crate::graph::NodeId {
-        self.add(
+        self.node(
             label,
             Attention {
                 num_heads,

@@ -107,7 +107,7 @@ impl GraphBuilder {
     /// `x · wᵀ` ([`Linear`]): x f32 `[..., K]`, w `[N, K]` in q4_1, q8_0, f16 or f32 (a
     /// constant from a GGUF keeps its blocks), output f32 `[..., N]`.
     pub fn linear(&mut self, label: impl Into<String>, x: NodeId, w: NodeId) -> NodeId {
-        self.add(label, Linear, &[x, w])
+        self.node(label, Linear, &[x, w])
     }
 }
 

@@ -228,7 +228,7 @@ impl DTypeError {
 
 /// What every op answers for itself. Implement it for the op's type in its own file, add the
 /// type to the `registry!` list of this module, and the graph, the builder (through
-/// [`crate::graph::GraphBuilder::add`]), the CPU reference and the host evaluator all know it.
+/// [`crate::graph::GraphBuilder::node`]), the CPU reference and the host evaluator all know it.
 pub trait OpDef: fmt::Debug + Send + Sync {
     /// Short lower-case name (`matmul`, `add`, `layer_norm`, ...), used in errors and labels.
     fn name(&self) -> &'static str;

@@ -1,6 +1,6 @@
-//! The adaptive policy: the reference rule, with a look-ahead that grows with the buffer.
+//! The adaptive policy: the OpenVINO rule, with a look-ahead that grows with the buffer.
 //!
-//! Why: under linear growth (a KV cache gaining one token per decode step) the reference
+//! Why: under linear growth (a KV cache gaining one token per decode step) the OpenVINO rule
 //! reserves a fixed 10 steps, so it reallocates every 10 steps forever — 200 reallocations
 //! for 2048 tokens (docs/design.md, "Shape predictor"). Reserving a fixed *fraction* of the
 //! current size instead makes the number of reallocations logarithmic in the final length,
@@ -9,12 +9,12 @@
 //!
 //! The rule, for the last three shapes of an id:
 //! - Two equal, non-zero, monotonic steps (a linear-growth streak): reserve `k` steps ahead,
-//!   `k = max(k_reference, k_fraction, 1)`, where `k_reference` is the reference's
+//!   `k = max(k_openvino, k_fraction, 1)`, where `k_openvino` is the OpenVINO rule's
 //!   `iterations` when its per-dimension and per-iteration limits hold (0 otherwise), and
 //!   `k_fraction` is the largest `k` whose shape takes at most `ratio` times the current
 //!   bytes. Steps above the per-dimension limit (prefill chunks) still get one step ahead,
 //!   which halves their reallocations for at most one step of over-reservation.
-//! - Otherwise the reference's percentage mode (`ratio`).
+//! - Otherwise the OpenVINO rule's percentage mode (`ratio`).
 //! - Separately, [`super::ShapePredictor::should_reclaim`]: a buffer whose last
 //!   [`RECLAIM_ROWS`] needs all stayed under `1 / RECLAIM_FACTOR` of it is mostly empty;
 //!   [`super::Ledger`] shrinks such a buffer when the request as a whole over-reserves.
@@ -22,12 +22,12 @@
 //! `"0 0 0 1.0"` disables this policy too: `iterations = 0` removes the one-step minimum and
 //! `ratio = 1.0` leaves no fraction to grow into.
 
-use super::reference::iterations_mode_applies;
+use super::openvino::iterations_mode_applies;
 use super::{add_steps, percentage, steps, PredictorError, PredictorOptions};
 use crate::shape::Shape;
 use std::collections::VecDeque;
 
-/// A buffer is reclaimed when `needed * RECLAIM_FACTOR < allocated` (the reference plugin's
+/// A buffer is reclaimed when `needed * RECLAIM_FACTOR < allocated` (the OpenVINO plugin's
 /// "reclaim when required * 10 < allocated").
 pub const RECLAIM_FACTOR: u64 = 10;
 
@@ -50,7 +50,7 @@ pub(super) fn predict(
     let current = shapes[2];
     if let Some((older, newer)) = steps(shapes) {
         if older == newer && newer.iter().any(|&s| s > 0) {
-            let k_reference =
+            let k_openvino =
                 if iterations_mode_applies(current, &older, &newer, dtype_bits, options)? {
                     u64::from(options.iterations)
                 } else {
@@ -58,7 +58,7 @@ pub(super) fn predict(
                 };
             let k_fraction = fraction_steps(current, &newer, dtype_bits, options.ratio)?;
             let k_min = u64::from(options.iterations > 0);
-            let k = k_reference.max(k_fraction).max(k_min);
+            let k = k_openvino.max(k_fraction).max(k_min);
             if k > 0 {
                 return add_steps(id, current, &newer, k).map(Some);
             }
@@ -140,8 +140,8 @@ mod tests {
     }
 
     #[test]
-    fn small_buffers_keep_the_reference_look_ahead() {
-        // t = 7: 10% of 7 steps is 0, so the reference's 10 iterations win.
+    fn small_buffers_keep_the_openvino_look_ahead() {
+        // t = 7: 10% of 7 steps is 0, so the OpenVINO rule's 10 iterations win.
         assert_eq!(
             last(
                 defaults(),
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn large_buffers_look_ahead_a_tenth_of_their_size() {
-        // t = 1000: 10% is 100 steps, more than the reference's 10.
+        // t = 1000: 10% is 100 steps, more than the OpenVINO rule's 10.
         let (predicted, shape) = last(
             defaults(),
             &[&[1, 12, 998, 64], &[1, 12, 999, 64], &[1, 12, 1000, 64]],
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn large_steps_get_one_step_ahead() {
-        // Prefill chunks of 128: above the per-dimension limit, the reference would give
+        // Prefill chunks of 128: above the per-dimension limit, the OpenVINO rule would give
         // 1.1 * 384 = 422 (too small for the next chunk); adaptive reserves the next chunk.
         assert_eq!(
             last(
@@ -181,9 +181,9 @@ mod tests {
     }
 
     #[test]
-    fn irregular_growth_uses_percentage_like_the_reference() {
+    fn irregular_growth_uses_percentage_like_openvino() {
         let shapes: &[&[u64]] = &[&[1, 10], &[1, 11], &[1, 13]];
-        let mut r = ShapePredictor::new(Policy::Reference, defaults());
+        let mut r = ShapePredictor::new(Policy::OpenVino, defaults());
         let mut expected = (false, Shape::default());
         for d in shapes {
             expected = r
@@ -227,7 +227,7 @@ mod tests {
         }
         assert_eq!(yes, vec![RECLAIM_ROWS - 1, 2 * RECLAIM_ROWS]);
         assert!(!p.should_reclaim("unknown", 1, allocated));
-        let r = ShapePredictor::new(Policy::Reference, defaults());
+        let r = ShapePredictor::new(Policy::OpenVino, defaults());
         assert!(!r.should_reclaim("n", 1, allocated));
     }
 }

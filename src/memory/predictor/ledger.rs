@@ -11,14 +11,14 @@
 //! Without pressure nothing is reclaimed, so a buffer that is large only now and then
 //! (attention scores at each prefill) is not reallocated twice per turn for nothing; with it,
 //! the request stays near `ratio` times its peak need instead of holding every buffer's
-//! largest size forever (the reference's sum of maxima, 1.2x on the chat trace).
+//! largest size forever (the OpenVINO rule's sum of maxima, 1.2x on the chat trace).
 //!
 //! Growth is sized per id by the predictor (the adaptive look-ahead, at most about `ratio`
 //! times the need): measured on the chat trace, letting a buffer also grow into memory that
 //! other buffers needed at the peak saves reallocations only by breaking the 1.10x peak bound
 //! at the next prefill, so the ledger does not do it.
 //!
-//! Under [`Policy::Reference`] and [`Policy::None`] the ledger does what the reference plugin
+//! Under [`Policy::OpenVino`] and [`Policy::None`] the ledger does what the OpenVINO plugin
 //! does: grow to the prediction when [`can_preallocate`] allows it, else exactly; never shrink.
 
 use super::{can_preallocate, Policy, PredictorError, ShapePredictor};
@@ -284,7 +284,7 @@ mod tests {
     use crate::memory::predictor::PredictorOptions;
 
     fn grow(policy: Policy, limits: MemoryLimits) -> (Ledger, Vec<Decision>) {
-        let mut predictor = ShapePredictor::new(policy, PredictorOptions::reference_defaults());
+        let mut predictor = ShapePredictor::new(policy, PredictorOptions::openvino_defaults());
         let mut ledger = Ledger::new();
         let decisions = (1..=4)
             .map(|t| {
@@ -303,8 +303,8 @@ mod tests {
     }
 
     #[test]
-    fn reference_grows_to_the_prediction_and_keeps_totals() {
-        let (ledger, d) = grow(Policy::Reference, MemoryLimits::unlimited());
+    fn openvino_grows_to_the_prediction_and_keeps_totals() {
+        let (ledger, d) = grow(Policy::OpenVino, MemoryLimits::unlimited());
         let sizes: Vec<u64> = d.iter().map(|d| d.reserved_bytes).collect();
         // [3, 10] with step [1, 0]: [13, 10] = 130 bytes; [4, 10] then fits.
         assert_eq!(sizes, vec![10, 20, 130, 130]);
@@ -327,14 +327,14 @@ mod tests {
             budget_bytes: 1100,
             other_in_use_bytes: 850,
         };
-        let (_, d) = grow(Policy::Reference, limits);
+        let (_, d) = grow(Policy::OpenVino, limits);
         assert!(d[2].predicted);
         assert_eq!(d[2].reserved_bytes, 30);
         let limits = MemoryLimits {
             max_buffer_bytes: 129,
             ..MemoryLimits::unlimited()
         };
-        assert_eq!(grow(Policy::Reference, limits).1[2].reserved_bytes, 30);
+        assert_eq!(grow(Policy::OpenVino, limits).1[2].reserved_bytes, 30);
     }
 
     #[test]

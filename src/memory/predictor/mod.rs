@@ -6,11 +6,11 @@
 //! larger shape to allocate instead, so that the next iterations find the buffer big enough.
 //!
 //! Three [`Policy`]s:
-//! - [`Policy::Reference`] follows the OpenVINO GPU plugin's preallocation rule
+//! - [`Policy::OpenVino`] follows the OpenVINO GPU plugin's preallocation rule
 //!   (docs/design.md) bit for bit: 3 shapes of history, *iterations-ahead* mode for small
 //!   linear growth,
 //!   *percentage* mode (`ratio`) otherwise.
-//! - [`Policy::Adaptive`] keeps the reference's answers where growth is small, but lets the
+//! - [`Policy::Adaptive`] keeps the OpenVINO rule's answers where growth is small, but lets the
 //!   look-ahead of a linear-growth streak grow with the buffer (geometrically, capped at
 //!   `ratio - 1` of the current size), accepts steps larger than the per-dimension limit
 //!   (prefill chunks) one step at a time, and answers [`ShapePredictor::should_reclaim`] when a
@@ -27,7 +27,7 @@
 //! use dynrt::memory::predictor::{Policy, PredictorOptions, ShapePredictor};
 //! use dynrt::shape::Shape;
 //!
-//! let mut predictor = ShapePredictor::new(Policy::Reference, PredictorOptions::reference_defaults());
+//! let mut predictor = ShapePredictor::new(Policy::OpenVino, PredictorOptions::openvino_defaults());
 //! for t in 1..=3 {
 //!     let (predicted, shape) =
 //!         predictor.predict_preallocation_shape("k_cache", &Shape::new([1, 12, t, 64]), 32, false)?;
@@ -42,7 +42,7 @@
 
 pub mod adaptive;
 pub mod ledger;
-mod reference;
+mod openvino;
 pub mod replay;
 pub mod sizer;
 
@@ -58,7 +58,7 @@ pub use sizer::{Sizer, SizingSummary};
 /// (`"ITERATIONS MAX_PER_ITER_BYTES MAX_PER_DIM_DIFF RATIO"`, e.g. `"10 16384 2 1.1"`).
 pub const OPTIONS_ENV_VAR: &str = "DYNRT_MEM_PREALLOCATION_OPTIONS";
 
-/// Number of shapes kept per id: the reference needs exactly 3 to predict.
+/// Number of shapes kept per id: the OpenVINO rule needs exactly 3 to predict.
 pub const HISTORY_LEN: usize = 3;
 
 /// Errors of the shape predictor, its options and trace replay.
@@ -86,7 +86,7 @@ pub enum PredictorError {
         reason: String,
     },
     /// A policy name was not recognised.
-    #[error("unknown predictor policy `{name}`: expected none, reference or adaptive")]
+    #[error("unknown predictor policy `{name}`: expected none, openvino or adaptive")]
     UnknownPolicy {
         /// The name as given.
         name: String,
@@ -122,32 +122,32 @@ pub enum PredictorError {
     },
 }
 
-/// The four preallocation knobs of the reference plugin.
+/// The four preallocation knobs of the OpenVINO plugin.
 ///
 /// `"0 0 0 1.0"` ([`PredictorOptions::disabled`]) turns preallocation off for every policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PredictorOptions {
-    /// Iterations-ahead mode: how many steps of linear growth to reserve (reference: 10).
+    /// Iterations-ahead mode: how many steps of linear growth to reserve (OpenVINO: 10).
     pub iterations: u32,
     /// Iterations-ahead mode: largest unit slice, in bytes, that one step may add
-    /// (reference: 16384).
+    /// (OpenVINO: 16384).
     pub max_per_iter_bytes: u64,
-    /// Iterations-ahead mode: largest per-dimension step (reference: 2; 2 passes, 3 does not).
+    /// Iterations-ahead mode: largest per-dimension step (OpenVINO: 2; 2 passes, 3 does not).
     pub max_per_dim_diff: u64,
     /// Percentage mode: scale of the element count when growth is not linear and small
-    /// (reference: 1.1; `<= 1.0` turns the mode off).
+    /// (OpenVINO: 1.1; `<= 1.0` turns the mode off).
     pub ratio: f32,
 }
 
 impl Default for PredictorOptions {
     fn default() -> Self {
-        Self::reference_defaults()
+        Self::openvino_defaults()
     }
 }
 
 impl PredictorOptions {
-    /// `10 16384 2 1.1`, the reference plugin's defaults.
-    pub fn reference_defaults() -> Self {
+    /// `10 16384 2 1.1`, the OpenVINO plugin's defaults.
+    pub fn openvino_defaults() -> Self {
         PredictorOptions {
             iterations: 10,
             max_per_iter_bytes: 16384,
@@ -279,21 +279,21 @@ impl fmt::Display for PredictorOptions {
 pub enum Policy {
     /// Never predict: buffers are allocated exactly as large as needed.
     None,
-    /// The reference plugin's rule, bit for bit (docs/design.md).
-    Reference,
+    /// The OpenVINO plugin's rule, bit for bit (docs/design.md).
+    OpenVino,
     /// dynrt's rule: geometric look-ahead for linear growth, reclaim of mostly empty buffers.
     Adaptive,
 }
 
 impl Policy {
     /// Every policy, in the order the comparison table lists them.
-    pub const ALL: [Policy; 3] = [Policy::None, Policy::Reference, Policy::Adaptive];
+    pub const ALL: [Policy; 3] = [Policy::None, Policy::OpenVino, Policy::Adaptive];
 
     /// Lower-case name, as on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Policy::None => "none",
-            Policy::Reference => "reference",
+            Policy::OpenVino => "openvino",
             Policy::Adaptive => "adaptive",
         }
     }
@@ -310,7 +310,7 @@ impl std::str::FromStr for Policy {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
             "none" => Ok(Policy::None),
-            "reference" => Ok(Policy::Reference),
+            "openvino" => Ok(Policy::OpenVino),
             "adaptive" => Ok(Policy::Adaptive),
             other => Err(PredictorError::UnknownPolicy {
                 name: other.to_string(),
@@ -324,7 +324,7 @@ impl std::str::FromStr for Policy {
 /// request must stay below 90% of the device memory budget
 /// (`in_use_bytes + size_bytes < 0.9 * budget_bytes`).
 ///
-/// This is the reference `ShapePredictor::can_preallocate` rule and its only home in dynrt:
+/// This is OpenVINO's `ShapePredictor::can_preallocate` rule and its only home in dynrt:
 /// the gpu engine passes its own limits and accounting here. The 90% test is computed exactly
 /// in integers (`10 * (in_use + size) < 9 * budget`), so no float rounding decides near the
 /// boundary.
@@ -408,7 +408,7 @@ impl ShapePredictor {
         } else {
             None
         };
-        // The reference records the shape before anything else, even when the buffer is reused.
+        // OpenVINO records the shape before anything else, even when the buffer is reused.
         // The id's entry without allocating its key on every call (this runs for every node
         // whose shape changed, every iteration).
         if !self.history.contains_key(id) {
@@ -462,7 +462,7 @@ impl ShapePredictor {
         let shapes = [&entry.shapes[0], &entry.shapes[1], &entry.shapes[2]];
         let predicted = match self.policy {
             Policy::None => None,
-            Policy::Reference => reference::predict(id, shapes, dtype_bits, &self.options)?,
+            Policy::OpenVino => openvino::predict(id, shapes, dtype_bits, &self.options)?,
             Policy::Adaptive => adaptive::predict(id, shapes, dtype_bits, &self.options)?,
         };
         Ok(match predicted {
@@ -475,7 +475,7 @@ impl ShapePredictor {
     ///
     /// Only [`Policy::Adaptive`] ever answers true: when the current need and each of the last
     /// [`adaptive::RECLAIM_ROWS`] sizes recorded for `id` are under a tenth of the buffer (the
-    /// reference plugin's rule "reclaim when required * 10 < allocated", held for several
+    /// OpenVINO plugin's rule "reclaim when required * 10 < allocated", held for several
     /// iterations so a buffer that is only briefly small keeps its room). Record the current
     /// shape first (`predict_preallocation_shape` with `can_reuse_buffer = true`).
     /// [`Ledger::realloc_if_needed`] asks this only while the request over-reserves, and then
@@ -526,9 +526,9 @@ fn steps(shapes: [&Shape; 3]) -> Option<(Vec<u64>, Vec<u64>)> {
     Some((diff(shapes[1], shapes[0])?, diff(shapes[2], shapes[1])?))
 }
 
-/// Percentage mode: `[floor(elements * ratio), 1, 1, ...]`, multiplied in f32 as the reference
+/// Percentage mode: `[floor(elements * ratio), 1, 1, ...]`, multiplied in f32 as OpenVINO
 /// does (`size_t * float` is a float multiply there) and truncated. `None` for a scalar, where
-/// the reference would index an empty shape.
+/// OpenVINO would index an empty shape.
 fn percentage(current: &Shape, ratio: f32) -> Result<Option<Shape>, PredictorError> {
     if current.rank() == 0 {
         return Ok(None);
@@ -569,7 +569,7 @@ pub(crate) mod test_support {
     }
 
     pub(crate) fn defaults() -> PredictorOptions {
-        PredictorOptions::reference_defaults()
+        PredictorOptions::openvino_defaults()
     }
 }
 
@@ -580,7 +580,7 @@ mod tests {
     #[test]
     fn options_parse_and_name_the_source() {
         let o = PredictorOptions::parse("10 16384 2 1.1").unwrap();
-        assert_eq!(o, PredictorOptions::reference_defaults());
+        assert_eq!(o, PredictorOptions::openvino_defaults());
         assert_eq!(
             PredictorOptions::parse(" 0  0 0\t1.0 ").unwrap(),
             PredictorOptions::disabled()
@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn none_policy_never_predicts() {
-        let mut p = ShapePredictor::new(Policy::None, PredictorOptions::reference_defaults());
+        let mut p = ShapePredictor::new(Policy::None, PredictorOptions::openvino_defaults());
         for t in 1..10 {
             let r = p
                 .predict_preallocation_shape("x", &Shape::new([t]), 32, false)

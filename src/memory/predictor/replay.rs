@@ -241,8 +241,8 @@ pub fn replay(trace: &Trace, config: &ReplayConfig) -> Result<ReplayOutcome, Pre
 mod tests {
     use super::*;
 
-    fn reference() -> ReplayConfig {
-        ReplayConfig::new(Policy::Reference, PredictorOptions::reference_defaults())
+    fn openvino() -> ReplayConfig {
+        ReplayConfig::new(Policy::OpenVino, PredictorOptions::openvino_defaults())
     }
 
     #[test]
@@ -287,7 +287,7 @@ mod tests {
         for t in 1..=14 {
             text.push_str(&format!("k,f32,{t}\n"));
         }
-        let out = replay(&Trace::parse(&text).unwrap(), &reference()).unwrap();
+        let out = replay(&Trace::parse(&text).unwrap(), &openvino()).unwrap();
         let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
         let mut expect = vec![4, 8];
         expect.extend([52; 11]);
@@ -306,7 +306,7 @@ mod tests {
     fn budget_refuses_preallocation() {
         let text = "id,dtype,shape\nk,u8,1x10\nk,u8,2x10\nk,u8,3x10\n";
         let trace = Trace::parse(text).unwrap();
-        let mut config = reference();
+        let mut config = openvino();
         // At row 3, 20 bytes are in use; the prediction is [3 + 10, 10] = 130 bytes.
         // 20 + 130 < 0.9 * 167 = 150.3 passes; with a budget of 166 (149.4) it does not.
         config.budget_bytes = Some(167);
@@ -320,7 +320,7 @@ mod tests {
     #[test]
     fn raw_rows_drive_the_predictor_whatever_a_simulation_would_hold() {
         let text = "id,dtype,shape,can_reuse\nk,u8,1,0\nk,u8,2,0\nk,u8,3,0\nk,u8,3,1\nk,u8,4,0\n";
-        let out = replay(&Trace::parse(text).unwrap(), &reference()).unwrap();
+        let out = replay(&Trace::parse(text).unwrap(), &openvino()).unwrap();
         let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
         // Row 5 says the buffer cannot be reused though it could: the raw call still
         // reallocates, with the prediction from the history (3, 3, 4): unequal steps, so
@@ -332,7 +332,7 @@ mod tests {
         // call only records the shape (1, 5, 9: equal steps of 4, above the per-dimension
         // limit of 2, so the next `0` row predicts by percentage: floor(13 * 1.1) = 14).
         let text = "id,dtype,shape,can_reuse\nk,u8,1,0\nk,u8,5,1\nk,u8,9,1\nk,u8,13,0\n";
-        let out = replay(&Trace::parse(text).unwrap(), &reference()).unwrap();
+        let out = replay(&Trace::parse(text).unwrap(), &openvino()).unwrap();
         let reserved: Vec<u64> = out.rows.iter().map(|r| r.reserved_bytes).collect();
         assert_eq!(reserved, vec![1, 1, 1, 14]);
         assert!(!out.rows[1].reallocated && !out.rows[2].reallocated);
@@ -348,7 +348,7 @@ mod tests {
             text.push_str("x,u8,10\ny,u8,900\n");
         }
         let trace = Trace::parse(&text).unwrap();
-        let config = ReplayConfig::new(Policy::Adaptive, PredictorOptions::reference_defaults());
+        let config = ReplayConfig::new(Policy::Adaptive, PredictorOptions::openvino_defaults());
         let out = replay(&trace, &config).unwrap();
         let x: Vec<u64> = out
             .rows
@@ -370,8 +370,8 @@ mod tests {
         let calm = text.replace("y,u8,900", "y,u8,10");
         let out = replay(&Trace::parse(&calm).unwrap(), &config).unwrap();
         assert_eq!(out.summary.reclaims, 0);
-        // The reference never shrinks.
-        let out = replay(&trace, &reference()).unwrap();
+        // The OpenVINO rule never shrinks.
+        let out = replay(&trace, &openvino()).unwrap();
         assert_eq!(out.summary.reclaims, 0);
     }
 }

@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_trace_of_a_sizer_replays_to_the_same_summary() {
-        let mut s = Sizer::new(Policy::Adaptive, PredictorOptions::reference_defaults());
+        let mut s = Sizer::new(Policy::Adaptive, PredictorOptions::openvino_defaults());
         s.record_trace();
         let limits = MemoryLimits::unlimited();
         for t in 1..=40u64 {
@@ -229,7 +229,7 @@ mod tests {
             &trace,
             &super::super::ReplayConfig::new(
                 Policy::Adaptive,
-                PredictorOptions::reference_defaults(),
+                PredictorOptions::openvino_defaults(),
             ),
         )
         .unwrap();

@@ -42,7 +42,7 @@ fn scalar(ctx: &mut Ctx<'_>, node: &OnnxNode, suffix: &str, v: f32) -> Result<No
         dtype: DType::F32,
         data: ConstData::from_f32(&[v]),
     };
-    ctx.add(node, suffix, op, &[])
+    ctx.helper(node, suffix, op, &[])
 }
 
 /// A fixed dimension of `id` (from the end when `from_end`), needed by the lowering.
@@ -77,13 +77,13 @@ fn split_heads(
         Shape::new(vec![4]),
         &[0, 0, heads as i64, -1],
     )?;
-    let r = ctx.add(
+    let r = ctx.helper(
         node,
         &format!("{suffix}_heads"),
         ReshapeTo::default(),
         &[x, target],
     )?;
-    ctx.add(
+    ctx.helper(
         node,
         &format!("{suffix}_bhsd"),
         Transpose {
@@ -144,7 +144,7 @@ pub(super) fn attention(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), Import
                 *cur = ctx.emit_output(node, out, Concat { axis: 2 }, &[p, *cur])?
             }
             Some(p) => {
-                *cur = ctx.add(
+                *cur = ctx.helper(
                     node,
                     &format!("present_{out}"),
                     Concat { axis: 2 },
@@ -163,33 +163,33 @@ pub(super) fn attention(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), Import
         let g = hq / hkv;
         let ids: Vec<i64> = (0..hq as i64).map(|h| h / g as i64).collect();
         let ids = ctx.constant_i64(node, "kv_heads", Shape::new(vec![hq]), &ids)?;
-        k = ctx.add(node, "k_repeated", Gather { axis: 1 }, &[k, ids])?;
-        v = ctx.add(node, "v_repeated", Gather { axis: 1 }, &[v, ids])?;
+        k = ctx.helper(node, "k_repeated", Gather { axis: 1 }, &[k, ids])?;
+        v = ctx.helper(node, "v_repeated", Gather { axis: 1 }, &[v, ids])?;
     }
     let scale = ctx.attr_float(node, "scale", 1.0 / (head as f32).sqrt())?;
-    let qk = ctx.add(node, "qk", MatMul { transpose_b: true }, &[q, k])?;
+    let qk = ctx.helper(node, "qk", MatMul { transpose_b: true }, &[q, k])?;
     let s = scalar(ctx, node, "scale", scale)?;
-    let mut scores = ctx.add(node, "qk_scaled", BinaryOp::Mul, &[qk, s])?;
+    let mut scores = ctx.helper(node, "qk_scaled", BinaryOp::Mul, &[qk, s])?;
     let mode = ctx.attr_int(node, "qk_matmul_output_mode", 0)?;
     let mut qk_out = [Some(scores), None, None, None];
     let softcap = ctx.attr_float(node, "softcap", 0.0)?;
     if softcap > 0.0 {
         let inv = scalar(ctx, node, "softcap_inv", 1.0 / softcap)?;
         let cap = scalar(ctx, node, "softcap", softcap)?;
-        let t = ctx.add(node, "softcap_div", BinaryOp::Mul, &[scores, inv])?;
-        let t = ctx.add(node, "softcap_tanh", UnaryOp::Tanh, &[t])?;
-        scores = ctx.add(node, "softcapped", BinaryOp::Mul, &[t, cap])?;
+        let t = ctx.helper(node, "softcap_div", BinaryOp::Mul, &[scores, inv])?;
+        let t = ctx.helper(node, "softcap_tanh", UnaryOp::Tanh, &[t])?;
+        scores = ctx.helper(node, "softcapped", BinaryOp::Mul, &[t, cap])?;
     }
     qk_out[1] = Some(scores);
     if let Some(m) = mask {
         let bias = if ctx.dtype(m) == DType::Bool {
             let zero = scalar(ctx, node, "mask_zero", 0.0)?;
             let hidden = scalar(ctx, node, "mask_hidden", f32::NEG_INFINITY)?;
-            ctx.add(node, "mask_bias", Where, &[m, zero, hidden])?
+            ctx.helper(node, "mask_bias", Where, &[m, zero, hidden])?
         } else {
             m
         };
-        scores = ctx.add(node, "masked", BinaryOp::Add, &[scores, bias])?;
+        scores = ctx.helper(node, "masked", BinaryOp::Add, &[scores, bias])?;
     }
     if ctx.attr_int(node, "is_causal", 0)? != 0 {
         // ONNX aligns the causal mask top-left after the past: query i sees keys j <= past + i.
@@ -201,25 +201,25 @@ pub(super) fn attention(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), Import
         };
         let k = match past_k {
             Some(p) => {
-                let past = ctx.add(node, "past_len", i64_shape(2, Some(3)), &[p])?;
+                let past = ctx.helper(node, "past_len", i64_shape(2, Some(3)), &[p])?;
                 let one = ctx.constant_i64(node, "one", Shape::new(vec![1]), &[1])?;
-                ctx.add(node, "causal_k", BinaryOp::Add, &[past, one])?
+                ctx.helper(node, "causal_k", BinaryOp::Add, &[past, one])?
             }
             None => ctx.constant_i64(node, "causal_k", Shape::new(vec![]), &[1])?,
         };
-        let sq_t = ctx.add(node, "scores_qk_shape", i64_shape(-2, None), &[scores])?;
+        let sq_t = ctx.helper(node, "scores_qk_shape", i64_shape(-2, None), &[scores])?;
         let fill = ConstantOfShape::f32(f32::NEG_INFINITY);
-        let hidden = ctx.add(node, "causal_fill", fill, &[sq_t])?;
-        let bias = ctx.add(node, "causal_bias", Trilu { upper: true }, &[hidden, k])?;
-        scores = ctx.add(node, "causal", BinaryOp::Add, &[scores, bias])?;
+        let hidden = ctx.helper(node, "causal_fill", fill, &[sq_t])?;
+        let bias = ctx.helper(node, "causal_bias", Trilu { upper: true }, &[hidden, k])?;
+        scores = ctx.helper(node, "causal", BinaryOp::Add, &[scores, bias])?;
     }
     qk_out[2] = Some(scores);
-    let probs = ctx.add(node, "probs", Softmax::LAST, &[scores])?;
+    let probs = ctx.helper(node, "probs", Softmax::LAST, &[scores])?;
     qk_out[3] = Some(probs);
     let context = MatMul { transpose_b: false };
     if packed {
-        let y = ctx.add(node, "context", context, &[probs, v])?;
-        let y = ctx.add(
+        let y = ctx.helper(node, "context", context, &[probs, v])?;
+        let y = ctx.helper(
             node,
             "context_bshd",
             Transpose {

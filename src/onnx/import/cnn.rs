@@ -53,7 +53,7 @@ pub(super) fn conv(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError
                 dtype: DType::F32,
                 data: crate::tensor::ConstData::from_f32(&vec![0.0; oc as usize]),
             };
-            ctx.add(node, "zero_bias", zeros, &[])?
+            ctx.helper(node, "zero_bias", zeros, &[])?
         }
     };
     let group = u64::try_from(ctx.attr_int(node, "group", 1)?)

@@ -33,16 +33,16 @@ pub(super) fn binary(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportErr
         return Ok(());
     }
     if ta == DType::F32 {
-        let b32 = ctx.add(node, "exponent", Cast { to: DType::F32 }, &[b])?;
+        let b32 = ctx.helper(node, "exponent", Cast { to: DType::F32 }, &[b])?;
         ctx.emit(node, op, &[a, b32])?;
     } else {
-        let a32 = ctx.add(node, "base", Cast { to: DType::F32 }, &[a])?;
+        let a32 = ctx.helper(node, "base", Cast { to: DType::F32 }, &[a])?;
         let b32 = if tb == DType::F32 {
             b
         } else {
-            ctx.add(node, "exponent", Cast { to: DType::F32 }, &[b])?
+            ctx.helper(node, "exponent", Cast { to: DType::F32 }, &[b])?
         };
-        let p = ctx.add(node, "pow", op, &[a32, b32])?;
+        let p = ctx.helper(node, "pow", op, &[a32, b32])?;
         ctx.emit(node, Cast { to: ta }, &[p])?;
     }
     Ok(())
@@ -151,7 +151,7 @@ fn tree(
             let mid = xs.len().div_ceil(2);
             let left = tree(ctx, node, op, &xs[..mid], k)?;
             let right = tree(ctx, node, op, &xs[mid..], k)?;
-            let id = ctx.add(node, &format!("{}{k}", op.name()), op, &[left, right])?;
+            let id = ctx.helper(node, &format!("{}{k}", op.name()), op, &[left, right])?;
             *k += 1;
             Ok(id)
         }
@@ -195,7 +195,7 @@ pub(super) fn clip(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError
             ctx.emit(node, BinaryOp::Min, &[x, hi])?;
         }
         (Some(lo), Some(hi)) => {
-            let m = ctx.add(node, "max", BinaryOp::Max, &[x, lo])?;
+            let m = ctx.helper(node, "max", BinaryOp::Max, &[x, lo])?;
             ctx.emit(node, BinaryOp::Min, &[m, hi])?;
         }
     }

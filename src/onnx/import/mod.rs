@@ -1,10 +1,10 @@
-//! The importer: an [`OnnxModel`] into a dynrt [`Graph`], device-free (it works from bytes on
+//! The importer: an [`OnnxFile`] into a dynrt [`Graph`], device-free (it works from bytes on
 //! wasm32 as everywhere; nothing is allocated on a device).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use dynrt::onnx::{import, LoadOptions, OnnxModel};
-//! let model = OnnxModel::load("model.onnx", &LoadOptions::default())?;
+//! use dynrt::onnx::{import, LoadOptions, OnnxFile};
+//! let model = OnnxFile::load("model.onnx", &LoadOptions::default())?;
 //! let imported = import::import(&model)?;
 //! println!("{} nodes, inputs {:?}", imported.graph.len(), imported.inputs);
 //! # Ok(())
@@ -47,8 +47,8 @@
 //! pub(super) fn softsign(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportError> {
 //!     let x = ctx.input(node, 0)?;                          // a required input
 //!     let one = ctx.constant_scalar(node, "one", ctx.dtype(x), 1.0)?;
-//!     let abs = ctx.add(node, "abs", UnaryOp::Abs, &[x])?; // helper nodes: `<output>/abs`
-//!     let den = ctx.add(node, "den", BinaryOp::Add, &[abs, one])?;
+//!     let abs = ctx.helper(node, "abs", UnaryOp::Abs, &[x])?; // helper nodes: `<output>/abs`
+//!     let den = ctx.helper(node, "den", BinaryOp::Add, &[abs, one])?;
 //!     ctx.emit(node, BinaryOp::Div, &[x, den])?;          // the node computing output 0
 //!     Ok(())
 //! }
@@ -73,8 +73,8 @@ mod shape;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use super::file::{AttributeValue, Initializer, OnnxDim, OnnxFile, OnnxNode, ValueType};
 use super::inspect::UnsupportedNode;
-use super::model::{AttributeValue, Initializer, OnnxDim, OnnxModel, OnnxNode, ValueType};
 use super::ops::op_version;
 use super::tensor::{HostTensor, TensorDType};
 use crate::graph::ops::{InferError, Input, Op};
@@ -363,7 +363,7 @@ pub struct ImportedValue {
 
 /// The result of [`import`]: the graph and its ONNX inputs and outputs, in model order.
 #[derive(Debug, Clone)]
-pub struct ImportedModel {
+pub struct ImportedGraph {
     /// The dynrt graph (every node labelled; outputs marked in model order).
     pub graph: Graph,
     /// The graph inputs the caller feeds (those without an initializer).
@@ -387,7 +387,7 @@ pub const MAX_NODE_INPUTS: usize = 1 << 20;
 /// else; then the first of [`ImportError::UnsupportedDType`], [`ImportError::Input`],
 /// [`ImportError::Node`], [`ImportError::NodeDType`], [`ImportError::Infer`] naming the node
 /// or input; [`ImportError::Graph`] if the finished graph is invalid.
-pub fn import(model: &OnnxModel) -> Result<ImportedModel, ImportError> {
+pub fn import(model: &OnnxFile) -> Result<ImportedGraph, ImportError> {
     let graph = &model.graph;
     let opset = model.opset("").unwrap_or(0);
     let nodes = graph.walk_nodes();
@@ -484,7 +484,7 @@ pub fn import(model: &OnnxModel) -> Result<ImportedModel, ImportError> {
         });
     }
     let graph = Graph::from_nodes(ctx.nodes, outputs.iter().map(|o| o.node).collect())?;
-    Ok(ImportedModel {
+    Ok(ImportedGraph {
         graph,
         inputs,
         outputs,
@@ -506,7 +506,7 @@ struct Known {
 /// The importer's context, handed to every converter: value lookup, node creation, the
 /// probes, and attribute helpers. Nodes are added with their dtype and shape rules checked.
 pub struct Ctx<'m> {
-    model: &'m OnnxModel,
+    model: &'m OnnxFile,
     opset: i64,
     version: i64,
     nodes: Vec<Node>,
@@ -521,7 +521,7 @@ pub struct Ctx<'m> {
 }
 
 impl<'m> Ctx<'m> {
-    fn new(model: &'m OnnxModel, opset: i64) -> Ctx<'m> {
+    fn new(model: &'m OnnxFile, opset: i64) -> Ctx<'m> {
         let g = &model.graph;
         let mut names: HashSet<&str> = HashSet::new();
         for i in &g.inputs {
@@ -566,7 +566,7 @@ impl<'m> Ctx<'m> {
     }
 
     /// The model being imported (its `value_info`, metadata, ...).
-    pub fn model(&self) -> &'m OnnxModel {
+    pub fn model(&self) -> &'m OnnxFile {
         self.model
     }
 
@@ -776,7 +776,7 @@ impl<'m> Ctx<'m> {
     /// # Errors
     /// [`ImportError::NodeDType`], [`ImportError::Infer`], [`ImportError::Node`] (arity),
     /// naming `node`.
-    pub fn add(
+    pub fn helper(
         &mut self,
         node: &OnnxNode,
         suffix: &str,
@@ -801,7 +801,7 @@ impl<'m> Ctx<'m> {
     /// binds the output to it.
     ///
     /// # Errors
-    /// As [`Ctx::add`].
+    /// As [`Ctx::helper`].
     pub fn emit_output(
         &mut self,
         node: &OnnxNode,
@@ -828,7 +828,7 @@ impl<'m> Ctx<'m> {
     /// [`Ctx::emit_output`] for output 0: the usual one-op conversion.
     ///
     /// # Errors
-    /// As [`Ctx::add`].
+    /// As [`Ctx::helper`].
     pub fn emit(
         &mut self,
         node: &OnnxNode,
@@ -851,7 +851,7 @@ impl<'m> Ctx<'m> {
     /// An i64 constant of `shape` (a helper of `node`'s conversion: axes, shape targets).
     ///
     /// # Errors
-    /// As [`Ctx::add`].
+    /// As [`Ctx::helper`].
     pub fn constant_i64(
         &mut self,
         node: &OnnxNode,
@@ -864,14 +864,14 @@ impl<'m> Ctx<'m> {
             dtype: DType::I64,
             data: ConstData::from_i64(values),
         };
-        self.add(node, suffix, op, &[])
+        self.helper(node, suffix, op, &[])
     }
 
     /// A constant of `dtype` from values carried as f64 (a scalar bound such as Clip's
     /// default min), encoded as that type.
     ///
     /// # Errors
-    /// As [`Ctx::add`]; [`ImportError::Node`] for a type that cannot be encoded.
+    /// As [`Ctx::helper`]; [`ImportError::Node`] for a type that cannot be encoded.
     pub fn constant_scalar(
         &mut self,
         node: &OnnxNode,
@@ -890,7 +890,7 @@ impl<'m> Ctx<'m> {
             dtype,
             data: ConstData::from_vec(bytes),
         };
-        self.add(node, suffix, op, &[])
+        self.helper(node, suffix, op, &[])
     }
 
     /// A `Constant`-node value or attribute tensor as a constant node labelled `label`.

@@ -93,7 +93,7 @@ pub(super) fn slice(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), ImportErro
                     dtype,
                     data: crate::tensor::ConstData::from_vec(bytes),
                 };
-                ctx.add(node, "steps", op, &[])?
+                ctx.helper(node, "steps", op, &[])?
             }
         };
         ins.extend([steps, axes]);

@@ -44,9 +44,9 @@ fn softmax_of(ctx: &mut Ctx<'_>, node: &OnnxNode, log: bool) -> Result<(), Impor
         return Ok(());
     }
     let axis = ctx.attr_int(node, "axis", 1)?;
-    let flat = ctx.add(node, "flat", Flatten { axis }, &[x])?;
-    let sm = ctx.add(node, "flat_softmax", Softmax { axis: -1, log }, &[flat])?;
-    let shape = ctx.add(
+    let flat = ctx.helper(node, "flat", Flatten { axis }, &[x])?;
+    let sm = ctx.helper(node, "flat_softmax", Softmax { axis: -1, log }, &[flat])?;
+    let shape = ctx.helper(
         node,
         "shape",
         ShapeOf {

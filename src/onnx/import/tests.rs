@@ -18,7 +18,7 @@ fn model_of(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: &[&str]
     })
 }
 
-fn load(m: &ModelProto) -> OnnxModel {
+fn load(m: &ModelProto) -> OnnxFile {
     crate::onnx::tests::load(m).expect("the test model loads")
 }
 

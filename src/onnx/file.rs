@@ -1,4 +1,4 @@
-//! [`OnnxModel`]: a decoded and checked ONNX model.
+//! [`OnnxFile`]: a decoded and checked ONNX model.
 
 use bytes::Bytes;
 use prost::Message;
@@ -11,7 +11,7 @@ use super::ops::DEFAULT_DOMAIN_OPSETS;
 use super::proto::{self, attribute_type as at};
 use super::tensor::{self, HostTensor, TensorDType, TensorError};
 
-/// How [`OnnxModel::from_bytes`] treats the model.
+/// How [`OnnxFile::from_bytes`] treats the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Read external tensor data (`true`, the default), or only check that each file exists
@@ -512,11 +512,11 @@ pub struct LocalFunction {
     pub name: String,
 }
 
-/// A decoded, checked ONNX model. Made by [`OnnxModel::from_bytes`] or (native)
-/// [`OnnxModel::load`]; holds the data of its initializers (slices of the model buffer when
+/// A decoded, checked ONNX model. Made by [`OnnxFile::from_bytes`] or (native)
+/// [`OnnxFile::load`]; holds the data of its initializers (slices of the model buffer when
 /// they were `raw_data`, so the buffer lives as long as they do).
 #[derive(Debug, Clone, PartialEq)]
-pub struct OnnxModel {
+pub struct OnnxFile {
     /// ONNX IR version of the file.
     pub ir_version: i64,
     /// The tool that wrote it.
@@ -533,7 +533,7 @@ pub struct OnnxModel {
     pub functions: Vec<LocalFunction>,
 }
 
-impl OnnxModel {
+impl OnnxFile {
     /// Decodes and checks a model from its bytes (works on every target). Initializers stored
     /// as `raw_data` become slices of `bytes` (no copy); external data comes from `external`.
     ///
@@ -588,7 +588,7 @@ impl OnnxModel {
             domains: opsets.iter().map(|o| o.domain.clone()).collect(),
         };
         let graph = ctx.graph(graph, None)?;
-        Ok(OnnxModel {
+        Ok(OnnxFile {
             ir_version: m.ir_version,
             producer_name: m.producer_name,
             producer_version: m.producer_version,
@@ -617,7 +617,7 @@ impl OnnxModel {
     ///
     /// # Errors
     /// [`OnnxError::Io`] when the file cannot be read, [`OnnxError::File`] when it is not a
-    /// regular file or is too large, then as [`OnnxModel::from_bytes`].
+    /// regular file or is too large, then as [`OnnxFile::from_bytes`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(
         path: impl AsRef<std::path::Path>,

@@ -1,7 +1,7 @@
-//! The KV-cache states of a session: the rows each holds, the buffer they are in and its
+//! The KV-cache states of a request: the rows each holds, the buffer they are in and its
 //! layout, the growth of this iteration (a larger buffer the past is copied into), the copies
 //! of an in-place append, and the states' hand-over between requests. Device-free like the
-//! rest of the session.
+//! rest of the request state.
 //!
 //! # Layout: a padded growing axis
 //!
@@ -18,9 +18,9 @@
 //! contiguous whatever the capacity.
 //!
 //! The capacity is what the sizer reserved: `reserved_bytes / (outer * block_bytes)` rows
-//! (the predictor's look-ahead, e.g. `[1, 3, t + 10, 64]` under the reference policy).
+//! (the predictor's look-ahead, e.g. `[1, 3, t + 10, 64]` under the openvino policy).
 
-use super::{Session, Storage};
+use super::{RequestState, Storage};
 use crate::graph::{ops, Dim, Op};
 use crate::memory::predictor::{Policy, Sizer};
 use crate::memory::AllocKind;
@@ -216,7 +216,7 @@ pub(crate) struct MovedState<B> {
     pub shape: Shape,
 }
 
-impl<S: Storage + Clone> Session<S> {
+impl<S: Storage + Clone> RequestState<S> {
     /// Rows currently held by each state.
     pub fn state_shapes(&self) -> Vec<Shape> {
         self.states.iter().map(|s| s.shape.clone()).collect()
@@ -239,7 +239,7 @@ impl<S: Storage + Clone> Session<S> {
             .sum()
     }
 
-    /// Takes the KV cache out with the sizer that sized it (the session then starts a new
+    /// Takes the KV cache out with the sizer that sized it (the state then starts a new
     /// sequence, with a fresh sizer).
     pub fn take_states(&mut self) -> (Vec<MovedState<S::Buffer>>, Sizer) {
         let sizer = std::mem::replace(&mut self.sizer, Self::fresh_sizer(&self.options));
@@ -267,14 +267,14 @@ impl<S: Storage + Clone> Session<S> {
         (states, sizer)
     }
 
-    /// Continues the sequence held in `states` (from [`Session::take_states`]). A session
+    /// Continues the sequence held in `states` (from [`RequestState::take_states`]). A request state
     /// that has not sized anything yet adopts the sequence's `sizer` (its predictor history,
     /// ledger, summary and trace continue); one that has keeps its own and records the
     /// states' buffers in its ledger.
     ///
     /// # Errors
     /// [`RunError::BadState`] when the number of states differs or a state's shape does not
-    /// fit its past's declaration; the session is unchanged then.
+    /// fit its past's declaration; the state is unchanged then.
     pub fn put_states(
         &mut self,
         states: Vec<MovedState<S::Buffer>>,
@@ -353,7 +353,7 @@ impl<S: Storage + Clone> Session<S> {
     }
 
     /// Bytes a state growing to `new_shape` without a prediction reserves under the adaptive
-    /// policy: the rows of the reference's iterations-ahead mode for one row per step
+    /// policy: the rows of the OpenVINO rule's iterations-ahead mode for one row per step
     /// (`iterations` rows more) or the adaptive fraction (`ratio` times the rows), the larger.
     /// `None` when a prediction sized it, or under another policy (the reference and `none`
     /// allocate what the predictor says). The sizer's ledger, summary and trace keep the

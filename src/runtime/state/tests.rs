@@ -1,8 +1,8 @@
-//! Property tests of the session on host storage: every output sized, no conflicting nodes in
+//! Property tests of the request state on host storage: every output sized, no conflicting nodes in
 //! one pool record, the KV bookkeeping adding up, nothing left after a drop.
 
 use super::*;
-use crate::demo::model::{build_graph, labels, DecoderConfig, DecoderWeights};
+use crate::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
 use crate::graph::Graph;
 use crate::memory::pool::HostStorage;
 use crate::memory::predictor::Policy;
@@ -27,18 +27,18 @@ fn decoder() -> (Graph, Vec<StateBinding>) {
 // Host storage counts through an Rc (single-threaded); production pools hold engine
 // buffers, which are Send and Sync on native targets.
 #[allow(clippy::arc_with_non_send_sync)]
-fn host_session(
+fn host_state(
     compiled: Arc<Compiled>,
     run: RunOptions,
     storage: HostStorage,
-) -> Session<HostStorage> {
+) -> RequestState<HostStorage> {
     let pool = Arc::new(Mutex::new(PlaceholderPool::new(
         None,
         AllocKind::UsmDevice,
         256,
         2,
     )));
-    Session::new(compiled, run, storage.clone(), storage, pool).unwrap()
+    RequestState::new(compiled, run, storage.clone(), storage, pool).unwrap()
 }
 
 fn step_inputs(seq: u64, at: u64) -> (HostTensor, HostTensor) {
@@ -53,7 +53,7 @@ fn step_inputs(seq: u64, at: u64) -> (HostTensor, HostTensor) {
 /// Checks what the executor relies on after `prepare`: every output the device writes
 /// has a buffer range at least as large as its shape, nodes that must not share memory
 /// do not share a pool record, and the states' bookkeeping adds up.
-fn check_prepared(s: &Session<HostStorage>) -> Result<(), TestCaseError> {
+fn check_prepared(s: &RequestState<HostStorage>) -> Result<(), TestCaseError> {
     let c = Arc::clone(&s.compiled);
     let mut record_of: BTreeMap<usize, crate::memory::pool::RecordId> = BTreeMap::new();
     for (k, node) in c.nodes.iter().enumerate() {
@@ -102,9 +102,9 @@ fn check_prepared(s: &Session<HostStorage>) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
-    fn sessions_on_host_storage_size_every_output_and_keep_the_kv_cache(
+    fn request_states_on_host_storage_size_every_output_and_keep_the_kv_cache(
         chunks in prop::collection::vec(1u64..6, 1..12),
-        policy in prop::sample::select(vec![Policy::None, Policy::Reference, Policy::Adaptive]),
+        policy in prop::sample::select(vec![Policy::None, Policy::OpenVino, Policy::Adaptive]),
         pool in any::<bool>(),
         planner in any::<bool>(),
         fixed_seq in any::<bool>(),
@@ -123,7 +123,7 @@ proptest! {
         let storage = HostStorage::new();
         let mut run = RunOptions::new(policy);
         run.pool = pool;
-        let mut s = host_session(compiled, run, storage.clone());
+        let mut s = host_state(compiled, run, storage.clone());
         let mut rows = 0u64;
         for &seq in &chunks {
             let (ids, pos) = step_inputs(seq, rows);
@@ -137,7 +137,7 @@ proptest! {
         }
         prop_assert!(storage.bytes_in_use() > 0);
         drop(s);
-        prop_assert_eq!(storage.bytes_in_use(), 0, "dropping the session frees everything");
+        prop_assert_eq!(storage.bytes_in_use(), 0, "dropping the state frees everything");
     }
 }
 
@@ -156,7 +156,7 @@ fn a_failed_step_leaves_the_states_as_they_were() {
     let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
     // A host budget that holds a short prefill but not a long one.
     let storage = HostStorage::with_budget(200_000);
-    let mut s = host_session(compiled, RunOptions::new(Policy::Reference), storage);
+    let mut s = host_state(compiled, RunOptions::new(Policy::OpenVino), storage);
     let (ids, pos) = step_inputs(4, 0);
     s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
         .unwrap();

@@ -1,6 +1,6 @@
 //! The device-free half of a request: shapes, sizing decisions and KV-cache bookkeeping.
 //!
-//! A [`Session`] runs `update_shape` and `realloc_if_needed` for every node of an iteration
+//! A [`RequestState`] runs `update_shape` and `realloc_if_needed` for every node of an iteration
 //! (steps 1 and 3 of an iteration, docs/design.md) and keeps the KV-cache states (rows held,
 //! bytes valid, growth),
 //! over any [`Storage`]: the GPU executor ([`super::InferRequest`]) runs it on the engine's
@@ -64,7 +64,7 @@ fn lock<B>(p: &SharedPlaceholders<B>) -> MutexGuard<'_, PlaceholderPool<B>> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<S: Storage> Drop for Session<S> {
+impl<S: Storage> Drop for RequestState<S> {
     /// Gives the placeholder slots back to the network's pool for its next requests.
     fn drop(&mut self) {
         let mut pool = lock(&self.placeholders);
@@ -76,7 +76,7 @@ impl<S: Storage> Drop for Session<S> {
     }
 }
 
-/// What one try of [`Session::obtain`] got: the memory, its capacity, and the bytes of a
+/// What one try of [`RequestState::obtain`] got: the memory, its capacity, and the bytes of a
 /// fresh allocation (none when a pool record was reused).
 type Attempt<B> = Result<(Mem<B>, u64, Option<u64>), String>;
 
@@ -92,7 +92,7 @@ pub(crate) struct View<'a, B> {
 }
 
 /// The device-free state of one stream of inferences (see the module docs).
-pub(crate) struct Session<S: Storage> {
+pub(crate) struct RequestState<S: Storage> {
     pub compiled: Arc<Compiled>,
     options: RunOptions,
     /// The one sizing path (`dynrt predict` replays the same code).
@@ -101,7 +101,7 @@ pub(crate) struct Session<S: Storage> {
     storage: S,
     /// Allocations of the placeholders region (placeholder buffers, KV-cache in-outs).
     io_storage: S,
-    /// The network family's placeholder pool and this session's inference in it.
+    /// The network family's placeholder pool and this request's inference in it.
     placeholders: SharedPlaceholders<S::Buffer>,
     inference: u32,
     pool: MemoryPool<S>,
@@ -122,7 +122,7 @@ pub(crate) struct Session<S: Storage> {
     stats: RunStats,
     /// Whether the current iteration is the first (allocations then are not reallocations).
     first_iteration: bool,
-    /// Ids of buffers freed since the executor last asked ([`Session::take_freed`]).
+    /// Ids of buffers freed since the executor last asked ([`RequestState::take_freed`]).
     freed: Vec<u64>,
 }
 
@@ -143,8 +143,8 @@ fn feeds_shape(graph: &crate::graph::Graph) -> Vec<bool> {
     feeds
 }
 
-impl<S: Storage + Clone> Session<S> {
-    /// A session on `compiled` allocating from `storage`: the static arena (planner on) or the
+impl<S: Storage + Clone> RequestState<S> {
+    /// A request state on `compiled` allocating from `storage`: the static arena (planner on) or the
     /// static outputs from the pool in descending order of size (planner off).
     ///
     /// # Errors
@@ -155,10 +155,10 @@ impl<S: Storage + Clone> Session<S> {
         storage: S,
         io_storage: S,
         placeholders: SharedPlaceholders<S::Buffer>,
-    ) -> Result<Session<S>, RunError> {
+    ) -> Result<RequestState<S>, RunError> {
         let n = compiled.graph.len();
         let inference = lock(&placeholders).begin_inference();
-        let mut s = Session {
+        let mut s = RequestState {
             options,
             sizer: Self::fresh_sizer(&options),
             pool: MemoryPool::new(storage.clone()),
@@ -281,7 +281,7 @@ impl<S: Storage + Clone> Session<S> {
     }
 
     /// What the sizer may assume about memory: the storage's limits, with what this
-    /// session's own sized buffers hold counted once (the ledger adds its own).
+    /// the state's own sized buffers hold counted once (the ledger adds its own).
     fn limits(&self) -> MemoryLimits {
         let l = self.storage.limits();
         MemoryLimits {

@@ -344,7 +344,7 @@ pub fn build_graph(
     );
     let te = b.gather("tok_emb", wte, tokens);
     let pe = b.gather("pos_emb", wpe, positions);
-    let mut x = b.add_("embed", te, pe);
+    let mut x = b.add("embed", te, pe);
     let mut presents: Vec<NodeId> = Vec::new();
     let mut states = Vec::new();
     let vec_c = |b: &mut GraphBuilder, label: String, v: &[f32]| {
@@ -380,7 +380,7 @@ pub fn build_graph(
             );
             let bn = vec_c(b, p(&format!("{name}.b")), bias);
             let mm = b.matmul(p(&format!("{name}.mm")), input, wn, false);
-            b.add_(p(name), mm, bn)
+            b.add(p(name), mm, bn)
         };
         let q = proj(&mut b, "q", hn, &w.w_q, &w.b_q, d, d);
         let k = proj(&mut b, "k", hn, &w.w_k, &w.b_k, d, d);
@@ -407,14 +407,14 @@ pub fn build_graph(
         let ctx_t = b.transpose(p("ctx.merge"), ctx, &[1, 0, 2]);
         let ctx_m = b.reshape(p("ctx.flat"), ctx_t, &[0, d as i64]);
         let attn = proj(&mut b, "o", ctx_m, &w.w_o, &w.b_o, d, d);
-        let x1 = b.add_(p("res1"), x, attn);
+        let x1 = b.add(p("res1"), x, attn);
         let g2 = vec_c(&mut b, p("ln2.gamma"), &w.ln2_gamma);
         let b2 = vec_c(&mut b, p("ln2.beta"), &w.ln2_beta);
         let h2 = b.layer_norm(p("ln2"), x1, g2, b2, 1e-5);
         let fc = proj(&mut b, "fc", h2, &w.w_fc, &w.b_fc, d, m);
         let act = b.gelu(p("gelu"), fc);
         let down = proj(&mut b, "proj", act, &w.w_proj, &w.b_proj, m, d);
-        x = b.add_(p("res2"), x1, down);
+        x = b.add(p("res2"), x1, down);
     }
     let gf = b.constant("lnf.gamma", Shape::new(vec![d]), weights.lnf_gamma.clone());
     let bf = b.constant("lnf.beta", Shape::new(vec![d]), weights.lnf_beta.clone());

@@ -1,10 +1,10 @@
-//! The reference policy: the OpenVINO GPU plugin's preallocation rule, bit for bit
+//! The openvino policy: the OpenVINO GPU plugin's preallocation rule, bit for bit
 //! (docs/design.md, "Shape predictor").
 
 use super::{add_steps, percentage, steps, PredictorError, PredictorOptions};
 use crate::shape::Shape;
 
-/// The reference prediction from the last three shapes of an id (oldest first, equal ranks,
+/// The OpenVINO prediction from the last three shapes of an id (oldest first, equal ranks,
 /// the current shape last); `None` means "allocate exactly".
 ///
 /// Iterations-ahead mode when the two latest steps are equal, not all zero, every component
@@ -30,7 +30,7 @@ pub(super) fn predict(
     Ok(None)
 }
 
-/// The reference conditions of iterations-ahead mode for monotonic steps `older`, `newer`.
+/// The OpenVINO conditions of iterations-ahead mode for monotonic steps `older`, `newer`.
 pub(super) fn iterations_mode_applies(
     current: &Shape,
     older: &[u64],
@@ -70,9 +70,9 @@ mod tests {
 
     use crate::memory::predictor::test_support::{defaults, last_with, s};
 
-    /// Feeds `shapes` to a fresh reference predictor and returns the last answer.
+    /// Feeds `shapes` to a fresh openvino predictor and returns the last answer.
     fn last(options: PredictorOptions, shapes: &[&[u64]], bits: u32) -> (bool, Shape) {
-        last_with(Policy::Reference, options, shapes, bits)
+        last_with(Policy::OpenVino, options, shapes, bits)
     }
 
     #[test]
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn can_reuse_buffer_records_and_answers_nothing() {
-        let mut p = ShapePredictor::new(Policy::Reference, defaults());
+        let mut p = ShapePredictor::new(Policy::OpenVino, defaults());
         for t in 1..=3 {
             let r = p
                 .predict_preallocation_shape("n", &s(&[1, t]), 32, true)
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn ids_are_independent() {
-        let mut p = ShapePredictor::new(Policy::Reference, defaults());
+        let mut p = ShapePredictor::new(Policy::OpenVino, defaults());
         for t in 1..=3 {
             p.predict_preallocation_shape("a", &s(&[t]), 32, false)
                 .unwrap();
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn rank_change_is_an_error_and_records_nothing() {
-        let mut p = ShapePredictor::new(Policy::Reference, defaults());
+        let mut p = ShapePredictor::new(Policy::OpenVino, defaults());
         p.predict_preallocation_shape("n", &s(&[1, 2]), 32, false)
             .unwrap();
         let err = p
@@ -283,7 +283,7 @@ mod tests {
             last(defaults().with_iterations(4), &[&[1], &[2], &[3]], 32),
             (true, s(&[7]))
         );
-        // Zero iterations: the reference answers the current shape, predicted.
+        // Zero iterations: OpenVINO answers the current shape, predicted.
         assert_eq!(
             last(defaults().with_iterations(0), &[&[1], &[2], &[3]], 32),
             (true, s(&[3]))
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn overflowing_prediction_is_an_error() {
-        let mut p = ShapePredictor::new(Policy::Reference, defaults());
+        let mut p = ShapePredictor::new(Policy::OpenVino, defaults());
         let base = u64::MAX - 5;
         for d in [base - 2, base - 1] {
             p.predict_preallocation_shape("n", &s(&[d]), 8, false)
