@@ -14,10 +14,11 @@ python of scripts/pyenv.sh.
   write-test-gguf write a small GGUF with every metadata type and F32/F16/Q8_0/Q4_1
                   tensors, and a JSON of what it holds (values as the package dequantizes)
 
-The forward pass mirrors llama.cpp's llama graph: RMSNorm; Q/K/V projections; RoPE on
-*adjacent* pairs (x[2i], x[2i+1]) with the base from the metadata, because GGUF's llama Q/K
-rows are permuted from the Hugging Face layout; grouped-query attention with a causal mask;
-SwiGLU; the head is token_embd when there is no output.weight (tied).
+The forward pass mirrors llama.cpp's llama and qwen2 graphs: RMSNorm; Q/K/V projections
+(with biases for qwen2); RoPE with the base from the metadata on *adjacent* pairs (x[2i],
+x[2i+1]) for llama, because GGUF's llama Q/K rows are permuted from the Hugging Face layout,
+and on halves (x[i], x[i + d/2]) for qwen2, whose rows are not; grouped-query attention with a
+causal mask; SwiGLU; the head is token_embd when there is no output.weight (tied).
 """
 
 import argparse
@@ -71,6 +72,18 @@ def build_tokenizer(reader):
         tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     elif pre in ("gpt2", "default"):
         tok.pre_tokenizer = byte_level
+    elif pre in ("qwen2", "llama-bpe", "llama3", "llama-v3"):
+        # The Hugging Face tokenizer.json of Qwen2.5 and Llama 3: a Split on the pattern
+        # (isolated), then ByteLevel without its own regex. (Qwen2's file also has an NFC
+        # normalizer, which llama.cpp does not apply; neither does dynrt nor this reference.)
+        digits = r"\p{N}" if pre == "qwen2" else r"\p{N}{1,3}"
+        pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|" + digits
+                   + r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+        from tokenizers import Regex
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
     else:
         sys.exit(f"tokenizer.ggml.pre {pre!r} is not handled")
     tok.decoder = decoders.ByteLevel()
@@ -118,11 +131,15 @@ def render_chat(reader, messages, add_generation_prompt=True):
 
 
 class Llama:
+    """llama and qwen2: qwen2 adds Q/K/V biases and rotates halves of each head (NEOX) where
+    llama's GGUF rows are permuted for adjacent pairs."""
+
     def __init__(self, reader, dtype):
         self.dtype = dtype
         arch = field(reader, "general.architecture")
-        if arch != "llama":
-            sys.exit(f"general.architecture is {arch!r}, not llama")
+        if arch not in ("llama", "qwen2"):
+            sys.exit(f"general.architecture is {arch!r}, not llama or qwen2")
+        self.arch = arch
 
         def key(k, default=None):
             return field(reader, f"{arch}.{k}", default)
@@ -136,6 +153,10 @@ class Llama:
         self.eps = float(key("attention.layer_norm_rms_epsilon"))
         self.rope_base = float(key("rope.freq_base", 10000.0))
         self.context = int(key("context_length"))
+        scaling = key("rope.scaling.type", "none")
+        if scaling not in ("none", "linear"):
+            sys.exit(f"rope.scaling.type {scaling!r} is not handled")
+        self.rope_scale = 1.0 / float(key("rope.scaling.factor")) if scaling == "linear" else 1.0
         tensors = {t.name: t for t in reader.tensors}
 
         def w(name):
@@ -149,10 +170,16 @@ class Llama:
         self.layers = []
         for i in range(self.n_layers):
             p = f"blk.{i}."
-            self.layers.append({n: w(p + n + ".weight") for n in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+            layer = {n: w(p + n + ".weight") for n in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+            for n in ("attn_q", "attn_k", "attn_v"):
+                if arch == "qwen2":
+                    layer[n + ".bias"] = w(p + n + ".bias")
+            self.layers.append(layer)
         i = np.arange(self.rope_dim // 2, dtype=np.float64)
-        self.inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim)
+        self.inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim) * self.rope_scale
+        if "rope_freqs.weight" in tensors:
+            self.inv_freq = self.inv_freq / tensor_array(tensors["rope_freqs.weight"], np.float64)
 
     def config(self):
         return {
@@ -165,16 +192,25 @@ class Llama:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
     def rope(self, x, positions):
-        """x: (T, heads, head_dim); rotates the adjacent pairs of the first rope_dim elements."""
+        """x: (T, heads, head_dim); rotates the first rope_dim elements: adjacent pairs
+        (llama) or the two halves (qwen2)."""
         angles = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # (T, rope_dim/2)
         cos = np.cos(angles).astype(self.dtype)[:, None, :]
         sin = np.sin(angles).astype(self.dtype)[:, None, :]
         out = x.copy()
-        x0 = x[..., 0:self.rope_dim:2]
-        x1 = x[..., 1:self.rope_dim:2]
-        out[..., 0:self.rope_dim:2] = x0 * cos - x1 * sin
-        out[..., 1:self.rope_dim:2] = x0 * sin + x1 * cos
+        r, half = self.rope_dim, self.rope_dim // 2
+        if self.arch == "qwen2":
+            a, b = np.s_[..., 0:half], np.s_[..., half:r]
+        else:
+            a, b = np.s_[..., 0:r:2], np.s_[..., 1:r:2]
+        x0, x1 = x[a], x[b]
+        out[a] = x0 * cos - x1 * sin
+        out[b] = x0 * sin + x1 * cos
         return out
+
+    def project(self, h, L, name):
+        y = h @ L[name].T
+        return y + L[name + ".bias"] if name + ".bias" in L else y
 
     def forward(self, ids, cache):
         """Runs the new tokens `ids` after the `cache` (a list of per-layer (K, V)); returns
@@ -189,9 +225,9 @@ class Llama:
         mask = np.arange(past + t)[None, :] > positions[:, None]
         for li, L in enumerate(self.layers):
             h = self.rms_norm(x, L["attn_norm"])
-            q = self.rope((h @ L["attn_q"].T).reshape(t, self.n_heads, self.head_dim), positions)
-            k = self.rope((h @ L["attn_k"].T).reshape(t, self.n_kv, self.head_dim), positions)
-            v = (h @ L["attn_v"].T).reshape(t, self.n_kv, self.head_dim)
+            q = self.rope(self.project(h, L, "attn_q").reshape(t, self.n_heads, self.head_dim), positions)
+            k = self.rope(self.project(h, L, "attn_k").reshape(t, self.n_kv, self.head_dim), positions)
+            v = self.project(h, L, "attn_v").reshape(t, self.n_kv, self.head_dim)
             if cache[li] is not None:
                 k = np.concatenate([cache[li][0], k])
                 v = np.concatenate([cache[li][1], v])

@@ -1,9 +1,11 @@
 // The attention family of a llama-style decoder: rotary position embedding on adjacent pairs
-// and causal grouped-query attention over a sequence-major KV cache.
+// or halves, and causal grouped-query attention over a sequence-major KV cache.
 //
 // Entry points:
-//   attention_rope  workgroup size 256, one invocation per pair (x[2i], x[2i+1]) of x
-//                   [rows, width]: out = (x0 cos - x1 sin, x0 sin + x1 cos) with cos/sin of
+//   attention_rope  workgroup size 256, one invocation per pair (x[a], x[b]) of x [rows,
+//                   width]: pair j of a head is a = 2j, b = 2j + 1 when interleaved, else
+//                   a = j, b = j + rope_dim / 2 (halves) for j < rope_dim / 2 and 2j, 2j + 1
+//                   (passed through) beyond; out = (x0 cos - x1 sin, x0 sin + x1 cos) with cos/sin of
 //                   the row's position p = hi * block + lo summed from the table's rows lo
 //                   and block + hi (two levels), for the first rope_dim elements of each
 //                   head; later elements pass through; a position outside the table writes
@@ -34,7 +36,7 @@
 // Rust mirrors (src/gpu/kernels/attention.rs, #[repr(C)], bytemuck::Pod):
 //   struct RopeParams { rows: u32, width: u32, head_dim: u32, rope_dim: u32,
 //                       table_rows: u32, x_offset: u32, pos_offset: u32, table_offset: u32,
-//                       out_offset: u32, block: u32, _pad: [u32; 2] }            // 48 bytes
+//                       out_offset: u32, block: u32, interleaved: u32, _pad: u32 } // 48 bytes
 //   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
 //                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
 //                      scale: f32, _pad: [u32; 2] }                              // 48 bytes
@@ -51,8 +53,8 @@ struct RopeParams {
     table_offset: u32,
     out_offset: u32,
     block: u32,
-    _pad1: u32,
-    _pad2: u32,
+    interleaved: u32,
+    _pad: u32,
 }
 
 struct GqaParams {
@@ -98,30 +100,41 @@ fn attention_rope(
         return;
     }
     let row = pair / half_width;
-    let col = (pair % half_width) * 2u;
-    let d = col % rp.head_dim;
-    let xi = rp.x_offset + row * rp.width + col;
-    let oi = rp.out_offset + row * rp.width + col;
+    let in_row = pair % half_width;
+    let half_head = rp.head_dim / 2u;
+    let half_rope = rp.rope_dim / 2u;
+    let j = in_row % half_head;
+    var a = 2u * j;
+    var b = a + 1u;
+    if rp.interleaved == 0u && j < half_rope {
+        a = j;
+        b = j + half_rope;
+    }
+    let head = row * rp.width + (in_row / half_head) * rp.head_dim;
+    let xa = rp.x_offset + head + a;
+    let xb = rp.x_offset + head + b;
+    let oa = rp.out_offset + head + a;
+    let ob = rp.out_offset + head + b;
     let p = positions[rp.pos_offset + row];
     // Two-level table: p = hi * block + lo, angle(p) = angle(lo) + angle(hi * block).
     if p < 0 || u32(p) / rp.block >= rp.table_rows - rp.block {
-        dst[oi] = 0.0;
-        dst[oi + 1u] = 0.0;
+        dst[oa] = 0.0;
+        dst[ob] = 0.0;
         return;
     }
-    let x0 = x[xi];
-    let x1 = x[xi + 1u];
-    if d >= rp.rope_dim {
-        dst[oi] = x0;
-        dst[oi + 1u] = x1;
+    let x0 = x[xa];
+    let x1 = x[xb];
+    if j >= half_rope {
+        dst[oa] = x0;
+        dst[ob] = x1;
         return;
     }
-    let lo = rp.table_offset + (u32(p) % rp.block) * rp.rope_dim + d;
-    let hi = rp.table_offset + (rp.block + u32(p) / rp.block) * rp.rope_dim + d;
+    let lo = rp.table_offset + (u32(p) % rp.block) * rp.rope_dim + 2u * j;
+    let hi = rp.table_offset + (rp.block + u32(p) / rp.block) * rp.rope_dim + 2u * j;
     let c = table[lo] * table[hi] - table[lo + 1u] * table[hi + 1u];
     let sn = table[lo + 1u] * table[hi] + table[lo] * table[hi + 1u];
-    dst[oi] = x0 * c - x1 * sn;
-    dst[oi + 1u] = x0 * sn + x1 * c;
+    dst[oa] = x0 * c - x1 * sn;
+    dst[ob] = x0 * sn + x1 * c;
 }
 
 const WG: u32 = 64u;

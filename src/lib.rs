@@ -30,7 +30,7 @@
 //!   per-iteration loop `update_shape → update_impl → realloc_if_needed → dispatch`, split into
 //!   a device-free session and a thin GPU executor.
 //! * [`gguf::Gguf`] — a validating GGUF parser over bytes (memory-mapped natively by
-//!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`gguf::LlamaConfig`];
+//!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`llm::ModelConfig`];
 //!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
 //!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
 //! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that

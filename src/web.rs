@@ -584,7 +584,7 @@ impl WebModel {
         let stats = engine.stats();
         let limits = engine.gpu().limits();
         let info = ModelInfo {
-            architecture: c.architecture.clone(),
+            architecture: c.arch.name.to_owned(),
             layers: c.num_layers,
             width: c.embedding_len,
             heads: c.num_heads,

@@ -16,7 +16,7 @@
 //! the real model's metadata when it has been fetched) and mutates them structure-blind:
 //! bit flips, overwritten bytes, lengths and counts replaced by boundary values,
 //! truncations, insertions, deletions, duplications and splices. Every parsed file then
-//! goes through the accessors, dequantization, `LlamaConfig` and `Tokenizer::from_gguf`.
+//! goes through the accessors, dequantization, `ModelConfig` and `Tokenizer::from_gguf`.
 //! The tokenizer loop encodes random text (random scalar values, special-token fragments,
 //! whitespace runs, long words) and checks properties: decode inverts encode, the
 //! streaming decoder's pieces add up to the lossy decode, unknown ids are errors.
@@ -29,9 +29,10 @@
 
 mod common;
 
-use dynrt::gguf::{GgmlType, Gguf, GgufBuilder, LlamaConfig, MetaArray, MetaValue, TinyLlama};
+use dynrt::gguf::{GgmlType, Gguf, GgufBuilder, MetaArray, MetaValue, TinyLlama};
 use dynrt::graph::ops::{rope_table, rope_table_rows};
 use dynrt::llm::context_on_device;
+use dynrt::llm::ModelConfig;
 use dynrt::npy::{read_npy, write_npy};
 use dynrt::onnx::{HostTensor, TensorDType};
 use dynrt::rng::SplitMix64;
@@ -248,7 +249,7 @@ fn exercise_gguf(bytes: &[u8], outcomes: &mut BTreeMap<String, u64>) {
             let _ = g.dequantize_rows(bytes, t.name(), rows / 2..rows);
         }
     }
-    match LlamaConfig::from_gguf(&g) {
+    match ModelConfig::from_gguf(&g) {
         Ok(c) => {
             *outcomes.entry("config: Ok".into()).or_default() += 1;
             // What a load sizes from the metadata before the device: the context the
@@ -302,7 +303,7 @@ fn fuzz_gguf_parser() {
     // The unmutated seeds must load: otherwise the loop only fuzzes the first error path.
     for s in &seeds[..2] {
         let g = Gguf::parse(s).unwrap();
-        LlamaConfig::from_gguf(&g).unwrap();
+        ModelConfig::from_gguf(&g).unwrap();
         Tokenizer::from_gguf(&g).unwrap();
     }
     while start.elapsed() < limit {

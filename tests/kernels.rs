@@ -1286,23 +1286,31 @@ fn rope_on_adjacent_pairs() {
                 dtype: DType::F32,
                 values: ops::rope_table(base, r, p_rows),
             };
-            let ctx = format!("rope rows {rows} heads {heads} d {d} r {r} table {p_rows}");
-            let op = Op::Rope(ops::Rope { head_dim: d, block });
-            let got = check(
-                &gpu,
-                &mut k,
-                &op,
-                &[x.clone(), i32_tensor(&[rows], pos.clone()), table],
-                tol,
-                &ctx,
-            );
-            if rows >= 3 {
-                let w = (heads * u64::from(d)) as usize;
-                assert!(got[w..3 * w].iter().all(|&v| v == 0.0), "{ctx}");
-                // A rotation keeps the norm of each pair.
-                let n0: f32 = x.values[..w].iter().map(|v| v * v).sum();
-                let n1: f32 = got[..w].iter().map(|v| v * v).sum();
-                assert!((n0 - n1).abs() < 1e-4 * n0.max(1.0), "{ctx}: {n0} vs {n1}");
+            // Adjacent pairs (GGUF llama) and halves (qwen2, gemma), each against the CPU
+            // reference.
+            for interleaved in [true, false] {
+                let ctx = format!("rope rows {rows} heads {heads} d {d} r {r} table {p_rows} interleaved {interleaved}");
+                let op = Op::Rope(ops::Rope {
+                    head_dim: d,
+                    block,
+                    interleaved,
+                });
+                let got = check(
+                    &gpu,
+                    &mut k,
+                    &op,
+                    &[x.clone(), i32_tensor(&[rows], pos.clone()), table.clone()],
+                    tol,
+                    &ctx,
+                );
+                if rows >= 3 {
+                    let w = (heads * u64::from(d)) as usize;
+                    assert!(got[w..3 * w].iter().all(|&v| v == 0.0), "{ctx}");
+                    // A rotation keeps the norm of each pair.
+                    let n0: f32 = x.values[..w].iter().map(|v| v * v).sum();
+                    let n1: f32 = got[..w].iter().map(|v| v * v).sum();
+                    assert!((n0 - n1).abs() < 1e-4 * n0.max(1.0), "{ctx}: {n0} vs {n1}");
+                }
             }
         }
     }

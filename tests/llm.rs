@@ -169,6 +169,17 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
             },
         ));
     }
+    // qwen2: Q/K/V biases and RoPE on halves, with an untied head as Qwen2.5's larger
+    // models have (the 0.5B's mix of Q5_0 projections and a Q8_0 head).
+    models.push((
+        "qwen2-q5_0-untied",
+        TinyLlama {
+            architecture: "qwen2",
+            projection_type: GgmlType::Q5_0,
+            untied_output: true,
+            ..TinyLlama::default()
+        },
+    ));
     // K-quants need rows of 256: width, attention width and FFN of 256. The first is a
     // Q4_K_M file's mix (Q4_K projections, a Q6_K embedding and head).
     for (name, proj, embd, untied) in [
@@ -218,11 +229,34 @@ fn tiny_models_match_the_reference_step_by_step() {
             &["--prompt", prompt, "--max-tokens", "12", "--ignore-eos"],
             false,
         );
+        // An untied head also runs in row pieces, as a head larger than the device's
+        // largest binding does (Qwen2.5's 151,936-row head on lavapipe's 128 MiB): a cap of
+        // half its bytes makes two pieces, and in f32 (4 bytes a weight) the file's byte
+        // count makes four. (The cap also bounds the context, as on such a device: one
+        // layer's keys must fit a binding; these caps leave room for the prompt and 12.)
+        let head_bytes = t.untied_output.then(|| {
+            let g = dynrt::gguf::Gguf::parse(&bytes).unwrap();
+            g.tensor("output.weight").unwrap().size_bytes()
+        });
         let backing: dynrt::tensor::Backing = Arc::new(bytes);
-        for format in [WeightFormat::Native, WeightFormat::F32] {
-            let ctx = format!("{name} {format:?}");
+        let mut configs = vec![(WeightFormat::Native, None), (WeightFormat::F32, None)];
+        if let Some(b) = head_bytes {
+            configs.push((WeightFormat::Native, Some(b / 2)));
+            configs.push((WeightFormat::F32, Some(b)));
+        }
+        for (format, max_binding_bytes) in configs {
+            let ctx = format!("{name} {format:?} max binding {max_binding_bytes:?}");
+            if let Some(cap) = max_binding_bytes {
+                // The head is in pieces: the graph holds `output.weight#0..`.
+                let g = dynrt::gguf::Gguf::parse((*backing).as_ref()).unwrap();
+                let c = dynrt::llm::ModelConfig::from_gguf(&g).unwrap();
+                let mg = dynrt::llm::build_graph(&g, &backing, &c, format, 64, cap).unwrap();
+                assert!(mg.graph.find("output.weight#1").is_some(), "{ctx}");
+                assert!(mg.graph.find("output.weight").is_none(), "{ctx}");
+            }
             let options = ModelOptions {
                 format,
+                max_binding_bytes,
                 ..ModelOptions::default()
             };
             let model = Model::from_backing(&engine, backing.clone(), options)

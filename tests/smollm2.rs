@@ -9,7 +9,8 @@
 mod common;
 
 use dynrt::fetch;
-use dynrt::gguf::{GgmlType, Gguf, GgufError, LlamaConfig, MappedGguf, MetaValue};
+use dynrt::gguf::{GgmlType, Gguf, GgufError, MappedGguf, MetaValue};
+use dynrt::llm::ModelConfig;
 use dynrt::rng::SplitMix64;
 use dynrt::tokenizer::{ChatMessage, PreTokenizer, Special, Tokenizer};
 use sha2::{Digest, Sha256};
@@ -34,7 +35,7 @@ fn config_comes_from_the_metadata() {
     };
     let g = m.gguf();
     assert_eq!((g.version(), g.tensors().len()), (3, 272));
-    let c = LlamaConfig::from_gguf(g).unwrap();
+    let c = ModelConfig::from_gguf(g).unwrap();
     assert_eq!(
         (
             c.num_layers,
@@ -644,7 +645,7 @@ fn the_reference_runs_the_tiny_model_and_tokenises_as_dynrt() {
     assert!(generated
         .iter()
         .all(|v| (v.as_u64().unwrap() as usize) < tok.vocab_size()));
-    let c = LlamaConfig::from_gguf(&g).unwrap();
+    let c = ModelConfig::from_gguf(&g).unwrap();
     assert_eq!(r["config"]["heads"], c.num_heads);
     assert_eq!(r["config"]["kv_heads"], c.num_kv_heads);
     assert_eq!(r["config"]["vocab"], c.vocab_size);

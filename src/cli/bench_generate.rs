@@ -20,11 +20,12 @@
 
 use super::generate::{model_path, ModelArgs};
 use anyhow::Context;
-use dynrt::gguf::{quantize, LlamaConfig};
+use dynrt::gguf::quantize;
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
 use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
+use dynrt::llm::ModelConfig;
 use dynrt::llm::{sample::argmax, Model, ModelOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
@@ -361,7 +362,7 @@ struct KernelCase {
     per_token: usize,
 }
 
-fn kernel_cases(c: &LlamaConfig, context: u64, proj: DType, embd: DType) -> Vec<KernelCase> {
+fn kernel_cases(c: &ModelConfig, context: u64, proj: DType, embd: DType) -> Vec<KernelCase> {
     let (w, q, kv, f, v) = (
         u64::from(c.embedding_len),
         u64::from(c.q_len()),
@@ -410,6 +411,7 @@ fn kernel_cases(c: &LlamaConfig, context: u64, proj: DType, embd: DType) -> Vec<
             op: Op::Rope(ops::Rope {
                 head_dim: c.head_dim,
                 block: ops::rope_block(c.context_len),
+                interleaved: true,
             }),
             inputs: vec![
                 f32s(&[1, q]),

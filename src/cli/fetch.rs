@@ -3,7 +3,8 @@
 
 use anyhow::Context;
 use dynrt::fetch::{self, FetchEvent, FetchOptions, SMOLLM2_135M_INSTRUCT};
-use dynrt::gguf::{LlamaConfig, MappedGguf};
+use dynrt::gguf::MappedGguf;
+use dynrt::llm::ModelConfig;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,14 +41,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if args.json {
         let model = MappedGguf::open(&path).context("opening the fetched model")?;
-        let c = LlamaConfig::from_gguf(model.gguf()).context("reading its configuration")?;
+        let c = ModelConfig::from_gguf(model.gguf()).context("reading its configuration")?;
         let out = json!({
             "path": path,
             "bytes": spec.size_bytes,
             "sha256": spec.sha256,
             "requirement": spec.requirement,
             "config": {
-                "architecture": c.architecture,
+                "architecture": c.arch.name,
                 "layers": c.num_layers,
                 "embedding": c.embedding_len,
                 "heads": c.num_heads,

@@ -221,7 +221,7 @@ pub fn run_chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
     let params = args.sampling.params();
     eprintln!(
         "chatting with {} ({} layers, context {}): one message per line, /reset to start over, /quit to end",
-        model.config().architecture,
+        model.config().arch.name,
         model.config().num_layers,
         model.context_len()
     );

@@ -5,9 +5,10 @@
 //! The file is mapped, not read; nothing goes to the device.
 
 use anyhow::Context;
-use dynrt::gguf::{LlamaConfig, MappedGguf};
+use dynrt::gguf::MappedGguf;
 use dynrt::gpu::{Gpu, GpuOptions};
 use dynrt::graph::ops::rope_table_rows;
+use dynrt::llm::ModelConfig;
 use dynrt::llm::{context_on_device, weight_dtype};
 use dynrt::runtime::report::human_bytes;
 use std::collections::BTreeMap;
@@ -37,7 +38,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     let tensor_bytes: u64 = gguf.tensors().iter().map(|t| t.size_bytes()).sum();
     let architecture = gguf.opt_str("general.architecture").ok().flatten();
-    let config = LlamaConfig::from_gguf(gguf);
+    let config = ModelConfig::from_gguf(gguf);
     let mut problems: Vec<String> = Vec::new();
     if let Err(e) = &config {
         problems.push(e.to_string());
@@ -80,7 +81,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
         _ => None,
     };
     let kv_bytes_per_token = cfg.map(|c| 2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * 4);
-    let rope_bytes = |context: u32, c: &LlamaConfig| {
+    let rope_bytes = |context: u32, c: &ModelConfig| {
         u64::from(rope_table_rows(context)) * u64::from(c.rope_dim) * 4
     };
     if json {

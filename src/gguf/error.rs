@@ -228,6 +228,14 @@ pub enum GgufError {
         /// The dims in the file.
         found: Vec<u64>,
     },
+    /// `general.architecture` names an architecture dynrt does not run.
+    #[error("architecture `{architecture}` is not supported (supported: {supported})")]
+    UnsupportedArchitecture {
+        /// The file's `general.architecture`.
+        architecture: String,
+        /// The architectures dynrt runs, comma-separated.
+        supported: String,
+    },
     /// Metadata values that contradict each other.
     #[error("inconsistent model metadata: {reason}")]
     Inconsistent {

@@ -5,8 +5,8 @@
 //! ([`MetaValue`], typed accessors such as [`Gguf::get_u32`]) and one [`TensorInfo`] per
 //! tensor (name, [`GgmlType`], dims, byte range). Tensor bytes stay in the caller's slice;
 //! [`Gguf::tensor_bytes`] borrows them and [`dequantize`] expands them to `f32` on the CPU.
-//! [`LlamaConfig::from_gguf`] reads a llama model's hyper-parameters from the metadata and
-//! checks its tensors' shapes. [`GgufBuilder`] writes files (tiny models, fixtures).
+//! [`crate::llm::ModelConfig::from_gguf`] reads a model's hyper-parameters from the metadata
+//! and checks its tensors' shapes. [`GgufBuilder`] writes files (tiny models, fixtures).
 //!
 //! Everything a file says is validated before it is used (see [`Gguf::parse`]), and every
 //! problem is a [`GgufError`] that names the key, tensor or byte offset: no input panics,
@@ -30,7 +30,6 @@
 //! # Ok::<(), GgufError>(())
 //! ```
 
-mod config;
 mod dequant;
 mod error;
 mod file;
@@ -44,7 +43,6 @@ mod types;
 mod value;
 mod writer;
 
-pub use config::LlamaConfig;
 pub use dequant::{dequantize, dequantize_types, quantize};
 pub use error::GgufError;
 pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX_DIMS};

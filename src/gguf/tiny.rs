@@ -1,6 +1,6 @@
-//! A tiny llama GGUF with random weights: a whole model in kilobytes, for tests of the
-//! parser, the tokenizer, kernels and the forward pass (`scripts/smollm2_ref.py` runs on it
-//! as on the real model).
+//! A tiny llama (or qwen2) GGUF with random weights: a whole model in kilobytes, for tests of
+//! the parser, the tokenizer, kernels and the forward pass (`scripts/smollm2_ref.py` runs on
+//! it as on the real model).
 
 use super::{quantize, GgmlType, GgufBuilder, GgufError, MetaArray, MetaValue};
 use crate::rng::SplitMix64;
@@ -10,6 +10,9 @@ use crate::rng::SplitMix64;
 /// of 32.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TinyLlama {
+    /// `general.architecture` and the metadata keys' prefix: `llama`, or `qwen2` (adds the
+    /// Q/K/V biases).
+    pub architecture: &'static str,
     /// Decoder blocks.
     pub num_layers: u32,
     /// Model width.
@@ -43,6 +46,7 @@ impl Default for TinyLlama {
     /// (grouped-query attention, Q4_1 projections, a tied Q8_0 embedding) at toy size.
     fn default() -> Self {
         TinyLlama {
+            architecture: "llama",
             num_layers: 2,
             embedding_len: 64,
             num_heads: 4,
@@ -84,6 +88,14 @@ fn weight(
     Ok((name.to_owned(), ty, dims.to_vec(), quantize(name, ty, &x)?))
 }
 
+/// An F32 bias of `n` elements in ±0.5.
+fn bias(rng: &mut SplitMix64, name: String, n: u64) -> TensorSpec {
+    let x: Vec<u8> = (0..n)
+        .flat_map(|_| rng.uniform(-0.5, 0.5).to_le_bytes())
+        .collect();
+    (name, GgmlType::F32, vec![n], x)
+}
+
 /// An F32 norm weight of `w` elements around 1.
 fn norm(rng: &mut SplitMix64, name: String, w: u64) -> TensorSpec {
     let x: Vec<u8> = (0..w)
@@ -121,25 +133,27 @@ impl TinyLlama {
             u64::from(self.ffn_len),
         );
         let eos = (n_normal + 2) as u32;
+        let arch = self.architecture;
+        let key = |k: &str| format!("{arch}.{k}");
         let mut b = GgufBuilder::new()
-            .metadata("general.architecture", MetaValue::Str("llama".into()))
+            .metadata("general.architecture", MetaValue::Str(arch.into()))
             .metadata("general.name", MetaValue::Str("dynrt tiny llama".into()))
-            .metadata("llama.block_count", MetaValue::U32(self.num_layers))
-            .metadata("llama.context_length", MetaValue::U32(self.context_len))
-            .metadata("llama.embedding_length", MetaValue::U32(self.embedding_len))
-            .metadata("llama.feed_forward_length", MetaValue::U32(self.ffn_len))
-            .metadata("llama.attention.head_count", MetaValue::U32(self.num_heads))
+            .metadata(key("block_count"), MetaValue::U32(self.num_layers))
+            .metadata(key("context_length"), MetaValue::U32(self.context_len))
+            .metadata(key("embedding_length"), MetaValue::U32(self.embedding_len))
+            .metadata(key("feed_forward_length"), MetaValue::U32(self.ffn_len))
+            .metadata(key("attention.head_count"), MetaValue::U32(self.num_heads))
             .metadata(
-                "llama.attention.head_count_kv",
+                key("attention.head_count_kv"),
                 MetaValue::U32(self.num_kv_heads),
             )
-            .metadata("llama.rope.freq_base", MetaValue::F32(self.rope_base))
+            .metadata(key("rope.freq_base"), MetaValue::F32(self.rope_base))
             .metadata(
-                "llama.attention.layer_norm_rms_epsilon",
+                key("attention.layer_norm_rms_epsilon"),
                 MetaValue::F32(self.rms_eps),
             )
-            .metadata("llama.rope.dimension_count", MetaValue::U32(self.head_dim))
-            .metadata("llama.vocab_size", MetaValue::U32(vocab as u32))
+            .metadata(key("rope.dimension_count"), MetaValue::U32(self.head_dim))
+            .metadata(key("vocab_size"), MetaValue::U32(vocab as u32))
             .metadata("tokenizer.ggml.model", MetaValue::Str("gpt2".into()))
             .metadata("tokenizer.ggml.pre", MetaValue::Str("smollm".into()))
             .metadata(
@@ -164,11 +178,8 @@ impl TinyLlama {
                 MetaValue::Str(CHATML_TEMPLATE.into()),
             );
         if self.num_heads * self.head_dim != self.embedding_len {
-            b = b.metadata("llama.attention.key_length", MetaValue::U32(self.head_dim));
-            b = b.metadata(
-                "llama.attention.value_length",
-                MetaValue::U32(self.head_dim),
-            );
+            b = b.metadata(key("attention.key_length"), MetaValue::U32(self.head_dim));
+            b = b.metadata(key("attention.value_length"), MetaValue::U32(self.head_dim));
         }
         let rng = &mut rng;
         let mut tensors = vec![weight(
@@ -194,6 +205,11 @@ impl TinyLlama {
             tensors.push(weight(rng, &t("attn_k"), p, [w, kv])?);
             tensors.push(weight(rng, &t("attn_v"), p, [w, kv])?);
             tensors.push(weight(rng, &t("attn_output"), p, [q, w])?);
+            if arch == "qwen2" {
+                for (name, n) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                    tensors.push(bias(rng, format!("blk.{l}.{name}.bias"), n));
+                }
+            }
             tensors.push(norm(rng, t("ffn_norm"), w));
             tensors.push(weight(rng, &t("ffn_gate"), p, [w, f])?);
             tensors.push(weight(rng, &t("ffn_up"), p, [w, f])?);

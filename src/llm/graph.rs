@@ -1,6 +1,8 @@
-//! The llama forward pass as a dynrt graph, built from a GGUF's metadata and tensor index.
+//! The forward pass of a decoder ([`super::arch`]) as a dynrt graph, built from a GGUF's
+//! metadata and tensor index.
 //!
-//! Per layer: RMSNorm, the Q/K/V projections, RoPE on adjacent pairs of Q and K, the K/V
+//! Per layer: RMSNorm, the Q/K/V projections (plus their biases where the architecture has
+//! them), RoPE on Q and K (adjacent pairs or halves, as the architecture says), the K/V
 //! rows appended in place to the layer's KV cache (a state of the runtime), grouped-query
 //! attention over the whole cache, the output projection and the residual; RMSNorm, the
 //! SwiGLU feed-forward (`down(silu(gate(h)) * up(h))`) and the residual. After the last
@@ -18,9 +20,11 @@
 //! of the memory map or of the bytes a page fetched): nothing is expanded or copied on the
 //! host; the runtime streams them into the constants region in bounded chunks.
 
+use super::arch::RopeScaling;
 use super::LlmError;
-use crate::gguf::{GgmlType, Gguf, LlamaConfig};
-use crate::graph::ops::{rope_block, rope_table, rope_table_rows};
+use super::ModelConfig;
+use crate::gguf::{GgmlType, Gguf};
+use crate::graph::ops::{rope_block, rope_table_rows, rope_table_scaled, Rope};
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
 use crate::shape::{DType, Shape};
@@ -69,9 +73,9 @@ pub enum WeightFormat {
     F32,
 }
 
-/// The graph of a llama model and the KV-cache states the runtime carries between steps.
+/// The graph of a model and the KV-cache states the runtime carries between steps.
 #[derive(Debug, Clone)]
-pub struct LlamaGraph {
+pub struct ModelGraph {
     /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v`; outputs `logits`, then per
     /// layer `present_k`/`present_v`.
     pub graph: Graph,
@@ -93,6 +97,8 @@ struct Builder<'a> {
     gguf: &'a Gguf,
     backing: &'a Backing,
     format: WeightFormat,
+    /// The device's largest storage binding: a weight above it is used in row pieces.
+    max_binding: u64,
     weight_bytes: u64,
 }
 
@@ -100,27 +106,69 @@ impl Builder<'_> {
     /// Tensor `name` as a constant `[rows, row_len]` (or `[len]` for a vector) in the type
     /// the format asks for.
     fn weight(&mut self, name: &str) -> Result<NodeId, LlmError> {
+        let rows = self.gguf.require_tensor(name)?.num_rows();
+        self.weight_rows(name, name.to_owned(), 0..rows)
+    }
+
+    /// Rows `rows` of tensor `name` (its outermost dim) as the constant `label`.
+    fn weight_rows(
+        &mut self,
+        name: &str,
+        label: String,
+        rows: std::ops::Range<u64>,
+    ) -> Result<NodeId, LlmError> {
         let info = self.gguf.require_tensor(name)?;
         let ty = info.ggml_type();
-        let shape = Shape::new(info.dims().iter().rev().copied().collect::<Vec<u64>>());
         let dtype = weight_dtype(ty).ok_or_else(|| LlmError::UnsupportedWeight {
             tensor: name.to_owned(),
             ggml_type: ty.name(),
         })?;
-        let bytes = self.gguf.tensor_bytes((**self.backing).as_ref(), name)?;
+        let mut dims: Vec<u64> = info.dims().iter().rev().copied().collect();
+        if dims.len() > 1 {
+            dims[0] = rows.end - rows.start;
+        }
+        let shape = Shape::new(dims);
         let node = if dtype == DType::F32 || self.format == WeightFormat::Native {
             // The file's bytes, referenced (no copy): f32 norms, or every weight as stored.
-            let r = info.byte_range();
-            let data = ConstData::slice(self.backing.clone(), r.start as usize..r.end as usize)?;
+            // Parsing checked that whole rows are whole blocks.
+            let row_bytes = ty.size_bytes(info.row_len()).unwrap_or(0);
+            let start = info.byte_range().start + rows.start * row_bytes;
+            let end = info.byte_range().start + rows.end * row_bytes;
+            let data = ConstData::slice(self.backing.clone(), start as usize..end as usize)?;
             self.weight_bytes += data.len() as u64;
-            self.b.constant_bytes(name, shape, dtype, data)
+            self.b.constant_bytes(label, shape, dtype, data)
         } else {
-            let mut values = vec![0f32; info.num_elements() as usize];
-            crate::gguf::dequantize(name, ty, bytes, &mut values)?;
+            let values =
+                self.gguf
+                    .dequantize_rows((**self.backing).as_ref(), name, rows.clone())?;
             self.weight_bytes += values.len() as u64 * 4;
-            self.b.constant(name, shape, values)
+            self.b.constant(label, shape, values)
         };
         Ok(node)
+    }
+
+    /// `x · wᵀ` for the tensor `name` `[n_out, n_in]`. A weight whose device bytes exceed
+    /// one storage binding (a large vocabulary's head) is used in pieces of whole rows that
+    /// each fit, their outputs concatenated: `[S, n_out]` either way.
+    fn project_tensor(&mut self, label: String, x: NodeId, name: &str) -> Result<NodeId, LlmError> {
+        let info = self.gguf.require_tensor(name)?;
+        let rows = info.num_rows();
+        let row_bytes = match self.format {
+            WeightFormat::Native => info.ggml_type().size_bytes(info.row_len()).unwrap_or(0),
+            WeightFormat::F32 => info.row_len() * 4,
+        };
+        let per_piece = (self.max_binding / row_bytes.max(1)).max(1);
+        if rows <= per_piece {
+            let w = self.weight(name)?;
+            return Ok(self.project(label, x, w));
+        }
+        let mut parts = Vec::new();
+        for (i, start) in (0..rows).step_by(per_piece as usize).enumerate() {
+            let end = (start + per_piece).min(rows);
+            let w = self.weight_rows(name, format!("{name}#{i}"), start..end)?;
+            parts.push(self.project(format!("{label}#{i}"), x, w));
+        }
+        Ok(self.b.concat(label, &parts, 1))
     }
 
     /// `x · wᵀ` for `w` `[n_out, n_in]`.
@@ -131,6 +179,33 @@ impl Builder<'_> {
         }
     }
 
+    /// `x · wᵀ + bias` when `bias` is `Some` (the tensor's name), else [`Builder::project`].
+    fn project_bias(
+        &mut self,
+        label: String,
+        x: NodeId,
+        w: NodeId,
+        bias: Option<String>,
+    ) -> Result<NodeId, LlmError> {
+        let y = self.project(label.clone(), x, w);
+        Ok(match bias {
+            None => y,
+            Some(name) => {
+                let b = self.weight(&name)?;
+                self.b.add(format!("{label}.bias"), y, b)
+            }
+        })
+    }
+
+    /// The f32 values of a small tensor (`rope_freqs.weight`).
+    fn values(&self, name: &str) -> Result<Vec<f32>, LlmError> {
+        let info = self.gguf.require_tensor(name)?;
+        let bytes = self.gguf.tensor_bytes((**self.backing).as_ref(), name)?;
+        let mut values = vec![0f32; info.num_elements() as usize];
+        crate::gguf::dequantize(name, info.ggml_type(), bytes, &mut values)?;
+        Ok(values)
+    }
+
     /// Rows `ids` of the embedding table (f32 out whatever the table's format).
     fn embed(&mut self, table: NodeId, ids: NodeId) -> NodeId {
         self.b.gather("embed", table, ids)
@@ -139,19 +214,21 @@ impl Builder<'_> {
 
 /// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`,
 /// for positions `0..context` (the RoPE table's reach: at most the model's context, see
-/// [`super::context_on_device`]).
+/// [`super::context_on_device`]), for a device whose largest storage binding is
+/// `max_binding` bytes (a projection weight above it is used in row pieces).
 ///
 /// # Errors
 /// [`LlmError::UnsupportedWeight`] for a tensor type dynrt cannot hold; GGUF errors for a
 /// tensor that is missing or whose bytes cannot be read; [`LlmError::Graph`] if the graph
 /// does not validate.
-pub fn build_llama_graph(
+pub fn build_graph(
     gguf: &Gguf,
     backing: &Backing,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     format: WeightFormat,
     context: u32,
-) -> Result<LlamaGraph, LlmError> {
+    max_binding: u64,
+) -> Result<ModelGraph, LlmError> {
     let kv = u64::from(config.kv_len());
     let d = config.head_dim;
     let (h, kvh) = (config.num_heads, config.num_kv_heads);
@@ -161,6 +238,7 @@ pub fn build_llama_graph(
         gguf,
         backing,
         format,
+        max_binding,
         weight_bytes: 0,
     };
     let seq = Dim::sym("seq");
@@ -171,9 +249,28 @@ pub fn build_llama_graph(
         bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
     // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
     let context = context.clamp(1, config.context_len);
-    let table_values = rope_table(f64::from(config.rope_base), config.rope_dim, context);
+    let factors = if config.rope_freq_factors {
+        bl.values("rope_freqs.weight")?
+    } else {
+        Vec::new()
+    };
+    let scale = match config.rope_scaling {
+        RopeScaling::None => 1.0,
+        RopeScaling::Linear { factor } => 1.0 / f64::from(factor),
+    };
+    let table_values = rope_table_scaled(
+        f64::from(config.rope_base),
+        config.rope_dim,
+        context,
+        scale,
+        &factors,
+    );
     bl.weight_bytes += table_values.len() as u64 * 4;
-    let block = rope_block(context);
+    let rope = Rope {
+        head_dim: d,
+        block: rope_block(context),
+        interleaved: config.arch.rope_interleaved,
+    };
     let table = bl.b.constant(
         "rope_table",
         Shape::new(vec![
@@ -203,11 +300,12 @@ pub fn build_llama_graph(
         let wq = bl.weight(&p("attn_q.weight"))?;
         let wk = bl.weight(&p("attn_k.weight"))?;
         let wv = bl.weight(&p("attn_v.weight"))?;
-        let q = bl.project(p("q"), hn, wq);
-        let k = bl.project(p("k"), hn, wk);
-        let v = bl.project(p("v"), hn, wv);
-        let q = bl.b.rope(p("q.rope"), q, positions, table, d, block);
-        let k = bl.b.rope(p("k.rope"), k, positions, table, d, block);
+        let bias = |s: &str| config.arch.qkv_bias.then(|| p(&format!("{s}.bias")));
+        let q = bl.project_bias(p("q"), hn, wq, bias("attn_q"))?;
+        let k = bl.project_bias(p("k"), hn, wk, bias("attn_k"))?;
+        let v = bl.project_bias(p("v"), hn, wv, bias("attn_v"))?;
+        let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
+        let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
         // In-place concatenation: the runtime appends the step's rows to the cache buffer.
         let kc = bl.b.concat(labels::present_k(l), &[past_k, k], 0);
         let vc = bl.b.concat(labels::present_v(l), &[past_v, v], 0);
@@ -239,18 +337,17 @@ pub fn build_llama_graph(
     let last = bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1]);
     let out_norm = bl.weight("output_norm.weight")?;
     let xf = bl.b.rms_norm("output_norm", last, out_norm, eps);
-    let head = if config.tied_output {
-        embd
+    let logits = if config.tied_output {
+        bl.project(labels::LOGITS.into(), xf, embd)
     } else {
-        bl.weight("output.weight")?
+        bl.project_tensor(labels::LOGITS.into(), xf, "output.weight")?
     };
-    let logits = bl.project(labels::LOGITS.into(), xf, head);
     let mut b = bl.b;
     b.output(logits);
     for pr in presents {
         b.output(pr);
     }
-    Ok(LlamaGraph {
+    Ok(ModelGraph {
         graph: b.build()?,
         states,
         weight_bytes: bl.weight_bytes,

@@ -36,21 +36,23 @@
 //! # Ok(()) }
 //! ```
 
+pub mod arch;
 mod error;
 pub mod graph;
 mod report;
 pub mod sample;
 mod session;
 
+pub use arch::{ModelConfig, RopeScaling};
 pub use error::LlmError;
-pub use graph::{build_llama_graph, weight_dtype, LlamaGraph, WeightFormat};
+pub use graph::{build_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
 pub use session::{
     GenerateParams, Generation, Session, SessionStats, StopReason, TokenEvent, PREFILL_CHUNK,
 };
 
-use crate::gguf::{Gguf, LlamaConfig};
+use crate::gguf::Gguf;
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::runtime::{Network, NetworkOptions};
@@ -66,7 +68,7 @@ use std::sync::Arc;
 /// context is allocated as a session needs it (the KV cache) or is small (the two-level
 /// RoPE table, about `2 sqrt(context)` rows), so such a file loads and answers short
 /// prompts; a prompt past this limit is a typed error ([`LlmError::ContextFull`]).
-pub fn context_on_device(config: &LlamaConfig, max_binding_bytes: u64) -> u32 {
+pub fn context_on_device(config: &ModelConfig, max_binding_bytes: u64) -> u32 {
     let per_token = u64::from(config.kv_len()).max(1) * 4;
     let fits = (max_binding_bytes / per_token).min(i32::MAX as u64) as u32;
     config.context_len.min(fits).max(1)
@@ -80,6 +82,11 @@ pub struct ModelOptions {
     /// Plan the decode network's static activations into one arena (off: they come from
     /// the memory pool).
     pub planner: bool,
+    /// The largest storage binding the model may use, when lower than the device's (`None`:
+    /// the device's). A projection weight above it is used in row pieces, as on a device
+    /// with that limit: `Some(128 << 20)` lays a model out as for a browser's default
+    /// limits, and a small value runs the pieces on a tiny model.
+    pub max_binding_bytes: Option<u64>,
 }
 
 impl Default for ModelOptions {
@@ -87,13 +94,14 @@ impl Default for ModelOptions {
         ModelOptions {
             format: WeightFormat::Native,
             planner: true,
+            max_binding_bytes: None,
         }
     }
 }
 
 pub(crate) struct ModelInner {
     pub engine: Engine,
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     /// The longest context this model has on this device ([`context_on_device`]).
     pub context: u32,
     pub tokenizer: Tokenizer,
@@ -157,7 +165,7 @@ impl Model {
     ///
     /// # Errors
     /// [`LlmError::Gguf`] for a malformed file or a model that is not a supported llama
-    /// (every check of [`Gguf::parse`] and [`LlamaConfig::from_gguf`]);
+    /// (every check of [`Gguf::parse`] and [`ModelConfig::from_gguf`]);
     /// [`LlmError::Tokenizer`]; [`LlmError::UnsupportedWeight`]; [`LlmError::Run`] when
     /// compiling or uploading fails (over the memory budget, a buffer too large). Nothing
     /// stays allocated after an error.
@@ -168,16 +176,22 @@ impl Model {
     ) -> Result<Model, LlmError> {
         let bytes: &[u8] = (*backing).as_ref();
         let gguf = Gguf::parse(bytes)?;
-        let config = LlamaConfig::from_gguf(&gguf)?;
+        let config = ModelConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let limits = engine.gpu().limits();
-        let context = context_on_device(
+        let max_binding = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size)
+            .min(options.max_binding_bytes.unwrap_or(u64::MAX));
+        let context = context_on_device(&config, max_binding);
+        let lg = build_graph(
+            &gguf,
+            &backing,
             &config,
-            limits
-                .max_storage_buffer_binding_size
-                .min(limits.max_buffer_size),
-        );
-        let lg = build_llama_graph(&gguf, &backing, &config, options.format, context)?;
+            options.format,
+            context,
+            max_binding,
+        )?;
         let file_tensor_bytes = gguf.tensors().iter().map(|t| t.size_bytes()).sum();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
@@ -226,7 +240,7 @@ impl Model {
     }
 
     /// The hyper-parameters read from the file.
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.inner.config
     }
 

@@ -19,6 +19,13 @@ pub enum PreTokenizer {
     /// use_regex=true)]`): a space before a digit stays a word of its own, and `2024` is four
     /// tokens.
     DigitsThenGpt2,
+    /// Llama 3's split (`llama-bpe`, `llama3`, `llama-v3`): case-insensitive contractions,
+    /// one non-letter non-digit (not a newline) before letters, digits in groups of up to 3,
+    /// punctuation with its trailing newlines, whitespace up to the last newline of a run,
+    /// and whitespace runs that leave their last character to the next word.
+    Llama3,
+    /// Qwen2's split (`qwen2`): [`PreTokenizer::Llama3`]'s with every digit alone.
+    Qwen2,
 }
 
 impl PreTokenizer {
@@ -27,6 +34,8 @@ impl PreTokenizer {
         match name {
             "gpt2" | "default" => Some(PreTokenizer::Gpt2),
             "smollm" | "starcoder" | "refact" | "codeshell" => Some(PreTokenizer::DigitsThenGpt2),
+            "llama-bpe" | "llama3" | "llama-v3" => Some(PreTokenizer::Llama3),
+            "qwen2" => Some(PreTokenizer::Qwen2),
             _ => None,
         }
     }
@@ -35,6 +44,8 @@ impl PreTokenizer {
     pub fn split<'t>(&self, text: &'t str, out: &mut Vec<&'t str>) {
         match self {
             PreTokenizer::Gpt2 => split_gpt2(text, out),
+            PreTokenizer::Llama3 => split_runs(llama3_regex(), text, out),
+            PreTokenizer::Qwen2 => split_runs(qwen2_regex(), text, out),
             PreTokenizer::DigitsThenGpt2 => {
                 // `char::is_numeric` is the test of the Python `tokenizers` package's Digits.
                 let mut start = 0;
@@ -62,13 +73,38 @@ fn gpt2_regex() -> &'static Regex {
     RE.get_or_init(|| Regex::new(GPT2_PATTERN).unwrap_or_else(|e| panic!("GPT2_PATTERN: {e}")))
 }
 
+/// Llama 3's pattern (llama.cpp's `llama-bpe`) without its `\s+(?!\S)` lookahead
+/// alternative, which [`split_runs`] restores. The contractions are spelled with classes
+/// (`'[sS]`) rather than `(?i:...)`, as llama.cpp spells them: the same set, without the
+/// `regex` crate's Unicode case tables.
+const LLAMA3_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+";
+
+/// Qwen2's pattern: [`LLAMA3_PATTERN`] with single digits.
+const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+";
+
+fn llama3_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    // The pattern is a constant that a unit test compiles.
+    RE.get_or_init(|| Regex::new(LLAMA3_PATTERN).unwrap_or_else(|e| panic!("LLAMA3_PATTERN: {e}")))
+}
+
+fn qwen2_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(QWEN2_PATTERN).unwrap_or_else(|e| panic!("QWEN2_PATTERN: {e}")))
+}
+
 /// GPT-2's split, `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
-///
-/// A whitespace run followed by more text matches `\s+(?!\S)` one character short (the
-/// last one then starts the next word: `" world"`); at the end of the text it matches whole.
-/// The `regex` crate has no lookahead, so the run is matched by `\s+` and shortened here.
 fn split_gpt2<'t>(text: &'t str, out: &mut Vec<&'t str>) {
-    let re = gpt2_regex();
+    split_runs(gpt2_regex(), text, out)
+}
+
+/// Cuts `text` with `re`, a pattern whose last alternative is `\s+` standing for the pair
+/// `\s+(?!\S)|\s+`: a whitespace run followed by more text matches `\s+(?!\S)` one
+/// character short (the last one then starts the next word: `" world"`); at the end of the
+/// text it matches whole. The `regex` crate has no lookahead, so the run is matched by
+/// `\s+` and shortened here. A run that holds a newline came from an earlier alternative
+/// (`\s*[\r\n]+` in Llama 3's pattern, which ends at the newline) and is kept whole.
+fn split_runs<'t>(re: &Regex, text: &'t str, out: &mut Vec<&'t str>) {
     let mut pos = 0;
     while pos < text.len() {
         let Some(m) = re.find_at(text, pos) else {
@@ -76,13 +112,14 @@ fn split_gpt2<'t>(text: &'t str, out: &mut Vec<&'t str>) {
             return;
         };
         if m.start() > pos {
-            // Unreachable with this pattern (every character matches some branch), but a
+            // Unreachable with these patterns (every character matches some branch), but a
             // gap would be a word of its own, as in the Python package's Split.
             out.push(&text[pos..m.start()]);
         }
         let mut end = m.end();
         let piece = m.as_str();
-        if end < text.len() && piece.chars().all(char::is_whitespace) {
+        let newline = piece.ends_with(['\r', '\n']);
+        if end < text.len() && !newline && piece.chars().all(char::is_whitespace) {
             // Greedy `\s+` stopped before a non-space: give its last character back when
             // the run has more than one.
             if let Some((last, _)) = piece.char_indices().next_back() {
@@ -129,11 +166,30 @@ mod tests {
     }
 
     #[test]
+    fn llama3_and_qwen2_split() {
+        let (l, q) = (PreTokenizer::Llama3, PreTokenizer::Qwen2);
+        assert_eq!(words(l, "Hello world"), ["Hello", " world"]);
+        assert_eq!(words(l, "a   b"), ["a", "  ", " b"]);
+        assert_eq!(words(l, "a \n\tb"), ["a", " \n", "\tb"]);
+        assert_eq!(words(l, "x  \n\n  y"), ["x", "  \n\n", " ", " y"]);
+        assert_eq!(words(l, "I'M don'T"), ["I", "'M", " don", "'T"]);
+        assert_eq!(words(l, "x=1234567;"), ["x", "=", "123", "456", "7", ";"]);
+        assert_eq!(words(q, "x=1234;"), ["x", "=", "1", "2", "3", "4", ";"]);
+        assert_eq!(words(l, "fn(a) {\n"), ["fn", "(a", ")", " {\n"]);
+        assert_eq!(words(l, "trailing  "), ["trailing", "  "]);
+        assert_eq!(words(q, ""), Vec::<String>::new());
+    }
+
+    #[test]
     fn names() {
         assert_eq!(
             PreTokenizer::from_gguf_name("smollm"),
             Some(PreTokenizer::DigitsThenGpt2)
         );
-        assert_eq!(PreTokenizer::from_gguf_name("llama3"), None);
+        assert_eq!(
+            PreTokenizer::from_gguf_name("qwen2"),
+            Some(PreTokenizer::Qwen2)
+        );
+        assert_eq!(PreTokenizer::from_gguf_name("tekken"), None);
     }
 }

@@ -46,8 +46,10 @@ pub struct RopeParams {
     pub out_offset: u32,
     /// Rows of the table's first level.
     pub block: u32,
+    /// 1: adjacent pairs, 0: halves.
+    pub interleaved: u32,
     /// Padding.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 /// `GqaParams` of `shaders/attention.wgsl` (48 bytes).
@@ -111,7 +113,8 @@ impl Kernel for Rope {
             table_offset: ot,
             out_offset: oo,
             block: self.block,
-            _pad: [0; 2],
+            interleaved: u32::from(self.interleaved),
+            _pad: 0,
         };
         e.dispatch(
             FAMILY.key("attention_rope"),

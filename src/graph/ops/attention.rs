@@ -1,22 +1,25 @@
-//! The attention ops of a llama-style decoder: rotary position embedding on adjacent pairs
-//! ([`Rope`]) and causal grouped-query attention over a sequence-major KV cache
+//! The attention ops of a llama-style decoder: rotary position embedding on adjacent pairs or
+//! on halves ([`Rope`]) and causal grouped-query attention over a sequence-major KV cache
 //! ([`Attention`]).
 
 use super::{DTypeError, InferError, OpDef};
 use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 
-/// Rotary position embedding on **adjacent pairs** `(x[2i], x[2i+1])` of every head, as
-/// GGUF's llama Q/K rows need (llama.cpp permutes the Hugging Face rows so that the pairs
-/// are adjacent instead of half a head apart).
+/// Rotary position embedding of every head, on **adjacent pairs** `(x[2i], x[2i+1])` when
+/// [`Rope::interleaved`] (GGUF's llama Q/K rows: llama.cpp permutes the Hugging Face rows so
+/// that the pairs are adjacent) or on **halves** `(x[i], x[i + R/2])` otherwise (the
+/// Hugging Face layout that GGUF keeps for qwen2 and gemma, llama.cpp's "NEOX" mode); the
+/// same flag as ONNX's `RotaryEmbedding`.
 ///
 /// Inputs: x `[S, N * head_dim]` (f32, N heads side by side), positions `[S]` (i32, the
 /// absolute position of each row), and a two-level cos/sin table `[B + H, R]` (f32, see
 /// [`rope_table`]): row `l < B` holds `cos(l θ_i), sin(l θ_i)` and row `B + h` holds
 /// `cos(h B θ_i), sin(h B θ_i)` for `i < R / 2`, where `B` is [`Rope::block`]. Position
 /// `p = h B + l` takes the angle sum of rows `l` and `B + h`. The first `R` elements of each
-/// head are rotated, `out[2i] = x[2i] cos - x[2i+1] sin`, `out[2i+1] = x[2i] sin + x[2i+1]
-/// cos`; elements from `R` on pass through. A row whose position is outside `0..B * H` is
+/// head are rotated, pair `(a, b)` of frequency `i` (`a = 2i, b = 2i + 1` interleaved, `a = i,
+/// b = i + R/2` on halves) becoming `(x[a] cos - x[b] sin, x[a] sin + x[b] cos)`; elements
+/// from `R` on pass through. A row whose position is outside `0..B * H` is
 /// written as zeros (a caller's bug shows instead of wrapping around).
 ///
 /// The table carries the angles instead of the kernel computing `p θ_i` in f32: positions up
@@ -31,6 +34,8 @@ pub struct Rope {
     pub head_dim: u32,
     /// Rows of the table's first level `B` ([`rope_block`]), at least 1.
     pub block: u32,
+    /// Adjacent pairs (`true`) or halves (`false`).
+    pub interleaved: bool,
 }
 
 /// Causal grouped-query attention over a KV cache laid out sequence-major.
@@ -71,6 +76,20 @@ pub fn rope_table_rows(positions: u32) -> u32 {
 /// rope_dim)`, each angle computed in f64 and rounded to f32. The op's `block` is
 /// [`rope_block`]`(positions)`.
 pub fn rope_table(base: f64, rope_dim: u32, positions: u32) -> Vec<f32> {
+    rope_table_scaled(base, rope_dim, positions, 1.0, &[])
+}
+
+/// [`rope_table`] with scaled angles: position `p` takes the angle `p * scale * θ_i /
+/// factors[i]` (`scale` is 1 / the linear scaling factor; `factors` are per-frequency
+/// divisors such as Llama 3.1's `rope_freqs.weight`, empty for none, else `rope_dim / 2` of
+/// them).
+pub fn rope_table_scaled(
+    base: f64,
+    rope_dim: u32,
+    positions: u32,
+    scale: f64,
+    factors: &[f32],
+) -> Vec<f32> {
     let half = rope_dim / 2;
     let b = rope_block(positions);
     let rows = rope_table_rows(positions);
@@ -82,8 +101,9 @@ pub fn rope_table(base: f64, rope_dim: u32, positions: u32) -> Vec<f32> {
             f64::from(row - b) * f64::from(b)
         };
         for i in 0..half {
-            let theta = base.powf(-2.0 * f64::from(i) / f64::from(rope_dim));
-            let angle = p * theta;
+            let factor = factors.get(i as usize).map_or(1.0, |&f| f64::from(f));
+            let theta = base.powf(-2.0 * f64::from(i) / f64::from(rope_dim)) / factor;
+            let angle = p * scale * theta;
             out.push(angle.cos() as f32);
             out.push(angle.sin() as f32);
         }
@@ -196,10 +216,14 @@ impl OpDef for Rope {
                     // cos(a + b), sin(a + b) of the two levels' angles.
                     let c = at(lo, 0) * at(hi, 0) - at(lo, 1) * at(hi, 1);
                     let sn = at(lo, 1) * at(hi, 0) + at(lo, 0) * at(hi, 1);
-                    let x0 = f64::from(x[base + 2 * i]);
-                    let x1 = f64::from(x[base + 2 * i + 1]);
-                    y[base + 2 * i] = (x0 * c - x1 * sn) as f32;
-                    y[base + 2 * i + 1] = (x0 * sn + x1 * c) as f32;
+                    let (a, b) = if self.interleaved {
+                        (base + 2 * i, base + 2 * i + 1)
+                    } else {
+                        (base + i, base + i + r / 2)
+                    };
+                    let (x0, x1) = (f64::from(x[a]), f64::from(x[b]));
+                    y[a] = (x0 * c - x1 * sn) as f32;
+                    y[b] = (x0 * sn + x1 * c) as f32;
                 }
             }
         }
@@ -309,18 +333,16 @@ impl OpDef for Attention {
 
 impl crate::graph::GraphBuilder {
     /// Rotary position embedding of `x` `[S, N * head_dim]` at `positions` `[S]` (i32) with
-    /// the two-level cos/sin `table` of [`rope_table`] whose first level has `block` rows
-    /// ([`rope_block`]); see [`Rope`].
+    /// the two-level cos/sin `table` of [`rope_table`]; see [`Rope`] (`rope` its fields).
     pub fn rope(
         &mut self,
         label: impl Into<String>,
         x: crate::graph::NodeId,
         positions: crate::graph::NodeId,
         table: crate::graph::NodeId,
-        head_dim: u32,
-        block: u32,
+        rope: Rope,
     ) -> crate::graph::NodeId {
-        self.node(label, Rope { head_dim, block }, &[x, positions, table])
+        self.node(label, rope, &[x, positions, table])
     }
 
     /// Causal grouped-query attention of `q` `[S, H * D]` over `k`, `v` `[T, KVH * D]`; see
@@ -358,6 +380,7 @@ mod tests {
         let r = Rope {
             head_dim: 8,
             block: 4,
+            interleaved: true,
         };
         assert_eq!(
             r.infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[]),
@@ -375,6 +398,7 @@ mod tests {
         let e = Rope {
             head_dim: 0,
             block: 4,
+            interleaved: false,
         }
         .infer(&[&s(&[3, 16]), &s(&[3]), &s(&[10, 8])], &[])
         .unwrap_err();
@@ -406,56 +430,81 @@ mod tests {
 
     #[test]
     fn rope_reference_adds_the_two_levels_angles() {
-        let (base, r, positions) = (10_000.0, 4u32, 100u32);
+        // A head of 6 whose first 4 elements rotate: pairs (0, 1), (2, 3) interleaved,
+        // (0, 2), (1, 3) on halves; elements 4 and 5 pass through either way.
+        let (base, r, d, positions) = (10_000.0, 4u32, 6usize, 100u32);
         let b = rope_block(positions);
         let rows = u64::from(rope_table_rows(positions));
         let table = rope_table(base, r, positions);
-        let op = Rope {
-            head_dim: 4,
-            block: b,
-        };
         let pos: Vec<i32> = vec![0, 1, 37, 99, 100 + 20, -1];
-        let x: Vec<f32> = (0..pos.len() * 4).map(|i| 1.0 + i as f32 * 0.25).collect();
+        let x: Vec<f32> = (0..pos.len() * d).map(|i| 1.0 + i as f32 * 0.25).collect();
         let n = pos.len() as u64;
-        let out = op
-            .reference(
-                &[
-                    &RefTensor::from_f32(s(&[n, 4]), DType::F32, x.clone()),
-                    &RefTensor::from_f32(
-                        s(&[n]),
-                        DType::I32,
-                        pos.iter().map(|&p| p as f32).collect(),
-                    ),
-                    &RefTensor::from_f32(s(&[rows, 4]), DType::F32, table),
-                ],
-                &s(&[n, 4]),
-                DType::F32,
-            )
-            .unwrap();
-        let Values::F32(y) = out else { panic!() };
-        for (row, &p) in pos.iter().enumerate() {
-            let got = &y[row * 4..row * 4 + 4];
-            if p < 0 || p as u32 >= b * (rows as u32 - b) {
-                assert!(got.iter().all(|&v| v == 0.0), "position {p}");
-                continue;
-            }
-            for i in 0..2 {
-                let theta = base.powf(-2.0 * i as f64 / f64::from(r));
-                let (sn, c) = (f64::from(p) * theta).sin_cos();
-                let (x0, x1) = (
-                    f64::from(x[row * 4 + 2 * i]),
-                    f64::from(x[row * 4 + 2 * i + 1]),
-                );
-                assert!(
-                    (f64::from(got[2 * i]) - (x0 * c - x1 * sn)).abs() < 1e-5,
-                    "{p}"
-                );
-                assert!(
-                    (f64::from(got[2 * i + 1]) - (x0 * sn + x1 * c)).abs() < 1e-5,
-                    "{p}"
-                );
+        for interleaved in [true, false] {
+            let op = Rope {
+                head_dim: d as u32,
+                block: b,
+                interleaved,
+            };
+            let out = op
+                .reference(
+                    &[
+                        &RefTensor::from_f32(s(&[n, d as u64]), DType::F32, x.clone()),
+                        &RefTensor::from_f32(
+                            s(&[n]),
+                            DType::I32,
+                            pos.iter().map(|&p| p as f32).collect(),
+                        ),
+                        &RefTensor::from_f32(s(&[rows, 4]), DType::F32, table.clone()),
+                    ],
+                    &s(&[n, d as u64]),
+                    DType::F32,
+                )
+                .unwrap();
+            let Values::F32(y) = out else { panic!() };
+            for (row, &p) in pos.iter().enumerate() {
+                let (got, xs) = (&y[row * d..row * d + d], &x[row * d..row * d + d]);
+                if p < 0 || p as u32 >= b * (rows as u32 - b) {
+                    assert!(got.iter().all(|&v| v == 0.0), "position {p}");
+                    continue;
+                }
+                assert_eq!(&got[4..], &xs[4..], "pass-through");
+                for i in 0..2 {
+                    let theta = base.powf(-2.0 * i as f64 / f64::from(r));
+                    let (sn, c) = (f64::from(p) * theta).sin_cos();
+                    let (a, b) = if interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + 2)
+                    };
+                    let (x0, x1) = (f64::from(xs[a]), f64::from(xs[b]));
+                    let ctx = format!("position {p} interleaved {interleaved}");
+                    assert!(
+                        (f64::from(got[a]) - (x0 * c - x1 * sn)).abs() < 1e-5,
+                        "{ctx}"
+                    );
+                    assert!(
+                        (f64::from(got[b]) - (x0 * sn + x1 * c)).abs() < 1e-5,
+                        "{ctx}"
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn scaled_rope_table_divides_the_angles() {
+        // Linear scaling by 4 and a factor of 2 on the second frequency: position 8 of the
+        // scaled table is position 2 of the plain one, and its second frequency position 1.
+        let plain = rope_table(10_000.0, 4, 64);
+        let scaled = rope_table_scaled(10_000.0, 4, 64, 0.25, &[1.0, 2.0]);
+        let angle = |t: &[f32], p: u32, i: usize| {
+            let b = rope_block(64);
+            let (lo, hi) = ((p % b) as usize, (b + p / b) as usize);
+            let at = |row: usize, k: usize| f64::from(t[row * 4 + 2 * i + k]);
+            (at(lo, 1) * at(hi, 0) + at(lo, 0) * at(hi, 1)).asin()
+        };
+        assert!((angle(&scaled, 8, 0) - angle(&plain, 2, 0)).abs() < 1e-6);
+        assert!((angle(&scaled, 8, 1) - angle(&plain, 1, 1)).abs() < 1e-6);
     }
 
     #[test]

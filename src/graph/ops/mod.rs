@@ -48,7 +48,7 @@ use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
 use std::fmt;
 
-pub use attention::{rope_block, rope_table, rope_table_rows, Attention, Rope};
+pub use attention::{rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, Rope};
 pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use generate::{ConstantOfShape, Range};

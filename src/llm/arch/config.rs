@@ -1,15 +1,29 @@
-//! The hyper-parameters of a llama-architecture model, read from GGUF metadata alone and
-//! checked against the shapes of its tensors.
+//! The hyper-parameters of a model, read from GGUF metadata alone and checked against the
+//! shapes of its tensors.
 
-use super::{GgmlType, Gguf, GgufError};
+use super::{architecture, architecture_names, Architecture};
+use crate::gguf::{GgmlType, Gguf, GgufError};
 
-/// A llama-style decoder (SmolLM2, TinyLlama, Llama 2/3 without RoPE scaling) as its GGUF
-/// describes it. Every field comes from the metadata (`{arch}.*` keys) or the tensor index;
-/// nothing is a constant of one model.
+/// How RoPE positions are scaled before the angles are taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// Angles `p θ_i`.
+    None,
+    /// `{arch}.rope.scaling.type = "linear"`: angles `p θ_i / factor`
+    /// (`{arch}.rope.scaling.factor`).
+    Linear {
+        /// The factor, above 0.
+        factor: f32,
+    },
+}
+
+/// A decoder (llama, qwen2: [`super::ARCHITECTURES`]) as its GGUF describes it. Every field
+/// comes from the metadata (`{arch}.*` keys) or the tensor index; nothing is a constant of
+/// one model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
-    /// `general.architecture` (`"llama"`).
-    pub architecture: String,
+pub struct ModelConfig {
+    /// The architecture (`general.architecture`).
+    pub arch: &'static Architecture,
     /// Decoder blocks (`{arch}.block_count`).
     pub num_layers: u32,
     /// Model width, the residual stream (`{arch}.embedding_length`).
@@ -27,10 +41,14 @@ pub struct LlamaConfig {
     pub rms_eps: f32,
     /// RoPE base frequency (`{arch}.rope.freq_base`, else 10000 as in llama.cpp).
     pub rope_base: f32,
-    /// Elements of each head that RoPE rotates, in adjacent pairs `(x[2i], x[2i+1])`
-    /// (`{arch}.rope.dimension_count`, else `head_dim`). GGUF's llama Q/K rows are permuted
-    /// from the Hugging Face layout so that pairs are adjacent, not halves.
+    /// Elements of each head that RoPE rotates (`{arch}.rope.dimension_count`, else
+    /// `head_dim`), in pairs as [`Architecture::rope_interleaved`] says.
     pub rope_dim: u32,
+    /// Position scaling (`{arch}.rope.scaling.*`).
+    pub rope_scaling: RopeScaling,
+    /// The file has `rope_freqs.weight` (`rope_dim / 2` f32 factors that divide the
+    /// frequencies: Llama 3.1's long-context scaling, precomputed by the converter).
+    pub rope_freq_factors: bool,
     /// Longest context the model was trained for, in tokens (`{arch}.context_length`).
     pub context_len: u32,
     /// Vocabulary size: rows of `token_embd.weight` (also `{arch}.vocab_size` and the token
@@ -42,25 +60,24 @@ pub struct LlamaConfig {
     pub embedding_type: GgmlType,
 }
 
-impl LlamaConfig {
+impl ModelConfig {
     /// Reads the configuration of `gguf` and checks every tensor the forward pass uses:
     /// present, with the shape the metadata implies.
     ///
     /// # Errors
     /// [`GgufError::MissingKey`], [`GgufError::WrongType`], [`GgufError::ValueOutOfRange`]
-    /// (zero sizes, a negative epsilon, RoPE scaling, another architecture),
+    /// (zero sizes, a negative epsilon, a RoPE scaling other than none or linear),
+    /// [`GgufError::UnsupportedArchitecture`],
     /// [`GgufError::Inconsistent`] (heads that do not divide, vocabulary sizes that
     /// disagree), [`GgufError::MissingTensor`] and [`GgufError::TensorShape`].
-    pub fn from_gguf(gguf: &Gguf) -> Result<LlamaConfig, GgufError> {
-        let arch = gguf.get_str("general.architecture")?.to_owned();
-        if arch != "llama" {
-            return Err(GgufError::ValueOutOfRange {
-                key: "general.architecture".into(),
-                value: arch,
-                reason: "only the llama architecture is supported".into(),
-            });
-        }
-        let key = |k: &str| format!("{arch}.{k}");
+    pub fn from_gguf(gguf: &Gguf) -> Result<ModelConfig, GgufError> {
+        let name = gguf.get_str("general.architecture")?;
+        let arch = architecture(name).ok_or_else(|| GgufError::UnsupportedArchitecture {
+            architecture: name.to_owned(),
+            supported: architecture_names(),
+        })?;
+        let arch_name = arch.name;
+        let key = |k: &str| format!("{arch_name}.{k}");
         let positive = |k: &str| -> Result<u32, GgufError> {
             let full = key(k);
             match gguf.get_u32(&full)? {
@@ -137,15 +154,42 @@ impl LlamaConfig {
                 reason: format!("must be even, positive and at most the head dim {head_dim}"),
             });
         }
-        if let Some(scaling) = gguf.opt_str(&key("rope.scaling.type"))? {
-            if scaling != "none" {
+        let rope_scaling = match gguf.opt_str(&key("rope.scaling.type"))? {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => {
+                let factor = gguf.get_f32(&key("rope.scaling.factor"))?;
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(GgufError::ValueOutOfRange {
+                        key: key("rope.scaling.factor"),
+                        value: factor.to_string(),
+                        reason: "must be a finite number above 0".into(),
+                    });
+                }
+                RopeScaling::Linear { factor }
+            }
+            Some(other) => {
                 return Err(GgufError::ValueOutOfRange {
                     key: key("rope.scaling.type"),
-                    value: scaling.to_owned(),
-                    reason: "RoPE scaling is not supported".into(),
-                });
+                    value: other.to_owned(),
+                    reason: "dynrt applies RoPE scaling of type none or linear (and Llama \
+                             3.1's frequency factors, rope_freqs.weight)"
+                        .into(),
+                })
             }
-        }
+        };
+        let rope_freq_factors = match gguf.tensor("rope_freqs.weight") {
+            None => false,
+            Some(t) => {
+                if t.ggml_type() != GgmlType::F32 || t.dims() != [u64::from(rope_dim / 2)] {
+                    return Err(GgufError::TensorShape {
+                        tensor: "rope_freqs.weight".into(),
+                        expected: vec![u64::from(rope_dim / 2)],
+                        found: t.dims().to_vec(),
+                    });
+                }
+                true
+            }
+        };
 
         let embd = gguf.require_tensor("token_embd.weight")?;
         let vocab_size = match embd.dims() {
@@ -164,7 +208,7 @@ impl LlamaConfig {
             if v != vocab_size {
                 return Err(GgufError::Inconsistent {
                     reason: format!(
-                        "{arch}.vocab_size {v} but token_embd.weight has {vocab_size} rows"
+                        "{arch_name}.vocab_size {v} but token_embd.weight has {vocab_size} rows"
                     ),
                 });
             }
@@ -180,8 +224,8 @@ impl LlamaConfig {
             }
         }
 
-        let config = LlamaConfig {
-            architecture: arch,
+        let config = ModelConfig {
+            arch,
             num_layers,
             embedding_len,
             num_heads,
@@ -191,6 +235,8 @@ impl LlamaConfig {
             rms_eps,
             rope_base,
             rope_dim,
+            rope_scaling,
+            rope_freq_factors,
             context_len,
             vocab_size,
             tied_output: gguf.tensor("output.weight").is_none(),
@@ -220,7 +266,7 @@ impl LlamaConfig {
                         "tensor {} belongs to block {block} but {}.block_count says there \
                          are {num_layers} blocks",
                         t.name(),
-                        config.architecture
+                        arch_name
                     ),
                 });
             }
@@ -246,7 +292,8 @@ impl LlamaConfig {
 
     /// Every tensor the forward pass reads and its dims in ggml order (innermost first): a
     /// projection from `n_in` to `n_out` is `[n_in, n_out]`. The embedding is included; the
-    /// separate head `output.weight` only when not tied.
+    /// separate head `output.weight` only when not tied; the Q/K/V biases when the
+    /// architecture has them.
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
         let (w, q, kv, f, v) = (
             u64::from(self.embedding_len),
@@ -275,6 +322,14 @@ impl LlamaConfig {
                 (t("ffn_up"), vec![w, f]),
                 (t("ffn_down"), vec![f, w]),
             ]);
+            if self.arch.qkv_bias {
+                let b = |s: &str| format!("blk.{l}.{s}.bias");
+                out.extend([
+                    (b("attn_q"), vec![q]),
+                    (b("attn_k"), vec![kv]),
+                    (b("attn_v"), vec![kv]),
+                ]);
+            }
         }
         out
     }
