@@ -55,7 +55,7 @@
 # whole cost and much steadier than wall time on a loaded machine. Counts are per step, from
 # the same counter for both runtimes on a route.
 #
-# ---- The dynrt side (src/cli/bench_onnx.rs natively, the wasm OnnxSession of src/web.rs in
+# ---- The dynrt side (src/cli/bench_onnx.rs natively, the wasm OnnxSession of src/web/ in
 # ---- the page; where one is not built or fails, its cells say "missing" with the reason) ----
 #
 # Native: `dynrt bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json]

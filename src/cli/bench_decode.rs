@@ -550,13 +550,20 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let whole = |i: usize| buffers[i].raw().as_entire_binding();
+            let pipeline_of = |label, layout| {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(label),
+                    layout,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            };
             let (pipeline, bgl, uniforms) = match layout {
                 Layout::Minimal => {
-                    let pipeline = super::super::bench_kernels::auto_layout_pipeline(
-                        device,
-                        &module,
-                        "bench add_one",
-                    );
+                    // The layout derived from the shader: the least a kernel can bind.
+                    let pipeline = pipeline_of("bench add_one", None);
                     let bgl = pipeline.get_bind_group_layout(0);
                     (pipeline, bgl, None)
                 }
@@ -586,15 +593,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
                         bind_group_layouts: &[Some(&bgl)],
                         immediate_size: 0,
                     });
-                    let pipeline =
-                        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                            label: Some("bench add_tensor"),
-                            layout: Some(&pl),
-                            module: &module,
-                            entry_point: Some("main"),
-                            compilation_options: Default::default(),
-                            cache: None,
-                        });
+                    let pipeline = pipeline_of("bench add_tensor", Some(&pl));
                     // Through the engine like every buffer (cl_mem is the kind with UNIFORM).
                     let uniforms = engine.allocate(&BufferDesc {
                         label: "bench same layout uniforms",

@@ -33,7 +33,8 @@
 //!   device, its KV caches carried in place between steps.
 //! * [`ops`]: the opsets the loader accepts and which definition of an op they select.
 //! * [`InspectReport`] (`inspect`): what `dynrt inspect` prints.
-//! * [`testdata`]: the ONNX backend node tests (`model.onnx` + `test_data_set_N/*.pb`).
+//! * `testdata` (feature `testing`, for this crate's tests): the ONNX backend node tests
+//!   (`model.onnx` + `test_data_set_N/*.pb`).
 //!
 //! Every failure is an [`OnnxError`] naming the node, initializer, input or attribute; a
 //! truncated or malformed file is [`OnnxError::Decode`], never a panic.

@@ -6,9 +6,9 @@
 //! dependencies, the arena plan), `network.rs` (the device half: the data region, the
 //! kernels' dtype check), `state/` (the device-free per-iteration state: update_shape,
 //! sizing through [`crate::memory::predictor::Sizer`], and in `state/kv.rs` the KV-cache
-//! states; generic over a storage and property-tested on host memory), `request.rs` (the thin GPU executor: input
-//! writes, one [`crate::gpu::Frame`] per iteration, readbacks), `placeholders.rs` (the
-//! placeholder pool), [`report`].
+//! states; generic over a storage and property-tested on host memory), `request/` (the thin
+//! GPU executor: input writes, one [`crate::gpu::Frame`] per iteration, readbacks),
+//! `placeholders.rs` (the placeholder pool), [`report`].
 //!
 //! # Network: compiled once, shared
 //!

@@ -4,7 +4,8 @@
 //! malformed graphs named by node.
 
 use super::*;
-use crate::graph::Bindings;
+use crate::graph::ops::Input;
+use crate::graph::{Bindings, Dim};
 use crate::onnx::proto::*;
 use crate::onnx::tests::{attr, node, opset17, raw_f32, value};
 

@@ -424,22 +424,13 @@ impl<S: Storage + Clone> RequestState<S> {
             .as_ref()
             .map_or(0, |b| st.capacity_rows(S::size_bytes(b)));
         let limits = self.limits();
-        let d = self
-            .sizer
-            .realloc_if_needed(label, new_shape, node.dtype, &limits)?;
-        self.count_prediction(&d, node.dtype)?;
+        let (d, size) = self.decide(label, new_shape, node.dtype, needed, &limits)?;
         // A buffer with room for the rows is kept unless the sizer shrinks it: a state's
         // room may exceed what the sizer reserved ([`Self::state_headroom_bytes`]).
         if !d.reclaimed && capacity >= new_rows && self.states[s].buffer.is_some() {
             self.stats.reuses += 1;
             return Ok(());
         }
-        let size = if d.reallocated {
-            self.stats.reclaims += u64::from(d.reclaimed);
-            d.reserved_bytes.div_ceil(4).saturating_mul(4).max(needed)
-        } else {
-            needed
-        };
         // A state allocated or grown before its id has the three shapes of history a
         // prediction needs (the first step, a past fed by the caller, the first decode steps
         // after them) would otherwise be sized exactly and grow again at each of the next

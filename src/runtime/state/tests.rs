@@ -3,10 +3,11 @@
 
 use super::*;
 use crate::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
-use crate::graph::Graph;
+use crate::graph::{Bindings, Graph};
 use crate::memory::pool::HostStorage;
 use crate::memory::predictor::Policy;
 use crate::runtime::compile::{NetworkOptions, StateBinding, Target};
+use crate::tensor::HostTensor;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
