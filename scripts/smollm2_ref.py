@@ -24,6 +24,7 @@ causal mask; SwiGLU; the head is token_embd when there is no output.weight (tied
 import argparse
 import hashlib
 import json
+import os
 import sys
 
 import numpy as np
@@ -275,7 +276,7 @@ def cmd_generate(a):
             logits = model.forward([nxt], cache)
     shown = [i for i in generated if i != eos]
     out = {
-        "model": a.model,
+        "model": os.path.basename(a.model) if a.fixture else a.model,
         "dtype": a.dtype,
         "chat": a.chat is not None,
         "input": a.chat if a.chat is not None else a.prompt,
@@ -289,6 +290,9 @@ def cmd_generate(a):
         "logits_npy": a.logits,
         "logits_shape": [len(rows), model.vocab],
     }
+    if a.fixture:
+        # A file kept in the repository: no machine's paths.
+        del out["logits_npy"]
     if a.logits:
         np.save(a.logits, np.stack(rows))
     with open(a.out, "w", encoding="utf-8") as f:
@@ -412,6 +416,7 @@ def main():
                    help="match control tokens written in the text (default) or encode them as text")
     g.add_argument("--max-tokens", type=int, default=16)
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-sequence token")
+    g.add_argument("--fixture", action="store_true", help="write the model's file name only (a fixture kept in the repository)")
     g.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     g.add_argument("--out", required=True, help="JSON result")
     g.add_argument("--logits", help="float32 .npy of the logit rows (steps x vocab)")

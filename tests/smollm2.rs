@@ -445,16 +445,20 @@ fn tokenizer_corpus() -> Vec<String> {
     v
 }
 
-#[test]
-fn tokenizer_equals_the_tokenizers_package() {
-    let test = "tokenizer_equals_the_tokenizers_package";
-    let Some(m) = model(test) else { return };
-    let Some(py) = common::python_or_skip(test) else {
-        return;
-    };
+/// dynrt's tokenizer of the model at `path` against the `tokenizers` package's on
+/// [`tokenizer_corpus`] (ids with control tokens matched and as plain text, decoding, round
+/// trips where the vocabulary has every byte, streaming) and its chat template against
+/// jinja2's. `missing_bytes`: how many bytes the vocabulary lacks.
+fn tokenizer_equals_the_package(
+    test: &str,
+    py: &std::path::Path,
+    path: &std::path::Path,
+    missing_bytes: usize,
+) {
+    let m = MappedGguf::open(path).unwrap_or_else(|e| panic!("{test}: {e}"));
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
     let texts = tokenizer_corpus();
-    assert!(texts.len() >= 300, "{}", texts.len());
+    assert!(texts.len() >= 1000, "{}", texts.len());
     let dir = common::scratch(test);
     let (input, out) = (dir.join("in.json"), dir.join("out.json"));
     std::fs::write(
@@ -462,9 +466,9 @@ fn tokenizer_equals_the_tokenizers_package() {
         serde_json::to_string(&serde_json::json!({ "texts": texts })).unwrap(),
     )
     .unwrap();
-    let path = m.path().display().to_string();
+    let path = path.display().to_string();
     common::run_reference(
-        &py,
+        py,
         &[
             "tokenize",
             "--model",
@@ -478,7 +482,7 @@ fn tokenizer_equals_the_tokenizers_package() {
     let r = common::read_json(&out);
     let ids = common::json_ids;
     let missing = tok.missing_bytes();
-    assert_eq!(missing.len(), 21);
+    assert_eq!(missing.len(), missing_bytes, "{test}");
     let mut mismatches = Vec::new();
     let mut round_trips = 0;
     for (i, text) in texts.iter().enumerate() {
@@ -493,18 +497,22 @@ fn tokenizer_equals_the_tokenizers_package() {
         assert_eq!(
             r["decoded_allow"][i].as_str().unwrap(),
             tok.decode(&allow).unwrap(),
-            "decode"
+            "{test}: decode"
         );
         if text.bytes().any(|b| missing.contains(&b)) {
             continue;
         }
         round_trips += 1;
-        assert_eq!(tok.decode(&allow).unwrap(), *text, "round trip");
-        assert_eq!(tok.decode(&plain).unwrap(), *text, "round trip (plain)");
+        assert_eq!(tok.decode(&allow).unwrap(), *text, "{test}: round trip");
+        assert_eq!(
+            tok.decode(&plain).unwrap(),
+            *text,
+            "{test}: round trip (plain)"
+        );
         assert_eq!(
             r["decoded_allow"][i].as_str().unwrap(),
             text,
-            "the package's round trip"
+            "{test}: the package's round trip"
         );
         let mut stream = tok.stream_decoder(false);
         let mut streamed = String::new();
@@ -512,21 +520,21 @@ fn tokenizer_equals_the_tokenizers_package() {
             streamed.push_str(&stream.push(id).unwrap());
         }
         streamed.push_str(&stream.finish());
-        assert_eq!(streamed, *text, "streaming");
+        assert_eq!(streamed, *text, "{test}: streaming");
     }
     assert!(
         mismatches.is_empty(),
-        "{} of {} differ:\n{}",
+        "{test}: {} of {} differ:\n{}",
         mismatches.len(),
         texts.len(),
         mismatches.join("\n")
     );
     assert!(
         round_trips >= 300,
-        "only {round_trips} strings round-tripped"
+        "{test}: only {round_trips} strings round-tripped"
     );
     eprintln!(
-        "{} strings: ids equal the tokenizers package's in both modes; {round_trips} round trips",
+        "{test}: {} strings: ids equal the tokenizers package's in both modes; {round_trips} round trips",
         texts.len()
     );
     let chat = tok
@@ -535,8 +543,41 @@ fn tokenizer_equals_the_tokenizers_package() {
     assert_eq!(
         chat,
         r["chat"].as_str().unwrap(),
-        "minijinja and jinja2 render the template alike"
+        "{test}: minijinja and jinja2 render the template alike"
     );
+}
+
+#[test]
+fn tokenizer_equals_the_tokenizers_package() {
+    let test = "tokenizer_equals_the_tokenizers_package";
+    let Some(path) = fetch::model_or_skip(test) else {
+        return;
+    };
+    let Some(py) = common::python_or_skip(test) else {
+        return;
+    };
+    tokenizer_equals_the_package(test, &py, &path, 21);
+}
+
+/// Qwen2.5's byte-level BPE (the qwen2 pre-tokenizer: single digits, Llama 3's rules
+/// otherwise) and its ChatML template with its own default system message.
+#[test]
+fn qwen2_tokenizer_equals_the_tokenizers_package() {
+    let test = "qwen2_tokenizer_equals_the_tokenizers_package";
+    let Some(path) = fetch::cached_or_skip(&fetch::QWEN25_CODER_05B_INSTRUCT, test) else {
+        return;
+    };
+    let Some(py) = common::python_or_skip(test) else {
+        return;
+    };
+    let m = MappedGguf::open(&path).unwrap();
+    let t = Tokenizer::from_gguf(m.gguf()).unwrap();
+    assert_eq!(t.pre_tokenizer(), PreTokenizer::Qwen2);
+    assert_eq!(
+        (t.vocab_size(), t.eos_id(), t.add_bos()),
+        (151_936, Some(151_645), false)
+    );
+    tokenizer_equals_the_package(test, &py, &path, 0);
 }
 
 #[test]

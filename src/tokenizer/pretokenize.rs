@@ -44,8 +44,8 @@ impl PreTokenizer {
     pub fn split<'t>(&self, text: &'t str, out: &mut Vec<&'t str>) {
         match self {
             PreTokenizer::Gpt2 => split_gpt2(text, out),
-            PreTokenizer::Llama3 => split_runs(llama3_regex(), text, out),
-            PreTokenizer::Qwen2 => split_runs(qwen2_regex(), text, out),
+            PreTokenizer::Llama3 => split_runs(llama3_regex(), true, text, out),
+            PreTokenizer::Qwen2 => split_runs(qwen2_regex(), true, text, out),
             PreTokenizer::DigitsThenGpt2 => {
                 // `char::is_numeric` is the test of the Python `tokenizers` package's Digits.
                 let mut start = 0;
@@ -95,16 +95,17 @@ fn qwen2_regex() -> &'static Regex {
 
 /// GPT-2's split, `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
 fn split_gpt2<'t>(text: &'t str, out: &mut Vec<&'t str>) {
-    split_runs(gpt2_regex(), text, out)
+    split_runs(gpt2_regex(), false, text, out)
 }
 
 /// Cuts `text` with `re`, a pattern whose last alternative is `\s+` standing for the pair
 /// `\s+(?!\S)|\s+`: a whitespace run followed by more text matches `\s+(?!\S)` one
 /// character short (the last one then starts the next word: `" world"`); at the end of the
 /// text it matches whole. The `regex` crate has no lookahead, so the run is matched by
-/// `\s+` and shortened here. A run that holds a newline came from an earlier alternative
-/// (`\s*[\r\n]+` in Llama 3's pattern, which ends at the newline) and is kept whole.
-fn split_runs<'t>(re: &Regex, text: &'t str, out: &mut Vec<&'t str>) {
+/// `\s+` and shortened here. With `newline_runs` (Llama 3's patterns, which have
+/// `\s*[\r\n]+` before `\s+`), a run that ends in a newline came from that alternative and
+/// is kept whole; GPT-2's has no such alternative.
+fn split_runs<'t>(re: &Regex, newline_runs: bool, text: &'t str, out: &mut Vec<&'t str>) {
     let mut pos = 0;
     while pos < text.len() {
         let Some(m) = re.find_at(text, pos) else {
@@ -118,7 +119,7 @@ fn split_runs<'t>(re: &Regex, text: &'t str, out: &mut Vec<&'t str>) {
         }
         let mut end = m.end();
         let piece = m.as_str();
-        let newline = piece.ends_with(['\r', '\n']);
+        let newline = newline_runs && piece.ends_with(['\r', '\n']);
         if end < text.len() && !newline && piece.chars().all(char::is_whitespace) {
             // Greedy `\s+` stopped before a non-space: give its last character back when
             // the run has more than one.
@@ -151,6 +152,7 @@ mod tests {
         assert_eq!(words(g, "a   b"), ["a", "  ", " b"]);
         assert_eq!(words(g, "a \n\tb"), ["a", " \n", "\t", "b"]);
         assert_eq!(words(g, "trailing  "), ["trailing", "  "]);
+        assert_eq!(words(g, "\n\nx"), ["\n", "\n", "x"]);
         assert_eq!(words(g, "I'm don't"), ["I", "'m", " don", "'t"]);
         assert_eq!(words(g, "x=1234;"), ["x", "=", "1234", ";"]);
         assert_eq!(words(g, "café 😀!"), ["café", " 😀!"]);
@@ -177,6 +179,7 @@ mod tests {
         assert_eq!(words(q, "x=1234;"), ["x", "=", "1", "2", "3", "4", ";"]);
         assert_eq!(words(l, "fn(a) {\n"), ["fn", "(a", ")", " {\n"]);
         assert_eq!(words(l, "trailing  "), ["trailing", "  "]);
+        assert_eq!(words(l, "\n\nx"), ["\n\n", "x"]);
         assert_eq!(words(q, ""), Vec::<String>::new());
     }
 
