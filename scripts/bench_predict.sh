@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side comparison of the preallocation policies (none, reference, adaptive) on every
+# Side-by-side comparison of the preallocation policies (none, openvino, adaptive) on every
 # shipped shape trace: reallocations, bytes allocated, peak reserved / peak needed.
 # Extra arguments go to `dynrt predict` (e.g. --options "10 16384 2 1.1", --budget-bytes N).
 set -euo pipefail

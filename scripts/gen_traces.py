@@ -98,7 +98,7 @@ assistant reply (20-400 decode steps of one token) until the context reaches {MA
 def prefill_chunks():
     w = Writer(
         f"""LLM chunked prefill: a 1920-token prompt in chunks of 128, then 128 decode steps;
-{LAYERS} layers. Steps of 128 are above the reference's per-dimension limit of 2."""
+{LAYERS} layers. Steps of 128 are above the OpenVINO rule's per-dimension limit of 2."""
     )
     past = 0
     while past < 1920:

@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "64,256,1024,2048")]
     contexts: Vec<usize>,
     /// Policies of the decode runs (empty: no decode run).
-    #[arg(long, value_delimiter = ',', default_value = "none,reference,adaptive")]
+    #[arg(long, value_delimiter = ',', default_value = "none,openvino,adaptive")]
     policies: Vec<String>,
     /// Also time every kernel of a decode step alone and name the slowest per token.
     #[arg(long)]

@@ -64,7 +64,7 @@ pub struct Args {
     /// Outputs named OUT_PREFIX... become the inputs IN_PREFIX... of the next step.
     #[arg(long = "state", value_name = "OUT_PREFIX=IN_PREFIX")]
     states: Vec<String>,
-    /// Preallocation policy: none, reference or adaptive.
+    /// Preallocation policy: none, openvino or adaptive.
     #[arg(long, default_value = "adaptive")]
     policy: String,
 }

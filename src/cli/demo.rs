@@ -33,7 +33,7 @@ pub struct Args {
     /// Vocabulary size.
     #[arg(long, default_value_t = 256)]
     pub vocab: u32,
-    /// Preallocation policy: none, reference or adaptive.
+    /// Preallocation policy: none, openvino or adaptive.
     #[arg(long, default_value = "adaptive")]
     pub policy: String,
     /// Seed of the weights and the prompt.

@@ -43,7 +43,7 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-    /// Preallocation policy: none, reference or adaptive.
+    /// Preallocation policy: none, openvino or adaptive.
     #[arg(long, default_value = "adaptive")]
     policy: String,
 }
