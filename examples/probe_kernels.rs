@@ -277,7 +277,7 @@ fn add_matrix(gpu: &Gpu, engine: &Engine, n: u64, rounds: u32) -> anyhow::Result
         // the uniform; checked (before the study) and unchecked (now).
         v(256, 1, true, false, Uniform, true),
         v(256, 1, false, false, Uniform, true),
-        // dynrt's flat4_aligned entry point (every operand at its binding's start): no
+        // dynrt's flat4 entry point with ALIGNED (every operand at its binding's start): no
         // offsets read; unchecked is what runs now.
         v(256, 1, true, false, UniformCount, true),
         v(256, 1, false, false, UniformCount, true),

@@ -9,10 +9,9 @@
 //                   the row's position p = hi * block + lo summed from the table's rows lo
 //                   and block + hi (two levels), for the first rope_dim elements of each
 //                   head; later elements pass through; a position outside the table writes
-//                   zeros. Invocations linearised (wid.x + wid.y * num_workgroups.x) *
-//                   256 + lid.
-//   attention_gqa   workgroup size 64, one workgroup per (query row s, head h), linearised
-//                   wid.x + wid.y * num_workgroups.x = s * heads + h. Query s sees keys
+//                   zeros. Invocation index: linear_index of the prelude.
+//   attention_gqa   workgroup size 64, one workgroup per (query row s, head h): the
+//                   prelude's workgroup_index = s * heads + h. Query s sees keys
 //                   0..=past + s (past = t - s) of KV head h / (heads / kv_heads). Each
 //                   invocation takes keys lid, lid + 64, ... and keeps its own online softmax
 //                   (running max m, sum l, accumulator acc[head_dim]) so any number of keys
@@ -94,7 +93,7 @@ fn attention_rope(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let pair = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let pair = linear_index(wid, nwg, lid);
     let half_width = rp.width / 2u;
     if pair >= rp.rows * half_width {
         return;
@@ -139,9 +138,6 @@ fn attention_rope(
 
 const WG: u32 = 64u;
 const MAX_D: u32 = 128u;
-// Lowest finite f32: the running max of an invocation that has seen no key yet (exp of it
-// minus any finite score is exactly 0, never NaN).
-const LOWEST: f32 = -3.4028234663852886e38;
 
 var<workgroup> m_sh: array<f32, 64>;
 var<workgroup> l_sh: array<f32, 64>;
@@ -193,7 +189,7 @@ fn attention_gqa(
 ) {
     // Uniform per workgroup (builtins and uniforms only): the early return keeps every
     // barrier below in uniform control flow.
-    let item = wid.x + wid.y * nwg.x;
+    let item = workgroup_index(wid, nwg);
     if item >= gp.s * gp.heads {
         return;
     }
@@ -211,7 +207,7 @@ fn attention_gqa(
         qv[e] = q[qb + e] * gp.scale;
         acc[e] = 0.0;
     }
-    var m = LOWEST;
+    var m = F32_LOWEST;
     var l = 0.0;
     for (var j = lid; j <= last; j += WG) {
         let kb = gp.k_offset + j * kw + g * hd;
@@ -256,7 +252,7 @@ fn attention_gqa4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let item = wid.x + wid.y * nwg.x;
+    let item = workgroup_index(wid, nwg);
     if item >= gp.s * gp.heads {
         return;
     }
@@ -274,7 +270,7 @@ fn attention_gqa4(
         qv[e] = q4[qb + e] * gp.scale;
         acc[e] = vec4<f32>(0.0);
     }
-    var m = LOWEST;
+    var m = F32_LOWEST;
     var l = 0.0;
     for (var j = lid; j <= last; j += WG) {
         let kb = gp.k_offset / 4u + j * kw4 + g * hd4;

@@ -2,11 +2,12 @@
 // fewer are leading extents of 1). Convolution lives in matmul.wgsl (an implicit GEMM on the
 // matmul tiles).
 //
-// Entry points (workgroup size 256, 2-D grid for large tensors, linear index
-// (wid.x + wid.y * num_workgroups.x) * 256 + local index; one invocation per output element):
-//   cnn_pool_max    the maximum of the input elements under the window (padding skipped)
-//   cnn_pool_avg    their mean; with count_include_pad the divisor also counts window
-//                   positions inside the explicit padding (not the ceil-mode overhang)
+// Entry points (workgroup size 256, linear_index of the prelude; one invocation per output
+// element):
+//   cnn_pool        POOL_MAX (a pipeline-overridable constant) true: the maximum of the
+//                   input elements under the window (padding skipped); false: their mean,
+//                   with count_include_pad the divisor also counting window positions inside
+//                   the explicit padding (not the ceil-mode overhang)
 //   cnn_batch_norm  (x - mean[c]) * inverseSqrt(var[c] + eps) * scale[c] + bias[c]
 //
 // Bindings (group 0):
@@ -57,9 +58,7 @@ struct BnParams {
     _pad1: u32,
 }
 
-// Tint (Chromium) refuses NaN and infinity as constant expressions, so the bits are loaded
-// from a private variable (tests/wgsl_portable.rs keeps such literals out of every shader).
-var<private> NEG_INF_BITS: u32 = 0xff800000u;
+override POOL_MAX: bool = false;
 
 @group(0) @binding(0) var<uniform> pp: PoolParams;
 @group(0) @binding(0) var<uniform> bp: BnParams;
@@ -70,12 +69,8 @@ var<private> NEG_INF_BITS: u32 = 0xff800000u;
 @group(0) @binding(5) var<storage, read_write> var_: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dst: array<f32>;
 
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
-
-// Max (is_max) or sum and count of the window of output element e: vec2(value, count).
-fn pool_window(e: u32, is_max: bool) -> vec2<f32> {
+// Max (POOL_MAX) or sum and count of the window of output element e: vec2(value, count).
+fn pool_window(e: u32) -> vec2<f32> {
     let outs = pp.out_dims.x * pp.out_dims.y * pp.out_dims.z;
     let plane = e / outs;
     let q = e % outs;
@@ -83,7 +78,7 @@ fn pool_window(e: u32, is_max: bool) -> vec2<f32> {
     let start = vec3<i32>(o * pp.strides.xyz) - vec3<i32>(pp.pads_begin.xyz);
     let limit = vec3<i32>(pp.in_dims.xyz + pp.pads_end.xyz);
     let base = pp.x_offset + plane * pp.in_dims.x * pp.in_dims.y * pp.in_dims.z;
-    var acc = select(0.0, bitcast<f32>(NEG_INF_BITS), is_max);
+    var acc = select(0.0, -inf_f32(), POOL_MAX);
     var count = 0.0;
     for (var kd = 0u; kd < pp.kernel.x; kd++) {
         for (var kh = 0u; kh < pp.kernel.y; kh++) {
@@ -93,7 +88,7 @@ fn pool_window(e: u32, is_max: bool) -> vec2<f32> {
                 if inside {
                     let p3 = vec3<u32>(pos);
                     let v = x[base + (p3.x * pp.in_dims.y + p3.y) * pp.in_dims.z + p3.z];
-                    acc = select(acc + v, max(acc, v), is_max);
+                    acc = select(acc + v, max(acc, v), POOL_MAX);
                     count += 1.0;
                 } else if pp.count_include_pad != 0u && all(pos < limit) {
                     count += 1.0;
@@ -105,7 +100,7 @@ fn pool_window(e: u32, is_max: bool) -> vec2<f32> {
 }
 
 @compute @workgroup_size(256)
-fn cnn_pool_max(
+fn cnn_pool(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
@@ -114,21 +109,8 @@ fn cnn_pool_max(
     if e >= pp.numel {
         return;
     }
-    dst[pp.out_offset + e] = pool_window(e, true).x;
-}
-
-@compute @workgroup_size(256)
-fn cnn_pool_avg(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let e = linear_index(wid, nwg, lid);
-    if e >= pp.numel {
-        return;
-    }
-    let w = pool_window(e, false);
-    dst[pp.out_offset + e] = w.x / w.y;
+    let w = pool_window(e);
+    dst[pp.out_offset + e] = select(w.x / w.y, w.x, POOL_MAX);
 }
 
 @compute @workgroup_size(256)

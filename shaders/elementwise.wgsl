@@ -1,16 +1,12 @@
 // Elementwise kernels: binary ops with NumPy broadcasting, unary activations.
 //
-// Entry points (workgroup size 256; the dispatch grid is 2-D when the workgroup count exceeds
-// max_compute_workgroups_per_dimension, and the linear workgroup index is
-// wid.x + wid.y * num_workgroups.x):
+// Entry points (workgroup size 256; linear_index and the 2-D grid of the prelude):
 //   elementwise_binary        broadcast through per-input strides (0 on broadcast dimensions)
 //   elementwise_binary_flat   same-shape contiguous operands, one f32 per invocation
 //   elementwise_binary_flat4  same as flat, one vec4<f32> per invocation (numel % 4 == 0 and
 //                             element offsets % 4 == 0)
 //   elementwise_unary         one f32 per invocation
 //   elementwise_unary4        one vec4<f32> per invocation (same conditions as flat4)
-//   *_aligned                 each flat / unary entry point again for operands that all start
-//                             at their binding (element offsets 0): no offsets read
 //
 // The flat and unary entry points (not elementwise_binary) are compiled without wgpu's bounds
 // checks: every index they form is in bounds by construction (src/gpu/kernels/elementwise.rs
@@ -22,33 +18,20 @@
 // 5 reciprocal, 6 neg, 7 log, 8 tanh, 9 erf, 10 sigmoid, 11 gelu-erf, 12 abs, 13 floor,
 // 14 ceil, 15 round, 16 sin, 17 cos, 18 sign), so each op gets its own
 // pipeline with the switch folded away; every shape-dependent value is in the uniform, so one
-// pipeline serves all shapes. f32 only: integer and bool elementwise ops are logic.wgsl's.
+// pipeline serves all shapes. The flat and unary entry points are specialised by ALIGNED too:
+// true when every operand starts at its binding, so the element offsets are 0 and the
+// uniform's are not read. f32 only: integer and bool elementwise ops are logic.wgsl's.
 //
 // Bindings (group 0):
-//   0 uniform  BroadcastParams (elementwise_binary) or FlatParams (the others), dynamic offset
+//   0 uniform  BroadcastParams (elementwise_binary; the prelude's) or FlatParams (the
+//              others), dynamic offset
 //   1 storage read_write  input a / x   (tensors are sub-ranges of arena buffers, all bound
 //   2 storage read_write  input b        read_write: docs/design.md)
 //   3 storage read_write  output         (unary: binding 2 is the output, binding 3 unused)
 //
-// Rust mirrors (src/gpu/kernels/elementwise.rs, #[repr(C)], bytemuck::Pod):
-//   struct BroadcastParams { numel: u32, rank: u32, out_offset: u32, flags: u32,
-//                            offsets: [u32; 4], shape: [[u32; 4]; 2],
-//                            strides0: [[u32; 4]; 2], strides1: [[u32; 4]; 2],
-//                            strides2: [[u32; 4]; 2] }            // 160 bytes
+// Rust mirror (src/gpu/kernels/elementwise.rs, #[repr(C)], bytemuck::Pod):
 //   struct FlatParams { numel: u32, in0_offset: u32, in1_offset: u32, out_offset: u32 }
 // Offsets are in elements (vec4 elements for the *4 variants) from the start of the binding.
-
-struct BroadcastParams {
-    numel: u32,
-    rank: u32,
-    out_offset: u32,
-    flags: u32,
-    offsets: vec4<u32>,
-    shape: array<vec4<u32>, 2>,
-    strides0: array<vec4<u32>, 2>,
-    strides1: array<vec4<u32>, 2>,
-    strides2: array<vec4<u32>, 2>,
-}
 
 struct FlatParams {
     numel: u32,
@@ -59,6 +42,7 @@ struct FlatParams {
 
 override BINARY_OP: u32 = 0u;
 override UNARY_OP: u32 = 0u;
+override ALIGNED: bool = false;
 
 @group(0) @binding(0) var<uniform> bp: BroadcastParams;
 @group(0) @binding(0) var<uniform> fp: FlatParams;
@@ -75,20 +59,10 @@ override UNARY_OP: u32 = 0u;
 @group(0) @binding(2) var<storage, read_write> udst: array<f32>;
 @group(0) @binding(2) var<storage, read_write> udst4: array<vec4<f32>>;
 
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
-
 // x^y as NumPy computes it: an integral exponent of at most 64 in magnitude by repeated
 // squaring (exact where the result is, and defined for a negative base, where WGSL's pow is
 // not); otherwise pow(|x|, y), NaN for a negative base, and 1 for y = 0 (WGSL's pow(0, 0) is
 // exp2(0 * -inf) = NaN).
-// NaN and infinity as runtime values: Tint (Chromium, Dawn) refuses a constant expression
-// that evaluates to either ("value nan cannot be represented as 'f32'"), so their bits are
-// loaded from private variables. tests/wgsl_portable.rs keeps literals out of every shader.
-var<private> NAN_BITS: u32 = 0x7fc00000u;
-var<private> INF_BITS: u32 = 0x7f800000u;
-
 fn pow_f32(x: f32, y: f32) -> f32 {
     if y == 0.0 {
         return 1.0;
@@ -110,10 +84,10 @@ fn pow_f32(x: f32, y: f32) -> f32 {
         return select(acc, 1.0 / acc, y < 0.0);
     }
     if x < 0.0 {
-        return bitcast<f32>(NAN_BITS);
+        return nan_f32();
     }
     if x == 0.0 {
-        return select(0.0, bitcast<f32>(INF_BITS), y < 0.0);
+        return select(0.0, inf_f32(), y < 0.0);
     }
     return pow(x, y);
 }
@@ -223,37 +197,14 @@ fn elementwise_binary(
     dst[bp.out_offset + i] = binary_op(in0[ia], in1[ib]);
 }
 
-// The flat bodies, shared by the entry points with element offsets from the uniform and the
-// `_aligned` ones that pass 0 (every operand starts at its binding): on SwiftShader the three
-// uniform offsets cost about a fifth of a streaming add's time
-// (docs/benchmarks/2026-11-22-elementwise-swiftshader.md).
-fn binary_flat(i: u32, o0: u32, o1: u32, oo: u32) {
-    if i >= fp.numel {
-        return;
+// Element offsets of inputs 0 and 1 and of the output: 0 when ALIGNED, so those pipelines
+// read no offsets from the uniform (on SwiftShader the three offsets cost about a fifth of a
+// streaming add's time, docs/benchmarks/2026-11-22-elementwise-swiftshader.md).
+fn flat_offsets() -> vec3<u32> {
+    if ALIGNED {
+        return vec3<u32>(0u);
     }
-    dst[oo + i] = binary_op(in0[o0 + i], in1[o1 + i]);
-}
-
-fn binary_flat4(i: u32, o0: u32, o1: u32, oo: u32) {
-    if i >= fp.numel {
-        return;
-    }
-    dst4[oo + i] = binary_op4(in0_4[o0 + i], in1_4[o1 + i]);
-}
-
-fn unary_flat(i: u32, o0: u32, oo: u32) {
-    if i >= fp.numel {
-        return;
-    }
-    udst[oo + i] = unary_op(in0[o0 + i]);
-}
-
-fn unary_flat4(i: u32, o0: u32, oo: u32) {
-    if i >= fp.numel {
-        return;
-    }
-    let x = in0_4[o0 + i];
-    udst4[oo + i] = vec4<f32>(unary_op(x.x), unary_op(x.y), unary_op(x.z), unary_op(x.w));
+    return vec3<u32>(fp.in0_offset, fp.in1_offset, fp.out_offset);
 }
 
 @compute @workgroup_size(256)
@@ -262,16 +213,12 @@ fn elementwise_binary_flat(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    binary_flat(linear_index(wid, nwg, lid), fp.in0_offset, fp.in1_offset, fp.out_offset);
-}
-
-@compute @workgroup_size(256)
-fn elementwise_binary_flat_aligned(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    binary_flat(linear_index(wid, nwg, lid), 0u, 0u, 0u);
+    let i = linear_index(wid, nwg, lid);
+    if i >= fp.numel {
+        return;
+    }
+    let o = flat_offsets();
+    dst[o.z + i] = binary_op(in0[o.x + i], in1[o.y + i]);
 }
 
 @compute @workgroup_size(256)
@@ -280,16 +227,12 @@ fn elementwise_binary_flat4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    binary_flat4(linear_index(wid, nwg, lid), fp.in0_offset, fp.in1_offset, fp.out_offset);
-}
-
-@compute @workgroup_size(256)
-fn elementwise_binary_flat4_aligned(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    binary_flat4(linear_index(wid, nwg, lid), 0u, 0u, 0u);
+    let i = linear_index(wid, nwg, lid);
+    if i >= fp.numel {
+        return;
+    }
+    let o = flat_offsets();
+    dst4[o.z + i] = binary_op4(in0_4[o.x + i], in1_4[o.y + i]);
 }
 
 @compute @workgroup_size(256)
@@ -298,16 +241,12 @@ fn elementwise_unary(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    unary_flat(linear_index(wid, nwg, lid), fp.in0_offset, fp.out_offset);
-}
-
-@compute @workgroup_size(256)
-fn elementwise_unary_aligned(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    unary_flat(linear_index(wid, nwg, lid), 0u, 0u);
+    let i = linear_index(wid, nwg, lid);
+    if i >= fp.numel {
+        return;
+    }
+    let o = flat_offsets();
+    udst[o.z + i] = unary_op(in0[o.x + i]);
 }
 
 @compute @workgroup_size(256)
@@ -316,14 +255,11 @@ fn elementwise_unary4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    unary_flat4(linear_index(wid, nwg, lid), fp.in0_offset, fp.out_offset);
-}
-
-@compute @workgroup_size(256)
-fn elementwise_unary4_aligned(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    unary_flat4(linear_index(wid, nwg, lid), 0u, 0u);
+    let i = linear_index(wid, nwg, lid);
+    if i >= fp.numel {
+        return;
+    }
+    let o = flat_offsets();
+    let x = in0_4[o.x + i];
+    udst4[o.z + i] = vec4<f32>(unary_op(x.x), unary_op(x.y), unary_op(x.z), unary_op(x.w));
 }

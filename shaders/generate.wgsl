@@ -1,8 +1,7 @@
 // Values made from element indices: ranges and triangle masks. Integer values are handled as
 // integers throughout (u32 / i32 views of the words), never as float bits.
 //
-// Entry points (workgroup size 256, 2-D grid for large tensors, linear index
-// (wid.x + wid.y * num_workgroups.x) * 256 + local index):
+// Entry points (workgroup size 256, linear_index of the prelude):
 //   generate_range    out[i] = start + i * delta, start and delta read from their buffers (so a
 //                     recorded dispatch stays right when their values change). kind 0: f32
 //                     (f32 maths); 1: i32; 2: i64 as (low, high) word pairs, computed on the
@@ -58,10 +57,6 @@ struct TriluParams {
 @group(0) @binding(2) var<storage, read_write> aux: array<u32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<u32>;
 
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
-
 // An integer index value at word `at` (i64: low word, saturated by the high word).
 fn index_at(buf_is_aux: bool, at: u32, words: u32) -> i32 {
     var lo = 0u;
@@ -77,14 +72,7 @@ fn index_at(buf_is_aux: bool, at: u32, words: u32) -> i32 {
             hi = src[at + 1u];
         }
     }
-    if words == 2u {
-        let neg = (hi & 0x80000000u) != 0u;
-        let fits = (!neg && hi == 0u && lo <= 0x7fffffffu) || (neg && hi == 0xffffffffu && lo >= 0x80000000u);
-        if !fits {
-            return select(2147483647i, -2147483647i - 1i, neg);
-        }
-    }
-    return bitcast<i32>(lo);
+    return i32_saturated(lo, hi, words);
 }
 
 @compute @workgroup_size(256)

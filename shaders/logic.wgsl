@@ -1,8 +1,7 @@
 // Typed elementwise kernels: integer arithmetic, comparisons, boolean logic, where, casts and
 // copies on element types other than f32-in-f32-out (f32 arithmetic is elementwise.wgsl's).
 //
-// Entry point (workgroup size 256; 2-D grid when the workgroup count exceeds
-// max_compute_workgroups_per_dimension, linear workgroup index wid.x + wid.y * num_workgroups.x):
+// Entry point (workgroup size 256, linear_index of the prelude):
 //   logic_main   one invocation per output *word group*: 4 elements of a 1-byte output type
 //                (bool, i8, u8) or 2 of a 2-byte one (f16, bf16) packed into one u32, 1
 //                element of a 4-byte type, 1 element of i64 written as two u32 words (low,
@@ -27,33 +26,14 @@
 // cond, a, b).
 //
 // Bindings (group 0; an op with fewer inputs binds input 0 again in their place):
-//   0 uniform  TypedParams (dynamic offset)
+//   0 uniform  BroadcastParams (the prelude's; dynamic offset)
 //   1 storage read_write  input 0 (u32 words)
 //   2 storage read_write  input 1
 //   3 storage read_write  input 2
 //   4 storage read_write  output
 //
-// Rust mirror (src/gpu/kernels/logic.rs; the layout of elementwise.wgsl's BroadcastParams,
-// #[repr(C)], bytemuck::Pod):
-//   struct BroadcastParams { numel: u32, rank: u32, out_offset: u32, flags: u32,
-//                            offsets: [u32; 4], shape: [[u32; 4]; 2],
-//                            strides0: [[u32; 4]; 2], strides1: [[u32; 4]; 2],
-//                            strides2: [[u32; 4]; 2] }            // 160 bytes
-// numel counts output elements; offsets (inputs) and out_offset are in u32 words from the
-// start of each binding; strides are in elements of each input over the output shape (0 on
-// broadcast dimensions).
-
-struct TypedParams {
-    numel: u32,
-    rank: u32,
-    out_offset: u32,
-    flags: u32,
-    offsets: vec4<u32>,
-    shape: array<vec4<u32>, 2>,
-    strides0: array<vec4<u32>, 2>,
-    strides1: array<vec4<u32>, 2>,
-    strides2: array<vec4<u32>, 2>,
-}
+// BroadcastParams' offsets (inputs) and out_offset are in u32 words from the start of each
+// binding; its strides in elements of each input over the output shape.
 
 override SPEC: u32 = 0u;
 
@@ -73,7 +53,7 @@ const OP_NOT: u32 = 48u;
 const OP_CAST: u32 = 49u;
 const OP_WHERE: u32 = 50u;
 
-@group(0) @binding(0) var<uniform> p: TypedParams;
+@group(0) @binding(0) var<uniform> p: BroadcastParams;
 @group(0) @binding(1) var<storage, read_write> in0: array<u32>;
 @group(0) @binding(2) var<storage, read_write> in1: array<u32>;
 @group(0) @binding(3) var<storage, read_write> in2: array<u32>;
@@ -82,10 +62,6 @@ const OP_WHERE: u32 = 50u;
 fn op() -> u32 { return SPEC & 0xffu; }
 fn type_of(input: u32) -> u32 { return (SPEC >> (8u + 4u * input)) & 0xfu; }
 fn out_type() -> u32 { return (SPEC >> 20u) & 0xfu; }
-
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
 
 fn stride(input: u32, d: u32) -> u32 {
     switch input {

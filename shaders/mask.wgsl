@@ -1,26 +1,25 @@
 // Masks: the causal attention mask over a growing past, and `where`.
 //
-// Entry points (workgroup size 256, 2-D grid for large tensors, linear index
-// (wid.x + wid.y * num_workgroups.x) * 256 + local index):
+// Entry points (workgroup size 256, linear_index of the prelude):
 //   mask_causal  scores [..., S, T] with T = P + S (P = past length, taken from the shape):
 //                query i sees key j iff j <= P + i; hidden entries become the lowest finite
-//                f32 (-3.4028235e38), so softmax gives them exp(-huge) = 0 without NaN.
+//                f32 (F32_LOWEST), so softmax gives them exp(-huge) = 0 without NaN.
 //   mask_where   dst = cond != 0 ? a : b with three-way NumPy broadcasting through strides.
 //                cond is read as 32-bit words: nonzero integer, or for an f32 condition
 //                (flags bit 0) any value other than +-0.0.
 //
 // Bindings (group 0):
-//   0 uniform  CausalParams | BroadcastParams (dynamic offset)
+//   0 uniform  CausalParams | BroadcastParams (the prelude's; dynamic offset)
 //   1 storage read_write  x (causal) / cond (where)
 //   2 storage read_write  a (where)
 //   3 storage read_write  b (where)
 //   4 storage read_write  dst
 //
-// Rust mirrors (src/gpu/kernels/mask.rs; BroadcastParams in elementwise.rs; #[repr(C)], bytemuck::Pod):
+// Rust mirror (src/gpu/kernels/mask.rs, #[repr(C)], bytemuck::Pod):
 //   struct CausalParams { numel: u32, s: u32, t: u32, past: u32,
 //                         x_offset: u32, out_offset: u32, _pad: [u32; 2] }    // 32 bytes
-//   struct BroadcastParams { ... }  as in elementwise.wgsl (offsets.x/y/z = cond/a/b)
-// Offsets are in 32-bit words from the start of each binding.
+// Offsets are in 32-bit words from the start of each binding; BroadcastParams' offsets.x/y/z
+// are cond's, a's and b's.
 
 struct CausalParams {
     numel: u32,
@@ -33,18 +32,6 @@ struct CausalParams {
     _pad1: u32,
 }
 
-struct BroadcastParams {
-    numel: u32,
-    rank: u32,
-    out_offset: u32,
-    flags: u32,
-    offsets: vec4<u32>,
-    shape: array<vec4<u32>, 2>,
-    strides0: array<vec4<u32>, 2>,
-    strides1: array<vec4<u32>, 2>,
-    strides2: array<vec4<u32>, 2>,
-}
-
 @group(0) @binding(0) var<uniform> cm: CausalParams;
 @group(0) @binding(0) var<uniform> bp: BroadcastParams;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
@@ -52,10 +39,6 @@ struct BroadcastParams {
 @group(0) @binding(2) var<storage, read_write> a: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
-
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
 
 @compute @workgroup_size(256)
 fn mask_causal(
@@ -71,7 +54,7 @@ fn mask_causal(
     let q = (i / cm.t) % cm.s;
     var v = x[cm.x_offset + i];
     if j > cm.past + q {
-        v = -3.4028234663852886e38;
+        v = F32_LOWEST;
     }
     dst[cm.out_offset + i] = v;
 }

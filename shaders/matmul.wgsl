@@ -15,7 +15,7 @@
 //                 GFLOP/s on lavapipe, docs/benchmarks/2026-11-23-matmul-vec4-tiles.md);
 //                 8x8 halves them again against 4x4.
 //                 Output tiles of all batches are linearised over a
-//                 2-D grid (linear index wid.x + wid.y * num_workgroups.x) so that batch x tiles
+//                 2-D grid (workgroup_index of the prelude) so that batch x tiles
 //                 may exceed max_compute_workgroups_per_dimension.
 //
 //   matmul_tiled4 matmul_tiled for operands contiguous along K (A) and N (B) whose offsets,
@@ -245,7 +245,7 @@ struct TileAt {
     b_base: u32,
 }
 
-// Output tiles of all batches linearised over the 2-D grid (g = wid.x + wid.y * nwg.x).
+// Output tiles of all batches linearised over the 2-D grid (g: workgroup_index).
 // Everything depends only on uniforms and workgroup ids, so control flow stays uniform as
 // WGSL requires around workgroupBarrier.
 fn tile_at(g: u32) -> TileAt {
@@ -330,7 +330,7 @@ fn matmul_tiled(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let at = tile_at(wid.x + wid.y * nwg.x);
+    let at = tile_at(workgroup_index(wid, nwg));
     if at.bi >= p.batch {
         return;
     }
@@ -356,7 +356,7 @@ fn matmul_tiled4(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let at = tile_at(wid.x + wid.y * nwg.x);
+    let at = tile_at(workgroup_index(wid, nwg));
     if at.bi >= p.batch {
         return;
     }
@@ -466,7 +466,7 @@ fn matmul_conv(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let at = conv_at(wid.x + wid.y * nwg.x);
+    let at = conv_at(workgroup_index(wid, nwg));
     if at.bi >= cv.batch {
         return;
     }
@@ -509,7 +509,7 @@ fn matmul_conv4(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let at = conv_at(wid.x + wid.y * nwg.x);
+    let at = conv_at(workgroup_index(wid, nwg));
     if at.bi >= cv.batch {
         return;
     }
@@ -542,7 +542,7 @@ fn matmul_scale(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lidx;
+    let i = linear_index(wid, nwg, lidx);
     if i >= ep.numel {
         return;
     }
@@ -555,7 +555,7 @@ fn matmul_bias(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lidx;
+    let i = linear_index(wid, nwg, lidx);
     if i >= ep.numel {
         return;
     }
@@ -569,7 +569,7 @@ fn matmul_small_m(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let g = wid.x + wid.y * nwg.x;
+    let g = workgroup_index(wid, nwg);
     let tiles = p.tiles_m * p.tiles_n;
     let bi = g / tiles;
     if bi >= p.batch {

@@ -1,8 +1,7 @@
 // Data movement on 32-bit words: values are copied as bits, so f32, i32 and u32 move alike,
 // and a 64-bit element (i64) is two words (the Rust side adds a trailing dimension of 2).
 //
-// Entry points (workgroup size 256, 2-D grid for large tensors, linear index
-// (wid.x + wid.y * num_workgroups.x) * 256 + local index):
+// Entry points (workgroup size 256, linear_index of the prelude):
 //   movement_copy    strided copy over an iteration shape of rank <= 8:
 //                    dst[out_offset + sum(i_k * out_strides_k)] = src[in_offset + sum(i_k * in_strides_k)]
 //                    Serves reshape and the other views (rank 1, unit strides), transpose
@@ -137,10 +136,6 @@ struct SliceParams {
 @group(0) @binding(3) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(4) var<storage, read_write> steps_buf: array<u32>;
 @group(0) @binding(5) var<storage, read_write> axes_buf: array<u32>;
-
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
 
 @compute @workgroup_size(256)
 fn movement_copy(
@@ -290,18 +285,6 @@ fn movement_splat(
     dst[sp.out_offset + i] = select(sp.lo, sp.hi, (i & 1u) == 1u);
 }
 
-// A slice parameter of `words` words (1: i32; 2: i64, saturated to i32).
-fn param_value(lo: u32, hi: u32, words: u32) -> i32 {
-    if words == 2u {
-        let neg = (hi & 0x80000000u) != 0u;
-        let fits = (!neg && hi == 0u && lo <= 0x7fffffffu) || (neg && hi == 0xffffffffu && lo >= 0x80000000u);
-        if !fits {
-            return select(2147483647i, -2147483647i - 1i, neg);
-        }
-    }
-    return bitcast<i32>(lo);
-}
-
 // The sliced dimensions of the uniform.
 fn uniform_axes() -> array<u32, 8> {
     var axes = array<u32, 8>();
@@ -356,7 +339,7 @@ fn movement_slice(
     let ones = array<i32, 8>(1, 1, 1, 1, 1, 1, 1, 1);
     for (var k = 0u; k < lp.n_axes; k++) {
         let at = lp.starts_offset + k * lp.param_words;
-        starts[k] = param_value(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
+        starts[k] = i32_saturated(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
     }
     slice_copy(i, starts, ones, uniform_axes());
 }
@@ -375,9 +358,9 @@ fn movement_slice_steps(
     var steps = array<i32, 8>(1, 1, 1, 1, 1, 1, 1, 1);
     for (var k = 0u; k < lp.n_axes; k++) {
         let at = lp.starts_offset + k * lp.param_words;
-        starts[k] = param_value(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
+        starts[k] = i32_saturated(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
         let st = lp.steps_offset + k * lp.param_words;
-        steps[k] = param_value(steps_buf[st], steps_buf[st + lp.param_words - 1u], lp.param_words);
+        steps[k] = i32_saturated(steps_buf[st], steps_buf[st + lp.param_words - 1u], lp.param_words);
     }
     slice_copy(i, starts, steps, uniform_axes());
 }
@@ -399,11 +382,11 @@ fn movement_slice_axes(
     let rank = i32(lp.rank) - i32(lp.axis_of[1][3]);
     for (var k = 0u; k < lp.n_axes; k++) {
         let at = lp.starts_offset + k * lp.param_words;
-        starts[k] = param_value(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
+        starts[k] = i32_saturated(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
         let st = lp.steps_offset + k * lp.param_words;
-        steps[k] = param_value(steps_buf[st], steps_buf[st + lp.param_words - 1u], lp.param_words);
+        steps[k] = i32_saturated(steps_buf[st], steps_buf[st + lp.param_words - 1u], lp.param_words);
         let ax = lp.axis_of[0][0] + k * lp.param_words;
-        var a = param_value(axes_buf[ax], axes_buf[ax + lp.param_words - 1u], lp.param_words);
+        var a = i32_saturated(axes_buf[ax], axes_buf[ax + lp.param_words - 1u], lp.param_words);
         if a < 0 {
             a += rank;
         }
@@ -425,7 +408,7 @@ fn movement_split_sized(
     var start = 0i;
     for (var k = 0u; k < lp.steps_offset; k++) {
         let at = lp.starts_offset + k * lp.param_words;
-        start += param_value(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
+        start += i32_saturated(ids[at], ids[at + lp.param_words - 1u], lp.param_words);
     }
     var starts = array<i32, 8>(start, 0, 0, 0, 0, 0, 0, 0);
     let ones = array<i32, 8>(1, 1, 1, 1, 1, 1, 1, 1);

@@ -55,7 +55,7 @@
 //   struct GatherParams { num_ids: u32, row: u32, rows: u32, table_offset: u32,
 //                         ids_offset: u32, out_offset: u32, _pad: [u32; 2] } // 32 bytes
 // x_offset and out_offset are in f32 elements, w_offset and table_offset in words, from each
-// binding's start. Workgroups are linearised over a 2-D grid (wid.x + wid.y * nwg.x).
+// binding's start. Workgroups are linearised over a 2-D grid (workgroup_index of the prelude).
 
 override WEIGHT_FORMAT: u32 = 0u;
 
@@ -223,7 +223,7 @@ fn quant_matvec_wg8(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    matvec((wid.x + wid.y * nwg.x) * 8u + lidx);
+    matvec(workgroup_index(wid, nwg) * 8u + lidx);
 }
 
 @compute @workgroup_size(64, 1, 1)
@@ -232,7 +232,7 @@ fn quant_matvec_wg64(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    matvec((wid.x + wid.y * nwg.x) * 64u + lidx);
+    matvec(workgroup_index(wid, nwg) * 64u + lidx);
 }
 
 // Prefill without workgroup memory: invocation gi computes rows m0 .. m0 + 8 of x against
@@ -245,7 +245,7 @@ fn quant_regtile(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     let rows = p.rows;
-    let gi = (wid.x + wid.y * nwg.x) * 8u + lidx;
+    let gi = workgroup_index(wid, nwg) * 8u + lidx;
     let per_m = (p.n + rows - 1u) / rows;
     let m0 = (gi / per_m) * 8u;
     if m0 >= p.m {
@@ -348,7 +348,7 @@ fn quant_tiled(
     @builtin(local_invocation_index) lidx: u32,
 ) {
     // Uniform control flow up to the barriers: everything depends on uniforms and ids only.
-    let t = wid.x + wid.y * nwg.x;
+    let t = workgroup_index(wid, nwg);
     let row0 = (t / p.tiles_n) * TM;
     let col0 = (t % p.tiles_n) * TN;
     if row0 >= p.m {
@@ -496,7 +496,7 @@ fn quant_gather(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    let i = (wid.x + wid.y * nwg.x) * 64u + lidx;
+    let i = workgroup_index(wid, nwg) * 64u + lidx;
     if weight_is_block() {
         let per_row = gp.row / 32u;
         if i >= gp.num_ids * per_row {

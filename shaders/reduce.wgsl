@@ -1,8 +1,8 @@
 // Reductions: normalisations along one axis or the trailing axes, reductions over any set of
 // axes, and the cumulative sum.
 //
-// Entry points (one workgroup of 64 invocations per row; rows are linearised over a 2-D grid,
-// row = wid.x + wid.y * num_workgroups.x, so more than 65535 rows work):
+// Entry points (one workgroup of 64 invocations per row; the row is the prelude's
+// workgroup_index, so more than 65535 rows work):
 //   reduce_softmax     out = exp(x - max) / sum(exp(x - max)) along a row of d elements
 //                      inner apart: row r starts at (r / inner) * d * inner + r % inner, so
 //                      inner = 1 is the last axis and inner > 1 any other axis without a
@@ -102,10 +102,6 @@ override REDUCE_OP: u32 = 0u;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 
 const WG: u32 = 64u;
-// Tint (Chromium) refuses NaN and infinity as constant expressions, so the bits are loaded
-// from private variables (tests/wgsl_portable.rs keeps such literals out of every shader).
-var<private> NEG_INF_BITS: u32 = 0xff800000u;
-var<private> NAN_BITS: u32 = 0x7fc00000u;
 var<workgroup> red: array<f32, 64>;
 
 fn reduce_sum(lid: u32, v: f32) -> f32 {
@@ -142,7 +138,7 @@ fn reduce_softmax(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= p.rows {
         return;
     }
@@ -150,8 +146,8 @@ fn reduce_softmax(
     let start = (row / inner) * p.d * inner + row % inner;
     let xb = p.x_offset + start;
     let ob = p.out_offset + start;
-    // Lowest finite f32: a row of masked scores (all -3.4e38) still gives a finite maximum.
-    var m = -3.4028234663852886e38;
+    // A row of masked scores (all F32_LOWEST) still gives a finite maximum.
+    var m = F32_LOWEST;
     for (var i = lid; i < p.d; i += WG) {
         m = max(m, x[xb + i * inner]);
     }
@@ -198,7 +194,7 @@ fn reduce_layer_norm(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= p.rows {
         return;
     }
@@ -216,7 +212,7 @@ fn reduce_layer_norm_nobias(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= p.rows {
         return;
     }
@@ -234,7 +230,7 @@ fn reduce_rms_norm(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= p.rows {
         return;
     }
@@ -271,7 +267,7 @@ fn reduce_row(lid: u32, base: u32, d: u32, red_rank: u32, red_shape: array<vec4<
     if REDUCE_OP == 2u || REDUCE_OP == 3u {
         // The minimum is minus the maximum of the negated values.
         let sign = select(1.0, -1.0, REDUCE_OP == 3u);
-        var m = bitcast<f32>(NEG_INF_BITS);
+        var m = -inf_f32();
         for (var i = lid; i < d; i += WG) {
             m = max(m, sign * x[base + strided_offset(i, red_rank, red_shape, red_strides)]);
         }
@@ -284,7 +280,7 @@ fn reduce_row(lid: u32, base: u32, d: u32, red_rank: u32, red_shape: array<vec4<
         acc = reduce_sum(lid, s);
         if REDUCE_OP != 0u {
             // Mean (NaN for nothing: 0 / 0 is not portable WGSL, so say it).
-            var mean = bitcast<f32>(NAN_BITS);
+            var mean = nan_f32();
             if d > 0u {
                 mean = acc / f32(d);
             }
@@ -308,7 +304,7 @@ fn reduce_axes(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= ap.rows {
         return;
     }
@@ -331,7 +327,7 @@ fn reduce_axes_input(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row = wid.x + wid.y * nwg.x;
+    let row = workgroup_index(wid, nwg);
     if row >= ap.rows {
         return;
     }
@@ -396,7 +392,7 @@ fn reduce_cumsum(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let line = (wid.x + wid.y * nwg.x) * WG + lid;
+    let line = workgroup_index(wid, nwg) * WG + lid;
     if line >= cp.lines {
         return;
     }
@@ -421,7 +417,7 @@ fn reduce_cumsum_i32(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let line = (wid.x + wid.y * nwg.x) * WG + lid;
+    let line = workgroup_index(wid, nwg) * WG + lid;
     if line >= cp.lines {
         return;
     }

@@ -1,6 +1,5 @@
 // Rotary position embedding (ONNX opset 23 RotaryEmbedding), one invocation per output
-// element (workgroup size 256, 2-D grid for large tensors, linear index
-// (wid.x + wid.y * num_workgroups.x) * 256 + local index).
+// element (workgroup size 256, linear_index of the prelude).
 //
 // Element (b, h, s, d) of x, laid out [B, H, S, D] or, packed, [B, S, H * D]: features
 // d >= rotary_dim pass through; the others pair with a partner (d ^ 1 when interleaved, else
@@ -52,10 +51,6 @@ struct RotaryParams {
 @group(0) @binding(3) var<storage, read_write> sin_cache: array<f32>;
 @group(0) @binding(4) var<storage, read_write> positions: array<u32>;
 @group(0) @binding(5) var<storage, read_write> dst: array<f32>;
-
-fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.x + wid.y * nwg.x) * 256u + lid;
-}
 
 // (b, s) of element e.
 fn batch_seq(e: u32) -> vec2<u32> {

@@ -233,7 +233,7 @@ fn binary_ops_with_broadcasting() {
         }
         assert_eq!(cases, 95);
         let st = k.stats();
-        // 5 ops x up to 5 entry points (broadcast; flat and flat4, each also _aligned); every
+        // 5 ops x up to 5 pipelines (broadcast; flat and flat4, each also ALIGNED); every
         // other dispatch hit the cache (size-0 outputs dispatch nothing and look nothing up).
         assert!(st.misses <= 25 && st.hits + st.misses >= 75, "{st:?}");
         assert_eq!(st.pipelines as u64, st.misses);
@@ -242,8 +242,8 @@ fn binary_ops_with_broadcasting() {
 
 /// Every f32 binary op through every flat entry point: the context string's length decides
 /// `check`'s skew, so `binary_ops_with_broadcasting` reaches the vec4 entry points for only
-/// some op names; here each op runs at skews 0 (`flat4_aligned`), 16 (`flat4`, element
-/// offsets), 4 (`flat`) and, on an odd length, 0 (`flat_aligned`), so an entry point that
+/// some op names; here each op runs at skews 0 (`flat4`, ALIGNED), 16 (`flat4`, element
+/// offsets), 4 (`flat`) and, on an odd length, 0 (`flat`, ALIGNED), so a pipeline that
 /// computed one op for all of them (or skipped the operator switch) fails.
 #[test]
 fn every_binary_op_on_every_flat_entry_point() {
@@ -286,7 +286,7 @@ fn every_binary_op_on_every_flat_entry_point() {
             }
         }
         assert_eq!(cases, 32);
-        // 8 ops x the 4 flat entry points, one pipeline each.
+        // 8 ops x the 4 flat pipelines (2 entry points, each with and without ALIGNED).
         assert_eq!(k.stats().pipelines, 32);
     }
 }

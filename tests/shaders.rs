@@ -24,7 +24,10 @@ fn every_shader_validates() {
             .unwrap_or_else(|e| panic!("{} does not validate:\n{e}", path.display()));
         let family = path.file_stem().unwrap().to_str().unwrap();
         assert!(
-            src.trim_start().starts_with("//"),
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .trim_start()
+                .starts_with("//"),
             "{}: no header comment",
             path.display()
         );

@@ -43,7 +43,9 @@ pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
 pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
-pub use pipeline::{validate_wgsl, FillParams, FillPipeline, FILL_WGSL};
+pub use pipeline::{
+    shader_sources, validate_wgsl, FillParams, FillPipeline, FILL_WGSL, PRELUDE_WGSL,
+};
 pub use usage::{kind_support, kind_usages, KindSupport};
 
 use crate::memory::AllocKind;

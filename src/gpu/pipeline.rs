@@ -1,8 +1,45 @@
-//! Compute pipeline creation (inside error scopes) and the `fill` kernel family.
+//! Compute pipeline creation (inside error scopes), the WGSL sources pipelines are made from
+//! (the shared prelude, then a shader file), and the `fill` kernel family.
 
 use super::{AllocError, Buffer, Engine, Gpu, GpuError};
 use crate::memory::AllocKind;
 use futures::FutureExt;
+
+/// `shaders/common/prelude.wgsl`: what the kernel families share (the 2-D grid's indices, NaN
+/// and infinity as runtime values, the lowest finite f32, i64 parameters saturated to i32, the
+/// broadcasting uniform struct), put in front of every shader file by `with_prelude!`.
+pub const PRELUDE_WGSL: &str = include_str!("../../shaders/common/prelude.wgsl");
+
+/// The WGSL that pipelines of `shaders/<name>.wgsl` are compiled from: [`PRELUDE_WGSL`], then
+/// the file. Every shader file is loaded through it, so each backend and the browser compile
+/// the same text, and [`shader_sources`] hands the tests that text.
+macro_rules! with_prelude {
+    ($name:literal) => {
+        concat!(
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/shaders/common/prelude.wgsl"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/shaders/",
+                $name,
+                ".wgsl"
+            )),
+        )
+    };
+}
+pub(crate) use with_prelude;
+
+/// Every WGSL source dynrt compiles, by the stem of its file (`shaders/<stem>.wgsl`): each
+/// kernel family's ([`kernels::FAMILIES`](super::kernels::FAMILIES)) and `fill`'s, as their
+/// pipelines get it (the prelude, the file, and for `quant` the formats' decoders).
+pub fn shader_sources() -> impl Iterator<Item = (&'static str, &'static str)> {
+    super::kernels::FAMILIES
+        .iter()
+        .map(|f| (f.name, (f.source)()))
+        .chain([("fill", FILL_WGSL)])
+}
 
 /// Parses and validates WGSL with naga (the same front end wgpu uses).
 ///
@@ -78,8 +115,8 @@ pub struct FillPipeline {
     pipeline: wgpu::ComputePipeline,
 }
 
-/// WGSL source of the `fill` family.
-pub const FILL_WGSL: &str = include_str!("../../shaders/fill.wgsl");
+/// WGSL source of the `fill` family (the prelude, then `shaders/fill.wgsl`).
+pub const FILL_WGSL: &str = with_prelude!("fill");
 const WORKGROUP_SIZE: u32 = 64;
 const MAX_GROUPS_PER_DIM: u32 = 65535;
 

@@ -143,27 +143,22 @@ pub fn check_aliased_outputs(x: &[f32], i: &[f32], got: &[Vec<f32>], ctx: &str) 
     }
 }
 
-/// The WGSL of shader file `path` as the device compiles it: the family's composed source
-/// where one is named after the file (`quant` appends the weight formats' decoders from
-/// `src/formats`), else the file.
+/// The WGSL of shader file `path` as the device compiles it: the source its pipelines get
+/// (`dynrt::gpu::shader_sources`: the prelude, the file, and for `quant` the weight formats'
+/// decoders from `src/formats`).
 pub fn shader_source(path: &Path) -> String {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    match dynrt::gpu::kernels::FAMILIES
-        .iter()
-        .find(|f| f.name == stem)
-    {
-        Some(f) => {
-            let src = (f.source)();
-            let file = std::fs::read_to_string(path).unwrap();
-            assert!(
-                src.starts_with(&file),
-                "{}: not the start of its family's source",
-                path.display()
-            );
-            src.to_string()
-        }
-        None => std::fs::read_to_string(path).unwrap(),
-    }
+    let (_, src) = dynrt::gpu::shader_sources()
+        .find(|&(name, _)| name == stem)
+        .unwrap_or_else(|| panic!("{}: no pipeline is made from it", path.display()));
+    let file = std::fs::read_to_string(path).unwrap();
+    assert!(
+        src.strip_prefix(dynrt::gpu::PRELUDE_WGSL)
+            .is_some_and(|rest| rest.starts_with(&file)),
+        "{}: its pipelines' source is not the prelude and then the file",
+        path.display()
+    );
+    src.to_string()
 }
 
 /// A `.npy` file of format `version` with header text `header` (newline added) and `data`:

@@ -8,8 +8,8 @@ use crate::graph::ops::{Attention, Rope};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/attention.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/attention.wgsl");
+/// `shaders/attention.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("attention");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {

@@ -10,8 +10,8 @@ use crate::graph::OpDef;
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/cnn.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/cnn.wgsl");
+/// `shaders/cnn.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("cnn");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
@@ -118,9 +118,9 @@ impl Kernel for Pool {
         let n = numel("output", out.shape)?;
         let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
-        let (entry, include) = match self.kind {
-            PoolKind::Max => ("cnn_pool_max", false),
-            PoolKind::Avg { count_include_pad } => ("cnn_pool_avg", count_include_pad),
+        let (max, include) = match self.kind {
+            PoolKind::Max => (true, false),
+            PoolKind::Avg { count_include_pad } => (false, count_include_pad),
         };
         let p = PoolParams {
             numel: u32_of("output", n)?,
@@ -135,7 +135,8 @@ impl Kernel for Pool {
             pads_begin: per_axis("input 0", &axes, 0, |a| a.pad_begin)?,
             pads_end: per_axis("input 0", &axes, 0, |a| a.pad_end)?,
         };
-        e.dispatch(FAMILY.key(entry), &p, &[bx, bo], n.div_ceil(256))?;
+        let key = FAMILY.key("cnn_pool").with("POOL_MAX", u32::from(max));
+        e.dispatch(key, &p, &[bx, bo], n.div_ceil(256))?;
         Ok(1)
     }
 }

@@ -1,14 +1,15 @@
 //! The `elementwise` family (`shaders/elementwise.wgsl`): binary ops with NumPy broadcasting
 //! (a strided entry point, and flat / vec4 entry points for same-shape operands) and the
 //! unary activations. The operator is a pipeline-overridable constant, so each op gets its
-//! own pipeline with the switch folded away.
+//! own pipeline with the switch folded away; so is `ALIGNED`, set when every operand starts at
+//! its binding, which makes the flat and unary pipelines read no offsets.
 //!
 //! **The flat and unary entry points run without wgpu's bounds checks** ([`Family::unchecked`]).
 //! Every index they compute is in bounds by construction: for an output of `n` elements each
 //! operand is bound by [`Encoder::bind`] with `needed_bytes = 4 n`, which binds from an aligned
 //! base `skew` bytes before the tensor, `skew + 4 n` bytes or more, and returns `skew / 4` as the
 //! element offset `off` (vec4 entry points: `skew % 16 == 0` and `n % 4 == 0`, so the binding
-//! holds `off / 4 + n / 4` vec4s; the `_aligned` entry points, chosen when every `off` is 0,
+//! holds `off / 4 + n / 4` vec4s; the `ALIGNED` pipelines, chosen when every `off` is 0,
 //! use 0); the shader touches `off + i` only for `i < n`, its first statement
 //! (`if i >= fp.numel { return; }`) makes sure of that, and `off + i < 2^31` because a binding
 //! holds at most `max_storage_buffer_binding_size` bytes. So the clamp wgpu would add
@@ -20,13 +21,13 @@
 //! The broadcasting entry point, whose index arithmetic goes through strides, keeps the checks.
 
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s};
-use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::{BinaryOp, UnaryOp};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/elementwise.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/elementwise.wgsl");
+/// `shaders/elementwise.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("elementwise");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
@@ -42,18 +43,15 @@ pub const FAMILY: Family = Family {
     // In bounds by construction: see the module docs.
     unchecked: &[
         "elementwise_binary_flat",
-        "elementwise_binary_flat_aligned",
         "elementwise_binary_flat4",
-        "elementwise_binary_flat4_aligned",
         "elementwise_unary",
-        "elementwise_unary_aligned",
         "elementwise_unary4",
-        "elementwise_unary4_aligned",
     ],
 };
 
-/// `BroadcastParams` of `shaders/elementwise.wgsl` and `shaders/mask.wgsl`: up to three
-/// inputs read through per-input strides over the output shape (160 bytes).
+/// `BroadcastParams` of `shaders/common/prelude.wgsl`, the uniform of the broadcasting entry
+/// points (`elementwise_binary`, `mask_where`, `logic_main`): up to three inputs read through
+/// per-input strides over the output shape (160 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct BroadcastParams {
@@ -116,15 +114,12 @@ impl Kernel for BinaryOp {
         let (ba, oa) = e.bind("input 0", &a.tensor, numel("input 0", a.shape)? * 4)?;
         let (bb, ob) = e.bind("input 1", &b.tensor, numel("input 1", b.shape)? * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
-        let constant = Some(("BINARY_OP", self.code()));
         if a.shape == out.shape && b.shape == out.shape {
             let vec4 = n % 4 == 0 && oa % 4 == 0 && ob % 4 == 0 && oo % 4 == 0;
-            let aligned = oa == 0 && ob == 0 && oo == 0;
-            let (entry, k) = match (vec4, aligned) {
-                (true, true) => ("elementwise_binary_flat4_aligned", 4),
-                (true, false) => ("elementwise_binary_flat4", 4),
-                (false, true) => ("elementwise_binary_flat_aligned", 1),
-                (false, false) => ("elementwise_binary_flat", 1),
+            let (entry, k) = if vec4 {
+                ("elementwise_binary_flat4", 4)
+            } else {
+                ("elementwise_binary_flat", 1)
             };
             let p = FlatParams {
                 numel: (n / k) as u32,
@@ -132,11 +127,11 @@ impl Kernel for BinaryOp {
                 in1_offset: ob / k as u32,
                 out_offset: oo / k as u32,
             };
-            let key = PipelineKey {
-                family: &FAMILY,
-                entry,
-                constant,
-            };
+            let aligned = oa == 0 && ob == 0 && oo == 0;
+            let key = FAMILY
+                .key(entry)
+                .with("BINARY_OP", self.code())
+                .with("ALIGNED", u32::from(aligned));
             e.dispatch(key, &p, &[ba, bb, bo], (n / k).div_ceil(256))?;
             return Ok(1);
         }
@@ -152,11 +147,9 @@ impl Kernel for BinaryOp {
             strides1: pack8(&u32s("input 1", &broadcast_strides(b.shape, out.shape))?),
             strides2: [[0; 4]; 2],
         };
-        let key = PipelineKey {
-            family: &FAMILY,
-            entry: "elementwise_binary",
-            constant,
-        };
+        let key = FAMILY
+            .key("elementwise_binary")
+            .with("BINARY_OP", self.code());
         e.dispatch(key, &p, &[ba, bb, bo], n.div_ceil(256))?;
         Ok(1)
     }
@@ -177,12 +170,10 @@ impl Kernel for UnaryOp {
         let (bx, ox) = e.bind("input 0", &inputs[0].tensor, n * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, n * 4)?;
         let vec4 = n % 4 == 0 && ox % 4 == 0 && oo % 4 == 0;
-        let aligned = ox == 0 && oo == 0;
-        let (entry, k) = match (vec4, aligned) {
-            (true, true) => ("elementwise_unary4_aligned", 4),
-            (true, false) => ("elementwise_unary4", 4),
-            (false, true) => ("elementwise_unary_aligned", 1),
-            (false, false) => ("elementwise_unary", 1),
+        let (entry, k) = if vec4 {
+            ("elementwise_unary4", 4)
+        } else {
+            ("elementwise_unary", 1)
         };
         let p = FlatParams {
             numel: (n / k) as u32,
@@ -190,11 +181,10 @@ impl Kernel for UnaryOp {
             in1_offset: 0,
             out_offset: oo / k as u32,
         };
-        let key = PipelineKey {
-            family: &FAMILY,
-            entry,
-            constant: Some(("UNARY_OP", self.code())),
-        };
+        let key = FAMILY
+            .key(entry)
+            .with("UNARY_OP", self.code())
+            .with("ALIGNED", u32::from(ox == 0 && oo == 0));
         e.dispatch(key, &p, &[bx, bo], (n / k).div_ceil(256))?;
         Ok(1)
     }

@@ -177,9 +177,10 @@ impl Encoder<'_, '_> {
     }
 
     /// Records one dispatch of `key` with `params` in a fresh uniform slot. Workgroup counts
-    /// above `max_compute_workgroups_per_dimension` go to a 2-D grid (kernels linearise
-    /// `wid.x + wid.y * num_workgroups.x`); 0 workgroups record nothing. Unused slots get the
-    /// pad, inputs overlapping another binding are copied to scratch first (module docs).
+    /// above `max_compute_workgroups_per_dimension` go to a 2-D grid (kernels linearise it with
+    /// `workgroup_index` of `shaders/common/prelude.wgsl`); 0 workgroups record nothing.
+    /// Unused slots get the pad, inputs overlapping another binding are copied to scratch first
+    /// (module docs).
     ///
     /// # Errors
     /// [`KernelError::TooManyWorkgroups`] beyond the 2-D grid; [`KernelError::AliasedBindings`]

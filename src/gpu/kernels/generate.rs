@@ -8,8 +8,8 @@ use crate::graph::ops::{Range, Trilu};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/generate.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/generate.wgsl");
+/// `shaders/generate.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("generate");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {

@@ -9,12 +9,12 @@
 
 use super::elementwise::BroadcastParams;
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s, INPUT_NAMES};
-use super::{Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::{BinaryOp, Cast, CompareOp, Identity, LogicOp, Not};
 use crate::shape::DType;
 
-/// `shaders/logic.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/logic.wgsl");
+/// `shaders/logic.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("logic");
 
 /// The family: one entry point, every input binding (ops with fewer inputs leave the others
 /// [`Encoder::unused`]).
@@ -125,11 +125,7 @@ pub(crate) fn encode_typed(
         Some(16) => n.div_ceil(2),
         _ => n,
     };
-    let key = PipelineKey {
-        family: &FAMILY,
-        entry: "logic_main",
-        constant: Some(("SPEC", spec)),
-    };
+    let key = FAMILY.key("logic_main").with("SPEC", spec);
     e.dispatch(key, &p, &bound, groups.div_ceil(256))?;
     Ok(1)
 }

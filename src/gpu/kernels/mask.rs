@@ -9,8 +9,8 @@ use crate::graph::ops::{CausalMask, Where};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/mask.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/mask.wgsl");
+/// `shaders/mask.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("mask");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {

@@ -15,8 +15,8 @@ use crate::graph::ops::{Conv, Gemm, MatMul};
 use crate::shape::{DType, Shape};
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/matmul.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/matmul.wgsl");
+/// `shaders/matmul.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("matmul");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {

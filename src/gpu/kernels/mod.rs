@@ -1,11 +1,11 @@
 //! Compute kernels for the graph ops: one file per kernel family, each holding its
-//! `#[repr(C)]` uniform structs, its `include_str!` of `shaders/<family>.wgsl`, its
-//! [`Family`] (entry points and their bindings) and the [`Kernel`] implementations of the ops
-//! it serves; this file holds what they share and the one registry that maps an op to its
-//! kernel ([`kernel_of`]).
+//! `#[repr(C)]` uniform structs, its source (`shaders/<family>.wgsl` after the prelude that
+//! every shader shares, [`crate::gpu::PRELUDE_WGSL`]), its [`Family`] (entry points and their
+//! bindings) and the [`Kernel`] implementations of the ops it serves; this file holds what
+//! they share and the one registry that maps an op to its kernel ([`kernel_of`]).
 //!
 //! * [`Kernels`] owns the shader modules and a pipeline cache keyed by [`PipelineKey`]
-//!   (family, entry point, specialisation constant); every lookup counts as a hit or a miss
+//!   (family, entry point, specialisation constants); every lookup counts as a hit or a miss
 //!   ([`Kernels::stats`]) — the runtime's `update_impl`
 //!   (the pipeline lookup of an iteration, docs/design.md).
 //! * [`Kernels::encode`] records the dispatches of one op into a compute pass, given its
@@ -27,9 +27,10 @@
 //! axes, cumulative sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`]
 //! (pooling, batch norm), [`rotary`] (ONNX's RotaryEmbedding), [`attention`] (RoPE,
 //! grouped-query attention); [`layout`] (the kernels' own index arithmetic), [`encoder`],
-//! [`plan`] (dispatch plans), [`uniforms`].
+//! [`plan`] (dispatch plans), [`uniforms`]; `cache` ([`Kernels`]).
 
 pub mod attention;
+mod cache;
 pub mod cnn;
 pub mod elementwise;
 pub mod encoder;
@@ -47,17 +48,15 @@ pub mod rotary;
 pub mod run;
 pub mod uniforms;
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use crate::gpu::{Buffer, BufferUid, Gpu};
+use crate::gpu::Buffer;
 use crate::graph::Op;
 use crate::memory::AllocKind;
 use crate::shape::{DType, Shape};
-use encoder::BindKey;
+pub use cache::{CacheStats, Kernels};
 pub use encoder::{Bound, Encoder};
 pub use plan::DispatchPlan;
-use plan::Recorder;
 pub use uniforms::UniformArena;
 
 /// A kernel family: one WGSL file and the storage bindings of each of its entry points
@@ -81,12 +80,13 @@ pub struct Family {
 }
 
 impl Family {
-    /// The pipeline key of `entry` of this family, without a specialisation constant.
+    /// The pipeline key of `entry` of this family, without specialisation constants (add them
+    /// with [`PipelineKey::with`]).
     pub fn key(&'static self, entry: &'static str) -> PipelineKey {
         PipelineKey {
             family: self,
             entry,
-            constant: None,
+            constants: [None; MAX_CONSTANTS],
         }
     }
 }
@@ -186,22 +186,44 @@ pub trait Kernel {
     ) -> Result<usize, KernelError>;
 }
 
-/// What a compiled pipeline is keyed by: family, entry point, and the one pipeline-overridable
-/// constant that specialises it (the elementwise operator), if any. Shapes are never part of
-/// the key: they travel in the uniform.
+/// Most pipeline-overridable constants one pipeline is specialised by.
+pub const MAX_CONSTANTS: usize = 2;
+
+/// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
+/// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,
+/// the weight format...). Shapes are never part of the key: they travel in the uniform.
 #[derive(Debug, Clone)]
 pub struct PipelineKey {
     /// The WGSL file.
     pub family: &'static Family,
     /// The entry point.
     pub entry: &'static str,
-    /// `(override name, value)`.
-    pub constant: Option<(&'static str, u32)>,
+    /// `(override name, value)` pairs in the order they were added, then `None`s; a WGSL
+    /// `bool` override takes 0 or 1.
+    pub constants: [Option<(&'static str, u32)>; MAX_CONSTANTS],
+}
+
+impl PipelineKey {
+    /// The key with override `name` set to `value` as well.
+    ///
+    /// # Panics
+    /// If the key holds [`MAX_CONSTANTS`] constants already: which constants a kernel sets is
+    /// fixed in its code, never chosen by its input.
+    pub fn with(mut self, name: &'static str, value: u32) -> Self {
+        let Some(free) = self.constants.iter_mut().find(|c| c.is_none()) else {
+            panic!(
+                "{}: more than {MAX_CONSTANTS} pipeline constants",
+                self.entry
+            );
+        };
+        *free = Some((name, value));
+        self
+    }
 }
 
 impl PartialEq for PipelineKey {
     fn eq(&self, o: &Self) -> bool {
-        self.family.name == o.family.name && self.entry == o.entry && self.constant == o.constant
+        self.family.name == o.family.name && self.entry == o.entry && self.constants == o.constants
     }
 }
 
@@ -211,7 +233,7 @@ impl Hash for PipelineKey {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.family.name.hash(h);
         self.entry.hash(h);
-        self.constant.hash(h);
+        self.constants.hash(h);
     }
 }
 
@@ -431,382 +453,9 @@ pub enum KernelError {
     },
 }
 
-/// Pipeline cache counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct CacheStats {
-    /// Lookups that found a compiled pipeline.
-    pub hits: u64,
-    /// Lookups that compiled one.
-    pub misses: u64,
-    /// Pipelines held.
-    pub pipelines: usize,
-}
-
 /// Most storage bindings of one entry point (batch norm: x, four statistics, the output;
 /// WebGPU guarantees 8 per stage).
 pub(crate) const MAX_STORAGE_BINDINGS: usize = 6;
-/// Bind groups cached at most; the cache is emptied when it would grow past this, so a
-/// caller that never calls [`Kernels::forget_bind_groups`] still holds a bounded number.
-const MAX_CACHED_BIND_GROUPS: usize = 4096;
-
-type Layouts = HashMap<&'static [u32], (wgpu::BindGroupLayout, wgpu::PipelineLayout)>;
-
-/// Shader modules, layouts and the pipeline cache of one device.
-pub struct Kernels {
-    pub(crate) device: wgpu::Device,
-    /// By family name and whether the module has wgpu's bounds checks.
-    modules: HashMap<(&'static str, bool), wgpu::ShaderModule>,
-    layouts: Layouts,
-    pipelines: HashMap<PipelineKey, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
-    stats: CacheStats,
-    /// Bind groups made by earlier dispatches, reused while the same buffers are bound at the
-    /// same ranges (decode re-records identical dispatches every iteration). A cached group
-    /// keeps its buffers alive, which is why callers that free buffers call
-    /// [`Kernels::forget_bind_groups_binding`] and the map is capped.
-    pub(crate) bind_groups: HashMap<BindKey, wgpu::BindGroup>,
-    /// Bumped whenever a setting that shapes dispatches changes: recordings of an older
-    /// generation must not be replayed.
-    generation: u64,
-    pub(crate) max_workgroups_per_dim: u32,
-    pub(crate) quant_layout: quant::QuantLayout,
-    pub(crate) storage_align_bytes: u64,
-    pub(crate) max_binding_bytes: u64,
-}
-
-impl Kernels {
-    /// The kernels of `gpu`'s device (shader modules and pipelines are created on first use).
-    pub fn new(gpu: &Gpu) -> Self {
-        let device = gpu.device();
-        let limits = device.limits();
-        Kernels {
-            device: device.clone(),
-            modules: HashMap::new(),
-            layouts: HashMap::new(),
-            pipelines: HashMap::new(),
-            stats: CacheStats::default(),
-            bind_groups: HashMap::new(),
-            generation: 0,
-            max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
-            quant_layout: quant::QuantLayout::for_device(gpu.adapter_info().device_type),
-            storage_align_bytes: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
-            max_binding_bytes: limits.max_storage_buffer_binding_size,
-        }
-    }
-
-    /// Lowers the per-dimension workgroup limit used to shape dispatch grids (never above the
-    /// device's). Tests use it to exercise the 2-D grid on small tensors.
-    pub fn set_max_workgroups_per_dim(&mut self, max: u32) {
-        self.max_workgroups_per_dim =
-            max.clamp(1, self.device.limits().max_compute_workgroups_per_dimension);
-        self.generation += 1;
-    }
-
-    /// Overrides how the quantized-weight kernels spread their work (chosen from the adapter's
-    /// device type by [`Kernels::new`]); tests use it to run both layouts on one adapter.
-    pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
-        self.quant_layout = layout;
-        self.generation += 1;
-    }
-
-    /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).
-    pub fn quant_layout(&self) -> quant::QuantLayout {
-        self.quant_layout
-    }
-
-    /// Changes whenever dispatches recorded earlier may no longer be what [`Kernels::encode`]
-    /// would record for the same operands.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Counts `n` dispatches a caller recorded again from a [`DispatchPlan`] as pipeline cache
-    /// hits (they reuse a cached pipeline without a lookup).
-    pub(crate) fn count_replayed(&mut self, n: u64) {
-        self.stats.hits += n;
-    }
-
-    /// Pipeline cache counters.
-    pub fn stats(&self) -> CacheStats {
-        CacheStats {
-            pipelines: self.pipelines.len(),
-            ..self.stats
-        }
-    }
-
-    /// The pipeline for `key`, compiled on a miss.
-    pub(crate) fn pipeline(
-        &mut self,
-        key: &PipelineKey,
-    ) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
-        if let Some(p) = self.pipelines.get(key) {
-            self.stats.hits += 1;
-            return p.clone();
-        }
-        self.stats.misses += 1;
-        let storage = (key.family.bindings)(key.entry);
-        let device = &self.device;
-        let (bgl, layout) = self
-            .layouts
-            .entry(storage)
-            .or_insert_with(|| make_layout(device, storage))
-            .clone();
-        let family = key.family;
-        let checked = !family.unchecked.contains(&key.entry);
-        let module = self
-            .modules
-            .entry((family.name, checked))
-            .or_insert_with(|| {
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some(family.name),
-                    source: wgpu::ShaderSource::Wgsl((family.source)().into()),
-                };
-                if checked {
-                    device.create_shader_module(desc)
-                } else {
-                    let mut checks = wgpu::ShaderRuntimeChecks::checked();
-                    checks.bounds_checks = false;
-                    // SAFETY: only the entry points a family lists in `unchecked` are made
-                    // from this module, and the family shows that every storage index they
-                    // compute lies within the range its encode binds (every other runtime
-                    // check stays on).
-                    unsafe { device.create_shader_module_trusted(desc, checks) }
-                }
-            });
-        let constants: Vec<(&str, f64)> = key
-            .constant
-            .iter()
-            .map(|&(n, v)| (n, f64::from(v)))
-            .collect();
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key.entry),
-            layout: Some(&layout),
-            module,
-            entry_point: Some(key.entry),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
-                zero_initialize_workgroup_memory: false,
-            },
-            cache: None,
-        });
-        self.pipelines
-            .insert(key.clone(), (pipeline.clone(), bgl.clone()));
-        (pipeline, bgl)
-    }
-
-    pub(crate) fn cache_bind_group(&mut self, key: BindKey, bg: wgpu::BindGroup) {
-        if self.bind_groups.len() >= MAX_CACHED_BIND_GROUPS {
-            self.bind_groups.clear();
-        }
-        self.bind_groups.insert(key, bg);
-    }
-
-    /// Drops every cached bind group (and with them the references they hold to bound
-    /// buffers). Call after freeing or replacing buffers that dispatches bound, so freed
-    /// memory is not kept alive by the cache.
-    pub fn forget_bind_groups(&mut self) {
-        self.bind_groups.clear();
-    }
-
-    /// Drops the cached bind groups that bind any of `buffers` (call before freeing or
-    /// replacing them; groups of other buffers stay cached).
-    pub fn forget_bind_groups_binding(&mut self, buffers: &[BufferUid]) {
-        self.bind_groups.retain(|key, _| {
-            !key.bound
-                .iter()
-                .flatten()
-                .any(|(b, _, _)| buffers.contains(b))
-        });
-    }
-
-    /// Bind groups currently cached.
-    pub fn cached_bind_groups(&self) -> usize {
-        self.bind_groups.len()
-    }
-
-    /// Records the dispatches computing `op` from `inputs` into `output` (shapes concrete,
-    /// output shape as inferred; for a `reshape_to` input 1 is shape data and is not read).
-    /// Returns the number of dispatches recorded (0 for an empty output).
-    ///
-    /// # Errors
-    /// [`KernelError`]: no kernel for the op, operands that disagree with the op's shape or
-    /// the kernel's dtype rule, ranges too small, limits exceeded.
-    pub fn encode(
-        &mut self,
-        pass: &mut wgpu::ComputePass<'_>,
-        uniforms: &mut UniformArena,
-        op: &Op,
-        inputs: &[Operand<'_>],
-        output: &Operand<'_>,
-    ) -> Result<usize, KernelError> {
-        self.encode_with(pass, uniforms, op, inputs, output, None)
-    }
-
-    /// [`Kernels::encode`], also appending every dispatch to `recorder.dispatches` so the
-    /// caller can record them again while the operands stay the same, and skipping
-    /// `set_pipeline` when `recorder.current` is already bound in `pass` (then updated).
-    pub(crate) fn encode_recorded(
-        &mut self,
-        pass: &mut wgpu::ComputePass<'_>,
-        uniforms: &mut UniformArena,
-        op: &Op,
-        inputs: &[Operand<'_>],
-        output: &Operand<'_>,
-        recorder: &mut Recorder,
-    ) -> Result<usize, KernelError> {
-        self.encode_with(pass, uniforms, op, inputs, output, Some(recorder))
-    }
-
-    /// Records [`movement::encode_index_check`]: the device check of a gather's indices
-    /// `ids` against an axis of `rows` entries, its fault record at `fault`.
-    pub(crate) fn encode_index_check(
-        &mut self,
-        pass: &mut wgpu::ComputePass<'_>,
-        uniforms: &mut UniformArena,
-        ids: &Operand<'_>,
-        rows: u64,
-        fault: &Operand<'_>,
-        recorder: &mut Recorder,
-    ) -> Result<usize, KernelError> {
-        let mut e = Encoder {
-            kernels: self,
-            pass,
-            uniforms,
-            recorder: Some(recorder),
-        };
-        movement::encode_index_check(&mut e, ids, rows, fault)
-    }
-
-    fn encode_with(
-        &mut self,
-        pass: &mut wgpu::ComputePass<'_>,
-        uniforms: &mut UniformArena,
-        op: &Op,
-        inputs: &[Operand<'_>],
-        output: &Operand<'_>,
-        recorder: Option<&mut Recorder>,
-    ) -> Result<usize, KernelError> {
-        let name = op.name();
-        let kernel = kernel_of(op).ok_or(KernelError::NotAKernel { op: name })?;
-        let (min, max) = op.arity();
-        if inputs.len() < min || inputs.len() > max {
-            return Err(KernelError::Arity {
-                op: name,
-                got: inputs.len(),
-                expected: min,
-            });
-        }
-        // Up to 4 inputs on the stack: this runs for every dispatch (no heap on the hot path);
-        // only a wider concat collects into a Vec.
-        let mut few_shapes: [&Shape; 4] = [output.shape; 4];
-        let mut few_types = [output.dtype; 4];
-        let many_shapes: Vec<&Shape>;
-        let many_types: Vec<DType>;
-        let (shapes, types): (&[&Shape], &[DType]) = if inputs.len() <= few_shapes.len() {
-            for ((s, t), o) in few_shapes.iter_mut().zip(&mut few_types).zip(inputs) {
-                *s = o.shape;
-                *t = o.dtype;
-            }
-            (&few_shapes[..inputs.len()], &few_types[..inputs.len()])
-        } else {
-            many_shapes = inputs.iter().map(|o| o.shape).collect();
-            many_types = inputs.iter().map(|o| o.dtype).collect();
-            (&many_shapes, &many_types)
-        };
-        kernel
-            .check_dtypes(types, output.dtype)
-            .map_err(|expected| KernelError::DType {
-                op: name,
-                inputs: types.to_vec(),
-                output: output.dtype,
-                expected,
-            })?;
-        // Re-infer so a caller's shape mistake is an error, not a wrong dispatch (an op whose
-        // shape rule needs input values, such as a reshape_to's target, was inferred by the
-        // caller from host values the kernel never sees).
-        if op.shape_data_inputs().is_empty() {
-            let expected = op.infer(shapes, &[]).map_err(|source| KernelError::Infer {
-                op: name,
-                cause: source,
-            })?;
-            if &expected != output.shape {
-                return Err(KernelError::OutputShape {
-                    op: name,
-                    expected,
-                    got: output.shape.clone(),
-                });
-            }
-        }
-        for (i, o) in inputs.iter().enumerate() {
-            if o.strides.is_some_and(|s| s.len() != o.shape.rank()) {
-                return Err(KernelError::Strided {
-                    op: name,
-                    input: i,
-                    reason: "strides do not match the rank",
-                });
-            }
-            if o.is_strided() && !kernel.reads_strided(i) {
-                return Err(KernelError::Strided {
-                    op: name,
-                    input: i,
-                    reason: "the kernel reads this input contiguously",
-                });
-            }
-        }
-        if output.is_strided() {
-            return Err(KernelError::Strided {
-                op: name,
-                input: inputs.len(),
-                reason: "outputs are written contiguously",
-            });
-        }
-        if layout::numel("output", output.shape)? == 0 {
-            return Ok(0);
-        }
-        let mut e = Encoder {
-            kernels: self,
-            pass,
-            uniforms,
-            recorder,
-        };
-        kernel.encode(&mut e, inputs, output)
-    }
-}
-
-fn make_layout(
-    device: &wgpu::Device,
-    storage: &[u32],
-) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
-    let mut entries = vec![wgpu::BindGroupLayoutEntry {
-        binding: 0,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Uniform,
-            has_dynamic_offset: true,
-            min_binding_size: None,
-        },
-        count: None,
-    }];
-    entries.extend(storage.iter().map(|&b| wgpu::BindGroupLayoutEntry {
-        binding: b,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Storage { read_only: false },
-            has_dynamic_offset: false,
-            min_binding_size: None,
-        },
-        count: None,
-    }));
-    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some("dynrt kernel bind group layout"),
-        entries: &entries,
-    });
-    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some("dynrt kernel pipeline layout"),
-        bind_group_layouts: &[Some(&bgl)],
-        immediate_size: 0,
-    });
-    (bgl, layout)
-}
 
 /// The dtype rule of kernels written for f32 only.
 pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static str> {
@@ -818,153 +467,4 @@ pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_family_validates_with_naga_and_names_its_entries() {
-        let mut entries = 0;
-        for f in FAMILIES {
-            let m = crate::gpu::validate_wgsl((f.source)())
-                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-            for ep in &m.entry_points {
-                assert!(
-                    ep.name.starts_with(&format!("{}_", f.name)),
-                    "entry {} in {}",
-                    ep.name,
-                    f.name
-                );
-                assert!(!(f.bindings)(&ep.name).is_empty(), "{}", ep.name);
-                entries += 1;
-            }
-        }
-        assert!(entries >= 10, "found {entries} entry points");
-    }
-
-    /// Every uniform struct of every shader (`struct *Params`) with the Rust struct that
-    /// fills it: the size naga's layouter gives the WGSL struct must be the Rust struct's, and
-    /// a WGSL uniform struct missing from this list fails the test.
-    #[test]
-    fn every_uniform_struct_matches_its_wgsl_layout() {
-        use std::mem::size_of;
-        let rust: &[(&str, &str, usize)] = &[
-            (
-                "attention",
-                "RopeParams",
-                size_of::<attention::RopeParams>(),
-            ),
-            ("attention", "GqaParams", size_of::<attention::GqaParams>()),
-            ("cnn", "PoolParams", size_of::<cnn::PoolParams>()),
-            ("cnn", "BnParams", size_of::<cnn::BnParams>()),
-            (
-                "elementwise",
-                "BroadcastParams",
-                size_of::<elementwise::BroadcastParams>(),
-            ),
-            (
-                "elementwise",
-                "FlatParams",
-                size_of::<elementwise::FlatParams>(),
-            ),
-            (
-                "generate",
-                "RangeParams",
-                size_of::<generate::RangeParams>(),
-            ),
-            (
-                "generate",
-                "TriluParams",
-                size_of::<generate::TriluParams>(),
-            ),
-            // The logic and mask families are filled with the elementwise struct.
-            (
-                "logic",
-                "TypedParams",
-                size_of::<elementwise::BroadcastParams>(),
-            ),
-            ("mask", "CausalParams", size_of::<mask::CausalParams>()),
-            (
-                "mask",
-                "BroadcastParams",
-                size_of::<elementwise::BroadcastParams>(),
-            ),
-            ("matmul", "MatMulParams", size_of::<matmul::MatMulParams>()),
-            ("matmul", "ConvParams", size_of::<matmul::ConvParams>()),
-            (
-                "matmul",
-                "EpilogueParams",
-                size_of::<matmul::EpilogueParams>(),
-            ),
-            ("movement", "CopyParams", size_of::<movement::CopyParams>()),
-            (
-                "movement",
-                "GatherParams",
-                size_of::<movement::GatherParams>(),
-            ),
-            (
-                "movement",
-                "CheckIdsParams",
-                size_of::<movement::CheckIdsParams>(),
-            ),
-            ("movement", "FillParams", size_of::<movement::FillParams>()),
-            (
-                "movement",
-                "SplatParams",
-                size_of::<movement::SplatParams>(),
-            ),
-            (
-                "movement",
-                "SliceParams",
-                size_of::<movement::SliceParams>(),
-            ),
-            ("quant", "LinearParams", size_of::<quant::LinearParams>()),
-            ("quant", "GatherParams", size_of::<quant::GatherParams>()),
-            ("reduce", "RowParams", size_of::<reduce::RowParams>()),
-            ("reduce", "AxesParams", size_of::<reduce::AxesParams>()),
-            ("reduce", "CumParams", size_of::<reduce::CumParams>()),
-            ("rotary", "RotaryParams", size_of::<rotary::RotaryParams>()),
-            (
-                "fill",
-                "FillParams",
-                size_of::<crate::gpu::pipeline::FillParams>(),
-            ),
-        ];
-        let sources = FAMILIES
-            .iter()
-            .map(|f| (f.name, (f.source)()))
-            .chain([("fill", crate::gpu::pipeline::FILL_WGSL)]);
-        let mut seen = 0;
-        for (family, source) in sources {
-            let module = crate::gpu::validate_wgsl(source).unwrap();
-            let mut layouter = naga::proc::Layouter::default();
-            layouter.update(module.to_ctx()).unwrap();
-            for (handle, ty) in module.types.iter() {
-                let naga::TypeInner::Struct { span, .. } = ty.inner else {
-                    continue;
-                };
-                let Some(name) = ty.name.as_deref().filter(|n| n.ends_with("Params")) else {
-                    continue;
-                };
-                let &(_, _, bytes) = rust
-                    .iter()
-                    .find(|(f, n, _)| *f == family && *n == name)
-                    .unwrap_or_else(|| {
-                        panic!("{family}: WGSL struct {name} has no Rust struct in this list")
-                    });
-                assert_eq!(layouter[handle].size, span, "{family}: {name}");
-                assert_eq!(
-                    span as usize, bytes,
-                    "{family}: WGSL struct {name} is {span} bytes, its Rust struct {bytes}"
-                );
-                // A uniform's size must be a multiple of 16 bytes.
-                assert_eq!(bytes % 16, 0, "{family}: {name}");
-                seen += 1;
-            }
-        }
-        assert_eq!(
-            seen,
-            rust.len(),
-            "every listed struct is found in its shader"
-        );
-    }
-}
+mod tests;

@@ -16,7 +16,7 @@
 //! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
 
 use super::layout::{numel, rows, u32_of};
-use super::{Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::formats::FORMATS;
 use crate::gpu::wgpu;
 use crate::graph::ops::linear::infer;
@@ -24,11 +24,12 @@ use crate::graph::ops::Linear;
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/quant.wgsl`: the kernels, without the format decoders.
-pub const WGSL: &str = include_str!("../../../shaders/quant.wgsl");
+/// `shaders/quant.wgsl` after the prelude: the kernels, without the format decoders.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 
-/// The family's source: `shaders/quant.wgsl`, every format's decoder, and `element_at`,
-/// `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT` (composed once).
+/// The family's source: [`WGSL`] (the prelude and `shaders/quant.wgsl`), every format's
+/// decoder, and `element_at`, `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT`
+/// (composed once).
 pub fn wgsl() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(compose)
@@ -314,11 +315,7 @@ impl Kernel for Linear {
             }
             (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
         };
-        let key = PipelineKey {
-            family: &FAMILY,
-            entry,
-            constant: Some(("WEIGHT_FORMAT", format)),
-        };
+        let key = FAMILY.key(entry).with("WEIGHT_FORMAT", format);
         e.dispatch(key, &p, &[bx, bw, bo], workgroups)?;
         Ok(1)
     }
@@ -399,11 +396,7 @@ pub fn encode_gather(
     } else {
         n
     };
-    let key = PipelineKey {
-        family: &FAMILY,
-        entry: "quant_gather",
-        constant: Some(("WEIGHT_FORMAT", format)),
-    };
+    let key = FAMILY.key("quant_gather").with("WEIGHT_FORMAT", format);
     e.dispatch(key, &p, &[bt, bo, bi], lanes.div_ceil(64))?;
     Ok(1)
 }

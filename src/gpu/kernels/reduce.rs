@@ -4,7 +4,7 @@
 //! cumulative sum: one invocation per line).
 
 use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, INPUT_NAMES};
-use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand, PipelineKey};
+use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::norm::infer_norm;
 use crate::graph::ops::{
     axis_index, CumSum, LayerNorm, Reduce, ReduceAxes, ReduceKind, RmsNorm, Softmax,
@@ -12,8 +12,8 @@ use crate::graph::ops::{
 use crate::shape::{DType, Shape};
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/reduce.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/reduce.wgsl");
+/// `shaders/reduce.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("reduce");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {
@@ -288,11 +288,9 @@ impl Kernel for Reduce {
             red_shape: [[0; 4]; 2],
             red_strides: [[0; 4]; 2],
         };
-        let mut key = PipelineKey {
-            family: &FAMILY,
-            entry: "reduce_axes",
-            constant: Some(("REDUCE_OP", self.kind.code())),
-        };
+        let mut key = FAMILY
+            .key("reduce_axes")
+            .with("REDUCE_OP", self.kind.code());
         let mut bound = vec![bx];
         if let ReduceAxes::Input {
             noop_with_empty_axes,

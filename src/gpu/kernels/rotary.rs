@@ -8,8 +8,8 @@ use crate::graph::ops::RotaryEmbedding;
 use crate::shape::{DType, Shape};
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/rotary.wgsl`.
-pub const WGSL: &str = include_str!("../../../shaders/rotary.wgsl");
+/// `shaders/rotary.wgsl` after the prelude.
+pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("rotary");
 
 /// The family: entry points and their storage bindings.
 pub const FAMILY: Family = Family {

@@ -1,0 +1,368 @@
+//! The engine's data paths: uploads (staged in chunks, or mapped), copies between buffers and
+//! readbacks.
+
+use super::{
+    check_range, round_up, AllocError, Buffer, BufferDesc, Engine, MapAccess, COPY_ALIGN_BYTES,
+    UPLOAD_CHUNK_BYTES,
+};
+use crate::gpu::usage::{kind_usages, readback_usages};
+use crate::gpu::Gpu;
+use crate::memory::AllocKind;
+use futures::FutureExt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+
+/// wgpu's map alignment: a mapped range starts at a multiple of 8 bytes.
+const MAP_ALIGN_BYTES: u64 = wgpu::MAP_ALIGNMENT;
+
+impl Engine {
+    /// Writes `data` at `offset_bytes`. For `usm_device`, `usm_shared` and `cl_mem` the bytes
+    /// go into `usm_host` staging buffers created `mapped_at_creation` (at most
+    /// [`UPLOAD_CHUNK_BYTES`] each; one Allocate/Free pair per chunk in the history) and copies
+    /// are submitted; the write is visible to work submitted after
+    /// this call. For `usm_host` the buffer itself is mapped for writing (native: blocks).
+    ///
+    /// # Errors
+    /// [`AllocError::Misaligned`] (offset and length must be multiples of 4),
+    /// [`AllocError::OutOfBounds`], allocation errors of the staging buffer, and on wasm32
+    /// [`AllocError::Unsupported`] for `usm_host` (use [`Engine::write_mapped`]).
+    pub fn write(&self, buf: &Buffer, offset_bytes: u64, data: &[u8]) -> Result<(), AllocError> {
+        let len = data.len() as u64;
+        check_copy_aligned(offset_bytes, len)?;
+        check_range(buf, offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !buf.usages().contains(wgpu::BufferUsages::COPY_DST) {
+            #[cfg(not(target_arch = "wasm32"))]
+            return pollster::block_on(self.write_mapped(buf, offset_bytes, data));
+            #[cfg(target_arch = "wasm32")]
+            return Err(AllocError::Unsupported {
+                kind: buf.kind,
+                reason: "a usm_host buffer is written by mapping, which is asynchronous on the web: use Engine::write_mapped",
+            });
+        }
+        // Large uploads go through staging chunks so the host side never holds a second copy
+        // of a whole weight tensor; each chunk is one Allocate/Free pair in the history.
+        for (i, chunk) in data.chunks(UPLOAD_CHUNK_BYTES as usize).enumerate() {
+            let chunk_offset = offset_bytes + i as u64 * UPLOAD_CHUNK_BYTES;
+            let chunk_len = chunk.len() as u64;
+            // Bound the staging alive (wgpu frees a dropped staging buffer at a poll after its
+            // copy has run): uploading 542 MB of weights left tens of MB of staging to wgpu's
+            // next poll before.
+            self.wait_for_uploads((2 * UPLOAD_CHUNK_BYTES).saturating_sub(chunk_len));
+            let staging = self.allocate_inner(
+                &BufferDesc {
+                    label: "dynrt upload staging",
+                    size_bytes: chunk_len,
+                    kind: AllocKind::UsmHost,
+                },
+                kind_usages(AllocKind::UsmHost),
+                false,
+                Some(chunk),
+            )?;
+            let index = submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
+                enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), chunk_offset, chunk_len)
+            })?;
+            // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
+            // the destruction of buffers used by pending submissions, until a poll).
+            drop(staging);
+            self.in_flight().push_back((index, chunk_len));
+        }
+        Ok(())
+    }
+
+    fn in_flight(
+        &self,
+    ) -> MutexGuard<'_, std::collections::VecDeque<(wgpu::SubmissionIndex, u64)>> {
+        self.inner
+            .uploads_in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the oldest staging copies of [`Engine::write`] until at most `bytes` of
+    /// staging are in flight (each wait's poll frees what it waited for).
+    fn wait_for_uploads(&self, bytes: u64) {
+        loop {
+            let oldest = {
+                let mut q = self.in_flight();
+                if q.iter().map(|&(_, b)| b).sum::<u64>() <= bytes {
+                    return;
+                }
+                q.pop_front()
+            };
+            match oldest {
+                Some((index, _)) => self.inner.gpu.wait_for(index),
+                None => return,
+            }
+        }
+    }
+
+    /// Schedules a write of `data` at `offset_bytes` through the queue: it lands at the start of
+    /// the next submit, before every command of that submit (so never write a buffer that an
+    /// unsubmitted command still reads). wgpu stages the bytes in its own belt; the engine
+    /// counts them ([`MemoryStats::queue_write_bytes`]). Offset and length must be multiples
+    /// of 4 and inside the buffer (checked by wgpu; the runtime only writes what it sized).
+    ///
+    /// [`MemoryStats::queue_write_bytes`]:
+    ///     crate::memory::accounting::MemoryStats::queue_write_bytes
+    pub fn queue_write(&self, buf: &Buffer, offset_bytes: u64, data: &[u8]) {
+        self.queue_write_raw(&buf.raw, offset_bytes, data);
+    }
+
+    pub(crate) fn queue_write_raw(&self, raw: &wgpu::Buffer, offset_bytes: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.inner
+            .accounting()
+            .record_queue_write(data.len() as u64);
+        self.inner.gpu.queue().write_buffer(raw, offset_bytes, data);
+    }
+
+    /// Copies `size_bytes` from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes` on
+    /// the GPU (submitted now, ordered after earlier submissions). Every kind is a copy source;
+    /// `usm_host` is not a destination.
+    ///
+    /// # Errors
+    /// [`AllocError::Misaligned`], [`AllocError::OutOfBounds`],
+    /// [`AllocError::SameBufferCopy`], [`AllocError::Unsupported`] for a `usm_host`
+    /// destination.
+    pub fn copy(
+        &self,
+        src: &Buffer,
+        src_offset_bytes: u64,
+        dst: &Buffer,
+        dst_offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<(), AllocError> {
+        check_copy_aligned(src_offset_bytes, size_bytes)?;
+        check_copy_aligned(dst_offset_bytes, size_bytes)?;
+        check_range(src, src_offset_bytes, size_bytes)?;
+        check_range(dst, dst_offset_bytes, size_bytes)?;
+        if !dst.usages().contains(wgpu::BufferUsages::COPY_DST) || dst.readback {
+            return Err(AllocError::Unsupported {
+                kind: dst.kind,
+                reason: "not a copy destination: write it with Engine::write_mapped",
+            });
+        }
+        // Each `Buffer` owns its wgpu buffer alone, so identity of the handles is identity of
+        // the buffers.
+        if std::ptr::eq(src, dst) {
+            return Err(AllocError::SameBufferCopy {
+                label: src.label.clone(),
+            });
+        }
+        if size_bytes == 0 {
+            return Ok(());
+        }
+        submit_checked(&self.inner.gpu, "dynrt copy", |enc| {
+            enc.copy_buffer_to_buffer(
+                src.raw(),
+                src_offset_bytes,
+                dst.raw(),
+                dst_offset_bytes,
+                size_bytes,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.
+    ///
+    /// # Errors
+    /// [`AllocError::NotMappable`] for `usm_device` and `cl_mem`; alignment and bounds errors
+    /// as [`Engine::write`]; [`AllocError::Map`].
+    pub async fn write_mapped(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<(), AllocError> {
+        let len = data.len() as u64;
+        if !buf.usages().contains(wgpu::BufferUsages::MAP_WRITE) {
+            return Err(AllocError::NotMappable {
+                kind: buf.kind,
+                access: MapAccess::Write,
+            });
+        }
+        check_copy_aligned(offset_bytes, len)?;
+        check_range(buf, offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // Mapped ranges start at multiples of 8: map a little more and write inside it.
+        let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
+        let end = offset_bytes + len;
+        let slice = buf.raw.slice(start..end);
+        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Write).await?;
+        {
+            let mut view = slice
+                .get_mapped_range_mut()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view.slice(from..from + data.len()).copy_from_slice(data);
+        }
+        buf.raw.unmap();
+        Ok(())
+    }
+
+    /// Reads `size_bytes` at `offset_bytes`. `usm_shared` is mapped directly; every other kind
+    /// is copied into a `MAP_READ` readback buffer (counted as `usm_host`, freed before
+    /// returning) that is then mapped. Any offset and size inside the buffer work.
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfBounds`], allocation errors of the readback buffer, [`AllocError::Map`].
+    pub async fn read(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        check_range(buf, offset_bytes, size_bytes)?;
+        if size_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        if buf.usages().contains(wgpu::BufferUsages::MAP_READ) {
+            return self.read_mapped(buf, offset_bytes, size_bytes).await;
+        }
+        // Copies need 4-aligned offsets and sizes; the buffer's size is a multiple of 4, so the
+        // widened range stays inside it.
+        let start = offset_bytes / COPY_ALIGN_BYTES * COPY_ALIGN_BYTES;
+        let end = round_up(offset_bytes + size_bytes, COPY_ALIGN_BYTES).unwrap_or(u64::MAX);
+        let len = end - start;
+        let readback = self.allocate_inner(
+            &BufferDesc {
+                label: "dynrt readback",
+                size_bytes: len,
+                kind: AllocKind::UsmHost,
+            },
+            readback_usages(),
+            true,
+            None,
+        )?;
+        let gpu = &self.inner.gpu;
+        submit_checked(gpu, "dynrt readback", |enc| {
+            enc.copy_buffer_to_buffer(buf.raw(), start, readback.raw(), 0, len)
+        })?;
+        let slice = readback.raw.slice(..);
+        map_slice(gpu, &slice, wgpu::MapMode::Read).await?;
+        let out = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view[from..from + size_bytes as usize].to_vec()
+        };
+        readback.raw.unmap();
+        Ok(out)
+    }
+
+    /// Reads by mapping the buffer itself (`usm_shared` only): no copy, no extra allocation.
+    ///
+    /// # Errors
+    /// [`AllocError::NotMappable`] for kinds without `MAP_READ`; [`AllocError::OutOfBounds`];
+    /// [`AllocError::Map`].
+    pub async fn read_mapped(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        if !buf.usages().contains(wgpu::BufferUsages::MAP_READ) || buf.readback {
+            return Err(AllocError::NotMappable {
+                kind: buf.kind,
+                access: MapAccess::Read,
+            });
+        }
+        check_range(buf, offset_bytes, size_bytes)?;
+        if size_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
+        let end = round_up(offset_bytes + size_bytes, COPY_ALIGN_BYTES).unwrap_or(u64::MAX);
+        let slice = buf.raw.slice(start..end);
+        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Read).await?;
+        let out = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            let from = (offset_bytes - start) as usize;
+            view[from..from + size_bytes as usize].to_vec()
+        };
+        buf.raw.unmap();
+        Ok(out)
+    }
+
+    /// [`Engine::read`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`Engine::read`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_blocking(
+        &self,
+        buf: &Buffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, AllocError> {
+        pollster::block_on(self.read(buf, offset_bytes, size_bytes))
+    }
+}
+
+fn check_copy_aligned(offset_bytes: u64, size_bytes: u64) -> Result<(), AllocError> {
+    if offset_bytes % COPY_ALIGN_BYTES != 0 || size_bytes % COPY_ALIGN_BYTES != 0 {
+        return Err(AllocError::Misaligned {
+            offset_bytes,
+            size_bytes,
+            align_bytes: COPY_ALIGN_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Records commands, submits them inside a validation error scope, and turns a captured error
+/// into [`AllocError::Validation`] (native; on the web errors reach the uncaptured handler).
+fn submit_checked(
+    gpu: &Gpu,
+    label: &str,
+    record: impl FnOnce(&mut wgpu::CommandEncoder),
+) -> Result<wgpu::SubmissionIndex, AllocError> {
+    let device = gpu.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc =
+        device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+    record(&mut enc);
+    let index = gpu.queue().submit([enc.finish()]);
+    match scope.pop().now_or_never().flatten() {
+        Some(e) => Err(AllocError::Validation(e.to_string())),
+        None => Ok(index),
+    }
+}
+
+/// Maps `slice` and waits for the callback. Native: polls the device until the map resolves;
+/// web: the browser resolves it.
+async fn map_slice(
+    gpu: &Gpu,
+    slice: &wgpu::BufferSlice<'_>,
+    mode: wgpu::MapMode,
+) -> Result<(), AllocError> {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let mapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = mapped.clone();
+    slice.map_async(mode, move |r| {
+        flag.store(true, Ordering::Release);
+        // The receiver only disappears if the caller's future was dropped.
+        let _ = tx.send(r);
+    });
+    // On a shared device other work (the app's frames) may follow ours in the queue: stop
+    // polling once our map has resolved.
+    gpu.poll_until(|| mapped.load(Ordering::Acquire));
+    match rx.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(AllocError::Map(e.to_string())),
+        Err(_) => Err(AllocError::Map(
+            "map callback dropped (device lost?)".into(),
+        )),
+    }
+}
