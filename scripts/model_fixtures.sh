@@ -21,7 +21,7 @@ run() {
   "$py" scripts/smollm2_ref.py generate --model "$model" "$@" --max-tokens "$steps" \
     --ignore-eos --dtype float64 --fixture --out "$out/$key.json" >/dev/null
 }
-# The prompts of the SmolLM2 comparison (tests/llm.rs): a short chat, a raw continuation,
+# The prompts of the SmolLM2 comparison (tests/gpu/llm.rs): a short chat, a raw continuation,
 # a longer chat.
 run france --chat "What is the capital of France?"
 run fox --prompt "The quick brown fox jumps over the lazy dog. The dog"

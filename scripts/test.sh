@@ -30,7 +30,7 @@ else
   echo "SKIPPING the model tests: the model or the Python reference is unavailable (see above)" >&2
 fi
 
-# The ONNX backend node tests (tests/onnx_node_tests.rs parses them, tests/onnx_node_run.rs runs
+# The ONNX backend node tests (tests/host/onnx_node_tests.rs parses them, tests/gpu/onnx_node_run.rs runs
 # them on the GPU) need the cases of the onnx==1.22.0 wheel: fetched once into
 # target/onnx-tests with the pip of the scripts' venv (scripts/pyenv.sh). Without them those
 # tests skip with a message; with DYNRT_REQUIRE_ONNX_TESTS=1 (.ci/run) this fetch must work.

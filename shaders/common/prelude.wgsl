@@ -39,7 +39,7 @@ fn linear_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 
 // NaN and infinity as runtime values: Tint (Chromium, Dawn) refuses a constant expression
 // that evaluates to either ("value nan cannot be represented as 'f32'"), so their bits are
-// loaded from private variables. tests/wgsl_portable.rs keeps such literals out of every
+// loaded from private variables. tests/host/wgsl_portable.rs keeps such literals out of every
 // shader.
 var<private> NAN_BITS: u32 = 0x7fc00000u;
 var<private> INF_BITS: u32 = 0x7f800000u;

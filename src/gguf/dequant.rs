@@ -2,7 +2,7 @@
 //!
 //! The block layouts and decoders are the rows of [`crate::formats`]; this module applies
 //! them to whole tensors with GGUF's checks. A test compares every decoder bit for bit with
-//! the Python `gguf` package's `dequantize` on random blocks (`tests/quant_formats.rs`), and
+//! the Python `gguf` package's `dequantize` on random blocks (`tests/host/quant_formats.rs`), and
 //! the real model's tensors and files that package writes with it (`src/gguf/tests.rs`).
 
 use super::{GgmlType, Gguf, GgufError};

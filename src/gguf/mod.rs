@@ -10,7 +10,7 @@
 //!
 //! Everything a file says is validated before it is used (see [`Gguf::parse`]), and every
 //! problem is a [`GgufError`] that names the key, tensor or byte offset: no input panics,
-//! which a fuzz test (`tests/fuzz.rs`) exercises.
+//! which a fuzz test (`tests/host/fuzz.rs`) exercises.
 //!
 //! This is dynrt's own parser rather than a GGUF crate: the crates available when it was
 //! written panic on malformed input (unwraps in their accessors) or leave offsets and dim

@@ -1,8 +1,9 @@
-//! Helpers shared by the integration tests that need the model or the Python reference.
+//! Helpers shared by the test binaries (`gpu`, `host`, `cli`, `hostile`): scratch folders,
+//! the model's Python reference, child processes for tests that need a process of their own.
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// The repository root.
@@ -16,6 +17,61 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
     d
+}
+
+/// The variable that marks a child process of [`run_alone`]: the name of the test it runs.
+const CHILD_ENV: &str = "DYNRT_TEST_CHILD";
+
+/// The name libtest gives test `test` of the module whose `module_path!()` is `module_path`:
+/// the path without the crate (the binary), e.g. `history::history_child`.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_string(),
+    }
+}
+
+/// Runs test `test` of module `module_path` (its `module_path!()`) alone in a child process of
+/// this test binary, ignored or not, on one thread, output not captured, with `env` set; for a
+/// test that needs a process of its own (it sets variables that other tests read, or reads one
+/// that would change theirs) in a binary shared with other tests. Panics unless the child ran
+/// exactly that test; its exit status is the caller's to check.
+pub fn run_alone(module_path: &str, test: &str, env: &[(&str, &str)]) -> Output {
+    let name = test_name(module_path, test);
+    let exe = std::env::current_exe().expect("the test binary's own path");
+    let out = Command::new(exe)
+        .args(["--exact", &name, "--include-ignored", "--nocapture"])
+        .arg("--test-threads=1")
+        .env(CHILD_ENV, &name)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running {name} in a child process: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("running 1 test"),
+        "the child process did not run {name} alone:\n{stdout}"
+    );
+    out
+}
+
+/// True in the child process that [`run_alone`] started for test `test` of `module_path`.
+pub fn in_child(module_path: &str, test: &str) -> bool {
+    std::env::var(CHILD_ENV).is_ok_and(|v| v == test_name(module_path, test))
+}
+
+/// A proptest configuration of `cases` cases whose failures are saved beside the test's source
+/// file (`foo.rs`: `foo.proptest-regressions`) and run again first from there. Proptest's
+/// default looks for the test binary's `main.rs` above the file and would keep them under
+/// `tests/proptest-regressions/` instead.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, FileFailurePersistence};
+    Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    }
 }
 
 /// The python of `scripts/pyenv.sh` (created on first use), or `None` after printing why

@@ -1,6 +1,6 @@
 //! ONNX models written byte by byte (the protobuf wire format of the few `onnx.proto` fields
 //! they use): the hostile models of `tests/hostile/onnx.rs`, also seeds of
-//! `tests/onnx_fuzz.rs` (which includes this file).
+//! `tests/host/fuzz_onnx.rs` (which includes this file).
 
 #![allow(dead_code)] // each test crate that includes this file uses a part of it
 

@@ -1,7 +1,7 @@
 //! The runtime on a real adapter: identical outputs for every memory option, a long dynamic
 //! loop that stays bounded, and out-of-memory handling.
 
-mod common;
+use crate::common;
 
 use dynrt::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
 use dynrt::gpu::{testing, Engine, Gpu};

@@ -2,7 +2,7 @@
 //! errors for a missing model. Real-model runs skip without the fetched model
 //! (`DYNRT_REQUIRE_MODEL=1` makes that a failure).
 
-mod common;
+use crate::common;
 
 use dynrt::gpu::testing;
 use std::process::Command;

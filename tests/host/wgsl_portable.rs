@@ -4,7 +4,7 @@
 //! are all ones passes every native test and fails only in the browser. This test reads the
 //! shaders as text and names each such literal; load the bits from a `var<private>` instead.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

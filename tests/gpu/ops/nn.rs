@@ -8,8 +8,7 @@
 //! for a convolution), rtol 1e-5; pooling max exact, average atol 1e-6 rtol 1e-5; batch norm
 //! and rotary atol 1e-5 rtol 1e-5.
 
-mod ops_common;
-
+use super::*;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::graph::ops::conv::{AutoPad, Window};
 use dynrt::graph::ops::{BatchNorm, Conv, Gemm, MatMul, Pool, PoolKind, RotaryEmbedding};
@@ -17,7 +16,6 @@ use dynrt::graph::reference::RefTensor;
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::DType;
-use ops_common::*;
 
 fn product_tol(k: u64) -> Tol {
     Tol {

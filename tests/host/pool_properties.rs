@@ -2,6 +2,7 @@
 //! requester that conflicts with one of the record's users, and releasing everything returns
 //! the bytes in use to zero.
 
+use crate::common;
 use dynrt::graph::deps::{basic_dependencies, lifetimes, out_of_order_dependencies, DepGraph};
 use dynrt::graph::Position;
 use dynrt::memory::pool::{acquire_descending, HostStorage, MemoryPool, NetworkId, PoolRequest};
@@ -62,7 +63,7 @@ fn check_no_conflicting_users(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(common::proptest_config(96))]
 
     #[test]
     fn pool_respects_dependencies_while_running((g, sizes, dynamic) in dag(), ooo in any::<bool>()) {

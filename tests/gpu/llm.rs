@@ -13,7 +13,7 @@
 //! the first run pays for it. Without the model or the Python venv the real-model tests
 //! print SKIP; `DYNRT_REQUIRE_MODEL=1` makes that a failure.
 
-mod common;
+use crate::common;
 
 use dynrt::gguf::{GgmlType, GgufError, TinyLlama};
 use dynrt::gpu::{testing, Engine};

@@ -278,7 +278,7 @@ fn node_test_cases_run_on_the_gpu() {
             continue;
         }
         let case = testdata::load_case(path, &LoadOptions::default()).unwrap_or_else(|e| {
-            panic!("{name}: every case parses (tests/onnx_node_tests.rs): {e}")
+            panic!("{name}: every case parses (tests/host/onnx_node_tests.rs): {e}")
         });
         let mut ops: Vec<&str> = case
             .model

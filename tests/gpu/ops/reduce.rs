@@ -7,15 +7,13 @@
 //! log-softmax atol 1e-5 rtol 1e-5, norms atol 1e-4 rtol 1e-4, sums and means atol 1e-5 * n
 //! (f32 accumulation of n terms in [-1, 1)), max and min exact, i32 cumulative sums exact.
 
-mod ops_common;
-
+use super::*;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::graph::ops::{CumSum, LayerNorm, Reduce, ReduceAxes, ReduceKind, RmsNorm, Softmax};
 use dynrt::graph::reference::{RefTensor, Values};
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::DType;
-use ops_common::*;
 
 #[test]
 fn softmax_and_log_softmax_on_any_axis() {

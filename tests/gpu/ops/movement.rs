@@ -8,8 +8,7 @@
 //! Everything here is exact (data movement and integers); random cases are seeded. A few
 //! known answers pin the reference to ONNX's definitions.
 
-mod ops_common;
-
+use super::*;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::graph::ops::{
     self, ConstantOfShape, Expand, Flatten, Gather, Range, ReshapeTo, ShapeOf, SizeOf, Slice,
@@ -19,7 +18,6 @@ use dynrt::graph::reference::{RefTensor, Values};
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::DType;
-use ops_common::*;
 
 /// A random tensor of `dtype` (f32 in [-1, 1), integers in [-1000, 1000)).
 fn rand_of(rng: &mut SplitMix64, dtype: DType, dims: &[u64]) -> RefTensor {

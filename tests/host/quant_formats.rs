@@ -4,7 +4,7 @@
 //! or NaN, whose NaN payloads the two sides need not agree on). Needs the Python reference
 //! (`scripts/pyenv.sh`); skipped without it, a failure under `DYNRT_REQUIRE_MODEL=1`.
 
-mod common;
+use crate::common;
 
 use dynrt::formats::FORMATS;
 use dynrt::rng::SplitMix64;

@@ -6,7 +6,7 @@
 //! Without the model or the Python venv the tests print SKIP; `DYNRT_REQUIRE_MODEL=1`
 //! (set by `scripts/test.sh` after fetching) makes that a failure.
 
-mod common;
+use crate::common;
 
 use dynrt::fetch;
 use dynrt::gguf::{GgmlType, Gguf, GgufError, MappedGguf, MetaValue};

@@ -1,7 +1,7 @@
 //! naga validates every WGSL file in `shaders/`, and each file follows the house layout:
 //! a header comment, and compute entry points named `<family>_<variant>` after the file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

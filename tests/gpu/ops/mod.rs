@@ -1,8 +1,11 @@
-//! What the `tests/ops_*.rs` kernel tests share: run one op on every test backend through
-//! `run_op` (twice: tensors at 256-byte boundaries and 4 bytes past them) and compare with
-//! the CPU reference, typed (integers exactly, floats within a stated tolerance).
+//! The op families against the CPU reference, typed ([`movement`], [`nn`], [`reduce`]). What
+//! they share: run one op on every test backend through `run_op` (twice: tensors at 256-byte
+//! boundaries and 4 bytes past them) and compare with the CPU reference, typed (integers
+//! exactly, floats within a stated tolerance).
 
-#![allow(dead_code)]
+mod movement;
+mod nn;
+mod reduce;
 
 use dynrt::gpu::kernels::run::run_op;
 use dynrt::gpu::kernels::Kernels;

@@ -2,12 +2,10 @@
 //! process with the variable set, parses every line the child printed, and checks the
 //! arithmetic line by line and against the child's own in-process history.
 
+use crate::common;
 use dynrt::gpu::{testing, BufferDesc, Engine};
 use dynrt::memory::accounting::{check_history, parse_history, AllocOp};
 use dynrt::memory::AllocKind;
-use std::process::Command;
-
-const CHILD_ENV: &str = "DYNRT_HISTORY_CHILD";
 
 /// Runs in the child: a mix of allocations and frees of every supported kind, then prints the
 /// in-process history to stdout for the parent to compare.
@@ -15,7 +13,7 @@ const CHILD_ENV: &str = "DYNRT_HISTORY_CHILD";
 #[ignore = "child process of verbose_history_lines_parse_and_add_up"]
 fn history_child() {
     assert!(
-        std::env::var(CHILD_ENV).is_ok(),
+        common::in_child(module_path!(), "history_child"),
         "run by verbose_history_lines_parse_and_add_up, not by hand"
     );
     let Some(gpu) = testing::gpu_or_skip("history_child") else {
@@ -69,20 +67,11 @@ fn verbose_history_lines_parse_and_add_up() {
 }
 
 fn check_child_history(backend: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "history_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .env("DYNRT_VERBOSE", "2")
-        .env("WGPU_BACKEND", backend)
-        .output()
-        .unwrap();
+    let out = common::run_alone(
+        module_path!(),
+        "history_child",
+        &[("DYNRT_VERBOSE", "2"), ("WGPU_BACKEND", backend)],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -14,7 +14,7 @@
 //! Without the model, the Python venv or an adapter the test prints SKIP;
 //! `DYNRT_REQUIRE_MODEL=1` / `DYNRT_REQUIRE_GPU=1` make that a failure.
 
-mod common;
+use crate::common;
 
 use dynrt::fetch;
 use dynrt::gguf::MappedGguf;
@@ -38,7 +38,7 @@ const LOGITS_ATOL: f32 = 2e-3;
 /// Greedy tokens per prompt.
 const STEPS: usize = 32;
 
-/// The chat-template prompt for "What is the capital of France?" (as `tests/smollm2.rs`
+/// The chat-template prompt for "What is the capital of France?" (as `tests/host/smollm2.rs`
 /// checks the tokenizer gives it).
 const FRANCE_PROMPT_IDS: [u32; 37] = [
     1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407,

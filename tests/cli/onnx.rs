@@ -2,6 +2,7 @@
 //! attention fixture (`fixtures/onnx/kv_attention.onnx`), with `.npy` files in and out,
 //! against the public session API and the inputs' own concatenation.
 
+use crate::common;
 use dynrt::gpu::{testing, Engine};
 use dynrt::npy::{read_npy_file, write_npy_file};
 use dynrt::onnx::{Carry, HostTensor, OnnxSession, SessionOptions, TensorData};
@@ -14,13 +15,6 @@ const HEAD_DIM: u64 = 4;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/kv_attention.onnx")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn f32s(t: &HostTensor) -> Vec<f32> {
@@ -78,7 +72,7 @@ fn run_writes_every_output_as_npy_and_matches_the_session() {
     let Some(gpu) = testing::gpu_or_skip("onnx_cli run") else {
         return;
     };
-    let dir = scratch("onnx_cli_run");
+    let dir = common::scratch("onnx_cli_run");
     let out_dir = dir.join("out");
     for past in [0u64, 3] {
         let named = feeds(&dir, past, 2);
@@ -146,7 +140,7 @@ fn run_names_a_missing_or_unknown_input() {
     let Some(_gpu) = testing::gpu_or_skip("onnx_cli errors") else {
         return;
     };
-    let dir = scratch("onnx_cli_errors");
+    let dir = common::scratch("onnx_cli_errors");
     let named = feeds(&dir, 1, 1);
     let model = fixture().display().to_string();
     let arg = |name: &str| format!("{name}={}", dir.join(format!("{name}.npy")).display());
@@ -176,7 +170,7 @@ fn bench_onnx_prints_one_json_line_per_run() {
     let Some(_gpu) = testing::gpu_or_skip("onnx_cli bench") else {
         return;
     };
-    let dir = scratch("onnx_cli_bench");
+    let dir = common::scratch("onnx_cli_bench");
     feeds(&dir, 0, 4);
     let out = dir.join("out");
     let model = fixture().display().to_string();

@@ -1,6 +1,7 @@
 //! Property tests of the static planner: every strategy's plan passes the validator, the
 //! validator rejects overlaps and misalignment, and heights respect the lower bound.
 
+use crate::common;
 use dynrt::memory::planner::{
     build, lower_bound, validate, PlanBuffer, PlanError, PlanOptions, Strategy as PlanStrategy,
 };
@@ -90,7 +91,7 @@ fn greedy_baseline_height(bufs: &[PlanBuffer]) -> u64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(common::proptest_config(8))]
 
     /// The anytime promise: whatever the time limit, the planner returns a valid plan no higher
     /// than the greedy baseline.
@@ -117,7 +118,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(common::proptest_config(64))]
 
     #[test]
     fn every_strategy_gives_a_valid_plan(bufs in buffers(), min_align in prop::sample::select(vec![1u64, 4, 256])) {

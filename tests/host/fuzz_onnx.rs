@@ -20,10 +20,12 @@ use bytes::Bytes;
 use dynrt::onnx::external::BytesResolver;
 use dynrt::onnx::{testdata, LoadOptions, OnnxFile};
 use dynrt::rng::SplitMix64;
+use std::cell::Cell;
 use std::path::Path;
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
-#[path = "hostile/onnx/models.rs"]
+#[path = "../hostile/onnx/models.rs"]
 mod hostile;
 
 fn seeds() -> Vec<Vec<u8>> {
@@ -135,6 +137,26 @@ fn mutate(rng: &mut SplitMix64, seeds: &[Vec<u8>]) -> Vec<u8> {
     b
 }
 
+thread_local! {
+    static QUIET_PANICS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Turns the printing of panics off (or back on) on the calling thread. The panic hook is
+/// process-wide: the one installed here (once) passes the panics of every other thread to the
+/// hook it replaced.
+fn quiet_panics_on_this_thread(quiet: bool) {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET_PANICS.with(Cell::get) {
+                hook(info);
+            }
+        }));
+    });
+    QUIET_PANICS.with(|q| q.set(quiet));
+}
+
 #[test]
 fn loader_never_panics_on_mutated_files() {
     let secs: u64 = std::env::var("DYNRT_FUZZ_SECS")
@@ -159,15 +181,14 @@ fn loader_never_panics_on_mutated_files() {
         .count();
     assert!(loaded_seeds >= 2, "only {loaded_seeds} seeds load");
 
-    // Panics are caught and counted; keep the default hook from printing each one.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
     let mut rng = SplitMix64::new(seed);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let (mut execs, mut ok, mut errors, mut findings) = (0u64, 0u64, 0u64, Vec::new());
     while Instant::now() < deadline {
         for _ in 0..64 {
             let input = mutate(&mut rng, &seeds);
+            // Panics are caught and counted; keep the hook from printing each one.
+            quiet_panics_on_this_thread(true);
             let result = std::panic::catch_unwind(|| {
                 let bytes = Bytes::from(input.clone());
                 let model = OnnxFile::from_bytes(bytes.clone(), &resolver, &options);
@@ -185,6 +206,7 @@ fn loader_never_panics_on_mutated_files() {
                 let _ = dynrt::npy::read_npy(&input);
                 model.is_ok()
             });
+            quiet_panics_on_this_thread(false);
             execs += 1;
             match result {
                 Ok(true) => ok += 1,
@@ -198,7 +220,6 @@ fn loader_never_panics_on_mutated_files() {
             }
         }
     }
-    std::panic::set_hook(hook);
     eprintln!(
         "onnx fuzz: {execs} executions in {secs} s from {} seeds (seed {seed:#x}): {ok} loaded, {errors} typed errors, {} panics",
         seeds.len(),

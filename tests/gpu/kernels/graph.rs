@@ -6,7 +6,7 @@
 //! Tolerance: |gpu - ref| <= 2e-3 + 2e-3 |ref| (a chain of ~30 f32 kernels against f64
 //! intermediates).
 
-mod common;
+use crate::common;
 
 use dynrt::gpu::kernels::run::run_graph;
 use dynrt::gpu::kernels::Kernels;

@@ -28,7 +28,7 @@ fn skip_or_fail(test: &str, reason: &str) {
 }
 
 /// The example binary that `cargo test` builds beside the test binaries
-/// (`target/<profile>/examples/`), rebuilt first so that `--test desktop_chat` alone
+/// (`target/<profile>/examples/`), rebuilt first so that `--test cli desktop_chat::` alone
 /// does not run a stale one.
 fn example_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");

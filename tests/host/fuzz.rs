@@ -5,7 +5,7 @@
 //! long campaign is
 //!
 //! ```text
-//! DYNRT_FUZZ_SECS=600 cargo test --release --test fuzz -- --nocapture --test-threads 1
+//! DYNRT_FUZZ_SECS=600 cargo test --release --test host fuzz:: -- --nocapture --test-threads 1
 //! ```
 //!
 //! which prints the executions and what the inputs exercised. `DYNRT_FUZZ_SEED` picks the
@@ -27,7 +27,7 @@
 //! read or refused with a message that quotes little, and that what is read writes and reads
 //! back the same.
 
-mod common;
+use crate::common;
 
 use dynrt::gguf::{GgmlType, Gguf, GgufBuilder, MetaArray, MetaValue, TinyLlama};
 use dynrt::graph::ops::{rope_table, rope_table_rows};

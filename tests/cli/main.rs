@@ -1,0 +1,13 @@
+//! The command-line tests: the built `dynrt` binary (`CARGO_BIN_EXE_dynrt`) end to end, and
+//! the desktop example under Xvfb. One binary, so that `cargo test` links dynrt once for all of
+//! them rather than once per file.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod desktop_chat;
+mod generate;
+mod info;
+mod onnx;
+mod plan;
+mod predict;
