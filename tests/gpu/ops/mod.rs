@@ -1,7 +1,8 @@
 //! The op families against the CPU reference, typed ([`movement`], [`nn`], [`reduce`]). What
 //! they share: run one op on every test backend through `run_op` (twice: tensors at 256-byte
 //! boundaries and 4 bytes past them) and compare with the CPU reference, typed (integers
-//! exactly, floats within a stated tolerance).
+//! exactly, floats within a stated tolerance). The tolerance type and the GPU list serve the
+//! [`kernels`](crate::kernels) tests too.
 
 mod movement;
 mod nn;

@@ -1,0 +1,231 @@
+//! The families of a transformer layer besides matmul: softmax, layer norm and RMS norm
+//! (`shaders/reduce.wgsl`), rotary embedding (`shaders/rotary.wgsl`) and grouped-query
+//! attention over a growing cache (`shaders/attention.wgsl`).
+
+use super::*;
+
+#[test]
+fn softmax_layer_norm_rms_norm() {
+    for gpu in gpus("softmax_layer_norm_rms_norm") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(4);
+        let sm = Tol {
+            atol: 2e-6,
+            rtol: 1e-4,
+        };
+        let nt = Tol {
+            atol: 1e-4,
+            rtol: 1e-4,
+        };
+        for dims in [
+            vec![1],
+            vec![3, 1],
+            vec![2, 64],
+            vec![5, 65],
+            vec![2, 3, 700],
+            vec![0, 8],
+            vec![4, 0],
+            vec![300, 7],
+        ] {
+            let d = *dims.last().unwrap();
+            let x = f32_tensor(&mut rng, &dims);
+            let mut xs = x.clone();
+            xs.values.iter_mut().for_each(|v| *v *= 30.0); // large logits: stability
+            check(
+                &gpu,
+                &mut k,
+                &Op::Softmax(ops::Softmax::LAST),
+                &[xs],
+                sm,
+                &format!("softmax {dims:?}"),
+            );
+            let g = f32_tensor(&mut rng, &[d]);
+            let b = f32_tensor(&mut rng, &[d]);
+            check(
+                &gpu,
+                &mut k,
+                &Op::LayerNorm(ops::LayerNorm {
+                    eps: 1e-5,
+                    axis: -1,
+                }),
+                &[x.clone(), g.clone(), b],
+                nt,
+                &format!("layer_norm {dims:?}"),
+            );
+            check(
+                &gpu,
+                &mut k,
+                &Op::RmsNorm(ops::RmsNorm {
+                    eps: 1e-6,
+                    axis: -1,
+                }),
+                &[x, g],
+                nt,
+                &format!("rms_norm {dims:?}"),
+            );
+        }
+        // Masked rows (all but one entry at the mask value) stay finite.
+        let mut x = f32_tensor(&mut rng, &[2, 5]);
+        for v in x.values.iter_mut().skip(1) {
+            *v = MASK_VALUE;
+        }
+        let out = check(
+            &gpu,
+            &mut k,
+            &Op::Softmax(ops::Softmax::LAST),
+            &[x],
+            sm,
+            "softmax masked",
+        );
+        assert!((out[0] - 1.0).abs() < 1e-6 && out.iter().all(|v| v.is_finite()));
+    }
+}
+
+/// An i32 tensor (positions, ids) carried as f32.
+fn i32_tensor(dims: &[u64], values: Vec<i32>) -> HostTensor {
+    HostTensor {
+        shape: s(dims),
+        dtype: DType::I32,
+        values: values.into_iter().map(|v| v as f32).collect(),
+    }
+}
+
+#[test]
+fn rope_on_adjacent_pairs() {
+    for gpu in gpus("rope_on_adjacent_pairs") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(21);
+        let tol = Tol {
+            atol: 1e-6,
+            rtol: 1e-5,
+        };
+        // (rows, heads, head_dim, rope_dim, positions covered, base): SmolLM2's heads, a partial
+        // rotation, odd row counts, a table as long as SmolLM2's context.
+        let cases: [(u64, u64, u32, u32, u32, f64); 6] = [
+            (1, 9, 64, 64, 64, 100_000.0),
+            (7, 3, 64, 64, 8192, 100_000.0),
+            (5, 2, 16, 8, 32, 10_000.0),
+            (3, 4, 2, 2, 4, 10_000.0),
+            (33, 1, 128, 128, 40, 500_000.0),
+            (0, 3, 16, 16, 4, 10_000.0),
+        ];
+        for (rows, heads, d, r, p_rows, base) in cases {
+            let x = f32_tensor(&mut rng, &[rows, heads * u64::from(d)]);
+            // Positions anywhere in the table, the last row, and (when there are rows enough)
+            // one below and one past it: those rows must come out as zeros.
+            // The two-level table covers block * (rows - block) >= p_rows positions.
+            let block = ops::rope_block(p_rows);
+            let t_rows = ops::rope_table_rows(p_rows);
+            let covered = block * (t_rows - block);
+            let mut pos: Vec<i32> = (0..rows)
+                .map(|_| rng.range(0, u64::from(p_rows)) as i32)
+                .collect();
+            if rows >= 3 {
+                pos[0] = covered as i32 - 1;
+                pos[1] = -1;
+                pos[2] = covered as i32;
+            }
+            let table = HostTensor {
+                shape: s(&[u64::from(t_rows), u64::from(r)]),
+                dtype: DType::F32,
+                values: ops::rope_table(base, r, p_rows),
+            };
+            // Adjacent pairs (GGUF llama) and halves (qwen2, gemma), each against the CPU
+            // reference.
+            for interleaved in [true, false] {
+                let ctx = format!("rope rows {rows} heads {heads} d {d} r {r} table {p_rows} interleaved {interleaved}");
+                let op = Op::Rope(ops::Rope {
+                    head_dim: d,
+                    block,
+                    interleaved,
+                });
+                let got = check(
+                    &gpu,
+                    &mut k,
+                    &op,
+                    &[x.clone(), i32_tensor(&[rows], pos.clone()), table.clone()],
+                    tol,
+                    &ctx,
+                );
+                if rows >= 3 {
+                    let w = (heads * u64::from(d)) as usize;
+                    assert!(got[w..3 * w].iter().all(|&v| v == 0.0), "{ctx}");
+                    // A rotation keeps the norm of each pair.
+                    let n0: f32 = x.values[..w].iter().map(|v| v * v).sum();
+                    let n1: f32 = got[..w].iter().map(|v| v * v).sum();
+                    assert!((n0 - n1).abs() < 1e-4 * n0.max(1.0), "{ctx}: {n0} vs {n1}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn grouped_query_attention_over_a_growing_cache() {
+    for gpu in gpus("grouped_query_attention_over_a_growing_cache") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(22);
+        let tol = Tol {
+            atol: 2e-6,
+            rtol: 1e-4,
+        };
+        // (queries S, keys T, heads, kv heads, head_dim, value scale): SmolLM2's decode and
+        // prefill shapes, prefill on top of a past, plain multi-head attention, the largest
+        // head, more keys than invocations per workgroup, no queries.
+        let cases: [(u64, u64, u32, u32, u64, f32); 10] = [
+            (1, 1, 9, 3, 64, 1.0),
+            (1, 37, 9, 3, 64, 1.0),
+            (1, 300, 4, 2, 16, 1.0),
+            (5, 5, 4, 2, 16, 1.0),
+            (7, 20, 6, 2, 32, 1.0),
+            (4, 4, 2, 2, 8, 1.0),
+            (3, 130, 2, 1, 128, 1.0),
+            (16, 16, 9, 3, 64, 1.0),
+            (2, 70, 4, 4, 24, 4.0),
+            (0, 3, 2, 1, 8, 1.0),
+        ];
+        for (s_q, t, h, kvh, d, scale) in cases {
+            let mut q = f32_tensor(&mut rng, &[s_q, u64::from(h) * d]);
+            let mut kk = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
+            let v = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
+            // Sharp scores (scale 4): probabilities near 0 and 1, the running max moves.
+            q.values.iter_mut().for_each(|x| *x *= scale);
+            kk.values.iter_mut().for_each(|x| *x *= scale);
+            let op = Op::Attention(ops::Attention {
+                num_heads: h,
+                num_kv_heads: kvh,
+            });
+            let tol = if scale > 1.0 {
+                Tol {
+                    atol: 1e-5,
+                    rtol: 1e-4,
+                }
+            } else {
+                tol
+            };
+            // Twice: aligned (the vec4 entry point) and skewed by one element (the scalar
+            // one); `check` skews by the context's length mod 3.
+            let mut ctx = format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}");
+            while ctx.len() % 3 != 0 {
+                ctx.push(' ');
+            }
+            let ins = [q, kk, v];
+            check(&gpu, &mut k, &op, &ins, tol, &ctx);
+            check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
+        }
+        // Both entry points ran.
+        assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
+        // A head beyond the kernel's registers is a typed error, not a wrong answer.
+        let op = Op::Attention(ops::Attention {
+            num_heads: 1,
+            num_kv_heads: 1,
+        });
+        let ins = [
+            f32_tensor(&mut rng, &[1, 130]),
+            f32_tensor(&mut rng, &[2, 130]),
+            f32_tensor(&mut rng, &[2, 130]),
+        ];
+        let e = run(&gpu, &mut k, &op, &ins, &s(&[1, 130]), DType::F32, 0).unwrap_err();
+        assert!(e.to_string().contains("head_dim 130"), "{e}");
+    }
+}
