@@ -101,6 +101,28 @@ fn gguf_seeds() -> Vec<Vec<u8>> {
             .tensor("k", GgmlType::Q4_K, &[256], vec![0; 144])
             .build()
             .unwrap(),
+        // qwen2 (biases, another key prefix) and a K-quant mix (Q5_K projections, Q6_K
+        // embedding, Q4_K head): the config's architecture table and every block format.
+        TinyLlama {
+            architecture: "qwen2",
+            num_layers: 1,
+            projection_type: GgmlType::Q5_0,
+            embedding_type: GgmlType::Q8_0,
+            ..TinyLlama::default()
+        }
+        .build(5)
+        .unwrap(),
+        TinyLlama {
+            num_layers: 1,
+            embedding_len: 256,
+            head_dim: 64,
+            ffn_len: 256,
+            projection_type: GgmlType::Q5_K,
+            embedding_type: GgmlType::Q6_K,
+            ..TinyLlama::default()
+        }
+        .build(6)
+        .unwrap(),
         // Issue 23's hostile metadata: a context of 2^32 - 1 tokens (the RoPE table and
         // everything else sized by it must stay small), and a block count below the blocks
         // the file holds.
