@@ -1,7 +1,7 @@
 //! `dynrt inspect MODEL.gguf [--json]`: what a GGUF holds and whether dynrt can run it,
 //! before anything is loaded: the architecture, tensors per type with their bytes, the
 //! configuration the metadata gives, what is unsupported, and the limits that are choices
-//! of this device (the longest context it holds, the largest tensor one binding takes).
+//! of this device (the longest context it holds; tables larger than one binding run in pieces).
 //! The file is mapped, not read; nothing goes to the device.
 
 use anyhow::Context;
@@ -66,19 +66,6 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
                 l.max_storage_buffer_binding_size.min(l.max_buffer_size),
             )
         });
-    // A projection weight larger than a binding runs in row pieces; the embedding table is
-    // gathered from (and is the head when tied) as one binding.
-    if let Some((_, max_binding)) = &device {
-        if let Some(embd) = gguf.tensor("token_embd.weight") {
-            if embd.size_bytes() > *max_binding {
-                problems.push(format!(
-                    "tensor token_embd.weight ({} bytes) is larger than this device's largest \
-                     storage binding ({max_binding} bytes): embedding tables are not split yet",
-                    embd.size_bytes()
-                ));
-            }
-        }
-    }
     let cfg = config.as_ref().ok();
     let context_here = match (cfg, &device) {
         (Some(c), Some((_, b))) => Some(context_on_device(c, *b)),

@@ -24,7 +24,9 @@ use super::arch::RopeScaling;
 use super::LlmError;
 use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
-use crate::graph::ops::{rope_block, rope_table_rows, rope_table_scaled, Rope};
+use crate::graph::ops::{
+    rope_block, rope_table_rows, rope_table_scaled, BinaryOp, CompareOp, Rope, Unsqueeze,
+};
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
 use crate::shape::{DType, Shape};
@@ -147,10 +149,10 @@ impl Builder<'_> {
         Ok(node)
     }
 
-    /// `x · wᵀ` for the tensor `name` `[n_out, n_in]`. A weight whose device bytes exceed
-    /// one storage binding (a large vocabulary's head) is used in pieces of whole rows that
-    /// each fit, their outputs concatenated: `[S, n_out]` either way.
-    fn project_tensor(&mut self, label: String, x: NodeId, name: &str) -> Result<NodeId, LlmError> {
+    /// Tensor `name` (`[rows, row_len]`) as constants of whole rows that each fit one
+    /// storage binding: the whole tensor when it fits, else pieces `name#i`. Each entry is
+    /// (first row, rows, constant).
+    fn weight_pieces(&mut self, name: &str) -> Result<Vec<(u64, u64, NodeId)>, LlmError> {
         let info = self.gguf.require_tensor(name)?;
         let rows = info.num_rows();
         let row_bytes = match self.format {
@@ -159,16 +161,34 @@ impl Builder<'_> {
         };
         let per_piece = (self.max_binding / row_bytes.max(1)).max(1);
         if rows <= per_piece {
-            let w = self.weight(name)?;
-            return Ok(self.project(label, x, w));
+            return Ok(vec![(0, rows, self.weight(name)?)]);
         }
-        let mut parts = Vec::new();
+        let mut pieces = Vec::new();
         for (i, start) in (0..rows).step_by(per_piece as usize).enumerate() {
             let end = (start + per_piece).min(rows);
             let w = self.weight_rows(name, format!("{name}#{i}"), start..end)?;
-            parts.push(self.project(format!("{label}#{i}"), x, w));
+            pieces.push((start, end - start, w));
         }
-        Ok(self.b.concat(label, &parts, 1))
+        Ok(pieces)
+    }
+
+    /// `x · wᵀ` for a weight `[n_out, n_in]` held in `pieces` ([`Builder::weight_pieces`]):
+    /// one projection per piece, their outputs concatenated (`[S, n_out]` either way).
+    fn project_pieces(
+        &mut self,
+        label: String,
+        x: NodeId,
+        pieces: &[(u64, u64, NodeId)],
+    ) -> NodeId {
+        if let [(_, _, w)] = pieces {
+            return self.project(label, x, *w);
+        }
+        let parts: Vec<NodeId> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, _, w))| self.project(format!("{label}#{i}"), x, w))
+            .collect();
+        self.b.concat(label, &parts, 1)
     }
 
     /// `x · wᵀ` for `w` `[n_out, n_in]`.
@@ -206,9 +226,46 @@ impl Builder<'_> {
         Ok(values)
     }
 
-    /// Rows `ids` of the embedding table (f32 out whatever the table's format).
-    fn embed(&mut self, table: NodeId, ids: NodeId) -> NodeId {
-        self.b.gather("embed", table, ids)
+    /// Rows `ids` (i32 `[S]`) of the embedding table held in `pieces` (f32 `[S, W]`
+    /// whatever the table's format). A table in pieces is gathered from every piece with the
+    /// ids made local and clamped into it, and each row taken from the last piece whose first
+    /// row is at most its id (`where`); ids are known to be inside the vocabulary (the
+    /// session checks them).
+    fn embed_pieces(&mut self, pieces: &[(u64, u64, NodeId)], ids: NodeId) -> NodeId {
+        if let [(_, _, table)] = pieces {
+            return self.b.gather("embed", *table, ids);
+        }
+        let one = Shape::new(vec![1]);
+        let zero = self.b.constant_i32("embed.zero", one.clone(), &[0]);
+        let mut out = None;
+        for (i, &(start, rows, table)) in pieces.iter().enumerate() {
+            let p = |s: &str| format!("embed#{i}.{s}");
+            // Rows of a piece fit a binding: far below i32::MAX, as the vocabulary is.
+            let first = self
+                .b
+                .constant_i32(p("first"), one.clone(), &[start as i32]);
+            let last = self
+                .b
+                .constant_i32(p("last"), one.clone(), &[rows as i32 - 1]);
+            let local = self.b.sub(p("local"), ids, first);
+            let local = self.b.binary(p("low"), BinaryOp::Max, local, zero);
+            let local = self.b.binary(p("high"), BinaryOp::Min, local, last);
+            let rows_here = self.b.gather(p("rows"), table, local);
+            out = Some(match out {
+                None => rows_here,
+                Some(before) => {
+                    let take = self
+                        .b
+                        .node(p("take"), CompareOp::GreaterOrEqual, &[ids, first]);
+                    let take = self
+                        .b
+                        .node(p("take2d"), Unsqueeze { axes: vec![1] }, &[take]);
+                    self.b.where_(p("select"), take, rows_here, before)
+                }
+            });
+        }
+        // At least two pieces here.
+        out.unwrap_or(zero)
     }
 }
 
@@ -279,8 +336,8 @@ pub fn build_graph(
         ]),
         table_values,
     );
-    let embd = bl.weight("token_embd.weight")?;
-    let mut x = bl.embed(embd, tokens);
+    let embd = bl.weight_pieces("token_embd.weight")?;
+    let mut x = bl.embed_pieces(&embd, tokens);
     let mut presents = Vec::new();
     let mut states = Vec::new();
     for l in 0..config.num_layers {
@@ -338,9 +395,10 @@ pub fn build_graph(
     let out_norm = bl.weight("output_norm.weight")?;
     let xf = bl.b.rms_norm("output_norm", last, out_norm, eps);
     let logits = if config.tied_output {
-        bl.project(labels::LOGITS.into(), xf, embd)
+        bl.project_pieces(labels::LOGITS.into(), xf, &embd)
     } else {
-        bl.project_tensor(labels::LOGITS.into(), xf, "output.weight")?
+        let head = bl.weight_pieces("output.weight")?;
+        bl.project_pieces(labels::LOGITS.into(), xf, &head)
     };
     let mut b = bl.b;
     b.output(logits);

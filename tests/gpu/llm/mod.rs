@@ -238,30 +238,43 @@ fn tiny_models_match_the_reference_step_by_step() {
             &["--prompt", prompt, "--max-tokens", "12", "--ignore-eos"],
             false,
         );
-        // An untied head also runs in row pieces, as a head larger than the device's
-        // largest binding does (Qwen2.5's 151,936-row head on lavapipe's 128 MiB): a cap of
-        // half its bytes makes two pieces, and in f32 (4 bytes a weight) the file's byte
-        // count makes four. (The cap also bounds the context, as on such a device: one
-        // layer's keys must fit a binding; these caps leave room for the prompt and 12.)
-        let head_bytes = t.untied_output.then(|| {
+        // The embedding (and the head, tied or not) also run in row pieces, as tables
+        // larger than the device's largest binding do (Qwen2.5's 151,936-row head on
+        // lavapipe's 128 MiB, Gemma 3's 170 MiB embedding at a browser's default): a cap of
+        // about half the embedding's bytes makes two pieces of the blocks as stored, and in
+        // f32 (4 bytes a weight) its byte count makes four or more. (The cap also bounds the
+        // context, as on such a device: one layer's keys must fit a binding.)
+        let embd_bytes = {
             let g = dynrt::gguf::Gguf::parse(&bytes).unwrap();
-            g.tensor("output.weight").unwrap().size_bytes()
-        });
+            g.tensor("token_embd.weight").unwrap().size_bytes()
+        };
         let backing: dynrt::tensor::Backing = Arc::new(bytes);
-        let mut configs = vec![(WeightFormat::Native, None), (WeightFormat::F32, None)];
-        if let Some(b) = head_bytes {
-            configs.push((WeightFormat::Native, Some(b / 2)));
-            configs.push((WeightFormat::F32, Some(b)));
-        }
+        // Keys of 40 positions in one binding: the prompt and 12 tokens fit.
+        let keys_40 = u64::from(t.num_kv_heads * t.head_dim) * 4 * 40;
+        let cap = (embd_bytes / 2).max(keys_40);
+        assert!(cap < embd_bytes, "{name}: the cap must split the embedding");
+        let configs = [
+            (WeightFormat::Native, None),
+            (WeightFormat::F32, None),
+            (WeightFormat::Native, Some(cap)),
+            (WeightFormat::F32, Some(embd_bytes)),
+        ];
         for (format, max_binding_bytes) in configs {
             let ctx = format!("{name} {format:?} max binding {max_binding_bytes:?}");
             if let Some(cap) = max_binding_bytes {
-                // The head is in pieces: the graph holds `output.weight#0..`.
+                // The tables are in pieces: the graph holds `token_embd.weight#0..` (and
+                // `output.weight#0..`), not the whole tensors.
                 let g = dynrt::gguf::Gguf::parse((*backing).as_ref()).unwrap();
                 let c = dynrt::llm::ModelConfig::from_gguf(&g).unwrap();
                 let mg = dynrt::llm::build_graph(&g, &backing, &c, format, 64, cap).unwrap();
-                assert!(mg.graph.find("output.weight#1").is_some(), "{ctx}");
-                assert!(mg.graph.find("output.weight").is_none(), "{ctx}");
+                let has = |label: &str| mg.graph.find(label).is_some();
+                assert!(
+                    has("token_embd.weight#1") && !has("token_embd.weight"),
+                    "{ctx}"
+                );
+                if t.untied_output {
+                    assert!(has("output.weight#1") && !has("output.weight"), "{ctx}");
+                }
             }
             let options = ModelOptions {
                 format,
