@@ -39,6 +39,8 @@ pub struct TinyLlama {
     pub embedding_type: GgmlType,
     /// Write a separate `output.weight` (untied head) instead of sharing the embedding.
     pub untied_output: bool,
+    /// Write `rope_freqs.weight` (Llama 3.1's per-frequency divisors, here 1 to 8).
+    pub rope_freqs: bool,
 }
 
 impl Default for TinyLlama {
@@ -59,6 +61,7 @@ impl Default for TinyLlama {
             projection_type: GgmlType::Q4_1,
             embedding_type: GgmlType::Q8_0,
             untied_output: false,
+            rope_freqs: false,
         }
     }
 }
@@ -197,6 +200,13 @@ impl TinyLlama {
             )?);
         }
         tensors.push(norm(rng, "output_norm.weight".into(), w));
+        if self.rope_freqs {
+            let half = u64::from(self.head_dim / 2);
+            let x: Vec<u8> = (0..half)
+                .flat_map(|_| rng.uniform(1.0, 8.0).to_le_bytes())
+                .collect();
+            tensors.push(("rope_freqs.weight".into(), GgmlType::F32, vec![half], x));
+        }
         let p = self.projection_type;
         for l in 0..self.num_layers {
             let t = |s: &str| format!("blk.{l}.{s}.weight");

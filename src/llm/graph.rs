@@ -217,15 +217,6 @@ impl Builder<'_> {
         })
     }
 
-    /// The f32 values of a small tensor (`rope_freqs.weight`).
-    fn values(&self, name: &str) -> Result<Vec<f32>, LlmError> {
-        let info = self.gguf.require_tensor(name)?;
-        let bytes = self.gguf.tensor_bytes((**self.backing).as_ref(), name)?;
-        let mut values = vec![0f32; info.num_elements() as usize];
-        crate::gguf::dequantize(name, info.ggml_type(), bytes, &mut values)?;
-        Ok(values)
-    }
-
     /// Rows `ids` (i32 `[S]`) of the embedding table held in `pieces` (f32 `[S, W]`
     /// whatever the table's format). A table in pieces is gathered from every piece with the
     /// ids made local and clamped into it, and each row taken from the last piece whose first
@@ -307,7 +298,7 @@ pub fn build_graph(
     // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
     let context = context.clamp(1, config.context_len);
     let factors = if config.rope_freq_factors {
-        bl.values("rope_freqs.weight")?
+        gguf.dequantize_tensor((**backing).as_ref(), "rope_freqs.weight")?
     } else {
         Vec::new()
     };

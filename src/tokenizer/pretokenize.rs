@@ -67,10 +67,15 @@ impl PreTokenizer {
 /// have; [`split_gpt2`] gives the same result by shortening whitespace runs.
 const GPT2_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+";
 
+/// `pattern` compiled once into `cell`. The patterns are constants that the unit tests
+/// compile (every pre-tokenizer is exercised there), so the panic cannot come from input.
+fn compiled(cell: &'static OnceLock<Regex>, pattern: &'static str) -> &'static Regex {
+    cell.get_or_init(|| Regex::new(pattern).unwrap_or_else(|e| panic!("{pattern}: {e}")))
+}
+
 fn gpt2_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    // The pattern is a constant that a unit test compiles.
-    RE.get_or_init(|| Regex::new(GPT2_PATTERN).unwrap_or_else(|e| panic!("GPT2_PATTERN: {e}")))
+    compiled(&RE, GPT2_PATTERN)
 }
 
 /// Llama 3's pattern (llama.cpp's `llama-bpe`) without its `\s+(?!\S)` lookahead
@@ -84,13 +89,12 @@ const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]
 
 fn llama3_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    // The pattern is a constant that a unit test compiles.
-    RE.get_or_init(|| Regex::new(LLAMA3_PATTERN).unwrap_or_else(|e| panic!("LLAMA3_PATTERN: {e}")))
+    compiled(&RE, LLAMA3_PATTERN)
 }
 
 fn qwen2_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| Regex::new(QWEN2_PATTERN).unwrap_or_else(|e| panic!("QWEN2_PATTERN: {e}")))
+    compiled(&RE, QWEN2_PATTERN)
 }
 
 /// GPT-2's split, `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.

@@ -178,6 +178,14 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
             },
         ));
     }
+    // Llama 3.1's frequency factors (`rope_freqs.weight`) divide the RoPE frequencies.
+    models.push((
+        "llama3-rope-freqs",
+        TinyLlama {
+            rope_freqs: true,
+            ..TinyLlama::default()
+        },
+    ));
     // qwen2: Q/K/V biases and RoPE on halves, with an untied head as Qwen2.5's larger
     // models have (the 0.5B's mix of Q5_0 projections and a Q8_0 head).
     models.push((
