@@ -38,7 +38,7 @@
 //                       out_offset: u32, block: u32, interleaved: u32, _pad: u32 } // 48 bytes
 //   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
 //                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
-//                      scale: f32, _pad: [u32; 2] }                              // 48 bytes
+//                      scale: f32, window: u32, _pad: u32 }                      // 48 bytes
 // Offsets are in elements from the start of each binding.
 
 struct RopeParams {
@@ -67,8 +67,8 @@ struct GqaParams {
     v_offset: u32,
     out_offset: u32,
     scale: f32,
-    _pad0: u32,
-    _pad1: u32,
+    window: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> rp: RopeParams;
@@ -137,11 +137,17 @@ fn attention_rope(
 }
 
 const WG: u32 = 64u;
-const MAX_D: u32 = 128u;
+// Output dims one workgroup accumulates (its registers): a head of D dims takes
+// ceil(D / CHUNK) workgroups, each computing every score and its own CHUNK dims of the sum.
+const CHUNK: u32 = 128u;
+// Largest head: the query is shared by the workgroup's invocations in q_sh / q4_sh.
+const MAX_D: u32 = 512u;
 
 var<workgroup> m_sh: array<f32, 64>;
 var<workgroup> l_sh: array<f32, 64>;
 var<workgroup> acc_sh: array<f32, 2048>;
+var<workgroup> q_sh: array<f32, MAX_D>;
+var<workgroup> q4_sh: array<vec4<f32>, 128>;
 
 // Merges the 64 partial softmaxes of a workgroup (each invocation's running max m and sum
 // l): returns this invocation's rescale factor exp(m - max) and 1 / (the rescaled total).
@@ -181,6 +187,32 @@ fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
     workgroupBarrier();
 }
 
+// One workgroup's item: query row s, head h, and its chunk of output dims [c0, c1).
+struct GqaItem {
+    s: u32,
+    h: u32,
+    g: u32,
+    c0: u32,
+    c1: u32,
+    first: u32,
+    last: u32,
+}
+
+fn gqa_item(item: u32) -> GqaItem {
+    let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
+    let c0 = (item % chunks) * CHUNK;
+    let sh = item / chunks;
+    let s = sh / gp.heads;
+    let h = sh % gp.heads;
+    let last = gp.t - gp.s + s;
+    var first = 0u;
+    if gp.window > 0u && last + 1u > gp.window {
+        first = last + 1u - gp.window;
+    }
+    return GqaItem(s, h, h / (gp.heads / gp.kv_heads), c0, min(c0 + CHUNK, gp.head_dim), first,
+        last);
+}
+
 @compute @workgroup_size(64)
 fn attention_gqa(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -190,57 +222,58 @@ fn attention_gqa(
     // Uniform per workgroup (builtins and uniforms only): the early return keeps every
     // barrier below in uniform control flow.
     let item = workgroup_index(wid, nwg);
-    if item >= gp.s * gp.heads {
+    let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
+    if item >= gp.s * gp.heads * chunks {
         return;
     }
-    let s = item / gp.heads;
-    let h = item % gp.heads;
-    let g = h / (gp.heads / gp.kv_heads);
+    let it = gqa_item(item);
     let hd = gp.head_dim;
-    let last = gp.t - gp.s + s;
     let kw = gp.kv_heads * hd;
+    let qb = gp.q_offset + it.s * gp.heads * hd + it.h * hd;
+    for (var e = lid; e < hd; e += WG) {
+        q_sh[e] = q[qb + e] * gp.scale;
+    }
+    workgroupBarrier();
 
-    var qv: array<f32, MAX_D>;
-    var acc: array<f32, MAX_D>;
-    let qb = gp.q_offset + s * gp.heads * hd + h * hd;
-    for (var e = 0u; e < hd; e++) {
-        qv[e] = q[qb + e] * gp.scale;
+    var acc: array<f32, CHUNK>;
+    let n = it.c1 - it.c0;
+    for (var e = 0u; e < n; e++) {
         acc[e] = 0.0;
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    for (var j = lid; j <= last; j += WG) {
-        let kb = gp.k_offset + j * kw + g * hd;
+    for (var j = it.first + lid; j <= it.last; j += WG) {
+        let kb = gp.k_offset + j * kw + it.g * hd;
         var score = 0.0;
         for (var e = 0u; e < hd; e++) {
-            score += qv[e] * k[kb + e];
+            score += q_sh[e] * k[kb + e];
         }
         if score > m {
             // A new running max: rescale what was summed so far.
             let corr = exp(m - score);
             l *= corr;
-            for (var e = 0u; e < hd; e++) {
+            for (var e = 0u; e < n; e++) {
                 acc[e] *= corr;
             }
             m = score;
         }
         let w = exp(score - m);
         l += w;
-        let vb = gp.v_offset + j * kw + g * hd;
-        for (var e = 0u; e < hd; e++) {
+        let vb = gp.v_offset + j * kw + it.g * hd + it.c0;
+        for (var e = 0u; e < n; e++) {
             acc[e] += w * v[vb + e];
         }
     }
 
     let fi = merge_softmax(lid, m, l);
-    let ob = gp.out_offset + s * gp.heads * hd + h * hd;
-    for (var c = 0u; c < hd; c += 32u) {
+    let ob = gp.out_offset + it.s * gp.heads * hd + it.h * hd;
+    for (var c = it.c0; c < it.c1; c += 32u) {
         for (var e = 0u; e < 32u; e++) {
-            if c + e < hd {
-                acc_sh[lid * 32u + e] = acc[c + e] * fi.x;
+            if c + e < it.c1 {
+                acc_sh[lid * 32u + e] = acc[c - it.c0 + e] * fi.x;
             }
         }
-        store_dims(lid, c, hd, ob, fi.y);
+        store_dims(lid, c, it.c1, ob, fi.y);
     }
 }
 
@@ -253,54 +286,56 @@ fn attention_gqa4(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let item = workgroup_index(wid, nwg);
-    if item >= gp.s * gp.heads {
+    let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
+    if item >= gp.s * gp.heads * chunks {
         return;
     }
-    let s = item / gp.heads;
-    let h = item % gp.heads;
-    let g = h / (gp.heads / gp.kv_heads);
+    let it = gqa_item(item);
     let hd4 = gp.head_dim / 4u;
-    let last = gp.t - gp.s + s;
     let kw4 = gp.kv_heads * hd4;
+    let qb = gp.q_offset / 4u + it.s * gp.heads * hd4 + it.h * hd4;
+    for (var e = lid; e < hd4; e += WG) {
+        q4_sh[e] = q4[qb + e] * gp.scale;
+    }
+    workgroupBarrier();
 
-    var qv: array<vec4<f32>, 32>;
     var acc: array<vec4<f32>, 32>;
-    let qb = gp.q_offset / 4u + s * gp.heads * hd4 + h * hd4;
-    for (var e = 0u; e < hd4; e++) {
-        qv[e] = q4[qb + e] * gp.scale;
+    let c04 = it.c0 / 4u;
+    let n4 = (it.c1 - it.c0) / 4u;
+    for (var e = 0u; e < n4; e++) {
         acc[e] = vec4<f32>(0.0);
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    for (var j = lid; j <= last; j += WG) {
-        let kb = gp.k_offset / 4u + j * kw4 + g * hd4;
+    for (var j = it.first + lid; j <= it.last; j += WG) {
+        let kb = gp.k_offset / 4u + j * kw4 + it.g * hd4;
         var score = 0.0;
         for (var e = 0u; e < hd4; e++) {
-            score += dot(qv[e], k4[kb + e]);
+            score += dot(q4_sh[e], k4[kb + e]);
         }
         if score > m {
             let corr = exp(m - score);
             l *= corr;
-            for (var e = 0u; e < hd4; e++) {
+            for (var e = 0u; e < n4; e++) {
                 acc[e] *= corr;
             }
             m = score;
         }
         let w = exp(score - m);
         l += w;
-        let vb = gp.v_offset / 4u + j * kw4 + g * hd4;
-        for (var e = 0u; e < hd4; e++) {
+        let vb = gp.v_offset / 4u + j * kw4 + it.g * hd4 + c04;
+        for (var e = 0u; e < n4; e++) {
             acc[e] += w * v4[vb + e];
         }
     }
 
     let fi = merge_softmax(lid, m, l);
     let hd = gp.head_dim;
-    let ob = gp.out_offset + s * gp.heads * hd + h * hd;
-    for (var c = 0u; c < hd; c += 32u) {
+    let ob = gp.out_offset + it.s * gp.heads * hd + it.h * hd;
+    for (var c = it.c0; c < it.c1; c += 32u) {
         for (var e = 0u; e < 8u; e++) {
-            let i4 = c / 4u + e;
-            if i4 < hd4 {
+            let i4 = (c - it.c0) / 4u + e;
+            if i4 < n4 {
                 let a = acc[i4] * fi.x;
                 acc_sh[lid * 32u + e * 4u] = a.x;
                 acc_sh[lid * 32u + e * 4u + 1u] = a.y;
@@ -308,6 +343,6 @@ fn attention_gqa4(
                 acc_sh[lid * 32u + e * 4u + 3u] = a.w;
             }
         }
-        store_dims(lid, c, hd, ob, fi.y);
+        store_dims(lid, c, it.c1, ob, fi.y);
     }
 }

@@ -391,6 +391,7 @@ fn kernel_cases(c: &ModelConfig, context: u64, proj: DType, embd: DType) -> Vec<
             op: Op::Attention(ops::Attention {
                 num_heads: c.num_heads,
                 num_kv_heads: c.num_kv_heads,
+                window: 0,
             }),
             inputs: vec![f32s(&[1, q]), f32s(&[context, kv]), f32s(&[context, kv])],
             out: s(&[1, q]),

@@ -215,6 +215,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             human_bytes(session.kv_needed_bytes()),
             human_bytes(engine.stats().peak_bytes(AllocKind::UsmDevice)),
         );
+        let [global, local] = session.kv_by_layer_kind();
+        if local.layers > 0 {
+            eprintln!(
+                "[KV of {} global layers {} reserved for {} needed; of {} sliding-window layers {} reserved for {} needed]",
+                global.layers,
+                human_bytes(global.reserved_bytes),
+                human_bytes(global.needed_bytes),
+                local.layers,
+                human_bytes(local.reserved_bytes),
+                human_bytes(local.needed_bytes),
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,8 +10,8 @@ use crate::rng::SplitMix64;
 /// of 32.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TinyLlama {
-    /// `general.architecture` and the metadata keys' prefix: `llama`, or `qwen2` (adds the
-    /// Q/K/V biases).
+    /// `general.architecture` and the metadata keys' prefix: `llama`, `qwen2` (adds the
+    /// Q/K/V biases) or `gemma3` (adds the Q/K norms and the post-norms).
     pub architecture: &'static str,
     /// Decoder blocks.
     pub num_layers: u32,
@@ -41,6 +41,9 @@ pub struct TinyLlama {
     pub untied_output: bool,
     /// Write `rope_freqs.weight` (Llama 3.1's per-frequency divisors, here 1 to 8).
     pub rope_freqs: bool,
+    /// `{arch}.attention.sliding_window` when above 0 (gemma3: local layers see this many
+    /// keys).
+    pub sliding_window: u32,
 }
 
 impl Default for TinyLlama {
@@ -62,6 +65,7 @@ impl Default for TinyLlama {
             embedding_type: GgmlType::Q8_0,
             untied_output: false,
             rope_freqs: false,
+            sliding_window: 0,
         }
     }
 }
@@ -180,6 +184,12 @@ impl TinyLlama {
                 "tokenizer.chat_template",
                 MetaValue::Str(CHATML_TEMPLATE.into()),
             );
+        if self.sliding_window > 0 {
+            b = b.metadata(
+                key("attention.sliding_window"),
+                MetaValue::U32(self.sliding_window),
+            );
+        }
         if self.num_heads * self.head_dim != self.embedding_len {
             b = b.metadata(key("attention.key_length"), MetaValue::U32(self.head_dim));
             b = b.metadata(key("attention.value_length"), MetaValue::U32(self.head_dim));
@@ -219,6 +229,13 @@ impl TinyLlama {
                 for (name, n) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
                     tensors.push(bias(rng, format!("blk.{l}.{name}.bias"), n));
                 }
+            }
+            if arch == "gemma3" {
+                let d = u64::from(self.head_dim);
+                tensors.push(norm(rng, t("attn_q_norm"), d));
+                tensors.push(norm(rng, t("attn_k_norm"), d));
+                tensors.push(norm(rng, t("post_attention_norm"), w));
+                tensors.push(norm(rng, t("post_ffw_norm"), w));
             }
             tensors.push(norm(rng, t("ffn_norm"), w));
             tensors.push(weight(rng, &t("ffn_gate"), p, [w, f])?);

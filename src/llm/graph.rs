@@ -9,7 +9,9 @@
 //! layer only the **last row** is normalised and projected to logits, so a prefill of `S`
 //! tokens computes the head once, not `S` times.
 //!
-//! Symbols: `seq` (tokens this step) and `past` (tokens already in the cache). The KV cache
+//! Symbols: `seq` (tokens this step), `past` (tokens already in the cache) and `past_swa`
+//! (rows a sliding-window layer's cache holds: fewer once the session drops the keys no
+//! query will see again, see [`super::Session`]). The KV cache
 //! is sequence-major, `[past, kv_heads * head_dim]` per layer: a step's rows are one
 //! contiguous range at its end, so the runtime appends them with one copy and grows the
 //! buffer with one copy of the old rows (a head-major `[kv_heads, past, head_dim]` layout
@@ -20,12 +22,13 @@
 //! of the memory map or of the bytes a page fetched): nothing is expanded or copied on the
 //! host; the runtime streams them into the constants region in bounded chunks.
 
-use super::arch::RopeScaling;
+use super::arch::{FfnActivation, RopeScaling};
 use super::LlmError;
 use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
 use crate::graph::ops::{
-    rope_block, rope_table_rows, rope_table_scaled, BinaryOp, CompareOp, Rope, Unsqueeze,
+    rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, CompareOp,
+    Rope, UnaryOp, Unsqueeze,
 };
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
@@ -191,6 +194,32 @@ impl Builder<'_> {
         self.b.concat(label, &parts, 1)
     }
 
+    /// RMSNorm of each head of `x` `[S, N * d]` with the `d` weights `gamma` shared by the
+    /// heads (gemma's Q/K norms): viewed as `[S * N, d]`, normalised, viewed back.
+    fn head_norm(&mut self, label: String, x: NodeId, gamma: NodeId, d: u32, eps: f32) -> NodeId {
+        let width = self.b.shape_of(format!("{label}.width"), x);
+        let heads = self
+            .b
+            .reshape(format!("{label}.heads"), x, &[-1, i64::from(d)]);
+        let normed = self.b.rms_norm(label.clone(), heads, gamma, eps);
+        self.b.reshape_to(format!("{label}.rows"), normed, width)
+    }
+
+    /// `RMSNorm(x)` with the weight `{label}.weight` when the architecture normalises block
+    /// outputs before the residual (gemma's post-norms), else `x`.
+    fn post_norm(
+        &mut self,
+        config: &ModelConfig,
+        label: String,
+        x: NodeId,
+    ) -> Result<NodeId, LlmError> {
+        if !config.arch.post_norms {
+            return Ok(x);
+        }
+        let w = self.weight(&format!("{label}.weight"))?;
+        Ok(self.b.rms_norm(label, x, w, config.rms_eps))
+    }
+
     /// `x · wᵀ` for `w` `[n_out, n_in]`.
     fn project(&mut self, label: String, x: NodeId, w: NodeId) -> NodeId {
         match self.format {
@@ -291,6 +320,9 @@ pub fn build_graph(
     };
     let seq = Dim::sym("seq");
     let past = Dim::sym("past");
+    // Sliding-window layers drop their oldest rows (the session keeps them bounded): their
+    // caches hold fewer rows than the global layers', under a symbol of their own.
+    let past_local = Dim::sym("past_swa");
     let tokens =
         bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
     let positions =
@@ -319,30 +351,45 @@ pub fn build_graph(
         block: rope_block(context),
         interleaved: config.arch.rope_interleaved,
     };
-    let table = bl.b.constant(
-        "rope_table",
-        Shape::new(vec![
-            u64::from(rope_table_rows(context)),
-            u64::from(config.rope_dim),
-        ]),
-        table_values,
-    );
+    let table_shape = Shape::new(vec![
+        u64::from(rope_table_rows(context)),
+        u64::from(config.rope_dim),
+    ]);
+    let table =
+        bl.b.constant("rope_table", table_shape.clone(), table_values);
+    // Local (sliding-window) layers rotate with their own base, without scaling.
+    let any_local = (0..config.num_layers).any(|l| config.is_local(l));
+    let table_local = if any_local && config.rope_base_swa != config.rope_base {
+        let values = rope_table(f64::from(config.rope_base_swa), config.rope_dim, context);
+        bl.weight_bytes += values.len() as u64 * 4;
+        bl.b.constant("rope_table_swa", table_shape, values)
+    } else {
+        table
+    };
     let embd = bl.weight_pieces("token_embd.weight")?;
     let mut x = bl.embed_pieces(&embd, tokens);
+    if config.arch.scale_embedding {
+        let scale = (f64::from(config.embedding_len)).sqrt() as f32;
+        let c =
+            bl.b.constant("embed.scale", Shape::new(vec![1]), vec![scale]);
+        x = bl.b.mul("embed.scaled", x, c);
+    }
     let mut presents = Vec::new();
     let mut states = Vec::new();
     for l in 0..config.num_layers {
         let p = |s: &str| format!("blk.{l}.{s}");
+        let rows = if config.is_local(l) {
+            past_local.clone()
+        } else {
+            past.clone()
+        };
         let past_k = bl.b.input(
             labels::past_k(l),
-            &[past.clone(), Dim::Fixed(kv)],
+            &[rows.clone(), Dim::Fixed(kv)],
             DType::F32,
         );
-        let past_v = bl.b.input(
-            labels::past_v(l),
-            &[past.clone(), Dim::Fixed(kv)],
-            DType::F32,
-        );
+        let past_v =
+            bl.b.input(labels::past_v(l), &[rows, Dim::Fixed(kv)], DType::F32);
         let attn_norm = bl.weight(&p("attn_norm.weight"))?;
         let hn = bl.b.rms_norm(p("attn_norm"), x, attn_norm, eps);
         let wq = bl.weight(&p("attn_q.weight"))?;
@@ -352,6 +399,23 @@ pub fn build_graph(
         let q = bl.project_bias(p("q"), hn, wq, bias("attn_q"))?;
         let k = bl.project_bias(p("k"), hn, wk, bias("attn_k"))?;
         let v = bl.project_bias(p("v"), hn, wv, bias("attn_v"))?;
+        let (q, k) = if config.arch.qk_norm {
+            let (qn, kn) = (
+                bl.weight(&p("attn_q_norm.weight"))?,
+                bl.weight(&p("attn_k_norm.weight"))?,
+            );
+            (
+                bl.head_norm(p("q_norm"), q, qn, d, eps),
+                bl.head_norm(p("k_norm"), k, kn, d, eps),
+            )
+        } else {
+            (q, k)
+        };
+        let table = if config.is_local(l) {
+            table_local
+        } else {
+            table
+        };
         let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
         let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
         // In-place concatenation: the runtime appends the step's rows to the cache buffer.
@@ -366,9 +430,15 @@ pub fn build_graph(
             past: labels::past_v(l),
             present: labels::present_v(l),
         });
-        let attn = bl.b.attention(p("attn"), q, kc, vc, h, kvh);
+        let attention = Attention {
+            num_heads: h,
+            num_kv_heads: kvh,
+            window: config.window_of(l),
+        };
+        let attn = bl.b.attention(p("attn"), q, kc, vc, attention);
         let wo = bl.weight(&p("attn_output.weight"))?;
         let o = bl.project(p("attn_out"), attn, wo);
+        let o = bl.post_norm(config, p("post_attention_norm"), o)?;
         x = bl.b.add(p("attn_res"), x, o);
         let ffn_norm = bl.weight(&p("ffn_norm.weight"))?;
         let hf = bl.b.rms_norm(p("ffn_norm"), x, ffn_norm, eps);
@@ -377,8 +447,15 @@ pub fn build_graph(
         let wd = bl.weight(&p("ffn_down.weight"))?;
         let gate = bl.project(p("ffn_gate"), hf, wg);
         let up = bl.project(p("ffn_up"), hf, wu);
-        let act = bl.b.silu_mul(p("ffn_act"), gate, up);
+        let act = match config.arch.ffn_activation {
+            FfnActivation::Silu => bl.b.silu_mul(p("ffn_act"), gate, up),
+            FfnActivation::GeluTanh => {
+                let g = bl.b.unary(p("ffn_gelu"), UnaryOp::Gelu, gate);
+                bl.b.mul(p("ffn_act"), g, up)
+            }
+        };
         let down = bl.project(p("ffn_down"), act, wd);
+        let down = bl.post_norm(config, p("post_ffw_norm"), down)?;
         x = bl.b.add(p("ffn_res"), x, down);
     }
     // Only the last position needs logits.

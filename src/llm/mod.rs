@@ -49,7 +49,8 @@ pub use graph::{build_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
 pub use session::{
-    GenerateParams, Generation, Session, SessionStats, StopReason, TokenEvent, PREFILL_CHUNK,
+    GenerateParams, Generation, KvUsage, Session, SessionStats, StopReason, TokenEvent,
+    PREFILL_CHUNK,
 };
 
 use crate::gguf::Gguf;

@@ -1,7 +1,7 @@
 //! The summary of one generation: what `dynrt generate --json` prints and what the browser
 //! page shows, from one definition so the two are compared field by field.
 
-use super::{Generation, Session, StopReason};
+use super::{Generation, KvUsage, Session, StopReason};
 use crate::memory::AllocKind;
 use crate::runtime::report::{PeakBytes, RegionReport};
 
@@ -45,6 +45,11 @@ pub struct GenerationReport {
     pub kv_needed_bytes: u64,
     /// `kv_reserved_bytes / kv_needed_bytes` (0 when nothing is needed).
     pub kv_reserved_over_needed: f64,
+    /// The KV cache of the global layers (every layer but the sliding-window ones).
+    pub kv_global: KvUsage,
+    /// The KV cache of the sliding-window layers (Gemma 3's local layers; 0 layers for
+    /// models without them).
+    pub kv_local: KvUsage,
     /// Bytes of the weights on the device.
     pub weights_device_bytes: u64,
     /// Bytes of the tensors in the GGUF file.
@@ -87,6 +92,8 @@ impl GenerationReport {
             } else {
                 0.0
             },
+            kv_global: session.kv_by_layer_kind()[0],
+            kv_local: session.kv_by_layer_kind()[1],
             weights_device_bytes: model.weight_bytes(),
             weights_file_bytes: model.file_tensor_bytes(),
         }

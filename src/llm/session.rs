@@ -2,7 +2,7 @@
 
 use super::graph::labels;
 use super::sample::{Sampler, SamplingParams};
-use super::{LlmError, Model};
+use super::{LlmError, Model, ModelConfig};
 use crate::memory::AllocKind;
 use crate::runtime::report::{MemoryTrace, TraceSample};
 use crate::runtime::{HostTensor, InferRequest, RunOptions, RunStats};
@@ -161,6 +161,42 @@ pub struct Session {
     prefill_progress: Option<Box<dyn FnMut(usize, usize) + Send>>,
 }
 
+/// KV-cache bytes of one kind of layer ([`Session::kv_by_layer_kind`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KvUsage {
+    /// Layers of this kind.
+    pub layers: u32,
+    /// Bytes their keys and values reserve (rows held plus room).
+    pub reserved_bytes: u64,
+    /// Bytes the tokens they must keep take.
+    pub needed_bytes: u64,
+}
+
+/// Before a step: a sliding-window layer's cache that holds at least twice its window drops
+/// its oldest rows down to the `window - 1` the step's first query still sees. Rows are
+/// dropped in a batch, not one per step, so the copy that moves the kept rows runs once
+/// per `window` decode steps; a local layer's cache never holds more than `2 window - 1 +
+/// PREFILL_CHUNK` rows, however long the conversation.
+fn drop_outside_window(request: &mut InferRequest, config: &ModelConfig) -> Result<(), LlmError> {
+    let window = u64::from(config.sliding_window);
+    if window == 0 {
+        return Ok(());
+    }
+    let shapes = request.state_shapes();
+    for l in (0..config.num_layers).filter(|&l| config.is_local(l)) {
+        for s in [2 * l as usize, 2 * l as usize + 1] {
+            let held = shapes
+                .get(s)
+                .and_then(|sh| sh.dims().first().copied())
+                .unwrap_or(0);
+            if held >= 2 * window {
+                request.drop_state_front(s, held - (window - 1))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Tokens of a prompt fed to the model in one forward pass: a longer prompt is prefilled in
 /// chunks of this many on top of the cache (the same result, activations bounded by the
 /// chunk, progress reported between chunks).
@@ -235,9 +271,38 @@ impl Session {
             .map_or(0, InferRequest::state_reserved_bytes)
     }
 
-    /// Bytes the KV cache needs for the rows it holds.
+    /// Bytes the KV cache needs for the tokens it holds: every token's keys and values in
+    /// a global layer, the last [`ModelConfig::sliding_window`] tokens' in a local one.
     pub fn kv_needed_bytes(&self) -> u64 {
-        self.cached.len() as u64 * self.model.kv_bytes_per_token()
+        let [global, local] = self.kv_by_layer_kind();
+        global.needed_bytes + local.needed_bytes
+    }
+
+    /// The KV cache of the global layers and of the sliding-window (local) layers: layers,
+    /// bytes reserved, bytes needed.
+    pub fn kv_by_layer_kind(&self) -> [KvUsage; 2] {
+        let config = self.model.config();
+        let row = 2 * u64::from(config.kv_len()) * 4;
+        let buffers = self
+            .holder_request()
+            .map(InferRequest::state_buffer_bytes)
+            .unwrap_or_default();
+        let cached = self.cached.len() as u64;
+        let mut kinds = [KvUsage::default(); 2];
+        for l in 0..config.num_layers {
+            let local = config.is_local(l);
+            let kind = &mut kinds[usize::from(local)];
+            kind.layers += 1;
+            let i = 2 * l as usize;
+            kind.reserved_bytes += buffers.get(i..i + 2).map_or(0, |b| b.iter().sum());
+            let rows = if local {
+                cached.min(u64::from(config.sliding_window))
+            } else {
+                cached
+            };
+            kind.needed_bytes += rows * row;
+        }
+        kinds
     }
 
     /// Memory after every step (one sample per forward pass), for `--report` pictures.
@@ -297,6 +362,7 @@ impl Session {
             return Err(LlmError::EmptyPrompt);
         };
         let n = tokens.len() as u64;
+        drop_outside_window(request, &config)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (past..past + tokens.len()).map(|p| p as i32).collect();
         let tok_t = HostTensor::i32(Shape::new(vec![n]), &ids);

@@ -1,6 +1,7 @@
 //! The `attention` family (`shaders/attention.wgsl`): rotary position embedding on adjacent
 //! pairs ([`Rope`]) and causal grouped-query attention with an online softmax
-//! ([`Attention`]), one kernel for prefill and decode.
+//! ([`Attention`], sliding windows included), one kernel for prefill and decode. A
+//! workgroup takes one query row, one head and up to [`HEAD_CHUNK`] of its output dims.
 
 use super::layout::{numel, u32_of};
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
@@ -19,8 +20,13 @@ pub const FAMILY: Family = Family {
     unchecked: &[],
 };
 
-/// Largest head the attention kernel holds in registers (`MAX_D` of the WGSL).
-pub const MAX_HEAD_DIM: u64 = 128;
+/// Largest head the attention kernel takes (`MAX_D` of the WGSL: the query of a workgroup
+/// is shared in workgroup memory).
+pub const MAX_HEAD_DIM: u64 = 512;
+
+/// Output dims of a head one workgroup accumulates in registers (`CHUNK` of the WGSL): a
+/// head takes `ceil(head_dim / CHUNK)` workgroups per query row.
+pub const HEAD_CHUNK: u64 = 128;
 
 /// `RopeParams` of `shaders/attention.wgsl` (48 bytes).
 #[repr(C)]
@@ -76,8 +82,10 @@ pub struct GqaParams {
     pub out_offset: u32,
     /// `1 / sqrt(head_dim)`.
     pub scale: f32,
+    /// Keys a query sees (sliding window), 0 for all.
+    pub window: u32,
     /// Padding.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 impl Kernel for Rope {
@@ -144,7 +152,8 @@ impl Kernel for Attention {
             return Err(KernelError::Unsupported {
                 op: "attention",
                 reason: format!(
-                    "head_dim {head_dim} is above the kernel's register budget of {MAX_HEAD_DIM}"
+                    "head_dim {head_dim} is above the kernel's limit of {MAX_HEAD_DIM} (the \
+                     query it shares in workgroup memory)"
                 ),
             });
         }
@@ -163,7 +172,8 @@ impl Kernel for Attention {
             v_offset: ov,
             out_offset: oo,
             scale: (1.0 / (head_dim as f64).sqrt()) as f32,
-            _pad: [0; 2],
+            window: self.window,
+            _pad: 0,
         };
         // vec4 loads where head and offsets allow (the usual case: arena offsets are
         // aligned, heads are multiples of 4).
@@ -177,7 +187,7 @@ impl Kernel for Attention {
             FAMILY.key(entry),
             &p,
             &[bq, bk, bv, bo],
-            s * u64::from(self.num_heads),
+            s * u64::from(self.num_heads) * head_dim.div_ceil(HEAD_CHUNK),
         )?;
         Ok(1)
     }

@@ -46,12 +46,30 @@ pub struct Rope {
 /// `softmax_j(q·k_j / sqrt(D))` over keys `j <= T - S + s` of KV head `h / (H / KVH)`,
 /// times `v_j`. One op serves prefill (`T = S` with no past, or on top of a past) and
 /// decode (`S = 1`).
+///
+/// With a [`Attention::window`] `W > 0` a query sees only the last `W` keys up to its own
+/// (sliding-window attention: keys `j` with `T - S + s - j < W`). Positions are relative to
+/// the rows given, so a cache whose oldest rows were dropped still masks correctly as long
+/// as it keeps the `W - 1` rows before the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attention {
     /// Query heads `H`.
     pub num_heads: u32,
     /// Key/value heads `KVH` (divides `H`).
     pub num_kv_heads: u32,
+    /// Keys a query sees, its own included; 0: every key up to its own.
+    pub window: u32,
+}
+
+impl Attention {
+    /// The first key query row `s` of `S` sees among `T` keys (the last is `T - S + s`).
+    pub fn first_key(&self, t: u64, s_rows: u64, s: u64) -> u64 {
+        let last = t - s_rows + s;
+        match self.window {
+            0 => 0,
+            w => (last + 1).saturating_sub(u64::from(w)),
+        }
+    }
 }
 
 /// The first level's rows of [`rope_table`] for `positions` positions: the power of two at
@@ -301,10 +319,11 @@ impl OpDef for Attention {
         let mut y = vec![0f32; s * qw];
         for row in 0..s {
             let visible = past + row + 1;
+            let first = self.first_key(t as u64, s as u64, row as u64) as usize;
             for head in 0..h {
                 let g = head / group;
                 let qrow = &q[row * qw + head * d..][..d];
-                let scores: Vec<f64> = (0..visible)
+                let scores: Vec<f64> = (first..visible)
                     .map(|j| {
                         let krow = &k[j * kw + g * d..][..d];
                         qrow.iter()
@@ -320,8 +339,8 @@ impl OpDef for Attention {
                 for e in 0..d {
                     let acc: f64 = weights
                         .iter()
-                        .enumerate()
-                        .map(|(j, &wt)| wt * f64::from(v[j * kw + g * d + e]))
+                        .zip(first..)
+                        .map(|(&wt, j)| wt * f64::from(v[j * kw + g * d + e]))
                         .sum();
                     y[row * qw + head * d + e] = (acc / sum) as f32;
                 }
@@ -346,24 +365,16 @@ impl crate::graph::GraphBuilder {
     }
 
     /// Causal grouped-query attention of `q` `[S, H * D]` over `k`, `v` `[T, KVH * D]`; see
-    /// [`Attention`].
+    /// [`Attention`] (`attention` its heads and window).
     pub fn attention(
         &mut self,
         label: impl Into<String>,
         q: crate::graph::NodeId,
         k: crate::graph::NodeId,
         v: crate::graph::NodeId,
-        num_heads: u32,
-        num_kv_heads: u32,
+        attention: Attention,
     ) -> crate::graph::NodeId {
-        self.node(
-            label,
-            Attention {
-                num_heads,
-                num_kv_heads,
-            },
-            &[q, k, v],
-        )
+        self.node(label, attention, &[q, k, v])
     }
 }
 
@@ -512,6 +523,7 @@ mod tests {
         let a = Attention {
             num_heads: 4,
             num_kv_heads: 2,
+            window: 0,
         };
         assert_eq!(
             a.infer(&[&s(&[2, 32]), &s(&[5, 16]), &s(&[5, 16])], &[]),
@@ -530,6 +542,7 @@ mod tests {
         let bad = Attention {
             num_heads: 3,
             num_kv_heads: 2,
+            window: 0,
         };
         assert!(bad
             .infer(&[&s(&[2, 30]), &s(&[5, 20]), &s(&[5, 20])], &[])
@@ -542,6 +555,7 @@ mod tests {
         let a = Attention {
             num_heads: 2,
             num_kv_heads: 1,
+            window: 0,
         };
         let q = RefTensor::from_f32(s(&[1, 4]), DType::F32, vec![1.0, 2.0, 3.0, 4.0]);
         let k = RefTensor::from_f32(s(&[1, 2]), DType::F32, vec![0.5, -1.0]);

@@ -17,7 +17,7 @@ pub enum RopeScaling {
     },
 }
 
-/// A decoder (llama, qwen2: [`super::ARCHITECTURES`]) as its GGUF describes it. Every field
+/// A decoder (llama, qwen2, gemma3: [`super::ARCHITECTURES`]) as its GGUF describes it. Every field
 /// comes from the metadata (`{arch}.*` keys) or the tensor index; nothing is a constant of
 /// one model.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +58,15 @@ pub struct ModelConfig {
     pub tied_output: bool,
     /// Type of `token_embd.weight` (the embedding, and the head when tied).
     pub embedding_type: GgmlType,
+    /// Keys a local layer's query sees, its own included (`{arch}.attention.sliding_window`);
+    /// 0 when every layer is global.
+    pub sliding_window: u32,
+    /// Layer `l` is local when `l % swa_pattern < swa_pattern - 1` (with a sliding window):
+    /// [`super::SlidingWindowLayers::pattern`] or `{arch}.attention.sliding_window_pattern`.
+    pub swa_pattern: u32,
+    /// RoPE base of the local layers ([`super::SlidingWindowLayers::rope_base`] or
+    /// `{arch}.rope.freq_base_swa`).
+    pub rope_base_swa: f32,
 }
 
 impl ModelConfig {
@@ -191,6 +200,28 @@ impl ModelConfig {
             }
         };
 
+        let (sliding_window, swa_pattern, rope_base_swa) = match arch.sliding_window {
+            None => (0, 0, rope_base),
+            Some(rules) => {
+                let window = gguf.opt_u32(&key("attention.sliding_window"))?.unwrap_or(0);
+                let pattern = match gguf.opt_u32(&key("attention.sliding_window_pattern"))? {
+                    None => rules.pattern,
+                    Some(_) => positive("attention.sliding_window_pattern")?,
+                };
+                let base = gguf
+                    .opt_f32(&key("rope.freq_base_swa"))?
+                    .unwrap_or(rules.rope_base);
+                if !(base.is_finite() && base > 1.0) {
+                    return Err(GgufError::ValueOutOfRange {
+                        key: key("rope.freq_base_swa"),
+                        value: base.to_string(),
+                        reason: "must be a finite number above 1".into(),
+                    });
+                }
+                (window, pattern, base)
+            }
+        };
+
         let embd = gguf.require_tensor("token_embd.weight")?;
         let vocab_size = match embd.dims() {
             [w, v] if *w == u64::from(embedding_len) && u32::try_from(*v).is_ok_and(|v| v > 0) => {
@@ -241,6 +272,9 @@ impl ModelConfig {
             vocab_size,
             tied_output: gguf.tensor("output.weight").is_none(),
             embedding_type: embd.ggml_type(),
+            sliding_window,
+            swa_pattern,
+            rope_base_swa,
         };
         for (name, dims) in config.expected_tensors() {
             let t = gguf.require_tensor(&name)?;
@@ -274,6 +308,23 @@ impl ModelConfig {
         Ok(config)
     }
 
+    /// Whether layer `l` attends within the sliding window (a local layer).
+    pub fn is_local(&self, l: u32) -> bool {
+        self.sliding_window > 0
+            && self.swa_pattern > 0
+            && l % self.swa_pattern < self.swa_pattern - 1
+    }
+
+    /// Keys layer `l`'s queries see: [`ModelConfig::sliding_window`] for a local layer, 0
+    /// (all) for a global one.
+    pub fn window_of(&self, l: u32) -> u32 {
+        if self.is_local(l) {
+            self.sliding_window
+        } else {
+            0
+        }
+    }
+
     /// Query heads that share one key/value head.
     pub fn group_size(&self) -> u32 {
         self.num_heads / self.num_kv_heads
@@ -292,8 +343,8 @@ impl ModelConfig {
 
     /// Every tensor the forward pass reads and its dims in ggml order (innermost first): a
     /// projection from `n_in` to `n_out` is `[n_in, n_out]`. The embedding is included; the
-    /// separate head `output.weight` only when not tied; the Q/K/V biases when the
-    /// architecture has them.
+    /// separate head `output.weight` only when not tied; the Q/K/V biases, Q/K norms and
+    /// post-norms when the architecture has them.
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
         let (w, q, kv, f, v) = (
             u64::from(self.embedding_len),
@@ -322,6 +373,16 @@ impl ModelConfig {
                 (t("ffn_up"), vec![w, f]),
                 (t("ffn_down"), vec![f, w]),
             ]);
+            if self.arch.qk_norm {
+                let d = u64::from(self.head_dim);
+                out.extend([(t("attn_q_norm"), vec![d]), (t("attn_k_norm"), vec![d])]);
+            }
+            if self.arch.post_norms {
+                out.extend([
+                    (t("post_attention_norm"), vec![w]),
+                    (t("post_ffw_norm"), vec![w]),
+                ]);
+            }
             if self.arch.qkv_bias {
                 let b = |s: &str| format!("blk.{l}.{s}.bias");
                 out.extend([

@@ -8,7 +8,7 @@
 //! (`down(silu(gate(h)) * up(h))`) and the residual. The head is `output.weight`, or the
 //! embedding when the file has none (tied).
 
-use super::Architecture;
+use super::{Architecture, FfnActivation};
 
 /// The llama architecture.
 pub const LLAMA: Architecture = Architecture {
@@ -16,4 +16,9 @@ pub const LLAMA: Architecture = Architecture {
     families: "SmolLM2, TinyLlama, Llama 2, Llama 3.x",
     rope_interleaved: true,
     qkv_bias: false,
+    qk_norm: false,
+    post_norms: false,
+    scale_embedding: false,
+    ffn_activation: FfnActivation::Silu,
+    sliding_window: None,
 };

@@ -5,7 +5,7 @@
 //! `x[i + d/2]`, llama.cpp's NEOX mode: the converter keeps the Hugging Face row order).
 //! Small models tie the head to the embedding, larger ones ship `output.weight`; both load.
 
-use super::Architecture;
+use super::{Architecture, FfnActivation};
 
 /// The qwen2 architecture.
 pub const QWEN2: Architecture = Architecture {
@@ -13,4 +13,9 @@ pub const QWEN2: Architecture = Architecture {
     families: "Qwen2, Qwen2.5, Qwen2.5-Coder",
     rope_interleaved: false,
     qkv_bias: true,
+    qk_norm: false,
+    post_norms: false,
+    scale_embedding: false,
+    ffn_activation: FfnActivation::Silu,
+    sliding_window: None,
 };

@@ -106,7 +106,7 @@ fn llama_config_errors_name_the_key() {
     );
     assert_eq!(
         e.to_string(),
-        "architecture `gpt2` is not supported (supported: llama, qwen2)"
+        "architecture `gpt2` is not supported (supported: llama, qwen2, gemma3)"
     );
     assert!(matches!(
         tiny_with(
@@ -126,4 +126,45 @@ fn llama_config_errors_name_the_key() {
         ),
         Err(GgufError::WrongType { .. })
     ));
+}
+
+#[test]
+fn gemma3_config_has_its_window_pattern_and_norms() {
+    let t = TinyLlama {
+        architecture: "gemma3",
+        num_layers: 7,
+        sliding_window: 4,
+        ..TinyLlama::default()
+    };
+    let g = Gguf::parse(&t.build(4).unwrap()).unwrap();
+    let c = ModelConfig::from_gguf(&g).unwrap();
+    assert_eq!(c.arch, &GEMMA3);
+    assert_eq!((c.sliding_window, c.swa_pattern), (4, 6));
+    assert_eq!((c.rope_base, c.rope_base_swa), (100_000.0, 10_000.0));
+    // Five local layers, the sixth global, then local again.
+    let local: Vec<bool> = (0..7).map(|l| c.is_local(l)).collect();
+    assert_eq!(local, [true, true, true, true, true, false, true]);
+    assert_eq!((c.window_of(0), c.window_of(5)), (4, 0));
+    // Nine tensors per block plus the Q/K norms and the two post-norms.
+    assert_eq!(c.expected_tensors().len(), 2 + 7 * 13);
+    assert!(c
+        .expected_tensors()
+        .iter()
+        .any(|(n, d)| n == "blk.6.attn_k_norm.weight" && d == &[16]));
+
+    // A file without the post-norm of one block is refused, naming the tensor.
+    let mut b = GgufBuilder::new();
+    for (k, v) in g.metadata() {
+        b = b.metadata(k, v.clone());
+    }
+    let bytes = t.build(4).unwrap();
+    for info in g.tensors() {
+        if info.name() != "blk.3.post_ffw_norm.weight" {
+            let data = g.tensor_bytes(&bytes, info.name()).unwrap().to_vec();
+            b = b.tensor(info.name(), info.ggml_type(), info.dims(), data);
+        }
+    }
+    let g = Gguf::parse(&b.build().unwrap()).unwrap();
+    let e = ModelConfig::from_gguf(&g).unwrap_err();
+    assert!(e.to_string().contains("blk.3.post_ffw_norm.weight"), "{e}");
 }

@@ -221,6 +221,23 @@ impl InferRequest {
         self.state.state_reserved_bytes()
     }
 
+    /// Drops the oldest `rows` rows of KV-cache state `state` (in the order of the
+    /// network's states): see [`crate::runtime::StateBinding`]. The next iteration moves the
+    /// kept rows into a buffer of their own (one copy of what is kept) and frees the old
+    /// one; a sliding-window layer keeps its cache bounded this way.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] when there is no such state or it holds fewer rows; nothing
+    /// changes then.
+    pub fn drop_state_front(&mut self, state: usize, rows: u64) -> Result<(), RunError> {
+        self.state.drop_state_front(state, rows)
+    }
+
+    /// Bytes of each KV-cache state's buffer (rows held plus room), in state order.
+    pub fn state_buffer_bytes(&self) -> Vec<u64> {
+        self.state.state_buffer_bytes()
+    }
+
     /// Takes the KV cache out of this request (which then starts a new sequence) to continue
     /// it on a request of a network specialised from the same graph
     /// ([`Network::specialize`]): no copy, the buffers move.

@@ -49,8 +49,13 @@ pub(crate) struct StateSlot<B> {
     /// the buffer the state is in after this iteration before the submit, replacing the
     /// rows it held (so nothing is copied from the old buffer).
     pub upload: Option<Vec<u8>>,
-    /// The shape held before `upload` replaced it (restored when the iteration fails).
+    /// The shape held before `upload` replaced it or rows were dropped (restored when the
+    /// iteration fails).
     pub restore: Option<Shape>,
+    /// Oldest rows dropped since the last iteration ([`RequestState::drop_state_front`]):
+    /// the buffer still holds them before the kept rows until the next iteration copies the
+    /// kept rows into a new buffer.
+    pub drop_front: u64,
 }
 
 /// One buffer copy, in bytes: `(source offset, destination offset, size)`.
@@ -85,9 +90,9 @@ impl<B> StateSlot<B> {
     }
 
     /// The buffer the past is read from this iteration: the one it is in, or, when the
-    /// caller gave it, the one it is written into.
+    /// caller gave it or rows were dropped, the one it is written (copied) into.
     pub fn past_buffer(&self) -> Option<&B> {
-        if self.upload.is_some() {
+        if self.upload.is_some() || self.drop_front > 0 {
             self.current()
         } else {
             self.buffer.as_ref()
@@ -134,7 +139,8 @@ impl<B> StateSlot<B> {
 
     /// The copies of this iteration's in-place concat, given the byte sizes of `buffer` and
     /// of the buffer the state is in after it: the growth (each block's past rows from
-    /// `buffer` into `grown`; none when the past was uploaded) and the append (each block's
+    /// `buffer` into `grown`, after the rows dropped; none when the past was uploaded) and
+    /// the append (each block's
     /// new rows, contiguous in their tensor, into their place after the past).
     pub fn copies(&self, old_bytes: u64, current_bytes: u64) -> (Vec<CopyRange>, Vec<CopyRange>) {
         let (outer, row) = self.blocks();
@@ -145,10 +151,15 @@ impl<B> StateSlot<B> {
         );
         let mut growth = Vec::new();
         if self.grown.is_some() && self.buffer.is_some() && self.upload.is_none() {
+            // Dropped rows stay behind: each block's kept rows start `drop_front` rows in.
             for o in 0..outer {
                 push_merged(
                     &mut growth,
-                    (o * cap_old * row, o * cap_new * row, rows * row),
+                    (
+                        (o * cap_old + self.drop_front) * row,
+                        o * cap_new * row,
+                        rows * row,
+                    ),
                 );
             }
         }
@@ -242,6 +253,15 @@ impl<S: Storage + Clone> RequestState<S> {
     /// Takes the KV cache out with the sizer that sized it (the state then starts a new
     /// sequence, with a fresh sizer).
     pub fn take_states(&mut self) -> (Vec<MovedState<S::Buffer>>, Sizer) {
+        // A drop not run yet is undone: the rows are still in the buffer.
+        for st in &mut self.states {
+            if st.drop_front > 0 {
+                if let Some(shape) = st.restore.take() {
+                    st.shape = shape;
+                }
+                st.drop_front = 0;
+            }
+        }
         let sizer = std::mem::replace(&mut self.sizer, Self::fresh_sizer(&self.options));
         let leaving: Vec<u64> = self
             .states
@@ -342,9 +362,66 @@ impl<S: Storage + Clone> RequestState<S> {
         Ok(())
     }
 
+    /// Drops the oldest `rows` rows of state `s` (a sliding-window cache keeps only the keys
+    /// its window still sees): from now on the state holds `rows` fewer, and the next
+    /// iteration copies the kept rows into a new buffer sized by the sizer, the old one
+    /// freed after it: never more than one layer's cache twice, and no device work until
+    /// then. Only for states whose past is read by nothing but its concat (the in-place
+    /// append), as a KV cache is.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for a state that does not exist or holds fewer rows; nothing
+    /// changes then.
+    pub fn drop_state_front(&mut self, s: usize, rows: u64) -> Result<(), RunError> {
+        let c = Arc::clone(&self.compiled);
+        let held = self.states.get(s).map(StateSlot::rows);
+        let Some(held) = held.filter(|&h| h >= rows) else {
+            let (past, present) = c.states.get(s).map_or_else(
+                || (format!("state {s}"), String::new()),
+                |st| {
+                    (
+                        c.graph.node(st.past).label.clone(),
+                        c.graph.node(st.present).label.clone(),
+                    )
+                },
+            );
+            return Err(RunError::BadState {
+                past,
+                present,
+                reason: format!(
+                    "cannot drop {rows} rows: the state holds {}",
+                    held.map_or("no rows (there is no such state)".into(), |h| h.to_string())
+                ),
+            });
+        };
+        if rows == 0 {
+            return Ok(());
+        }
+        let st = &mut self.states[s];
+        if st.restore.is_none() {
+            st.restore = Some(st.shape.clone());
+        }
+        st.shape.0[st.axis] = held - rows;
+        st.next_shape = st.shape.clone();
+        st.drop_front += rows;
+        Ok(())
+    }
+
+    /// Bytes of each state's buffer (0 for a state without one), in state order.
+    pub fn state_buffer_bytes(&self) -> Vec<u64> {
+        self.states
+            .iter()
+            .map(|s| s.buffer.as_ref().map_or(0, S::size_bytes))
+            .collect()
+    }
+
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         for s in &mut self.states {
+            if s.drop_front > 0 {
+                s.drop_front = 0;
+                s.restore = None;
+            }
             if let Some(d) = s.shape.0.get_mut(s.axis) {
                 *d = 0;
             }
@@ -426,8 +503,13 @@ impl<S: Storage + Clone> RequestState<S> {
         let limits = self.limits();
         let (d, size) = self.decide(label, new_shape, node.dtype, needed, &limits)?;
         // A buffer with room for the rows is kept unless the sizer shrinks it: a state's
-        // room may exceed what the sizer reserved ([`Self::state_headroom_bytes`]).
-        if !d.reclaimed && capacity >= new_rows && self.states[s].buffer.is_some() {
+        // room may exceed what the sizer reserved ([`Self::state_headroom_bytes`]). After a
+        // drop the kept rows move into a new buffer.
+        if !d.reclaimed
+            && capacity >= new_rows
+            && self.states[s].buffer.is_some()
+            && self.states[s].drop_front == 0
+        {
             self.stats.reuses += 1;
             return Ok(());
         }
@@ -489,6 +571,7 @@ mod tests {
             next_shape: Shape::new(shape.to_vec()),
             upload: None,
             restore: None,
+            drop_front: 0,
         }
     }
 
@@ -536,5 +619,24 @@ mod tests {
         // Without a growth nothing moves but the new rows; an uploaded past moves nothing.
         s.upload = Some(vec![0; 120]);
         assert!(s.copies(8 * 24, 16 * 24).0.is_empty());
+    }
+
+    #[test]
+    fn dropped_rows_stay_behind_in_the_growth_copy() {
+        // 5 rows held after dropping 3 of 8 (a sliding window): the kept rows start 3 rows
+        // into the old buffer, in each block of a padded layout too.
+        let mut s = slot(&[5, 6], 0);
+        s.drop_front = 3;
+        s.grown = Some(Vec::new());
+        s.append_rows = 1;
+        s.next_shape = Shape::new(vec![6, 6]);
+        let (growth, append) = s.copies(8 * 24, 8 * 24);
+        assert_eq!(growth, vec![(72, 0, 120)]);
+        assert_eq!(append, vec![(0, 120, 24)]);
+        let mut p = slot(&[1, 2, 2, 4], 2);
+        p.drop_front = 1;
+        p.grown = Some(Vec::new());
+        let (growth, _) = p.copies(2 * 4 * 16, 2 * 4 * 16);
+        assert_eq!(growth, vec![(16, 0, 32), (80, 64, 32)]);
     }
 }

@@ -206,6 +206,7 @@ impl<S: Storage + Clone> RequestState<S> {
                 next_shape: shape,
                 upload: None,
                 restore: None,
+                drop_front: 0,
             });
         }
         for node in &c.nodes {
@@ -310,6 +311,7 @@ impl<S: Storage + Clone> RequestState<S> {
             st.append_rows = 0;
             st.upload = None;
             st.restore = None;
+            st.drop_front = 0;
             st.shape = st.next_shape.clone();
         }
     }
@@ -323,6 +325,7 @@ impl<S: Storage + Clone> RequestState<S> {
             }
             st.append_rows = 0;
             st.upload = None;
+            st.drop_front = 0;
             if let Some(shape) = st.restore.take() {
                 st.shape = shape;
             }

@@ -98,8 +98,11 @@ impl<S: Storage + Clone> RequestState<S> {
         }
         for ((st, shape), up) in self.states.iter_mut().zip(past_shapes).zip(&uploads) {
             if let Some(t) = up {
+                // The given past replaces the rows, dropped ones included.
                 st.upload = Some(t.bytes.clone());
-                st.restore = Some(std::mem::replace(&mut st.shape, shape));
+                let held = std::mem::replace(&mut st.shape, shape);
+                st.restore = Some(st.restore.take().unwrap_or(held));
+                st.drop_front = 0;
             } else {
                 st.shape = shape;
             }

@@ -169,22 +169,31 @@ fn grouped_query_attention_over_a_growing_cache() {
             atol: 2e-6,
             rtol: 1e-4,
         };
-        // (queries S, keys T, heads, kv heads, head_dim, value scale): SmolLM2's decode and
-        // prefill shapes, prefill on top of a past, plain multi-head attention, the largest
-        // head, more keys than invocations per workgroup, no queries.
-        let cases: [(u64, u64, u32, u32, u64, f32); 10] = [
-            (1, 1, 9, 3, 64, 1.0),
-            (1, 37, 9, 3, 64, 1.0),
-            (1, 300, 4, 2, 16, 1.0),
-            (5, 5, 4, 2, 16, 1.0),
-            (7, 20, 6, 2, 32, 1.0),
-            (4, 4, 2, 2, 8, 1.0),
-            (3, 130, 2, 1, 128, 1.0),
-            (16, 16, 9, 3, 64, 1.0),
-            (2, 70, 4, 4, 24, 4.0),
-            (0, 3, 2, 1, 8, 1.0),
+        // (queries S, keys T, heads, kv heads, head_dim, value scale, window): SmolLM2's
+        // decode and prefill shapes, prefill on top of a past, plain multi-head attention,
+        // more keys than invocations per workgroup, no queries; Gemma 3's heads of 256 (two
+        // chunks of output dims per head) and a head of 200 (a partial second chunk), a head
+        // of 130 (the scalar entry point past one chunk); sliding windows in decode and in a
+        // prefill on top of a past, narrower and wider than the keys.
+        let cases: [(u64, u64, u32, u32, u64, f32, u32); 16] = [
+            (1, 1, 9, 3, 64, 1.0, 0),
+            (1, 37, 9, 3, 64, 1.0, 0),
+            (1, 300, 4, 2, 16, 1.0, 0),
+            (5, 5, 4, 2, 16, 1.0, 0),
+            (7, 20, 6, 2, 32, 1.0, 0),
+            (4, 4, 2, 2, 8, 1.0, 0),
+            (3, 130, 2, 1, 128, 1.0, 0),
+            (16, 16, 9, 3, 64, 1.0, 0),
+            (2, 70, 4, 4, 24, 4.0, 0),
+            (0, 3, 2, 1, 8, 1.0, 0),
+            (3, 90, 4, 1, 256, 1.0, 0),
+            (2, 9, 2, 1, 200, 1.0, 0),
+            (2, 9, 2, 2, 130, 1.0, 0),
+            (1, 300, 4, 1, 256, 1.0, 16),
+            (9, 40, 4, 2, 16, 4.0, 5),
+            (5, 8, 2, 1, 32, 1.0, 64),
         ];
-        for (s_q, t, h, kvh, d, scale) in cases {
+        for (s_q, t, h, kvh, d, scale, window) in cases {
             let mut q = f32_tensor(&mut rng, &[s_q, u64::from(h) * d]);
             let mut kk = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
             let v = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
@@ -194,6 +203,7 @@ fn grouped_query_attention_over_a_growing_cache() {
             let op = Op::Attention(ops::Attention {
                 num_heads: h,
                 num_kv_heads: kvh,
+                window,
             });
             let tol = if scale > 1.0 {
                 Tol {
@@ -205,7 +215,9 @@ fn grouped_query_attention_over_a_growing_cache() {
             };
             // Twice: aligned (the vec4 entry point) and skewed by one element (the scalar
             // one); `check` skews by the context's length mod 3.
-            let mut ctx = format!("attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale}");
+            let mut ctx = format!(
+                "attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale} window {window}"
+            );
             while ctx.len() % 3 != 0 {
                 ctx.push(' ');
             }
@@ -219,13 +231,14 @@ fn grouped_query_attention_over_a_growing_cache() {
         let op = Op::Attention(ops::Attention {
             num_heads: 1,
             num_kv_heads: 1,
+            window: 0,
         });
         let ins = [
-            f32_tensor(&mut rng, &[1, 130]),
-            f32_tensor(&mut rng, &[2, 130]),
-            f32_tensor(&mut rng, &[2, 130]),
+            f32_tensor(&mut rng, &[1, 516]),
+            f32_tensor(&mut rng, &[2, 516]),
+            f32_tensor(&mut rng, &[2, 516]),
         ];
-        let e = run(&gpu, &mut k, &op, &ins, &s(&[1, 130]), DType::F32, 0).unwrap_err();
-        assert!(e.to_string().contains("head_dim 130"), "{e}");
+        let e = run(&gpu, &mut k, &op, &ins, &s(&[1, 516]), DType::F32, 0).unwrap_err();
+        assert!(e.to_string().contains("head_dim 516"), "{e}");
     }
 }

@@ -15,6 +15,7 @@
 //! prompts and parameters are in [`errors`].
 
 mod errors;
+mod window;
 
 use crate::common;
 
@@ -194,6 +195,24 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
             architecture: "qwen2",
             projection_type: GgmlType::Q5_0,
             untied_output: true,
+            ..TinyLlama::default()
+        },
+    ));
+    // gemma3: Q/K norms, post-norms, the scaled embedding, GeGLU, RoPE on halves with a
+    // base of its own on the five sliding-window layers (here a window of 4 keys, so the
+    // prompt outgrows it and the cache of those layers drops its oldest rows) before the
+    // global sixth; heads of 160 (two chunks of output dims in the attention kernel, as
+    // Gemma's 256) over one KV head.
+    models.push((
+        "gemma3-swa4",
+        TinyLlama {
+            architecture: "gemma3",
+            num_layers: 6,
+            num_heads: 2,
+            num_kv_heads: 1,
+            head_dim: 160,
+            projection_type: GgmlType::Q5_0,
+            sliding_window: 4,
             ..TinyLlama::default()
         },
     ));
