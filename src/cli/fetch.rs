@@ -108,18 +108,18 @@ fn list(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
             println!("{row}");
         } else {
             println!(
-                "{:<30} {:>7.1} MB  {:<6} license: {:<30} {}{}\n    {}",
+                "{:<30} {:>7.1} MB  {:<6} {}{}\n    {}\n    license: {}",
                 m.name,
                 m.size_bytes as f64 / 1e6,
                 m.architecture,
-                m.license,
                 if cached { "cached" } else { "not fetched" },
                 if std::ptr::eq(*m, DEFAULT_MODEL) {
                     " (default)"
                 } else {
                     ""
                 },
-                m.summary
+                m.summary,
+                m.license,
             );
         }
     }

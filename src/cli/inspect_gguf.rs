@@ -43,6 +43,9 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
     if let Err(e) = &config {
         problems.push(e.to_string());
     }
+    if let Err(e) = dynrt::tokenizer::Tokenizer::from_gguf(gguf) {
+        problems.push(format!("tokenizer: {e}"));
+    }
     let unsupported: Vec<&str> = types
         .iter()
         .filter(|(_, r)| !r.supported)
@@ -95,6 +98,8 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
                 "vocab": c.vocab_size,
                 "context": c.context_len,
                 "tied_output": c.tied_output,
+                "sliding_window": c.sliding_window,
+                "sliding_window_layers": (0..c.num_layers).filter(|&l| c.is_local(l)).count(),
             })),
             "kv_bytes_per_token": kv_bytes_per_token,
             "device": device.as_ref().map(|(name, b)| serde_json::json!({
@@ -148,6 +153,14 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
             c.context_len,
             human_bytes(2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * 4)
         );
+        let local = (0..c.num_layers).filter(|&l| c.is_local(l)).count();
+        if local > 0 {
+            println!(
+                "  sliding window of {} tokens on {local} of {} layers (RoPE base {}; global \
+                 layers {}): their caches stay within about twice the window",
+                c.sliding_window, c.num_layers, c.rope_base_swa, c.rope_base
+            );
+        }
     }
     match (&device, context_here, cfg) {
         (Some((name, b)), Some(n), Some(c)) => println!(

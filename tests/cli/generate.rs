@@ -107,3 +107,34 @@ fn generate_without_a_model_says_what_to_do() {
     let out = dynrt().arg("generate").output().unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn fetch_list_shows_every_model_with_its_license_and_state() {
+    // An empty cache: every model is listed, none fetched, nothing downloaded.
+    let dir = common::scratch("fetch_list_shows_every_model_with_its_license_and_state");
+    let out = dynrt()
+        .args(["fetch", "--list", "--dir"])
+        .arg(&dir)
+        .env("PATH", "")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for m in dynrt::fetch::MODELS {
+        let at = stdout
+            .find(m.name)
+            .unwrap_or_else(|| panic!("{} missing from:\n{stdout}", m.name));
+        let entry = &stdout[at..];
+        let first_line = entry.lines().next().unwrap();
+        assert!(first_line.contains(m.architecture), "{first_line}");
+        assert!(first_line.contains("not fetched"), "{first_line}");
+        let license = entry.lines().nth(2).unwrap();
+        assert_eq!(license.trim(), format!("license: {}", m.license));
+    }
+    assert!(stdout.contains("gemma3-270m"), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "--list wrote files"
+    );
+}

@@ -65,9 +65,7 @@ fn sliding_window_caches_stay_bounded_and_keep_the_logits() {
     all.extend(&g.tokens);
     for step in [0usize, 3, 9, 20, 39] {
         let mut fresh = model.session(RunOptions::new(Policy::Adaptive));
-        let logits = fresh
-            .forward_blocking(&all[..prompt.len() + step])
-            .unwrap();
+        let logits = fresh.forward_blocking(&all[..prompt.len() + step]).unwrap();
         let worst = logits
             .iter()
             .zip(&g.logits[step])
