@@ -129,7 +129,14 @@ class Tokens:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             import gguf_spm
 
-            sp = gguf_spm.load(path)
+            try:
+                sp = gguf_spm.load(path)
+            except RuntimeError as e:
+                # sentencepiece refuses some vocabularies (a tiny test model's without the 256
+                # byte pieces); --ids runs without a tokenizer then (no decoded text).
+                if required:
+                    sys.exit(f"sentencepiece cannot load this vocabulary: {e}")
+                return None
             return Tokens(lambda text, allow: gguf_spm.encode_special(sp, text) if allow else list(sp.encode(text)),
                           lambda ids: sp.decode(ids), bos)
         if required:
