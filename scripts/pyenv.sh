@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (once) and updates the Python venv that the tests and scripts use as independent
-# references (numpy, gguf, tokenizers, onnx, onnxruntime: scripts/requirements.txt), then
+# references (numpy, gguf, tokenizers, sentencepiece, onnx, onnxruntime: scripts/requirements.txt), then
 # prints the path of its python on stdout. Everything else goes to stderr.
 #
 #   DYNRT_VENV   where the venv lives (default: target/venv in this checkout)

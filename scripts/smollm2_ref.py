@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Independent reference for dynrt's GGUF, tokenizer and llama code, on numpy, the `gguf`
-package (its reader and `dequantize`), the `tokenizers` package and `jinja2`. Run it with the
-python of scripts/pyenv.sh.
+"""Independent reference for dynrt's GGUF, tokenizer and decoder code, on numpy, the `gguf`
+package (its reader and `dequantize`), the `tokenizers` package (GPT-2 style vocabularies),
+scripts/gguf_spm.py (SentencePiece ones: Gemma) and `jinja2`. Run it with the python of
+scripts/pyenv.sh.
 
-  generate        tokenise a prompt (raw, or in the model's chat template), run the llama
-                  forward pass in float64 (or float32), greedy-decode N tokens; write JSON
-                  (prompt ids, generated ids, text, per-step top logits) and the full logit
-                  rows as a float32 .npy (steps x vocab)
+  generate        tokenise a prompt (raw, in the model's chat template, or given as --ids),
+                  run the forward pass in float64 (or float32), greedy-decode N tokens; write
+                  JSON (prompt ids, generated ids, text, per-step top logits) and the full
+                  logit rows as a float32 .npy (steps x vocab)
   tokenize        encode strings with special tokens matched and as plain text; decode
   dequant         sha256 and first values of every tensor dequantized to float32
   dequant-blocks  decode raw blocks of ggml types with gguf.quants.dequantize: DIR/TYPE.bin
@@ -14,11 +15,14 @@ python of scripts/pyenv.sh.
   write-test-gguf write a small GGUF with every metadata type and F32/F16/Q8_0/Q4_1
                   tensors, and a JSON of what it holds (values as the package dequantizes)
 
-The forward pass mirrors llama.cpp's llama and qwen2 graphs: RMSNorm; Q/K/V projections
-(with biases for qwen2); RoPE with the base from the metadata on *adjacent* pairs (x[2i],
-x[2i+1]) for llama, because GGUF's llama Q/K rows are permuted from the Hugging Face layout,
-and on halves (x[i], x[i + d/2]) for qwen2, whose rows are not; grouped-query attention with a
-causal mask; SwiGLU; the head is token_embd when there is no output.weight (tied).
+The forward pass mirrors llama.cpp's llama, qwen2 and gemma3 graphs: RMSNorm; Q/K/V
+projections (with biases for qwen2); RoPE with the base from the metadata on *adjacent* pairs
+(x[2i], x[2i+1]) for llama, because GGUF's llama Q/K rows are permuted from the Hugging Face
+layout, and on halves (x[i], x[i + d/2]) for qwen2 and gemma3, whose rows are not;
+grouped-query attention with a causal mask; SwiGLU; the head is token_embd when there is no
+output.weight (tied). gemma3 (class Llama's docstring) adds the embedding scale, Q/K norms,
+post-attention and post-FFN norms, GELU, and sliding-window layers; its constants that the
+file need not hold are in GEMMA3.
 """
 
 import argparse
@@ -103,6 +107,49 @@ def encode(tok, text, allow_special=True):
         tok.encode_special_tokens = False
 
 
+class Tokens:
+    """Encodes and decodes with a GGUF's vocabulary: GPT-2 style BPE (tokenizer.ggml.model
+    gpt2) with the `tokenizers` package as build_tokenizer sets it up, SentencePiece (llama)
+    with scripts/gguf_spm.py. Encoding prepends BOS where tokenizer.ggml.add_bos_token says so
+    and the text did not already start with it."""
+
+    def __init__(self, encode, decode, bos):
+        self._encode, self.decode, self.bos = encode, decode, bos
+
+    @staticmethod
+    def load(path, reader, required=True):
+        """The model's tokenizer; None where it is not handled and not `required`."""
+        model = field(reader, "tokenizer.ggml.model")
+        bos = field(reader, "tokenizer.ggml.bos_token_id") if field(reader, "tokenizer.ggml.add_bos_token", False) else None
+        if model == "gpt2":
+            tok = build_tokenizer(reader)
+            return Tokens(lambda text, allow: encode(tok, text, allow),
+                          lambda ids: tok.decode(ids, skip_special_tokens=False), bos)
+        if model == "llama":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import gguf_spm
+
+            try:
+                sp = gguf_spm.load(path)
+            except RuntimeError as e:
+                # sentencepiece refuses some vocabularies (a tiny test model's without the 256
+                # byte pieces); --ids runs without a tokenizer then (no decoded text).
+                if required:
+                    sys.exit(f"sentencepiece cannot load this vocabulary: {e}")
+                return None
+            return Tokens(lambda text, allow: gguf_spm.encode_special(sp, text) if allow else list(sp.encode(text)),
+                          lambda ids: sp.decode(ids), bos)
+        if required:
+            sys.exit(f"tokenizer.ggml.model is {model!r}: only gpt2 and llama are handled")
+        return None
+
+    def encode(self, text, allow_special=True):
+        ids = self._encode(text, allow_special)
+        if self.bos is not None and ids[:1] != [self.bos]:
+            ids = [self.bos] + ids
+        return ids
+
+
 def render_chat(reader, messages, add_generation_prompt=True):
     """The chat template rendered as Hugging Face transformers renders it."""
     from jinja2.exceptions import TemplateError
@@ -130,37 +177,76 @@ def render_chat(reader, messages, add_generation_prompt=True):
 
 # --- the model -------------------------------------------------------------------------------
 
+# Gemma 3 facts that its GGUF files need not carry; llama.cpp sets them for the gemma3
+# architecture and this reference takes them from here only.
+GEMMA3 = {
+    # Layer il attends globally when il % pattern == pattern - 1, within the sliding window
+    # otherwise (used when the file has no `gemma3.attention.sliding_window_pattern`).
+    "swa_pattern": 6,
+    # The RoPE base of the sliding-window layers (when the file has no
+    # `gemma3.rope.freq_base_swa`); the global layers use `gemma3.rope.freq_base`.
+    "rope_base_swa": 10000.0,
+    # The one size whose attention scale is 1/sqrt(embedding_length / head_count) instead of
+    # 1/sqrt(key_length): Gemma 3 27B, told apart by its block count.
+    "block_count_27b": 62,
+}
+
 
 class Llama:
-    """llama and qwen2: qwen2 adds Q/K/V biases and rotates halves of each head (NEOX) where
-    llama's GGUF rows are permuted for adjacent pairs."""
+    """llama, qwen2 and gemma3 decoders.
+
+    qwen2 adds Q/K/V biases and rotates halves of each head (NEOX) where llama's GGUF rows are
+    permuted for adjacent pairs. gemma3 scales the embedding by sqrt(embedding_length),
+    RMS-normalises each head of Q and K (attn_q_norm, attn_k_norm) before RoPE on halves,
+    normalises the attention and FFN outputs again before their residual adds
+    (post_attention_norm, post_ffw_norm), uses GELU (tanh approximation) for the gate, and
+    interleaves sliding-window layers (their own RoPE base, no frequency scaling) with global
+    ones. Gemma's norm weights are used as stored (its converter already added the 1).
+    """
 
     def __init__(self, reader, dtype):
         self.dtype = dtype
         arch = field(reader, "general.architecture")
-        if arch not in ("llama", "qwen2"):
-            sys.exit(f"general.architecture is {arch!r}, not llama or qwen2")
+        if arch not in ("llama", "qwen2", "gemma3"):
+            sys.exit(f"general.architecture is {arch!r}, not llama, qwen2 or gemma3")
         self.arch = arch
 
         def key(k, default=None):
             return field(reader, f"{arch}.{k}", default)
 
-        self.n_layers = int(key("block_count"))
-        self.width = int(key("embedding_length"))
-        self.n_heads = int(key("attention.head_count"))
+        def required(k):
+            v = key(k)
+            if v is None:
+                sys.exit(f"{arch}.{k} is missing")
+            return v
+
+        self.n_layers = int(required("block_count"))
+        self.width = int(required("embedding_length"))
+        self.n_heads = int(required("attention.head_count"))
         self.n_kv = int(key("attention.head_count_kv", self.n_heads))
         self.head_dim = int(key("attention.key_length", self.width // self.n_heads))
+        self.v_dim = int(key("attention.value_length", self.head_dim))
         self.rope_dim = int(key("rope.dimension_count", self.head_dim))
-        self.eps = float(key("attention.layer_norm_rms_epsilon"))
+        self.eps = float(required("attention.layer_norm_rms_epsilon"))
         self.rope_base = float(key("rope.freq_base", 10000.0))
-        self.context = int(key("context_length"))
+        self.context = int(required("context_length"))
         scaling = key("rope.scaling.type", "none")
         if scaling not in ("none", "linear"):
             sys.exit(f"rope.scaling.type {scaling!r} is not handled")
         self.rope_scale = 1.0 / float(key("rope.scaling.factor")) if scaling == "linear" else 1.0
+        self.scale = 1.0 / np.sqrt(self.head_dim)
+        # Per layer: None (causal over every earlier position) or the sliding window W (a query
+        # at position p sees keys j with p - W < j <= p).
+        self.window = [None] * self.n_layers
+        self.rope_base_swa = self.rope_base
+        self.embd_scale = 1.0
+        if arch == "gemma3":
+            self.gemma3_config(key, required)
         tensors = {t.name: t for t in reader.tensors}
 
         def w(name):
+            if name not in tensors:
+                sys.exit(f"tensor {name} is missing")
             return tensor_array(tensors[name], dtype)
 
         self.embd = w("token_embd.weight")
@@ -168,42 +254,73 @@ class Llama:
         self.tied = "output.weight" not in tensors
         self.head = self.embd if self.tied else w("output.weight")
         self.out_norm = w("output_norm.weight")
+        names = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+        if arch == "gemma3":
+            names += ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]
         self.layers = []
         for i in range(self.n_layers):
             p = f"blk.{i}."
-            layer = {n: w(p + n + ".weight") for n in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+            layer = {n: w(p + n + ".weight") for n in names}
             for n in ("attn_q", "attn_k", "attn_v"):
                 if arch == "qwen2":
                     layer[n + ".bias"] = w(p + n + ".bias")
             self.layers.append(layer)
         i = np.arange(self.rope_dim // 2, dtype=np.float64)
-        self.inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim) * self.rope_scale
+        exponent = -2.0 * i / self.rope_dim
+        self.inv_freq = self.rope_base ** exponent * self.rope_scale
         if "rope_freqs.weight" in tensors:
             self.inv_freq = self.inv_freq / tensor_array(tensors["rope_freqs.weight"], np.float64)
+        # llama.cpp's sliding-window layers: their own base, frequency scale 1.
+        self.inv_freq_swa = self.rope_base_swa ** exponent
+
+    def gemma3_config(self, key, required):
+        window = int(required("attention.sliding_window"))
+        if window <= 0:
+            sys.exit("gemma3.attention.sliding_window must be positive: a gemma3 without one is not handled")
+        pattern = key("attention.sliding_window_pattern", GEMMA3["swa_pattern"])
+        if isinstance(pattern, list):
+            if len(pattern) != self.n_layers:
+                sys.exit(f"gemma3.attention.sliding_window_pattern has {len(pattern)} entries for {self.n_layers} layers")
+            local = [bool(x) for x in pattern]
+        else:
+            period = int(pattern)
+            if period <= 0:
+                sys.exit("gemma3.attention.sliding_window_pattern must be positive")
+            local = [il % period < period - 1 for il in range(self.n_layers)]
+        self.window = [window if is_local else None for is_local in local]
+        self.rope_base_swa = float(key("rope.freq_base_swa", GEMMA3["rope_base_swa"]))
+        self.embd_scale = np.sqrt(self.width)
+        if self.n_layers == GEMMA3["block_count_27b"]:
+            self.scale = 1.0 / np.sqrt(self.width // self.n_heads)
 
     def config(self):
-        return {
+        c = {
             "layers": self.n_layers, "embedding": self.width, "heads": self.n_heads, "kv_heads": self.n_kv,
             "head_dim": self.head_dim, "rope_dim": self.rope_dim, "rms_eps": self.eps, "rope_base": self.rope_base,
             "context": self.context, "vocab": self.vocab, "tied_output": self.tied,
         }
+        if self.arch == "gemma3":
+            c.update({
+                "value_dim": self.v_dim, "sliding_window": self.window, "rope_base_swa": self.rope_base_swa,
+                "attention_scale": float(self.scale), "embedding_scale": float(self.embd_scale),
+            })
+        return c
 
     def rms_norm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, positions):
+    def rope(self, x, positions, inv_freq):
         """x: (T, heads, head_dim); rotates the first rope_dim elements: adjacent pairs
-        (llama) or the two halves (qwen2)."""
-        angles = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # (T, rope_dim/2)
+        (llama) or the two halves (qwen2, gemma3)."""
+        angles = positions[:, None].astype(np.float64) * inv_freq[None, :]  # (T, rope_dim/2)
         cos = np.cos(angles).astype(self.dtype)[:, None, :]
         sin = np.sin(angles).astype(self.dtype)[:, None, :]
         out = x.copy()
         r, half = self.rope_dim, self.rope_dim // 2
-        if self.arch == "qwen2":
-            a, b = np.s_[..., 0:half], np.s_[..., half:r]
-        else:
+        if self.arch == "llama":
             a, b = np.s_[..., 0:r:2], np.s_[..., 1:r:2]
+        else:
+            a, b = np.s_[..., 0:half], np.s_[..., half:r]
         x0, x1 = x[a], x[b]
         out[a] = x0 * cos - x1 * sin
         out[b] = x0 * sin + x1 * cos
@@ -213,49 +330,80 @@ class Llama:
         y = h @ L[name].T
         return y + L[name + ".bias"] if name + ".bias" in L else y
 
+    def ffn(self, h, L):
+        g = h @ L["ffn_gate"].T
+        if self.arch == "gemma3":
+            # GELU, tanh approximation.
+            act = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g * g * g)))
+        else:
+            act = g / (1.0 + np.exp(-g))
+        return (act * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+
     def forward(self, ids, cache):
         """Runs the new tokens `ids` after the `cache` (a list of per-layer (K, V)); returns
         the logits of the last position."""
         t = len(ids)
         past = 0 if cache[0] is None else cache[0][0].shape[0]
         positions = np.arange(past, past + t)
-        x = self.embd[np.asarray(ids)]
+        x = self.embd[np.asarray(ids)] * self.dtype(self.embd_scale)
         group = self.n_heads // self.n_kv
-        scale = 1.0 / np.sqrt(self.head_dim)
-        # Query i (absolute position past + i) sees keys 0..=past + i.
-        mask = np.arange(past + t)[None, :] > positions[:, None]
+        gemma = self.arch == "gemma3"
+        # Query i (absolute position past + i) sees keys 0..=past + i, and on a sliding-window
+        # layer only those less than the window behind it.
+        distance = positions[:, None] - np.arange(past + t)[None, :]
         for li, L in enumerate(self.layers):
+            window = self.window[li]
+            mask = distance < 0 if window is None else (distance < 0) | (distance >= window)
+            inv_freq = self.inv_freq if window is None else self.inv_freq_swa
             h = self.rms_norm(x, L["attn_norm"])
-            q = self.rope(self.project(h, L, "attn_q").reshape(t, self.n_heads, self.head_dim), positions)
-            k = self.rope(self.project(h, L, "attn_k").reshape(t, self.n_kv, self.head_dim), positions)
-            v = self.project(h, L, "attn_v").reshape(t, self.n_kv, self.head_dim)
+            q = self.project(h, L, "attn_q").reshape(t, self.n_heads, self.head_dim)
+            k = self.project(h, L, "attn_k").reshape(t, self.n_kv, self.head_dim)
+            v = self.project(h, L, "attn_v").reshape(t, self.n_kv, self.v_dim)
+            if gemma:
+                q = self.rms_norm(q, L["attn_q_norm"])
+                k = self.rms_norm(k, L["attn_k_norm"])
+            q = self.rope(q, positions, inv_freq)
+            k = self.rope(k, positions, inv_freq)
             if cache[li] is not None:
                 k = np.concatenate([cache[li][0], k])
                 v = np.concatenate([cache[li][1], v])
             cache[li] = (k, v)
-            out = np.empty((t, self.n_heads, self.head_dim), dtype=self.dtype)
+            out = np.empty((t, self.n_heads, self.v_dim), dtype=self.dtype)
             for hd in range(self.n_heads):
                 kv = hd // group
-                s = (q[:, hd, :] @ k[:, kv, :].T) * scale
+                s = (q[:, hd, :] @ k[:, kv, :].T) * self.scale
                 s = np.where(mask, -np.inf, s)
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 out[:, hd, :] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, kv, :]
-            x = x + out.reshape(t, -1) @ L["attn_output"].T
-            h = self.rms_norm(x, L["ffn_norm"])
-            g = h @ L["ffn_gate"].T
-            x = x + ((g / (1.0 + np.exp(-g))) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+            a = out.reshape(t, -1) @ L["attn_output"].T
+            if gemma:
+                a = self.rms_norm(a, L["post_attention_norm"])
+            x = x + a
+            f = self.ffn(self.rms_norm(x, L["ffn_norm"]), L)
+            if gemma:
+                f = self.rms_norm(f, L["post_ffw_norm"])
+            x = x + f
         last = self.rms_norm(x[-1], self.out_norm)
         return last @ self.head.T
 
 
-def cmd_generate(a):
-    reader = GGUFReader(a.model)
-    tok = build_tokenizer(reader)
+def prompt_tokens(a, reader):
+    """The prompt's text (None for --ids), its ids and the tokenizer (None for --ids on a
+    model whose tokenizer this reference does not build)."""
+    if a.ids is not None:
+        ids = [int(x) for x in a.ids.replace(",", " ").split()]
+        return None, ids, Tokens.load(a.model, reader, required=False)
+    tok = Tokens.load(a.model, reader)
     if a.chat is not None:
         text = render_chat(reader, [{"role": "user", "content": a.chat}])
     else:
         text = a.prompt
-    prompt_ids = encode(tok, text, allow_special=a.special == "allow")
+    return text, tok.encode(text, allow_special=a.special == "allow"), tok
+
+
+def cmd_generate(a):
+    reader = GGUFReader(a.model)
+    text, prompt_ids, tok = prompt_tokens(a, reader)
     dtype = np.float64 if a.dtype == "float64" else np.float32
     model = Llama(reader, dtype)
     if len(prompt_ids) + a.max_tokens > model.context:
@@ -279,11 +427,11 @@ def cmd_generate(a):
         "model": os.path.basename(a.model) if a.fixture else a.model,
         "dtype": a.dtype,
         "chat": a.chat is not None,
-        "input": a.chat if a.chat is not None else a.prompt,
+        "input": a.chat if a.chat is not None else a.prompt if a.prompt is not None else a.ids,
         "rendered": text,
         "prompt_ids": prompt_ids,
         "generated_ids": generated,
-        "text": tok.decode(shown, skip_special_tokens=False),
+        "text": tok.decode(shown) if tok is not None else None,
         "eos_id": eos,
         "config": model.config(),
         "top5": top,
@@ -412,6 +560,7 @@ def main():
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw text")
     src.add_argument("--chat", help="a user message, rendered with the model's chat template")
+    src.add_argument("--ids", help="the prompt as token ids (comma- or space-separated), used as they are: no BOS added")
     g.add_argument("--special", choices=["allow", "plain"], default="allow",
                    help="match control tokens written in the text (default) or encode them as text")
     g.add_argument("--max-tokens", type=int, default=16)
