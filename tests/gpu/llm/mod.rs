@@ -208,6 +208,7 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
         TinyLlama {
             architecture: "gemma3",
             num_layers: 6,
+            embedding_len: 256,
             num_heads: 2,
             num_kv_heads: 1,
             head_dim: 160,
