@@ -39,6 +39,8 @@ const TINY_LOGIT_ATOL: f32 = 1e-4;
 /// reference's on Qwen2.5-Coder-0.5B (24 layers, a 151,936-token head; 1.1e-5 measured on
 /// lavapipe when the fixtures were made).
 const QWEN2_LOGIT_ATOL: f32 = 1e-3;
+/// The same on Gemma 3 270M (18 layers, a 262,144-token head, logits up to about 40).
+const GEMMA3_LOGIT_ATOL: f32 = 1e-3;
 /// Reference top-2 logits closer than this: greedy tokens are compared up to that step.
 const NEAR_TIE: f32 = 1e-3;
 
@@ -360,7 +362,11 @@ fn prompt_ids(model: &Model, chat: bool, text: &str) -> Vec<u32> {
     } else {
         text.to_owned()
     };
-    tok.encode(&rendered, Special::Allow)
+    // BOS first where the file asks for it (Gemma), as the session's generate does.
+    let bos = tok.bos_id().filter(|_| tok.add_bos() && !chat);
+    bos.into_iter()
+        .chain(tok.encode(&rendered, Special::Allow))
+        .collect()
 }
 
 fn reference_args(chat: bool, text: &str, steps: usize) -> Vec<String> {
@@ -611,16 +617,11 @@ fn smollm2_answers_a_follow_up_from_its_cache() {
     );
 }
 
-/// Qwen2.5-Coder-0.5B-Instruct against the reference's fixtures
-/// (`scripts/model_fixtures.sh`, float64): the same prompt ids, the same greedy tokens up to
-/// the first step whose reference top-2 logits are closer than [`NEAR_TIE`] (where f32
-/// rounding may pick either; none of the fixtures' 32 steps has one at the time of writing,
-/// the test says when it stops early), and at every compared step the logits of the
-/// reference's top 5 within [`QWEN2_LOGIT_ATOL`].
-#[test]
-fn qwen2_greedy_tokens_and_logits_match_the_reference_fixtures() {
-    let test = "qwen2_greedy_tokens_and_logits_match_the_reference_fixtures";
-    let spec = &dynrt::fetch::QWEN25_CODER_05B_INSTRUCT;
+/// A model against the reference's fixtures (`scripts/model_fixtures.sh`, float64): the same
+/// prompt ids, the same greedy tokens up to the first step whose reference top-2 logits are
+/// closer than [`NEAR_TIE`] (where f32 rounding may pick either; the test says when it stops
+/// early), and at every compared step the logits of the reference's top 5 within `atol`.
+fn fixtures_match(test: &str, spec: &dynrt::fetch::ModelSpec, keys: &[&str], atol: f32) {
     let Some(path) = dynrt::fetch::cached_or_skip(spec, test) else {
         return;
     };
@@ -628,7 +629,7 @@ fn qwen2_greedy_tokens_and_logits_match_the_reference_fixtures() {
     let model = Model::load(&engine, &path, ModelOptions::default()).unwrap();
     let dir = common::repo().join("fixtures/models").join(spec.name);
     let mut fixtures = 0;
-    for key in ["france", "fox", "prime"] {
+    for key in keys {
         let r = common::read_json(&dir.join(format!("{key}.json")));
         let chat = r["chat"].as_bool().unwrap();
         let ids = prompt_ids(&model, chat, r["input"].as_str().unwrap());
@@ -647,10 +648,7 @@ fn qwen2_greedy_tokens_and_logits_match_the_reference_fixtures() {
             for entry in top {
                 let id = entry[0].as_u64().unwrap() as usize;
                 let d = (g.logits[step][id] - entry[1].as_f64().unwrap() as f32).abs();
-                assert!(
-                    d <= QWEN2_LOGIT_ATOL,
-                    "{key} step {step}: logit of {id} differs by {d}"
-                );
+                assert!(d <= atol, "{key} step {step}: logit of {id} differs by {d}");
                 worst = worst.max(d);
             }
             compared += 1;
@@ -665,13 +663,39 @@ fn qwen2_greedy_tokens_and_logits_match_the_reference_fixtures() {
         }
         fixtures += 1;
         eprintln!(
-            "{key}: {} prompt + {compared} tokens identical to the reference, max |logit diff| \
-             {worst:.2e}; {:.1} ms per token",
+            "{}/{key}: {} prompt + {compared} tokens identical to the reference, max |logit \
+             diff| {worst:.2e}; {:.1} ms per token",
+            spec.name,
             ids.len(),
             g.decode_ms_per_token()
         );
     }
-    assert_eq!(fixtures, 3);
+    assert_eq!(fixtures, keys.len());
+}
+
+/// Qwen2.5-Coder-0.5B-Instruct against its fixtures: a short chat, a raw continuation, a
+/// longer chat.
+#[test]
+fn qwen2_greedy_tokens_and_logits_match_the_reference_fixtures() {
+    fixtures_match(
+        "qwen2_greedy_tokens_and_logits_match_the_reference_fixtures",
+        &dynrt::fetch::QWEN25_CODER_05B_INSTRUCT,
+        &["france", "fox", "prime"],
+        QWEN2_LOGIT_ATOL,
+    );
+}
+
+/// Gemma 3 270M (a base model: raw prompts, BOS first) against its fixtures; `harbour` is a
+/// 698-token prompt, prefilled in two chunks, whose answer depends on the sliding window
+/// (the reference's first token changes without it).
+#[test]
+fn gemma3_greedy_tokens_and_logits_match_the_reference_fixtures() {
+    fixtures_match(
+        "gemma3_greedy_tokens_and_logits_match_the_reference_fixtures",
+        &dynrt::fetch::GEMMA3_270M,
+        &["france", "fox", "harbour"],
+        GEMMA3_LOGIT_ATOL,
+    );
 }
 
 /// The reference still reproduces its Qwen2.5 fixture: the first 2 steps of the France chat
