@@ -153,12 +153,12 @@ impl Tokenizer {
     }
 }
 
-/// A candidate merge of the symbols `left` and `right`, `len` bytes together when queued.
+/// A candidate merge of the symbol `left` with the one after it, `len` bytes together when
+/// queued. Twelve bytes: the queue of a long text stays small enough to be fast.
 struct Candidate {
     score: f32,
-    left: usize,
-    right: usize,
-    len: usize,
+    left: u32,
+    len: u32,
 }
 
 impl Ord for Candidate {
@@ -188,13 +188,17 @@ impl Eq for Candidate {}
 /// `len == 0` once merged into the symbol before it.
 #[derive(Clone, Copy)]
 struct Symbol {
-    start: usize,
-    len: usize,
-    prev: usize,
-    next: usize,
+    start: u32,
+    len: u32,
+    prev: u32,
+    next: u32,
 }
 
-const NONE: usize = usize::MAX;
+const NONE: u32 = u32::MAX;
+
+/// The longest text merged as one: a longer run (over a gigabyte) is merged in pieces of at
+/// most this many bytes, cut at characters, so that positions fit in 32 bits.
+const MAX_PIECE: usize = 1 << 30;
 
 impl Spm {
     /// Whether plain text gets a space in front.
@@ -205,6 +209,11 @@ impl Spm {
     /// Encodes a run of plain text (no user-defined or matched control tokens in it) and
     /// appends the ids to `out`. `O(n log n)` in the text's length.
     pub fn encode(&self, tok: &Tokenizer, text: &str, out: &mut Vec<u32>) {
+        self.encode_in_pieces(tok, text, MAX_PIECE, out);
+    }
+
+    /// [`encode`](Self::encode), merging at most `max_piece` bytes (at least 4) as one.
+    fn encode_in_pieces(&self, tok: &Tokenizer, text: &str, max_piece: usize, out: &mut Vec<u32>) {
         if text.is_empty() {
             return;
         }
@@ -213,74 +222,82 @@ impl Spm {
             esc.push(SPACE);
         }
         esc.extend(text.chars().map(|c| if c == ' ' { SPACE } else { c }));
+        let mut rest = esc.as_str();
+        while !rest.is_empty() {
+            let mut cut = rest.len().min(max_piece.max(4));
+            while !rest.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.merge(tok, &rest[..cut], out);
+            rest = &rest[cut..];
+        }
+    }
+
+    /// Merges escaped text of at most [`MAX_PIECE`] bytes and appends the ids to `out`.
+    fn merge(&self, tok: &Tokenizer, esc: &str, out: &mut Vec<u32>) {
         let piece = |s: &str| {
             tok.text_to_id
                 .get(s)
                 .copied()
                 .filter(|&id| mergeable(tok.kinds[id as usize]))
         };
+        // Positions are below MAX_PIECE < u32::MAX.
         let mut symbols: Vec<Symbol> = esc
             .char_indices()
             .map(|(start, c)| Symbol {
-                start,
-                len: c.len_utf8(),
+                start: start as u32,
+                len: c.len_utf8() as u32,
                 prev: NONE,
                 next: NONE,
             })
             .collect();
-        let n = symbols.len();
-        for (i, s) in symbols.iter_mut().enumerate() {
+        let n = symbols.len() as u32;
+        for (i, s) in (0..n).zip(symbols.iter_mut()) {
             s.prev = if i == 0 { NONE } else { i - 1 };
             s.next = if i + 1 == n { NONE } else { i + 1 };
         }
-        let candidate = |symbols: &[Symbol], left: usize| -> Option<Candidate> {
-            if left == NONE {
-                return None;
-            }
-            let right = symbols[left].next;
-            if right == NONE {
-                return None;
-            }
-            let start = symbols[left].start;
-            let len = symbols[left].len + symbols[right].len;
-            piece(&esc[start..start + len]).map(|id| Candidate {
+        let candidate = |symbols: &[Symbol], left: u32| -> Option<Candidate> {
+            let l = symbols.get(left as usize)?;
+            let r = symbols.get(l.next as usize)?;
+            let len = l.len + r.len;
+            let start = l.start as usize;
+            piece(&esc[start..start + len as usize]).map(|id| Candidate {
                 score: self.scores[id as usize],
                 left,
-                right,
                 len,
             })
         };
-        let mut queue = BinaryHeap::with_capacity(n);
-        for left in 0..n.saturating_sub(1) {
-            queue.extend(candidate(&symbols, left));
-        }
+        let initial: Vec<Candidate> = (0..n).filter_map(|i| candidate(&symbols, i)).collect();
+        let mut queue = BinaryHeap::from(initial);
         while let Some(top) = queue.pop() {
-            let (l, r) = (symbols[top.left], symbols[top.right]);
-            // Stale: one side was merged away, or grew since the pair was queued.
-            if l.len == 0 || r.len == 0 || l.len + r.len != top.len {
+            let l = symbols[top.left as usize];
+            // Stale: the left symbol was merged away, or one side grew since the pair was
+            // queued (the right one, or the left by taking the right).
+            if l.len == 0 || l.next == NONE {
                 continue;
             }
-            symbols[top.left].len = top.len;
-            symbols[top.left].next = r.next;
-            symbols[top.right].len = 0;
+            let r = symbols[l.next as usize];
+            if l.len + r.len != top.len {
+                continue;
+            }
+            symbols[l.next as usize].len = 0;
+            let merged = &mut symbols[top.left as usize];
+            merged.len = top.len;
+            merged.next = r.next;
             if r.next != NONE {
-                symbols[r.next].prev = top.left;
+                symbols[r.next as usize].prev = top.left;
             }
             queue.extend(candidate(&symbols, l.prev));
             queue.extend(candidate(&symbols, top.left));
         }
         let mut at = 0;
         while at != NONE {
-            let s = symbols[at];
-            let text = &esc[s.start..s.start + s.len];
+            let s = symbols[at as usize];
+            let text = &esc[s.start as usize..(s.start + s.len) as usize];
             if let Some(id) = piece(text) {
                 out.push(id);
-            } else if let Some(ids) = text
-                .bytes()
-                .map(|b| tok.byte_ids[usize::from(b)])
-                .collect::<Option<Vec<u32>>>()
-            {
-                out.extend(ids);
+            } else if text.bytes().all(|b| tok.byte_ids[usize::from(b)].is_some()) {
+                out.extend(text.bytes().filter_map(|b| tok.byte_ids[usize::from(b)]));
             } else {
                 out.extend(self.unk_id);
             }
@@ -429,6 +446,23 @@ mod tests {
         assert_eq!(s.push(t.token_id("<0xC3>").unwrap()).unwrap(), "");
         assert_eq!(s.push(t.token_id("<0xA9>").unwrap()).unwrap(), "é");
         assert_eq!(s.push(1).unwrap(), "");
+    }
+
+    #[test]
+    fn long_runs_merge_in_pieces() {
+        let t = Tokenizer::from_spm_parts(toy_parts(true)).unwrap();
+        let Model::Spm(spm) = &t.model else {
+            unreachable!("a SentencePiece tokenizer")
+        };
+        let text = "ab aé abc 😀 ba";
+        let mut whole = Vec::new();
+        spm.encode_in_pieces(&t, text, 1 << 20, &mut whole);
+        assert_eq!(whole, t.encode(text, Special::Plain));
+        // Pieces of 5 bytes, cut at characters (`▁` and `é` are 3 and 2 bytes).
+        let mut pieces = Vec::new();
+        spm.encode_in_pieces(&t, text, 5, &mut pieces);
+        assert_ne!(pieces, whole);
+        assert_eq!(t.decode(&pieces).unwrap(), text);
     }
 
     #[test]
