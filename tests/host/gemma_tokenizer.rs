@@ -290,3 +290,36 @@ fn gemma_tokenizer_equals_sentencepiece() {
         run_took.as_secs_f64() * 1e3,
     );
 }
+
+/// The float64 reference's Gemma fixtures (`fixtures/models/gemma3-270m`, raw prompts that
+/// `scripts/smollm2_ref.py` tokenised through `scripts/gguf_spm.py`): dynrt starts the same
+/// sequence (BOS, then the prompt) and streams the reference's generated ids into its text.
+#[test]
+fn gemma_fixtures_tokenise_as_the_reference() {
+    let test = "gemma_fixtures_tokenise_as_the_reference";
+    let Some(path) = fetch::cached_or_skip(&fetch::GEMMA3_270M, test) else {
+        return;
+    };
+    let m = MappedGguf::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
+    let dir = common::repo().join("fixtures/models/gemma3-270m");
+    let mut checked = 0;
+    for key in ["france", "fox", "harbour"] {
+        let r = common::read_json(&dir.join(format!("{key}.json")));
+        assert_eq!(
+            r["chat"].as_bool(),
+            Some(false),
+            "{key}: a base model, raw prompts"
+        );
+        let ids = tok.with_bos(tok.encode(r["input"].as_str().unwrap(), Special::Allow));
+        assert_eq!(ids, common::json_ids(&r["prompt_ids"]), "{key}: prompt ids");
+        let generated = common::json_ids(&r["generated_ids"]);
+        assert_eq!(
+            streamed(&tok, &generated, true),
+            r["text"].as_str().unwrap(),
+            "{key}: text"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+}

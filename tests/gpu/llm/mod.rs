@@ -360,7 +360,8 @@ fn prompt_ids(model: &Model, chat: bool, text: &str) -> Vec<u32> {
     } else {
         text.to_owned()
     };
-    tok.encode(&rendered, Special::Allow)
+    // As the session starts a sequence: BOS where the model asks for it (Gemma).
+    tok.with_bos(tok.encode(&rendered, Special::Allow))
 }
 
 fn reference_args(chat: bool, text: &str, steps: usize) -> Vec<String> {
