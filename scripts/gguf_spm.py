@@ -25,6 +25,7 @@ set when no normal piece has two ASCII digits, as in Gemma's vocabulary.
 
 import argparse
 import json
+import os
 import sys
 
 from gguf import GGUFReader
@@ -104,7 +105,7 @@ def load(path):
 def encode(path_or_proc, text, add_bos):
     """The ids of `text` as plain text (control tokens' texts are text), BOS first if
     `add_bos` and the model has one."""
-    sp = load(path_or_proc) if isinstance(path_or_proc, str) else path_or_proc
+    sp = load(os.fspath(path_or_proc)) if isinstance(path_or_proc, (str, os.PathLike)) else path_or_proc
     ids = list(sp.encode(text))
     bos = sp.gguf_meta["bos"]
     return ([int(bos)] if add_bos and bos is not None else []) + ids

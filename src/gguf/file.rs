@@ -669,6 +669,17 @@ impl Gguf {
         }
     }
 
+    /// `key` as an array of `f32` (SentencePiece token scores).
+    ///
+    /// # Errors
+    /// [`GgufError::MissingKey`], [`GgufError::WrongType`] (also for another element type).
+    pub fn get_f32_array(&self, key: &str) -> Result<&[f32], GgufError> {
+        match self.get_array(key)? {
+            MetaArray::F32(v) => Ok(v),
+            _ => Err(Self::wrong_type(key, "array of f32", self.lookup(key)?)),
+        }
+    }
+
     /// Like [`get_u32`](Self::get_u32) but `Ok(None)` when the key is absent.
     ///
     /// # Errors

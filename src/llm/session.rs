@@ -587,7 +587,9 @@ impl Session {
     }
 
     /// Encodes `prompt` (control tokens written in it are matched, as a rendered template
-    /// would be) and generates after it ([`Session::generate_ids`]).
+    /// would be) and generates after it ([`Session::generate_ids`]). At the start of a
+    /// sequence (nothing cached) the prompt gets the model's BOS when it expects one
+    /// ([`Tokenizer::with_bos`](crate::tokenizer::Tokenizer::with_bos): Gemma, Llama 2).
     ///
     /// # Errors
     /// As [`Session::generate_ids`].
@@ -597,14 +599,19 @@ impl Session {
         params: &GenerateParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation, LlmError> {
-        let ids = self.model.tokenizer().encode(prompt, Special::Allow);
+        let tokenizer = self.model.tokenizer();
+        let mut ids = tokenizer.encode(prompt, Special::Allow);
+        if self.cached.is_empty() && self.pending.is_none() {
+            ids = tokenizer.with_bos(ids);
+        }
         self.generate_ids(&ids, params, on_text).await
     }
 
     /// One chat turn: `user` is added to the conversation, which is rendered with the
     /// model's chat template; only what the cache does not hold yet is prefilled (the new
     /// turn, on top of the past ones), then the reply is generated and kept in the
-    /// conversation.
+    /// conversation. A chat that starts over gets the model's BOS when it expects one and
+    /// the template did not write it.
     ///
     /// # Errors
     /// [`LlmError::Tokenizer`] when the model has no chat template or it fails; as
@@ -653,7 +660,7 @@ impl Session {
                     self.stats.full_prefills += 1;
                 }
                 self.reset();
-                tokenizer.encode_chat(&rendered, 0)
+                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
             }
         };
         let reply = self.generate_ids_observed(&ids, params, on_token).await?;

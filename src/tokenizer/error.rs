@@ -10,8 +10,12 @@ pub enum TokenizerError {
     /// A metadata key is missing or of the wrong type.
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    /// `tokenizer.ggml.model` is not a byte-level BPE (`gpt2`).
-    #[error("tokenizer.ggml.model is `{model}`: only byte-level BPE (`gpt2`) is supported")]
+    /// `tokenizer.ggml.model` is neither byte-level BPE (`gpt2`) nor SentencePiece
+    /// (`llama`).
+    #[error(
+        "tokenizer.ggml.model is `{model}`: supported are byte-level BPE (`gpt2`) and \
+         SentencePiece (`llama`)"
+    )]
     UnsupportedModel {
         /// The value found.
         model: String,
@@ -58,6 +62,14 @@ pub enum TokenizerError {
         token: String,
         /// The first character that is not in the table.
         ch: char,
+    },
+    /// A SentencePiece byte token (type 6) whose text is not `<0xXX>`.
+    #[error("byte token {id} `{token}` is not spelled <0xXX>")]
+    BadByteToken {
+        /// The token id.
+        id: u32,
+        /// Its text.
+        token: String,
     },
     /// A merge rule that is malformed or names tokens outside the vocabulary.
     #[error("merge #{index} `{merge}`: {reason}")]

@@ -1,8 +1,10 @@
-//! The tokenizer of a GGUF model: GPT-2 style byte-level BPE read from the file's metadata,
+//! The tokenizer of a GGUF model, read from the file's metadata: GPT-2 style byte-level BPE
+//! (`tokenizer.ggml.model` = `gpt2`) or SentencePiece BPE (`llama`, see [`SpmParts`]), with
 //! special tokens, streaming decode and the chat template.
 //!
-//! [`Tokenizer::from_gguf`] reads `tokenizer.ggml.tokens`, `token_type`, `merges`, `pre`,
-//! the BOS/EOS ids and `tokenizer.chat_template`. Encoding:
+//! [`Tokenizer::from_gguf`] reads `tokenizer.ggml.tokens`, `token_type`, `merges`, `pre`
+//! (SentencePiece: `scores`, `add_space_prefix`, the unknown id), the BOS/EOS ids and
+//! `tokenizer.chat_template`. Encoding:
 //!
 //! 1. With [`Special::Allow`], control tokens (`<|im_start|>`, type 3) are matched in the
 //!    text as whole tokens, leftmost-longest; user-defined tokens (type 4) always are. With
@@ -10,16 +12,21 @@
 //!    rendered with [`Tokenizer::render_chat`] and encoded with [`Tokenizer::encode_chat`]:
 //!    control tokens only where the template wrote them, message text always plain, so a
 //!    user who types `<|im_end|>` cannot open a turn.
-//! 2. The [`PreTokenizer`] cuts the rest into words (SmolLM2: digits alone, then GPT-2's
-//!    split).
-//! 3. Each word's UTF-8 bytes become one-byte tokens that BPE merges, lowest rank first.
+//! 2. Byte-level BPE: the [`PreTokenizer`] cuts the rest into words (SmolLM2: digits alone,
+//!    then GPT-2's split); each word's UTF-8 bytes become one-byte tokens that BPE merges,
+//!    lowest rank first.
+//! 3. SentencePiece: spaces become `▁` and the characters merge by token score across the
+//!    whole run, with byte fallback (`<0xXX>` tokens) for characters that are no token.
 //!
-//! No BOS is added (SmolLM2's `tokenizer.ggml.add_bos_token` is false; see
-//! [`Tokenizer::add_bos`]). Decoding maps byte-level characters back to bytes and shows
-//! invalid UTF-8 as U+FFFD; [`StreamDecoder`] does the same one token at a time.
+//! No BOS is added by [`Tokenizer::encode`]; the start of a sequence goes through
+//! [`Tokenizer::with_bos`], which adds it where `tokenizer.ggml.add_bos_token` asks (Gemma:
+//! yes; SmolLM2: no). Decoding maps byte-level characters (or `▁` and byte tokens) back to
+//! bytes and shows invalid UTF-8 as U+FFFD; [`StreamDecoder`] does the same one token at a
+//! time.
 //!
-//! The result equals the Python `tokenizers` package's for the same vocabulary, merges and
-//! pre-tokenizer (a test compares them on a few hundred strings).
+//! Byte-level BPE equals the Python `tokenizers` package's for the same vocabulary, merges
+//! and pre-tokenizer, SentencePiece the `sentencepiece` package's for the same pieces
+//! (tests compare them on over a thousand strings each).
 //!
 //! ```
 //! use dynrt::tokenizer::{PreTokenizer, Special, Tokenizer, TokenizerParts};
@@ -50,11 +57,13 @@ mod bpe;
 mod chat;
 mod error;
 mod pretokenize;
+mod spm;
 mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate, RenderedChat, TEMPLATE_FUEL};
 pub use error::TokenizerError;
 pub use pretokenize::PreTokenizer;
+pub use spm::SpmParts;
 pub use stream::StreamDecoder;
 
 use crate::gguf::Gguf;
@@ -126,17 +135,40 @@ pub struct TokenizerParts {
     pub chat_template: Option<ChatTemplate>,
 }
 
-/// A byte-level BPE tokenizer. Immutable once built; share it by reference.
+/// How plain text (between special tokens) becomes ids.
+#[derive(Debug, Clone)]
+enum Model {
+    /// GGUF `gpt2`: words of the pre-tokenizer, merged by rank from their bytes.
+    Bpe {
+        merges: HashMap<(u32, u32), Merge>,
+        pre: PreTokenizer,
+    },
+    /// GGUF `llama`: SentencePiece BPE by score from characters.
+    Spm(spm::Spm),
+}
+
+/// The kind of tokenizer a GGUF's `tokenizer.ggml.model` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenizerModel {
+    /// `gpt2`: byte-level BPE with merge rules and a pre-tokenizer (SmolLM2, Qwen2.5, Llama 3).
+    BytePairs,
+    /// `llama`: SentencePiece BPE by token score with byte fallback (Gemma, Llama 2).
+    SentencePiece,
+}
+
+/// A tokenizer: byte-level BPE or SentencePiece. Immutable once built; share it by
+/// reference.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     /// The bytes each id decodes to.
     token_bytes: Vec<Vec<u8>>,
     kinds: Vec<TokenKind>,
     text_to_id: HashMap<String, u32>,
-    /// The one-byte token of each byte; `None` for bytes the vocabulary lacks.
+    /// The token of each byte (byte-level BPE: its one-byte token; SentencePiece: its
+    /// `<0xXX>` token); `None` for bytes the vocabulary lacks.
     byte_ids: [Option<u32>; 256],
-    merges: HashMap<(u32, u32), Merge>,
-    pre: PreTokenizer,
+    model: Model,
     /// Control and user-defined tokens, for [`Special::Allow`].
     all_special: Option<(AhoCorasick, Vec<u32>)>,
     /// User-defined tokens only, for [`Special::Plain`].
@@ -171,32 +203,93 @@ fn matcher(texts: Vec<(&str, u32)>) -> Option<(AhoCorasick, Vec<u32>)> {
         .map(|ac| (ac, ids))
 }
 
+/// The kinds of `tokens` from their GGUF type numbers (all normal without them).
+fn token_kinds(tokens: &[String], types: Option<&[i32]>) -> Result<Vec<TokenKind>, TokenizerError> {
+    let n = tokens.len();
+    if n == 0 || n > u32::MAX as usize {
+        return Err(TokenizerError::BadVocabularySize { count: n });
+    }
+    let Some(types) = types else {
+        return Ok(vec![TokenKind::Normal; n]);
+    };
+    if types.len() != n {
+        return Err(TokenizerError::LengthMismatch {
+            what: "tokenizer.ggml.token_type",
+            expected: n,
+            actual: types.len(),
+        });
+    }
+    types
+        .iter()
+        .enumerate()
+        .map(|(id, &value)| {
+            TokenKind::from_gguf(value).ok_or(TokenizerError::UnknownTokenType {
+                id: id as u32,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Checks that each special id (metadata key, id) is inside a vocabulary of `n` tokens.
+fn check_ids(n: usize, ids: &[(&'static str, Option<u32>)]) -> Result<(), TokenizerError> {
+    for &(key, id) in ids {
+        if let Some(id) = id.filter(|&id| id as usize >= n) {
+            return Err(TokenizerError::SpecialIdOutOfRange {
+                key,
+                id: id.into(),
+                vocab_size: n,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The matchers of control and user-defined tokens (for [`Special::Allow`]) and of
+/// user-defined tokens alone (for [`Special::Plain`]).
+type Matchers = (
+    Option<(AhoCorasick, Vec<u32>)>,
+    Option<(AhoCorasick, Vec<u32>)>,
+);
+
+fn special_matchers(tokens: &[String], kinds: &[TokenKind]) -> Matchers {
+    let specials = |include_control: bool| {
+        let texts = tokens
+            .iter()
+            .zip(kinds)
+            .enumerate()
+            .filter(|(_, (_, k))| {
+                **k == TokenKind::UserDefined || (include_control && **k == TokenKind::Control)
+            })
+            .map(|(id, (t, _))| (t.as_str(), id as u32))
+            .collect();
+        matcher(texts)
+    };
+    (specials(true), specials(false))
+}
+
 impl Tokenizer {
-    /// Reads the tokenizer of a GGUF model.
+    /// Reads the tokenizer of a GGUF model: byte-level BPE (`tokenizer.ggml.model` =
+    /// `gpt2`, see [`Tokenizer::from_parts`]) or SentencePiece (`llama`, see
+    /// [`Tokenizer::from_spm_parts`]).
     ///
     /// # Errors
     /// [`TokenizerError::Gguf`] for missing or mistyped keys, and the errors of
-    /// [`Tokenizer::from_parts`]; [`TokenizerError::UnsupportedModel`] and
-    /// [`TokenizerError::UnsupportedPreTokenizer`] for other tokenizer kinds.
+    /// [`Tokenizer::from_parts`] and [`Tokenizer::from_spm_parts`];
+    /// [`TokenizerError::UnsupportedModel`] and [`TokenizerError::UnsupportedPreTokenizer`]
+    /// for other tokenizer kinds.
     pub fn from_gguf(gguf: &Gguf) -> Result<Tokenizer, TokenizerError> {
         let model = gguf.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if model != "gpt2" && model != "llama" {
             return Err(TokenizerError::UnsupportedModel {
                 model: model.to_owned(),
             });
         }
-        let pre_name = gguf.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
-        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
-            TokenizerError::UnsupportedPreTokenizer {
-                name: pre_name.to_owned(),
-            }
-        })?;
         let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?.to_vec();
         let token_types = match gguf.get("tokenizer.ggml.token_type") {
             Some(_) => Some(gguf.get_i32_array("tokenizer.ggml.token_type")?.to_vec()),
             None => None,
         };
-        let merges = gguf.get_str_array("tokenizer.ggml.merges")?.to_vec();
         let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             match gguf.opt_u32(key)? {
                 Some(id) if id as usize >= tokens.len() => {
@@ -211,14 +304,41 @@ impl Tokenizer {
         };
         let bos_id = id("tokenizer.ggml.bos_token_id")?;
         let eos_id = id("tokenizer.ggml.eos_token_id")?;
+        // llama.cpp's defaults: SentencePiece vocabularies add BOS unless told otherwise.
         let add_bos = gguf
             .opt_bool("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(false);
+            .unwrap_or(model == "llama");
         let text_of = |id: Option<u32>| id.map(|i| tokens[i as usize].clone()).unwrap_or_default();
         let chat_template = match gguf.opt_str("tokenizer.chat_template")? {
             Some(src) => Some(ChatTemplate::new(src, text_of(bos_id), text_of(eos_id))?),
             None => None,
         };
+        if model == "llama" {
+            let scores = match gguf.get("tokenizer.ggml.scores") {
+                Some(_) => Some(gguf.get_f32_array("tokenizer.ggml.scores")?.to_vec()),
+                None => None,
+            };
+            return Tokenizer::from_spm_parts(SpmParts {
+                unk_id: id("tokenizer.ggml.unknown_token_id")?,
+                tokens,
+                scores,
+                token_types,
+                bos_id,
+                eos_id,
+                add_bos,
+                add_space_prefix: gguf
+                    .opt_bool("tokenizer.ggml.add_space_prefix")?
+                    .unwrap_or(true),
+                chat_template,
+            });
+        }
+        let pre_name = gguf.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
+            TokenizerError::UnsupportedPreTokenizer {
+                name: pre_name.to_owned(),
+            }
+        })?;
+        let merges = gguf.get_str_array("tokenizer.ggml.merges")?.to_vec();
         Tokenizer::from_parts(TokenizerParts {
             tokens,
             token_types,
@@ -231,10 +351,10 @@ impl Tokenizer {
         })
     }
 
-    /// Builds a tokenizer from its pieces and checks them: token types known, normal
-    /// tokens byte-level text, merges of two known tokens into a known token, BOS/EOS
-    /// inside the vocabulary. A token text that appears twice maps to its first id; a merge
-    /// rule that appears twice keeps its first rank (as llama.cpp). Bytes without a
+    /// Builds a byte-level BPE tokenizer from its pieces and checks them: token types
+    /// known, normal tokens byte-level text, merges of two known tokens into a known token,
+    /// BOS/EOS inside the vocabulary. A token text that appears twice maps to its first id; a
+    /// merge rule that appears twice keeps its first rank (as llama.cpp). Bytes without a
     /// one-byte token are dropped when encoding ([`missing_bytes`](Self::missing_bytes)).
     ///
     /// # Errors
@@ -243,44 +363,15 @@ impl Tokenizer {
     /// [`TokenizerError::BadMerge`],
     /// [`TokenizerError::SpecialIdOutOfRange`].
     pub fn from_parts(parts: TokenizerParts) -> Result<Tokenizer, TokenizerError> {
+        let kinds = token_kinds(&parts.tokens, parts.token_types.as_deref())?;
+        check_ids(
+            parts.tokens.len(),
+            &[
+                ("tokenizer.ggml.bos_token_id", parts.bos_id),
+                ("tokenizer.ggml.eos_token_id", parts.eos_id),
+            ],
+        )?;
         let n = parts.tokens.len();
-        if n == 0 || n > u32::MAX as usize {
-            return Err(TokenizerError::BadVocabularySize { count: n });
-        }
-        let kinds: Vec<TokenKind> = match &parts.token_types {
-            None => vec![TokenKind::Normal; n],
-            Some(types) => {
-                if types.len() != n {
-                    return Err(TokenizerError::LengthMismatch {
-                        what: "tokenizer.ggml.token_type",
-                        expected: n,
-                        actual: types.len(),
-                    });
-                }
-                types
-                    .iter()
-                    .enumerate()
-                    .map(|(id, &value)| {
-                        TokenKind::from_gguf(value).ok_or(TokenizerError::UnknownTokenType {
-                            id: id as u32,
-                            value,
-                        })
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        };
-        for (key, id) in [
-            ("tokenizer.ggml.bos_token_id", parts.bos_id),
-            ("tokenizer.ggml.eos_token_id", parts.eos_id),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(TokenizerError::SpecialIdOutOfRange {
-                    key,
-                    id: id.into(),
-                    vocab_size: n,
-                });
-            }
-        }
 
         let char_to_byte = bpe::char_to_byte_map();
         let mut token_bytes = Vec::with_capacity(n);
@@ -338,29 +429,16 @@ impl Tokenizer {
             merges.entry((l, r)).or_insert(Merge { rank, id });
         }
 
-        let specials = |include_control: bool| {
-            let texts = parts
-                .tokens
-                .iter()
-                .zip(&kinds)
-                .enumerate()
-                .filter(|(_, (_, k))| {
-                    **k == TokenKind::UserDefined || (include_control && **k == TokenKind::Control)
-                })
-                .map(|(id, (t, _))| (t.as_str(), id as u32))
-                .collect();
-            matcher(texts)
-        };
-        let all_special = specials(true);
-        let user_defined = specials(false);
-
+        let (all_special, user_defined) = special_matchers(&parts.tokens, &kinds);
         Ok(Tokenizer {
             token_bytes,
             kinds,
             text_to_id,
             byte_ids,
-            merges,
-            pre: parts.pre,
+            model: Model::Bpe {
+                merges,
+                pre: parts.pre,
+            },
             all_special,
             user_defined,
             bos_id: parts.bos_id,
@@ -386,15 +464,39 @@ impl Tokenizer {
     }
 
     /// Whether the model expects a BOS token before a prompt
-    /// (`tokenizer.ggml.add_bos_token`). [`encode`](Self::encode) never adds it; a caller
-    /// that wants it prepends [`bos_id`](Self::bos_id).
+    /// (`tokenizer.ggml.add_bos_token`). [`encode`](Self::encode) never adds it; the start
+    /// of a sequence goes through [`with_bos`](Self::with_bos).
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
 
-    /// The pre-tokenizer in use.
-    pub fn pre_tokenizer(&self) -> PreTokenizer {
-        self.pre
+    /// `ids` as the start of a sequence: with [`bos_id`](Self::bos_id) in front when the
+    /// model expects it ([`add_bos`](Self::add_bos)) and `ids` do not begin with it already
+    /// (a chat template that writes `<bos>` itself).
+    pub fn with_bos(&self, mut ids: Vec<u32>) -> Vec<u32> {
+        if let Some(bos) = self.bos_id.filter(|_| self.add_bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        ids
+    }
+
+    /// The pre-tokenizer of a byte-level BPE tokenizer; `None` for SentencePiece, which
+    /// merges across the whole text.
+    pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
+        match &self.model {
+            Model::Bpe { pre, .. } => Some(*pre),
+            Model::Spm(_) => None,
+        }
+    }
+
+    /// Which kind of tokenizer this is.
+    pub fn model(&self) -> TokenizerModel {
+        match &self.model {
+            Model::Bpe { .. } => TokenizerModel::BytePairs,
+            Model::Spm(_) => TokenizerModel::SentencePiece,
+        }
     }
 
     /// The kind of token `id`, or `None` outside the vocabulary.
@@ -427,8 +529,9 @@ impl Tokenizer {
             })
     }
 
-    /// The bytes that have no one-byte token and so are dropped by [`encode`](Self::encode)
-    /// (the Python `tokenizers` package and llama.cpp drop them too). SmolLM2 lacks 21:
+    /// The bytes that have no byte token. Byte-level BPE drops them when encoding (the
+    /// Python `tokenizers` package and llama.cpp drop them too); SentencePiece encodes a
+    /// character that is no token and has such a byte as the unknown token. SmolLM2 lacks 21:
     /// six control characters (`0x04 0x06 0x13 0x14 0x16 0x1d`), the UTF-8 lead bytes
     /// `0xf1 0xf2` (characters U+40000 to U+BFFFF) and bytes that never occur in UTF-8.
     pub fn missing_bytes(&self) -> Vec<u8> {
@@ -545,21 +648,35 @@ impl Tokenizer {
     }
 
     fn encode_plain<'t>(&self, text: &'t str, words: &mut Vec<&'t str>, out: &mut Vec<u32>) {
-        words.clear();
-        self.pre.split(text, words);
-        for word in words.iter() {
-            bpe::merge_word(word.as_bytes(), &self.byte_ids, &self.merges, out);
+        match &self.model {
+            Model::Bpe { merges, pre } => {
+                words.clear();
+                pre.split(text, words);
+                for word in words.iter() {
+                    bpe::merge_word(word.as_bytes(), &self.byte_ids, merges, out);
+                }
+            }
+            Model::Spm(spm) => spm.encode(self, text, out),
         }
     }
 
-    /// The bytes `ids` decode to, special tokens as their text.
+    /// The bytes `ids` decode to, special tokens as their text. A SentencePiece tokenizer
+    /// that adds a space before text ([`SpmParts::add_space_prefix`]) drops one leading space
+    /// of the first token that is not a control token, as llama.cpp's detokenizer does (a
+    /// [`StreamDecoder`] keeps it: it decodes continuations).
     ///
     /// # Errors
     /// [`TokenizerError::UnknownId`] for an id outside the vocabulary.
     pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>, TokenizerError> {
         let mut out = Vec::new();
+        let mut strip = matches!(&self.model, Model::Spm(s) if s.add_space_prefix());
         for &id in ids {
-            out.extend_from_slice(self.token_bytes(id)?);
+            let mut bytes = self.token_bytes(id)?;
+            if strip && !self.is_control(id) {
+                strip = false;
+                bytes = bytes.strip_prefix(b" ").unwrap_or(bytes);
+            }
+            out.extend_from_slice(bytes);
         }
         Ok(out)
     }
@@ -579,181 +696,4 @@ impl Tokenizer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Bytes, then "ab", "abc", "Ġb", two control tokens and a user-defined one.
-    fn toy() -> Tokenizer {
-        let mut tokens = byte_level_tokens();
-        tokens.extend(["ab", "abc", "Ġb", "<s>", "<s>x", "@@"].map(String::from));
-        let mut types = vec![1; 259];
-        types.extend([3, 3, 4]);
-        Tokenizer::from_parts(TokenizerParts {
-            tokens,
-            token_types: Some(types),
-            merges: vec!["a b".into(), "ab c".into(), "Ġ b".into()],
-            pre: PreTokenizer::Gpt2,
-            bos_id: Some(259),
-            eos_id: None,
-            add_bos: false,
-            chat_template: None,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn encodes_merges_and_specials() {
-        let t = toy();
-        assert_eq!(t.encode("abc b", Special::Plain), vec![257, 258]);
-        // Leftmost-longest: "<s>x" beats "<s>".
-        assert_eq!(t.encode("<s>x<s>", Special::Allow), vec![260, 259]);
-        let plain = t.encode("<s>", Special::Plain);
-        assert_eq!(t.decode(&plain).unwrap(), "<s>");
-        assert!(plain.iter().all(|&id| id < 256));
-        // User-defined tokens match either way.
-        assert_eq!(t.encode("@@", Special::Plain), vec![261]);
-        assert_eq!(t.encode("", Special::Allow), Vec::<u32>::new());
-    }
-
-    #[test]
-    fn chat_messages_cannot_spell_control_tokens() {
-        let mut t = toy();
-        t.chat_template = Some(
-            ChatTemplate::new(
-                "{% for m in messages %}<s>{{ m['content'] }}<s>x{% endfor %}",
-                "<s>",
-                "",
-            )
-            .unwrap(),
-        );
-        let benign = [ChatMessage::user("abc b")];
-        let r = t.render_chat(&benign, false).unwrap();
-        // Without control text in a message, the same ids as encoding the whole render.
-        assert_eq!(t.encode_chat(&r, 0), t.encode(&r.text, Special::Allow));
-        assert_eq!(t.encode_chat(&r, 0), [259, 257, 258, 260]);
-        let hostile = [ChatMessage::user("<s>x@@<s")];
-        let r = t.render_chat(&hostile, false).unwrap();
-        let ids = t.encode_chat(&r, 0);
-        // The template's two control tokens; the message's `<s>x` as bytes; its
-        // user-defined `@@` still matched, as with `Special::Plain`.
-        assert_eq!(ids.iter().filter(|&&i| i == 259 || i == 260).count(), 2);
-        assert_eq!(ids[0], 259);
-        assert_eq!(*ids.last().unwrap(), 260);
-        assert!(ids.contains(&261));
-        assert_eq!(t.decode(&ids).unwrap(), r.text);
-        // Encoding the whole render with control tokens matched would take the message's.
-        assert_ne!(ids, t.encode(&r.text, Special::Allow));
-        // Encoding from an offset (a later turn) sees the same regions.
-        let two = [ChatMessage::user("ab"), ChatMessage::user("<s>")];
-        let r = t.render_chat(&two, false).unwrap();
-        let first = t.render_chat(&two[..1], false).unwrap();
-        let tail = t.encode_chat(&r, first.text.len());
-        assert_eq!(tail[0], 259);
-        assert_eq!(*tail.last().unwrap(), 260);
-        assert_eq!(tail.iter().filter(|&&i| i == 259 || i == 260).count(), 2);
-    }
-
-    #[test]
-    fn decode_round_trips_and_rejects_unknown_ids() {
-        let t = toy();
-        for s in ["", "abc b", "héllo 😀\n\n x", "\u{0}\u{7f}"] {
-            assert_eq!(t.decode(&t.encode(s, Special::Plain)).unwrap(), s);
-        }
-        assert!(matches!(
-            t.decode(&[262]),
-            Err(TokenizerError::UnknownId {
-                id: 262,
-                vocab_size: 262
-            })
-        ));
-    }
-
-    #[test]
-    fn stream_decoder_holds_partial_characters() {
-        let t = toy();
-        let emoji = "😀".as_bytes(); // four bytes: four one-byte tokens
-        let byte = |b: u8| t.byte_ids[b as usize].unwrap();
-        let ids: Vec<u32> = emoji.iter().map(|&b| byte(b)).collect();
-        let mut s = t.stream_decoder(false);
-        assert_eq!(s.push(ids[0]).unwrap(), "");
-        assert_eq!(s.push(ids[1]).unwrap(), "");
-        assert_eq!(s.push(ids[2]).unwrap(), "");
-        assert_eq!(s.pending_bytes(), 3);
-        assert_eq!(s.push(ids[3]).unwrap(), "😀");
-        // An invalid byte comes out as U+FFFD at once; a dangling lead byte at finish.
-        assert_eq!(s.push(byte(0xFF)).unwrap(), "\u{FFFD}");
-        assert_eq!(s.push(ids[0]).unwrap(), "");
-        assert_eq!(s.finish(), "\u{FFFD}");
-        let mut skip = t.stream_decoder(true);
-        assert_eq!(skip.push(259).unwrap(), "");
-        assert_eq!(skip.push(261).unwrap(), "@@");
-    }
-
-    #[test]
-    fn bad_parts_are_errors() {
-        let base = || TokenizerParts {
-            tokens: byte_level_tokens(),
-            token_types: None,
-            merges: vec![],
-            pre: PreTokenizer::Gpt2,
-            bos_id: None,
-            eos_id: None,
-            add_bos: false,
-            chat_template: None,
-        };
-        let mut p = base();
-        p.tokens[usize::from(b'\n')] = "<nl>".into();
-        let t = Tokenizer::from_parts(p).unwrap();
-        assert_eq!(t.missing_bytes(), [b'\n']);
-        assert_eq!(
-            t.encode("a\nb", Special::Plain),
-            [u32::from(b'a'), u32::from(b'b')]
-        );
-        let mut p = base();
-        p.merges = vec!["a b".into()];
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::BadMerge { index: 0, .. })
-        ));
-        let mut p = base();
-        p.merges = vec!["ab".into()];
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::BadMerge { .. })
-        ));
-        let mut p = base();
-        p.token_types = Some(vec![1; 255]);
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::LengthMismatch { .. })
-        ));
-        let mut p = base();
-        p.token_types = Some(vec![9; 256]);
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::UnknownTokenType { id: 0, value: 9 })
-        ));
-        let mut p = base();
-        p.tokens.push("a b".into());
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::NotByteLevel {
-                id: 256,
-                ch: ' ',
-                ..
-            })
-        ));
-        let mut p = base();
-        p.eos_id = Some(256);
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::SpecialIdOutOfRange { id: 256, .. })
-        ));
-        let mut p = base();
-        p.tokens.clear();
-        assert!(matches!(
-            Tokenizer::from_parts(p),
-            Err(TokenizerError::BadVocabularySize { count: 0 })
-        ));
-    }
-}
+mod tests;

@@ -304,9 +304,10 @@ async fn generate_on(
             .chat_observed(&opts.prompt, &params, &mut send)
             .await
     } else {
-        let ids = model
-            .tokenizer()
-            .encode(&opts.prompt, crate::tokenizer::Special::Allow);
+        // A fresh session: the prompt starts the sequence (BOS where the model wants it).
+        let tokenizer = model.tokenizer();
+        let ids =
+            tokenizer.with_bos(tokenizer.encode(&opts.prompt, crate::tokenizer::Special::Allow));
         session
             .generate_ids_observed(&ids, &params, &mut send)
             .await

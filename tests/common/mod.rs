@@ -105,14 +105,20 @@ pub fn python_or_skip(test: &str) -> Option<PathBuf> {
 
 /// Runs `scripts/smollm2_ref.py ARGS` with `python`; panics with its stderr on failure.
 pub fn run_reference(python: &Path, args: &[&str]) -> String {
+    run_script(python, "smollm2_ref.py", args)
+}
+
+/// Runs `scripts/SCRIPT` with `args` under `python` and returns its stdout; panics with
+/// its stderr if it fails.
+pub fn run_script(python: &Path, script: &str, args: &[&str]) -> String {
     let out = Command::new(python)
-        .arg(repo().join("scripts/smollm2_ref.py"))
+        .arg(repo().join("scripts").join(script))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
     assert!(
         out.status.success(),
-        "smollm2_ref.py {args:?} failed:\n{}",
+        "{script} {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -9,6 +9,7 @@ mod common;
 mod fetch;
 mod fuzz;
 mod fuzz_onnx;
+mod gemma_tokenizer;
 mod graph;
 mod onnx_files;
 mod onnx_node_tests;

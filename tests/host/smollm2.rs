@@ -78,7 +78,7 @@ fn tokenizer_comes_from_the_metadata() {
             .len(),
         48900
     );
-    assert_eq!(t.pre_tokenizer(), PreTokenizer::DigitsThenGpt2);
+    assert_eq!(t.pre_tokenizer(), Some(PreTokenizer::DigitsThenGpt2));
     assert_eq!(
         (t.bos_id(), t.eos_id(), t.add_bos()),
         (Some(1), Some(2), false)
@@ -271,12 +271,33 @@ fn a_file_the_gguf_package_writes_parses_to_what_it_wrote() {
     }
 }
 
-fn pick_char<'a>(rng: &mut SplitMix64, v: &'a [char]) -> &'a char {
+/// The cached model `spec` and the reference's python, or `None` after printing why `test`
+/// skips (see [`fetch::cached_or_skip`]).
+pub(crate) fn model_and_python(
+    spec: &fetch::ModelSpec,
+    test: &str,
+) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let path = fetch::cached_or_skip(spec, test)?;
+    Some((path, common::python_or_skip(test)?))
+}
+
+/// What a [`dynrt::tokenizer::StreamDecoder`] makes of `ids`, finished.
+pub(crate) fn streamed(tok: &Tokenizer, ids: &[u32], skip_special: bool) -> String {
+    let mut stream = tok.stream_decoder(skip_special);
+    let mut out = String::new();
+    for &id in ids {
+        out.push_str(&stream.push(id).unwrap());
+    }
+    out.push_str(&stream.finish());
+    out
+}
+
+pub(crate) fn pick_char<'a>(rng: &mut SplitMix64, v: &'a [char]) -> &'a char {
     &v[rng.range(0, v.len() as u64) as usize]
 }
 
 /// A few hundred strings: hand-picked cases, then random mixes of the same ingredients.
-fn tokenizer_corpus() -> Vec<String> {
+pub(crate) fn tokenizer_corpus() -> Vec<String> {
     let mut v: Vec<String> = [
         "",
         " ",
@@ -435,14 +456,48 @@ fn tokenizer_corpus() -> Vec<String> {
             .collect();
         v.push(s);
     }
-    for _ in 0..260 {
-        let n = rng.range(1, 14);
-        let s: String = (0..n)
-            .map(|_| pieces[rng.range(0, pieces.len() as u64) as usize])
-            .collect();
-        v.push(s);
-    }
+    v.extend(random_mixes(&mut rng, &pieces, 260, 14));
     v
+}
+
+/// `count` strings of 1 to `max_len - 1` random `pieces` each.
+pub(crate) fn random_mixes(
+    rng: &mut SplitMix64,
+    pieces: &[&str],
+    count: usize,
+    max_len: u64,
+) -> Vec<String> {
+    (0..count)
+        .map(|_| {
+            let n = rng.range(1, max_len);
+            (0..n)
+                .map(|_| pieces[rng.range(0, pieces.len() as u64) as usize])
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs `scripts/SCRIPT ARGS --input IN --out OUT` where IN holds `texts` as
+/// `{"texts": [...]}`, and returns what it wrote to OUT.
+pub(crate) fn reference_tokenize(
+    test: &str,
+    py: &std::path::Path,
+    script: &str,
+    args: &[&str],
+    texts: &[String],
+) -> serde_json::Value {
+    let dir = common::scratch(test);
+    let (input, out) = (dir.join("in.json"), dir.join("out.json"));
+    std::fs::write(
+        &input,
+        serde_json::to_string(&serde_json::json!({ "texts": texts })).unwrap(),
+    )
+    .unwrap();
+    let (input, out) = (input.display().to_string(), out.display().to_string());
+    let mut all = args.to_vec();
+    all.extend(["--input", &input, "--out", &out]);
+    common::run_script(py, script, &all);
+    common::read_json(std::path::Path::new(&out))
 }
 
 /// dynrt's tokenizer of the model at `path` against the `tokenizers` package's on
@@ -459,27 +514,14 @@ fn tokenizer_equals_the_package(
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
     let texts = tokenizer_corpus();
     assert!(texts.len() >= 1000, "{}", texts.len());
-    let dir = common::scratch(test);
-    let (input, out) = (dir.join("in.json"), dir.join("out.json"));
-    std::fs::write(
-        &input,
-        serde_json::to_string(&serde_json::json!({ "texts": texts })).unwrap(),
-    )
-    .unwrap();
     let path = path.display().to_string();
-    common::run_reference(
+    let r = reference_tokenize(
+        test,
         py,
-        &[
-            "tokenize",
-            "--model",
-            &path,
-            "--input",
-            &input.display().to_string(),
-            "--out",
-            &out.display().to_string(),
-        ],
+        "smollm2_ref.py",
+        &["tokenize", "--model", &path],
+        &texts,
     );
-    let r = common::read_json(&out);
     let ids = common::json_ids;
     let missing = tok.missing_bytes();
     assert_eq!(missing.len(), missing_bytes, "{test}");
@@ -514,13 +556,7 @@ fn tokenizer_equals_the_package(
             text,
             "{test}: the package's round trip"
         );
-        let mut stream = tok.stream_decoder(false);
-        let mut streamed = String::new();
-        for &id in &allow {
-            streamed.push_str(&stream.push(id).unwrap());
-        }
-        streamed.push_str(&stream.finish());
-        assert_eq!(streamed, *text, "{test}: streaming");
+        assert_eq!(streamed(&tok, &allow, false), *text, "{test}: streaming");
     }
     assert!(
         mismatches.is_empty(),
@@ -564,15 +600,12 @@ fn tokenizer_equals_the_tokenizers_package() {
 #[test]
 fn qwen2_tokenizer_equals_the_tokenizers_package() {
     let test = "qwen2_tokenizer_equals_the_tokenizers_package";
-    let Some(path) = fetch::cached_or_skip(&fetch::QWEN25_CODER_05B_INSTRUCT, test) else {
-        return;
-    };
-    let Some(py) = common::python_or_skip(test) else {
+    let Some((path, py)) = model_and_python(&fetch::QWEN25_CODER_05B_INSTRUCT, test) else {
         return;
     };
     let m = MappedGguf::open(&path).unwrap();
     let t = Tokenizer::from_gguf(m.gguf()).unwrap();
-    assert_eq!(t.pre_tokenizer(), PreTokenizer::Qwen2);
+    assert_eq!(t.pre_tokenizer(), Some(PreTokenizer::Qwen2));
     assert_eq!(
         (t.vocab_size(), t.eos_id(), t.add_bos()),
         (151_936, Some(151_645), false)
@@ -619,12 +652,7 @@ fn the_reference_answers_paris() {
     );
     let generated = common::json_ids(&r["generated_ids"]);
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
-    let mut stream = tok.stream_decoder(true);
-    let mut ours = String::new();
-    for &id in &generated {
-        ours.push_str(&stream.push(id).unwrap());
-    }
-    assert_eq!(ours, text);
+    assert_eq!(streamed(&tok, &generated, true), text);
     // The logit rows: one per generated token, the argmax is the token.
     let raw = std::fs::read(&npy).unwrap();
     let rows = generated.len();

@@ -362,11 +362,8 @@ fn prompt_ids(model: &Model, chat: bool, text: &str) -> Vec<u32> {
     } else {
         text.to_owned()
     };
-    // BOS first where the file asks for it (Gemma), as the session's generate does.
-    let bos = tok.bos_id().filter(|_| tok.add_bos() && !chat);
-    bos.into_iter()
-        .chain(tok.encode(&rendered, Special::Allow))
-        .collect()
+    // As the session starts a sequence: BOS where the model asks for it (Gemma).
+    tok.with_bos(tok.encode(&rendered, Special::Allow))
 }
 
 fn reference_args(chat: bool, text: &str, steps: usize) -> Vec<String> {
