@@ -31,10 +31,11 @@
 //!   a device-free session and a thin GPU executor.
 //! * [`gguf::Gguf`] — a validating GGUF parser over bytes (memory-mapped natively by
 //!   [`gguf::MappedGguf`]), CPU [`gguf::dequantize`] and [`llm::ModelConfig`];
-//!   [`tokenizer::Tokenizer`] — the model's byte-level BPE, chat template and streaming
-//!   decode; `fetch` (native) — `dynrt fetch`, the model cache and `--model PATH`.
-//! * [`llm::Model`] / [`llm::Session`] — a llama GGUF (SmolLM2) loaded once, sessions that
-//!   each keep their own KV cache, greedy or sampled generation streamed as text.
+//!   [`tokenizer::Tokenizer`] — the model's byte-level BPE or SentencePiece, chat template
+//!   and streaming decode; [`models`] — the models dynrt knows; `fetch` (native) — `dynrt
+//!   fetch`, the model cache and `--model PATH`.
+//! * [`llm::Model`] / [`llm::Session`] — a llama, qwen2 or gemma3 GGUF loaded once, sessions
+//!   that each keep their own KV cache, greedy or sampled generation streamed as text.
 //! * [`onnx::OnnxFile`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
 //!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
 //! * `fileio` (native) — how every user-named file is read (regular files only, a stated
@@ -98,6 +99,7 @@ pub mod gpu;
 pub mod graph;
 pub mod llm;
 pub mod memory;
+pub mod models;
 pub mod npy;
 pub mod onnx;
 pub mod rng;

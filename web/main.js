@@ -1,5 +1,6 @@
 // The page: checks for WebGPU, loads the wasm package built by web/build.sh, then
-//  - SmolLM2: downloads the GGUF from this server (streamed, with a progress bar) into wasm
+//  - a language model (the select offers wasm.models(); `?model=NAME` picks one, SmolLM2 by
+//    default): downloads the GGUF from this server (streamed, with a progress bar) into wasm
 //    memory, loads it on WebGPU and generates text, streamed as tokens come, with bytes in
 //    use per memory kind and per region drawn after every forward pass;
 //  - the synthetic decode demo, step by step, with the same charts.
@@ -34,8 +35,21 @@ function fillPolicySelect(select) {
   select.replaceChildren(...POLICIES.map(([value, text]) => new Option(text, value, false, value === 'adaptive')));
 }
 
-/** Where the page downloads the model: web/serve.mjs serves the `dynrt fetch` cache here. */
-const MODEL_URL = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
+/** Where the page downloads models: web/serve.mjs serves the `dynrt fetch` cache here. */
+const MODELS_URL = 'models/';
+
+/** The models dynrt knows (wasm.models()), filled at start. */
+let knownModels = [];
+
+/** The model chosen in the select (`?model=NAME` picks it at start). */
+function chosenModel() {
+  return knownModels.find((m) => m.name === $('model-name').value) ?? knownModels[0];
+}
+
+/** The chosen model's URL on this server. */
+function modelUrl() {
+  return MODELS_URL + chosenModel().file;
+}
 
 const $ = (id) => document.getElementById(id);
 
@@ -296,7 +310,7 @@ async function runDemo(event) {
 }
 
 // ---------------------------------------------------------------------------------------
-// SmolLM2: download, load, generate.
+// A language model (SmolLM2 by default; any model of wasm.models()): download, load, generate.
 
 let model = null;
 let generating = false;
@@ -368,8 +382,9 @@ async function loadModel(event) {
   event.preventDefault();
   if (model) return;
   $('load').disabled = true;
+  $('model-name').disabled = true;
   try {
-    const { loaded, downloadMs } = await downloadAndLoad(MODEL_URL);
+    const { loaded, downloadMs } = await downloadAndLoad(modelUrl());
     model = loaded;
     const info = JSON.parse(model.info());
     info.download_ms = downloadMs;
@@ -384,13 +399,40 @@ async function loadModel(event) {
       ['load (parse, compile, upload)', `${(info.load_ms / 1000).toFixed(2)} s`],
     ]);
     setState('load-state', 'ready', 'loaded');
+    // A base model (Gemma 3 270M) has no chat template: its prompt is continued as text.
+    $('chat').disabled = !info.chat_template;
+    if (!info.chat_template) $('chat').checked = false;
     $('generate').disabled = false;
     setState('gen-state', 'idle', 'ready');
   } catch (e) {
     console.warn(e);
     setState('load-state', 'error', `failed: ${e?.message ?? e}`);
     $('load').disabled = false;
+    $('model-name').disabled = false;
   }
+}
+
+/** Fills the model select from wasm.models(); `?model=NAME` in the URL chooses one. */
+function fillModels() {
+  knownModels = JSON.parse(wasm.models());
+  const select = $('model-name');
+  select.replaceChildren(...knownModels.map((m) => {
+    const o = document.createElement('option');
+    o.value = m.name;
+    o.textContent = `${m.name} (${m.architecture}, ${formatBytes(m.bytes)})`;
+    return o;
+  }));
+  const asked = new URLSearchParams(location.search).get('model');
+  const initial = knownModels.find((m) => m.name === asked) ?? knownModels.find((m) => m.default) ?? knownModels[0];
+  select.value = initial.name;
+  const show = () => {
+    const m = chosenModel();
+    $('model-url').textContent = modelUrl();
+    $('model-license').textContent = `${m.summary}. License: ${m.license}.`;
+    setState('load-state', 'idle', `about ${formatBytes(m.bytes)} from this server`);
+  };
+  select.addEventListener('change', show);
+  show();
 }
 
 function showGeneration(report) {
@@ -491,11 +533,10 @@ async function main() {
     + (check ? `<br><span class="${check.passed ? 'pass' : 'fail'}">GPU self-check ${check.passed ? 'passed' : 'FAILED'}</span>: ${escapeHtml(check.detail)}` : ''));
   document.body.dataset.selfCheck = check ? String(check.passed) : 'absent';
 
-  $('model-url').textContent = MODEL_URL;
+  fillModels();
   $('load-form').addEventListener('submit', loadModel);
   $('llm-controls').addEventListener('submit', generate);
   $('load').disabled = false;
-  setState('load-state', 'idle', 'about 98 MB from this server');
 
   if (typeof wasm.WebDemo !== 'function') {
     setRunState('unavailable', 'the decode demo is not in this wasm build yet (only the GPU self-check above)');

@@ -22,6 +22,10 @@
 //     `dynrt demo --json` tokens for the same arguments, max error within tolerance, the
 //     reallocation counts order the policies as the native run does, the chart rendered;
 //   - no console errors;
+//   - Gemma 3 270M (when fetched; required with DYNRT_REQUIRE_MODEL/GPU), chosen with
+//     ?model=: loads at WebGPU's default limits (its 170 MiB embedding in row pieces), weights
+//     within 1.03x of the file's, the chat box off (a base model), and 8 greedy tokens of a
+//     raw prompt equal the native run's;
 // and saves screenshots to $CARGO_TARGET_DIR/web-llm.png and web-demo.png (default target/).
 // Environment: DYNRT_WEB_STEPS (default 24), DYNRT_WEB_SEED (default 7) for the demo;
 // DYNRT_WEB_PROMPT (default "What is the capital of France?", in the chat template),
@@ -51,8 +55,10 @@ const llm = {
   policy: process.env.DYNRT_WEB_POLICY ?? 'adaptive',
 };
 const requireModel = process.env.DYNRT_REQUIRE_MODEL === '1' || process.env.DYNRT_REQUIRE_GPU === '1';
-// The page's model URL (web/main.js MODEL_URL) and the file `dynrt fetch` puts in the cache.
+// The page's default model and the file `dynrt fetch` puts in the cache.
 const MODEL_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+// The second model the page runs: Gemma 3 270M (a base model: a raw prompt).
+const GEMMA = { name: 'gemma3-270m', prompt: 'The capital of France is', maxTokens: 8 };
 // The page and the native binary run the same f32 kernels (WGSL) on different GPUs
 // (SwiftShader vs lavapipe/llvmpipe), each checked against the same f64-free CPU reference.
 const MAX_ABS_ERR = 1e-3;
@@ -66,10 +72,10 @@ function check(name, ok, detail = '') {
   return ok;
 }
 
-/** The fetched model's path (`dynrt fetch --check`: never downloads), or null. */
-function fetchedModel() {
+/** The fetched model's path (`dynrt fetch --check [NAME]`: never downloads), or null. */
+function fetchedModel(name) {
   try {
-    const out = execFileSync(nativeBin, ['fetch', '--check'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000 });
+    const out = execFileSync(nativeBin, ['fetch', '--check', ...(name ? [name] : [])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 120_000 });
     const path = out.trim().split('\n').pop();
     return path && existsSync(path) ? path : null;
   } catch {
@@ -77,9 +83,9 @@ function fetchedModel() {
   }
 }
 
-function nativeGenerate(modelPath) {
-  const args = ['generate', '--json', '--model', modelPath, '--chat', llm.prompt,
-    '--max-tokens', String(llm.maxTokens), '--policy', llm.policy];
+function nativeGenerate(modelPath, mode = '--chat', prompt = llm.prompt, maxTokens = llm.maxTokens) {
+  const args = ['generate', '--json', '--model', modelPath, mode, prompt,
+    '--max-tokens', String(maxTokens), '--policy', llm.policy];
   const out = execFileSync(nativeBin, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 600_000 });
   return JSON.parse(out);
 }
@@ -149,6 +155,10 @@ async function main() {
     await testFailedDownload(context, url);
     if (modelPath) await testAdapterTooSmall(context, url);
     await testWithWebGpu(context, url, modelPath);
+    const gemmaPath = modelPath ? fetchedModel(GEMMA.name) : null;
+    if (gemmaPath) await testGemma(context, url, gemmaPath);
+    else if (requireModel) check(`the fetched ${GEMMA.name} for the Gemma checks`, false, `run \`cargo run --release -- fetch ${GEMMA.name}\``);
+    else console.log(`     (Gemma checks skipped: ${GEMMA.name} is not fetched)`);
   } finally {
     await context.close();
     server.close();
@@ -335,6 +345,51 @@ async function testLlm(page, modelPath) {
   const shot = join(targetDir, 'web-llm.png');
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`     screenshot: ${shot}`);
+}
+
+/**
+ * Gemma 3 270M on a device with WebGPU's default limits: its 170 MiB embedding (and tied head)
+ * is above the 128 MiB binding, so it loads in row pieces; a base model, so the chat box is
+ * off; the greedy tokens equal the native run's.
+ */
+async function testGemma(context, url, modelPath) {
+  const page = await context.newPage();
+  await capLimits(page, DEFAULT_LIMITS);
+  const consoleErrors = [];
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  await page.goto(`${url}?model=${GEMMA.name}`);
+  await page.waitForFunction(() => !document.getElementById('load').disabled, null, { timeout: 120_000 });
+  check('Gemma: chosen by ?model=', await page.$eval('#model-name', (s) => s.value) === GEMMA.name);
+  const t0 = Date.now();
+  await page.click('#load');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.getElementById('load-state').dataset.state), null, { timeout: 600_000 });
+  const load = await page.$eval('#load-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  if (!check('Gemma: downloaded and loaded at WebGPU\'s default limits', load.state === 'ready', `${load.text} (${((Date.now() - t0) / 1000).toFixed(1)} s)`)) {
+    await page.close();
+    return;
+  }
+  const info = JSON.parse(await page.$eval('#model-info', (el) => el.dataset.info));
+  const ratio = info.weights_device_bytes / info.weights_file_bytes;
+  check('Gemma: the device has WebGPU\'s default limits', info.max_storage_buffer_binding_size === DEFAULT_LIMITS.maxStorageBufferBindingSize,
+    `maxStorageBufferBindingSize ${info.max_storage_buffer_binding_size}`);
+  check('Gemma: weights within 1.03x of the file\'s tensor bytes', ratio >= 1 && ratio <= 1.03, `${info.weights_device_bytes} / ${info.weights_file_bytes} = ${ratio.toFixed(4)}`);
+  check('Gemma: a base model, so the chat template box is off', info.chat_template === false
+    && await page.$eval('#chat', (c) => c.disabled && !c.checked));
+  await page.fill('#prompt', GEMMA.prompt);
+  await page.fill('#max-tokens', String(GEMMA.maxTokens));
+  await page.fill('#temperature', '0');
+  await page.click('#generate');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('gen-state').dataset.state), null, { timeout: 600_000 });
+  const gen = await page.$eval('#gen-state', (el) => ({ state: el.dataset.state, text: el.textContent }));
+  if (check('Gemma: generation on the page finished', gen.state === 'done', gen.text)) {
+    const w = JSON.parse(await page.$eval('#llm-result-json', (el) => el.textContent));
+    const native = nativeGenerate(modelPath, '--prompt', GEMMA.prompt, GEMMA.maxTokens);
+    check(`Gemma: ${w.tokens.length} greedy tokens equal the native run's`, w.tokens.length === native.tokens.length && w.tokens.every((t, i) => t === native.tokens[i]),
+      `web [${w.tokens}] ${JSON.stringify(w.text)} native [${native.tokens}] ${JSON.stringify(native.text)}`);
+    console.log(`     Gemma on the page: load ${(info.load_ms / 1000).toFixed(1)} s, ${w.prompt_tokens} prompt tokens, ${w.decode_ms_per_token.toFixed(1)} ms per decode token; text ${JSON.stringify(w.text)}`);
+  }
+  check('Gemma: no page errors', consoleErrors.length === 0, consoleErrors.slice(0, 3).join(' | '));
+  await page.close();
 }
 
 async function runOnPage(page, policy) {

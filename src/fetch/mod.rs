@@ -27,8 +27,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-mod models;
-pub use models::{
+pub use crate::models::{
     find_model, model_names, ModelSpec, WheelPart, DEFAULT_MODEL, GEMMA3_270M, MODELS,
     QWEN25_CODER_05B_INSTRUCT, QWEN25_CODER_15B_INSTRUCT, SMOLLM2_135M_INSTRUCT,
 };

