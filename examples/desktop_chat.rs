@@ -1,4 +1,5 @@
-//! A desktop chat window with SmolLM2, where the UI and the model share **one wgpu device**:
+//! A desktop chat window with a language model (SmolLM2 by default, `--model NAME|PATH` for
+//! another), where the UI and the model share **one wgpu device**:
 //! eframe (egui on its wgpu renderer) creates the device, and dynrt's engine is built from
 //! it (`Gpu::from_device`) with an explicit share of memory. Generation runs on a thread of
 //! its own, so the render loop never waits for a forward pass; streamed text, the memory
@@ -45,7 +46,8 @@ struct Args {
     /// Quit after the first answer (and the screenshot), printing a JSON summary.
     #[arg(long)]
     exit_after_answer: bool,
-    /// The GGUF file (default: the model `dynrt fetch` put in the cache).
+    /// The GGUF file, or the name of a fetched model (`dynrt fetch --list`; default: the
+    /// SmolLM2 model). A model without a chat template (Gemma 3 270M) continues the text.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Tokens per answer at most.
@@ -206,7 +208,13 @@ fn generation_thread(
             ..GenerateParams::default()
         };
         let mut on_text = |piece: &str| send(Report::Piece(piece.to_string()));
-        match s.chat_blocking(&ask.text, &params, &mut on_text) {
+        // A base model (Gemma 3 270M) has no chat template: each message continues the text.
+        let answer = if model.tokenizer().chat_template().is_some() {
+            s.chat_blocking(&ask.text, &params, &mut on_text)
+        } else {
+            s.generate_blocking(&ask.text, &params, &mut on_text)
+        };
+        match answer {
             Ok(g) => send(Report::Done(Answer {
                 prefill_tokens_per_s: g.prefill_tokens_per_s(),
                 decode_ms_per_token: g.decode_ms_per_token(),
