@@ -319,6 +319,15 @@ fn serve_answers_openai_requests_over_http() {
     server.wait_metric("dynrt_requests_total{outcome=\"cancelled\"}", 1.0);
     server.wait_metric("dynrt_active_sessions", 0.0);
     assert_eq!(server.metric("dynrt_kv_reserved_bytes"), 0.0);
+    // The same for a client that waits for the whole answer and goes away before it.
+    let mut s = server.connect();
+    let mut body = body;
+    body["stream"] = json!(false);
+    write_request(&mut s, "POST", "/v1/completions", &body.to_string());
+    server.wait_metric("dynrt_active_sessions", 1.0);
+    drop(s);
+    server.wait_metric("dynrt_requests_total{outcome=\"cancelled\"}", 2.0);
+    server.wait_metric("dynrt_active_sessions", 0.0);
     let (status, v) = server.json(
         "POST",
         "/v1/chat/completions",
