@@ -62,7 +62,14 @@ impl Request {
 }
 
 /// A request's number, given by [`Scheduler::submit`] (1, 2, ... in order).
-pub type RequestId = u64;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct RequestId(pub u64);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// How a [`Scheduler`] shares the device.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -293,7 +300,7 @@ impl Scheduler {
             options,
             queue: VecDeque::new(),
             active: VecDeque::new(),
-            next_id: 1,
+            next_id: RequestId(1),
             stats: SchedulerStats {
                 budget_bytes: options.budget_bytes,
                 ..SchedulerStats::default()
@@ -361,7 +368,7 @@ impl Scheduler {
             });
         }
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = RequestId(id.0 + 1);
         self.stats.submitted += 1;
         self.queue.push_back(Queued {
             id,
