@@ -318,7 +318,9 @@ impl Scheduler {
         &self.options
     }
 
-    /// The prompt of `prompt` as the model's token ids.
+    /// The prompt of `prompt` as the model's token ids, as a new [`Session`] encodes it:
+    /// text and chats start a sequence, so they get the model's BOS where it expects one
+    /// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are.
     ///
     /// # Errors
     /// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template
@@ -326,10 +328,10 @@ impl Scheduler {
     pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
         let tokenizer = self.model.tokenizer();
         Ok(match prompt {
-            Prompt::Text(text) => tokenizer.encode(text, Special::Allow),
+            Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
             Prompt::Chat(messages) => {
                 let rendered = tokenizer.render_chat(messages, true)?;
-                tokenizer.encode_chat(&rendered, 0)
+                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
             }
             Prompt::Ids(ids) => ids.clone(),
         })

@@ -111,15 +111,22 @@ fn scheduled_greedy_answers_equal_each_request_run_alone() {
     let mut options = SchedulerOptions::new(1 << 30, run_options());
     options.prefill_chunk = 64;
     let mut s = Scheduler::new(model.clone(), options);
-    // Each alone, in a session of its own (prompts prefilled whole).
+    // Each alone, in a session of its own, as `dynrt generate` runs it (its prompt
+    // prefilled whole).
     let mut alone = Vec::new();
     for r in &requests {
-        let ids = s.encode(&r.prompt).unwrap();
         let mut session = model.session(run_options());
-        let g = session
-            .generate_ids_blocking(&ids, &r.params, &mut |_| {})
-            .unwrap();
-        alone.push((ids.len(), g));
+        let g = match &r.prompt {
+            Prompt::Chat(m) => session.chat_blocking(&m[0].content, &r.params, &mut |_| {}),
+            Prompt::Text(t) => session.generate_blocking(t, &r.params, &mut |_| {}),
+            Prompt::Ids(_) => unreachable!("no ids here"),
+        }
+        .unwrap();
+        assert_eq!(
+            s.encode(&r.prompt).unwrap(),
+            session.cached_tokens()[..g.prompt_tokens]
+        );
+        alone.push((g.prompt_tokens, g));
     }
     assert!(
         alone[2].0 > 4 * 64,
