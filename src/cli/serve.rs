@@ -7,6 +7,7 @@ use super::generate::{self, ModelArgs};
 use super::serve_api::{self, ApiError, ChatBody, Common, CompletionBody, Endpoint, Header};
 use anyhow::Context;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -186,14 +187,26 @@ async fn models(State(app): State<Shared>) -> Json<serde_json::Value> {
     }))
 }
 
-async fn chat(State(app): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
-    let body: ChatBody = serve_api::parse(&body)?;
+/// A body the server could not read (over axum's 2 MB limit, a broken upload) as an error
+/// in OpenAI's shape with the status axum chose.
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| ApiError::unreadable(e.status(), e.body_text()))
+}
+
+async fn chat(
+    State(app): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: ChatBody = serve_api::parse(&read_body(body)?)?;
     let prompt = body.prompt()?;
     generate_response(app, prompt, &body.common, Endpoint::Chat, 256).await
 }
 
-async fn completions(State(app): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
-    let body: CompletionBody = serve_api::parse(&body)?;
+async fn completions(
+    State(app): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: CompletionBody = serve_api::parse(&read_body(body)?)?;
     let prompt = body.prompt()?;
     // OpenAI's default for completions is 16 tokens.
     generate_response(app, prompt, &body.common, Endpoint::Completion, 16).await

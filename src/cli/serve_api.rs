@@ -56,6 +56,14 @@ impl ApiError {
         }
     }
 
+    /// A body that could not be read, with the status that says why (413: too large).
+    pub fn unreadable(status: StatusCode, message: String) -> ApiError {
+        ApiError {
+            status,
+            ..ApiError::bad(message, None)
+        }
+    }
+
     /// A 500: the server failed.
     pub fn server(message: impl Into<String>) -> ApiError {
         ApiError {
