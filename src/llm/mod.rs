@@ -41,6 +41,9 @@ mod error;
 pub mod graph;
 mod report;
 pub mod sample;
+mod scheduler;
+#[cfg(not(target_arch = "wasm32"))]
+mod scheduler_thread;
 mod session;
 
 pub use arch::{ModelConfig, RopeScaling};
@@ -48,6 +51,12 @@ pub use error::LlmError;
 pub use graph::{build_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
+pub use scheduler::{
+    FinishReason, Prompt, Request, RequestId, ScheduleError, Scheduler, SchedulerEvent,
+    SchedulerOptions, SchedulerStats,
+};
+#[cfg(not(target_arch = "wasm32"))]
+pub use scheduler_thread::{LiveStats, SchedulerHandle, Submitted, RATE_WINDOW};
 pub use session::{
     GenerateParams, Generation, KvUsage, Session, SessionStats, StopReason, TokenEvent,
     PREFILL_CHUNK,

@@ -72,6 +72,22 @@ impl<'t> StreamDecoder<'t> {
         out
     }
 
+    /// A decoder over `tokenizer` that goes on from `held`, the bytes another decoder of the
+    /// same stream still held ([`StreamDecoder::into_held`]): a stream whose decoder cannot
+    /// stay borrowed between tokens (`llm::Scheduler` keeps many) is decoded piece by piece.
+    pub fn resume(tokenizer: &'t Tokenizer, skip_special: bool, held: Vec<u8>) -> Self {
+        StreamDecoder {
+            tokenizer,
+            skip_special,
+            pending: held,
+        }
+    }
+
+    /// The bytes held back, for [`StreamDecoder::resume`].
+    pub fn into_held(self) -> Vec<u8> {
+        self.pending
+    }
+
     /// Bytes held back because they end inside a character (0 to 3).
     pub fn pending_bytes(&self) -> usize {
         self.pending.len()

@@ -11,3 +11,4 @@ mod info;
 mod onnx;
 mod plan;
 mod predict;
+mod serve;

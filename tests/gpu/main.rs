@@ -18,6 +18,7 @@ mod history;
 mod kernels;
 mod llm;
 mod llm_events;
+mod llm_scheduler;
 mod onnx_import;
 mod onnx_node_run;
 mod onnx_session;

@@ -1,0 +1,429 @@
+//! `dynrt serve`: an OpenAI-compatible HTTP server on one model. The model and its
+//! [`Scheduler`] live on one thread ([`SchedulerHandle`]) that runs the GPU work; the HTTP
+//! handlers (tokio + axum) submit requests to it and relay its events, as server-sent
+//! events when the client streams. A client that goes away cancels its request.
+
+use super::generate::{self, ModelArgs};
+use super::serve_api::{self, ApiError, ChatBody, Common, CompletionBody, Endpoint, Header};
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use dynrt::llm::{
+    Prompt, Request, RequestId, Scheduler, SchedulerEvent, SchedulerHandle, SchedulerOptions,
+};
+use dynrt::runtime::report::human_bytes;
+use futures::StreamExt;
+use serde_json::json;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Arguments of `dynrt serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the address is printed on stdout).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// KV-cache memory the requests in progress may hold together, MiB (default: three
+    /// quarters of the device budget left after the weights). A request starts only when
+    /// its prompt plus max_tokens fit next to the others; until then it waits.
+    #[arg(long = "budget-mib")]
+    pub budget_mib: Option<u64>,
+    /// Requests in progress at once at most; the others wait in the queue.
+    #[arg(long = "max-batch", default_value_t = 8)]
+    pub max_batch: usize,
+    /// Prompt tokens per step: the longest a prompt holds the other requests back.
+    #[arg(long = "prefill-chunk", default_value_t = 128)]
+    pub prefill_chunk: usize,
+}
+
+/// What every handler shares.
+struct App {
+    handle: SchedulerHandle,
+    /// The name requests give in `model` (the `--model` argument, or the file's stem).
+    model_id: String,
+    /// Other names accepted for it (the file's name and stem).
+    aliases: Vec<String>,
+    context: usize,
+    created: u64,
+    next: AtomicU64,
+    ttft: Mutex<serve_api::Histogram>,
+}
+
+type Shared = Arc<App>;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Runs `dynrt serve` until the process is stopped.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (engine, model, run) = generate::open(&args.model)?;
+    let path = generate::model_path(args.model.model.as_deref())?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let model_id = match &args.model.model {
+        Some(m) if !m.exists() => m.display().to_string(),
+        _ => stem.clone(),
+    };
+    let aliases = vec![
+        stem,
+        path.file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path.display().to_string(),
+    ];
+    let budget_bytes = match args.budget_mib {
+        Some(m) => m.saturating_mul(1 << 20),
+        None => {
+            let left = engine
+                .memory_budget_bytes()
+                .saturating_sub(engine.stats().device_current_bytes());
+            left / 4 * 3
+        }
+    };
+    let context = model.context_len() as usize;
+    let mut options = SchedulerOptions::new(budget_bytes, run);
+    options.max_active = args.max_batch;
+    options.prefill_chunk = args.prefill_chunk;
+    let per_token = model.kv_bytes_per_token();
+    let handle = SchedulerHandle::spawn(Scheduler::new(model, options))
+        .context("starting the scheduler thread")?;
+    let app = Arc::new(App {
+        handle,
+        model_id,
+        aliases,
+        context,
+        created: unix_now(),
+        next: AtomicU64::new(1),
+        ttft: Mutex::new(serve_api::Histogram::default()),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        println!("dynrt serve: listening on http://{addr}");
+        std::io::stdout().flush()?;
+        eprintln!(
+            "serving {} (context {context} tokens) on {}: KV budget {} ({} tokens), {} requests at once, prompts in chunks of {}",
+            app.model_id,
+            engine.gpu().adapter_info().name,
+            human_bytes(budget_bytes),
+            budget_bytes / per_token.max(1),
+            args.max_batch.max(1),
+            args.prefill_chunk.max(1),
+        );
+        axum::serve(listener, router(app))
+            .await
+            .context("serving HTTP")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn router(app: Shared) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::no_endpoint()
+}
+
+async fn metrics(State(app): State<Shared>) -> Response {
+    let live = app.handle.stats();
+    let ttft = app.ttft.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        serve_api::metrics_text(&live, &ttft),
+    )
+        .into_response()
+}
+
+async fn models(State(app): State<Shared>) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.model_id,
+            "object": "model",
+            "created": app.created,
+            "owned_by": "dynrt",
+        }],
+    }))
+}
+
+/// A body the server could not read (over axum's 2 MB limit, a broken upload) as an error
+/// in OpenAI's shape with the status axum chose.
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| ApiError::unreadable(e.status(), e.body_text()))
+}
+
+async fn chat(
+    State(app): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: ChatBody = serve_api::parse(&read_body(body)?)?;
+    let prompt = body.prompt()?;
+    generate_response(app, prompt, &body.common, Endpoint::Chat, 256).await
+}
+
+async fn completions(
+    State(app): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: CompletionBody = serve_api::parse(&read_body(body)?)?;
+    let prompt = body.prompt()?;
+    // OpenAI's default for completions is 16 tokens.
+    generate_response(app, prompt, &body.common, Endpoint::Completion, 16).await
+}
+
+/// Submits the request and answers with the whole text or a stream of chunks.
+async fn generate_response(
+    app: Shared,
+    prompt: Prompt,
+    common: &Common,
+    endpoint: Endpoint,
+    default_max: usize,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    if let Some(m) = &common.model {
+        if *m != app.model_id && !app.aliases.contains(m) {
+            return Err(ApiError::unknown_model(m, &app.model_id));
+        }
+    }
+    let n = app.next.fetch_add(1, Ordering::Relaxed);
+    let (params, stop) = common.params(app.context, default_max, n)?;
+    let submitted = app
+        .handle
+        .submit(Request {
+            prompt,
+            params,
+            stop,
+        })
+        .await?;
+    let header = Header {
+        endpoint,
+        id: match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{n}"),
+            Endpoint::Completion => format!("cmpl-{n}"),
+        },
+        created: unix_now(),
+        model: app.model_id.clone(),
+    };
+    let run = Running {
+        guard: CancelOnDrop {
+            app: app.clone(),
+            id: submitted.id,
+            armed: true,
+        },
+        events: submitted.events,
+        arrived,
+        first: true,
+    };
+    if common.stream {
+        Ok(stream(run, header, common.include_usage()).into_response())
+    } else {
+        whole(run, header).await.map(IntoResponse::into_response)
+    }
+}
+
+/// Cancels its request when dropped before the request ended (the client went away).
+struct CancelOnDrop {
+    app: Shared,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.app.handle.cancel(self.id);
+        }
+    }
+}
+
+/// A request in progress, as the handler sees it.
+struct Running {
+    guard: CancelOnDrop,
+    events: futures::channel::mpsc::UnboundedReceiver<SchedulerEvent>,
+    arrived: Instant,
+    first: bool,
+}
+
+/// What a request's next event means to its response.
+enum Next {
+    Text(String),
+    End {
+        finish: &'static str,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
+    Failed(String),
+}
+
+impl Running {
+    /// The next event that matters (`None`: the request was dropped by the scheduler).
+    async fn next(&mut self) -> Option<Next> {
+        loop {
+            match self.events.next().await? {
+                SchedulerEvent::Started { .. } => {}
+                SchedulerEvent::Token { text, .. } => {
+                    if self.first {
+                        self.first = false;
+                        let seconds = self.arrived.elapsed().as_secs_f64();
+                        let app = &self.guard.app;
+                        app.ttft
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .observe(seconds);
+                    }
+                    return Some(Next::Text(text));
+                }
+                SchedulerEvent::Finished {
+                    reason,
+                    prompt_tokens,
+                    completion_tokens,
+                    ..
+                } => {
+                    self.guard.armed = false;
+                    return Some(Next::End {
+                        finish: serve_api::finish_reason(reason),
+                        prompt_tokens,
+                        completion_tokens,
+                    });
+                }
+                SchedulerEvent::Failed { error, .. } => {
+                    self.guard.armed = false;
+                    return Some(Next::Failed(error.to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// The answer as one JSON object (`stream: false`).
+async fn whole(mut run: Running, header: Header) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut text = String::new();
+    loop {
+        match run.next().await {
+            Some(Next::Text(t)) => text.push_str(&t),
+            Some(Next::End {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                return Ok(Json(header.response(
+                    &text,
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                )))
+            }
+            Some(Next::Failed(e)) => return Err(ApiError::server(e)),
+            None => return Err(ApiError::server("the request was dropped before it ended")),
+        }
+    }
+}
+
+/// The answer as server-sent events: OpenAI's chunks, then `data: [DONE]`.
+fn stream(
+    run: Running,
+    header: Header,
+    include_usage: bool,
+) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    struct St {
+        run: Running,
+        header: Header,
+        include_usage: bool,
+        pending: VecDeque<String>,
+        first_chunk: bool,
+        done: bool,
+    }
+    let start = St {
+        run,
+        header,
+        include_usage,
+        pending: VecDeque::new(),
+        first_chunk: true,
+        done: false,
+    };
+    let events = futures::stream::unfold(start, |mut st| async move {
+        loop {
+            if let Some(data) = st.pending.pop_front() {
+                return Some((Ok(Event::default().data(data)), st));
+            }
+            if st.done {
+                return None;
+            }
+            let first = std::mem::replace(&mut st.first_chunk, false);
+            match st.run.next().await {
+                Some(Next::Text(t)) => {
+                    if !t.is_empty() || first {
+                        let chunk = st.header.chunk(Some(&t), first, None);
+                        st.pending.push_back(chunk.to_string());
+                    } else {
+                        st.first_chunk = first;
+                    }
+                }
+                Some(Next::End {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    let end = st.header.chunk(None, first, Some(finish));
+                    st.pending.push_back(end.to_string());
+                    if st.include_usage {
+                        let u = st.header.usage_chunk(prompt_tokens, completion_tokens);
+                        st.pending.push_back(u.to_string());
+                    }
+                    st.pending.push_back("[DONE]".into());
+                    st.done = true;
+                }
+                Some(Next::Failed(e)) => {
+                    st.pending.push_back(ApiError::server(e).body().to_string());
+                    st.pending.push_back("[DONE]".into());
+                    st.done = true;
+                }
+                None => return None,
+            }
+        }
+    });
+    // A comment now and then while a request waits in the queue: a client that went away
+    // is noticed (the write fails) and its request cancelled.
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(2)))
+}

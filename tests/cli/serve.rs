@@ -1,0 +1,444 @@
+//! `dynrt serve` over real HTTP on 127.0.0.1: the server starts on a free port (it prints
+//! the address it bound), and a small blocking HTTP/1.1 client drives it: chat and
+//! completions with and without streaming, the models list, health, metrics, the OpenAI
+//! error shape for bad requests, a client that disconnects mid-stream, concurrent requests,
+//! and a budget so small that requests wait in the queue. SmolLM2 on the GPU; skips without
+//! them (`DYNRT_REQUIRE_MODEL=1`, `DYNRT_REQUIRE_GPU=1` make that a failure).
+
+use dynrt::gpu::testing;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the server may take to load the model and listen.
+const START_DEADLINE: Duration = Duration::from_secs(180);
+/// How long one HTTP exchange may take (lavapipe: about 0.15 s per token).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A `dynrt serve` process, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting dynrt serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(START_DEADLINE).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("dynrt serve did not print its address within {START_DEADLINE:?}")
+        });
+        let addr = line
+            .trim()
+            .strip_prefix("dynrt serve: listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(REQUEST_DEADLINE)).unwrap();
+        s
+    }
+
+    /// Sends one request and returns its status and body (chunked bodies decoded).
+    fn send(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut s = self.connect();
+        write_request(&mut s, method, path, body);
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let text = String::from_utf8(raw).expect("a UTF-8 response");
+        let (head, body) = text.split_once("\r\n\r\n").expect("a header");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head:?}"));
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        let body = if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        };
+        (status, body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = self.send(method, path, &body.to_string());
+        let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        (status, v)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.send("GET", path, "")
+    }
+
+    /// The value of metric line `name` (labels included in `name`).
+    fn metric(&self, name: &str) -> f64 {
+        let (status, text) = self.get("/metrics");
+        assert_eq!(status, 200);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+    }
+
+    /// Waits until `name` reads `value`.
+    fn wait_metric(&self, name: &str, value: f64) {
+        let t = Instant::now();
+        while self.metric(name) != value {
+            assert!(
+                t.elapsed() < REQUEST_DEADLINE,
+                "{name} never reached {value}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn write_request(s: &mut TcpStream, method: &str, path: &str, body: &str) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+}
+
+/// Decodes a chunked transfer encoding.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
+        let n = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+}
+
+/// The `data:` payloads of a server-sent-events body.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The text of a streamed answer (chat deltas or completion texts), its finish reason and
+/// the usage chunk; checks that the stream ends with `[DONE]`.
+fn streamed(body: &str) -> (String, String, Option<Value>) {
+    let data = sse_data(body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let (mut text, mut finish, mut usage) = (String::new(), String::new(), None);
+    for d in &data[..data.len() - 1] {
+        let v: Value = serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"));
+        if let Some(c) = v["choices"].get(0) {
+            let piece = c["delta"]["content"].as_str().or(c["text"].as_str());
+            text.push_str(piece.unwrap_or(""));
+            if let Some(f) = c["finish_reason"].as_str() {
+                finish = f.to_string();
+            }
+        }
+        if !v["usage"].is_null() {
+            usage = Some(v["usage"].clone());
+        }
+    }
+    (text, finish, usage)
+}
+
+fn chat_body(text: &str, max_tokens: u64, stream: bool) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+    })
+}
+
+fn answer(v: &Value) -> String {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no answer in {v}"))
+        .to_string()
+}
+
+/// The model and a GPU, or `None` after printing why the test is skipped.
+fn model(test: &str) -> Option<std::path::PathBuf> {
+    let model = dynrt::fetch::model_or_skip(test)?;
+    testing::gpu_or_skip(test)?;
+    Some(model)
+}
+
+#[test]
+fn serve_answers_openai_requests_over_http() {
+    let test = "serve_answers_openai_requests_over_http";
+    let Some(model) = model(test) else { return };
+    let t0 = Instant::now();
+    let server = Server::start(&model, &["--max-batch", "4"]);
+    let started = t0.elapsed();
+
+    assert_eq!(server.get("/health"), (200, r#"{"status":"ok"}"#.into()));
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    let id = models["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(id, "SmolLM2-135M-Instruct.Q4_1");
+
+    // Chat, whole and streamed: the same greedy text.
+    let france = "What is the capital of France?";
+    let mut body = chat_body(france, 12, false);
+    body["model"] = json!(id);
+    let (status, v) = server.json("POST", "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(answer(&v), "The capital of France is Paris.");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 37, "completion_tokens": 8, "total_tokens": 45})
+    );
+    let mut body = chat_body(france, 12, true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (status, sse) = server.send("POST", "/v1/chat/completions", &body.to_string());
+    assert_eq!(status, 200, "{sse}");
+    let (text, finish, usage) = streamed(&sse);
+    assert_eq!(text, "The capital of France is Paris.");
+    assert_eq!(finish, "stop");
+    assert_eq!(usage.unwrap()["completion_tokens"], 8);
+
+    // Completions: raw text, 6 tokens, whole and streamed.
+    let body = json!({"prompt": "The quick brown fox", "max_tokens": 6, "temperature": 0});
+    let (status, v) = server.json("POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    let whole = v["choices"][0]["text"].as_str().unwrap().to_string();
+    let mut stream_body = body.clone();
+    stream_body["stream"] = json!(true);
+    let (_, sse) = server.send("POST", "/v1/completions", &stream_body.to_string());
+    assert_eq!(streamed(&sse).0, whole);
+
+    // Bad requests: OpenAI's error object with a 4xx status (and the text it must hold).
+    let long_prompt = "hello ".repeat(9000);
+    let bad: [(&str, String, u16, &str); 7] = [
+        ("/v1/chat/completions", "{not json".into(), 400, ""),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+            404,
+            r#""param":"model""#,
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": []}).to_string(),
+            400,
+            r#""param":"messages""#,
+        ),
+        (
+            "/v1/chat/completions",
+            chat_body("hi", 0, false).to_string(),
+            400,
+            r#""param":"max_tokens""#,
+        ),
+        (
+            "/v1/chat/completions",
+            chat_body("hi", 100_000, false).to_string(),
+            400,
+            r#""param":"max_tokens""#,
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": long_prompt, "max_tokens": 4}).to_string(),
+            400,
+            r#""code":"context_length_exceeded""#,
+        ),
+        ("/v1/nothing", "{}".into(), 404, ""),
+    ];
+    for (path, body, want, holds) in &bad {
+        let (status, text) = server.send("POST", path, body);
+        assert_eq!(
+            status,
+            *want,
+            "{path} {}: {text}",
+            &body[..body.len().min(80)]
+        );
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert!(text.contains(holds), "{holds} not in {text}");
+    }
+
+    // A client that goes away mid-stream: its request is cancelled, its session freed.
+    let mut s = server.connect();
+    let body = json!({"prompt": "1, 2, 3, 4, 5,", "max_tokens": 200, "temperature": 0,
+                      "stream": true});
+    write_request(&mut s, "POST", "/v1/completions", &body.to_string());
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    while !line.contains("\"text\":") {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the stream ended early"
+        );
+    }
+    drop(reader);
+    server.wait_metric("dynrt_requests_total{outcome=\"cancelled\"}", 1.0);
+    server.wait_metric("dynrt_active_sessions", 0.0);
+    assert_eq!(server.metric("dynrt_kv_reserved_bytes"), 0.0);
+    // The same for a client that waits for the whole answer and goes away before it.
+    let mut s = server.connect();
+    let mut body = body;
+    body["stream"] = json!(false);
+    write_request(&mut s, "POST", "/v1/completions", &body.to_string());
+    server.wait_metric("dynrt_active_sessions", 1.0);
+    drop(s);
+    server.wait_metric("dynrt_requests_total{outcome=\"cancelled\"}", 2.0);
+    server.wait_metric("dynrt_active_sessions", 0.0);
+    let (status, v) = server.json(
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(france, 12, false),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(answer(&v), "The capital of France is Paris.");
+
+    // Concurrent requests of different lengths: each gets the answer it gets alone.
+    let prompts = [
+        "Name three colours.",
+        "What is two plus two?",
+        "Write a haiku about the sea, then explain what a haiku is.",
+        "Hello!",
+    ];
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            answer(
+                &server
+                    .json("POST", "/v1/chat/completions", &chat_body(p, 10, false))
+                    .1,
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    let together: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let server = &server;
+                scope.spawn(move || {
+                    let (status, v) =
+                        server.json("POST", "/v1/chat/completions", &chat_body(p, 10, false));
+                    assert_eq!(status, 200, "{v}");
+                    answer(&v)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(together, alone);
+    let concurrent = t.elapsed();
+
+    // The metrics count what ran.
+    let (_, metrics) = server.get("/metrics");
+    for name in [
+        "dynrt_tokens_per_second",
+        "dynrt_queue_length 0",
+        "dynrt_kv_budget_bytes",
+        "dynrt_device_bytes",
+        "# TYPE dynrt_time_to_first_token_seconds histogram",
+        "dynrt_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    assert!(server.metric("dynrt_tokens_generated_total") >= 60.0);
+    assert!(server.metric("dynrt_requests_total{outcome=\"finished\"}") >= 13.0);
+    assert!(server.metric("dynrt_time_to_first_token_seconds_count") >= 13.0);
+    eprintln!(
+        "{test}: server up in {:.1} s, 4 concurrent answers in {:.1} s",
+        started.as_secs_f64(),
+        concurrent.as_secs_f64()
+    );
+}
+
+#[test]
+fn serve_with_a_tiny_budget_queues_requests_and_finishes_them_all() {
+    let test = "serve_with_a_tiny_budget_queues_requests_and_finishes_them_all";
+    let Some(model) = model(test) else { return };
+    // SmolLM2 holds 45 KiB of KV per token: 3 MiB is room for one request of about 45
+    // tokens (a 37-token prompt and 8 answer tokens) at a time, not two.
+    let server = Server::start(&model, &["--budget-mib", "3"]);
+    let prompts = [
+        "What is the capital of France?",
+        "What is the capital of Spain?",
+        "What is the capital of Italy?",
+    ];
+    let mut most_queued = 0.0f64;
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let server = &server;
+                scope.spawn(move || {
+                    server.json("POST", "/v1/chat/completions", &chat_body(p, 8, false))
+                })
+            })
+            .collect();
+        while handles.iter().any(|h| !h.is_finished()) {
+            most_queued = most_queued.max(server.metric("dynrt_queue_length"));
+            assert!(server.metric("dynrt_active_sessions") <= 1.0);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (status, v) in &answers {
+        assert_eq!(*status, 200, "{v}");
+        assert!(!answer(v).is_empty(), "{v}");
+    }
+    assert!(most_queued >= 1.0, "no request waited: {most_queued}");
+    assert_eq!(
+        server.metric("dynrt_requests_total{outcome=\"finished\"}"),
+        3.0
+    );
+    // More than the whole budget can ever hold: refused at once.
+    let (status, v) = server.json(
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(prompts[0], 200, false),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "max_tokens");
+}

@@ -1,0 +1,306 @@
+//! `llm::Scheduler` on SmolLM2: several requests of different lengths stepped round-robin
+//! give each the greedy tokens it gets alone; a long prompt is prefilled in chunks between
+//! the others' decode steps; cancelling frees the session's memory at once; a small budget
+//! queues requests and every one of them finishes. Skips without the model or a GPU
+//! (`DYNRT_REQUIRE_MODEL=1`, `DYNRT_REQUIRE_GPU=1` make that a failure).
+
+use dynrt::gpu::{testing, Engine};
+use dynrt::llm::{
+    FinishReason, GenerateParams, LlmError, Model, ModelOptions, Prompt, Request, RequestId,
+    ScheduleError, Scheduler, SchedulerEvent, SchedulerOptions,
+};
+use dynrt::memory::predictor::Policy;
+use dynrt::runtime::RunOptions;
+use dynrt::tokenizer::ChatMessage;
+use std::collections::HashMap;
+
+fn smollm2(test: &str) -> Option<Model> {
+    let path = dynrt::fetch::model_or_skip(test)?;
+    let engine = Engine::new(testing::gpu_or_skip(test)?);
+    Some(Model::load(&engine, &path, ModelOptions::default()).unwrap())
+}
+
+fn run_options() -> RunOptions {
+    RunOptions::new(Policy::Adaptive)
+}
+
+fn chat(text: &str) -> Prompt {
+    Prompt::Chat(vec![ChatMessage::user(text)])
+}
+
+fn params(max_tokens: usize, stop_at_eos: bool) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        stop_at_eos,
+        ..GenerateParams::default()
+    }
+}
+
+/// A prompt of about 300 tokens (several chunks of 64).
+fn long_text() -> String {
+    "The history of the printing press begins in the fifteenth century, when movable type \
+     changed how books were made and who could read them. "
+        .repeat(12)
+        + "In one sentence, the printing press"
+}
+
+/// What one request produced through the scheduler.
+#[derive(Debug, Default)]
+struct Outcome {
+    tokens: Vec<u32>,
+    text: String,
+    reason: Option<FinishReason>,
+}
+
+/// Steps until idle; returns each request's outcome and the request of every token event
+/// in order. Checks after every step that the KV reserved stays within the budget.
+fn drain(s: &mut Scheduler) -> (HashMap<RequestId, Outcome>, Vec<RequestId>) {
+    let mut out: HashMap<RequestId, Outcome> = HashMap::new();
+    let mut order = Vec::new();
+    while !s.is_idle() {
+        let events = s.step_blocking();
+        let tokens = events
+            .iter()
+            .filter(|e| matches!(e, SchedulerEvent::Token { .. }))
+            .count();
+        assert!(tokens <= 1, "one forward pass per step: {events:?}");
+        for e in events {
+            match e {
+                SchedulerEvent::Token {
+                    id, token, text, ..
+                } => {
+                    let o = out.entry(id).or_default();
+                    o.tokens.push(token);
+                    o.text.push_str(&text);
+                    order.push(id);
+                }
+                SchedulerEvent::Finished { id, reason, .. } => {
+                    out.entry(id).or_default().reason = Some(reason);
+                }
+                SchedulerEvent::Failed { id, error } => panic!("request {id} failed: {error}"),
+                SchedulerEvent::Started { .. } => {}
+            }
+        }
+        let st = s.stats();
+        assert!(
+            st.kv_reserved_bytes <= st.budget_bytes,
+            "{} reserved over the budget {}",
+            st.kv_reserved_bytes,
+            st.budget_bytes
+        );
+    }
+    (out, order)
+}
+
+#[test]
+fn scheduled_greedy_answers_equal_each_request_run_alone() {
+    let test = "scheduled_greedy_answers_equal_each_request_run_alone";
+    let Some(model) = smollm2(test) else { return };
+    let requests = vec![
+        Request::new(chat("What is the capital of France?"), params(12, true)),
+        Request::new(
+            Prompt::Text("The quick brown fox jumps over the lazy dog. The dog".into()),
+            params(16, false),
+        ),
+        Request::new(Prompt::Text(long_text()), params(8, false)),
+        Request::new(
+            chat("Write a Python function that checks whether a number is prime."),
+            params(10, true),
+        ),
+    ];
+    let mut options = SchedulerOptions::new(1 << 30, run_options());
+    options.prefill_chunk = 64;
+    let mut s = Scheduler::new(model.clone(), options);
+    // Each alone, in a session of its own, as `dynrt generate` runs it (its prompt
+    // prefilled whole).
+    let mut alone = Vec::new();
+    for r in &requests {
+        let mut session = model.session(run_options());
+        let g = match &r.prompt {
+            Prompt::Chat(m) => session.chat_blocking(&m[0].content, &r.params, &mut |_| {}),
+            Prompt::Text(t) => session.generate_blocking(t, &r.params, &mut |_| {}),
+            Prompt::Ids(_) => unreachable!("no ids here"),
+        }
+        .unwrap();
+        assert_eq!(
+            s.encode(&r.prompt).unwrap(),
+            session.cached_tokens()[..g.prompt_tokens]
+        );
+        alone.push((g.prompt_tokens, g));
+    }
+    assert!(
+        alone[2].0 > 4 * 64,
+        "the long prompt has {} tokens",
+        alone[2].0
+    );
+    let ids: Vec<RequestId> = requests
+        .iter()
+        .map(|r| s.submit(r.clone()).unwrap())
+        .collect();
+    let (out, order) = drain(&mut s);
+    for (i, (id, (_, g))) in ids.iter().zip(&alone).enumerate() {
+        let o = &out[id];
+        assert_eq!(o.tokens, g.tokens, "request {i}: tokens");
+        assert_eq!(o.text, g.text, "request {i}: text");
+    }
+    assert_eq!(out[&ids[0]].text, "The capital of France is Paris.");
+    assert_eq!(out[&ids[0]].reason, Some(FinishReason::Stop));
+    assert_eq!(out[&ids[1]].reason, Some(FinishReason::Length));
+    // The long prompt took five chunks; the short requests answered meanwhile.
+    let first_long = order.iter().position(|&id| id == ids[2]).unwrap();
+    let before: Vec<_> = order[..first_long]
+        .iter()
+        .filter(|&&id| id != ids[2])
+        .collect();
+    assert!(
+        before.len() >= 4,
+        "tokens before the long prompt's first: {order:?}"
+    );
+    let st = s.stats();
+    let chunks: u64 = alone.iter().map(|(n, _)| n.div_ceil(64) as u64).sum();
+    assert_eq!(st.prefill_steps, chunks);
+    assert_eq!(st.finished, 4);
+    assert_eq!(
+        st.tokens_generated_total,
+        alone
+            .iter()
+            .map(|(_, g)| g.tokens.len() as u64)
+            .sum::<u64>()
+    );
+    assert_eq!((st.active, st.queued, st.kv_reserved_bytes), (0, 0, 0));
+    eprintln!("{test}: token order {order:?}");
+
+    // A stop text ends the answer before it; it is not part of the text.
+    let mut r = requests[0].clone();
+    r.stop = vec![" Paris".into()];
+    let id = s.submit(r).unwrap();
+    let (out, _) = drain(&mut s);
+    assert_eq!(out[&id].text, "The capital of France is");
+    assert_eq!(out[&id].reason, Some(FinishReason::Stop));
+}
+
+#[test]
+fn cancelling_a_request_frees_its_session_at_once() {
+    let test = "cancelling_a_request_frees_its_session_at_once";
+    let Some(model) = smollm2(test) else { return };
+    let engine = model.engine().clone();
+    let per_token = model.kv_bytes_per_token();
+    let mut s = Scheduler::new(model, SchedulerOptions::new(1 << 30, run_options()));
+    let request = Request::new(Prompt::Text(long_text()), params(40, false));
+    // Two requests side by side until the first has 3 tokens, then both cancelled; returns
+    // the device bytes while they ran, and checks the scheduler's counters.
+    let mut run_and_cancel = || {
+        let id = s.submit(request.clone()).unwrap();
+        let second = s.submit(request.clone()).unwrap();
+        let mut tokens = 0;
+        while tokens < 3 {
+            tokens += s
+                .step_blocking()
+                .iter()
+                .filter(|e| matches!(e, SchedulerEvent::Token { id: i, .. } if *i == id))
+                .count();
+        }
+        let st = s.stats();
+        assert_eq!(st.active, 2);
+        let busy = engine.stats().device_current_bytes();
+        assert!(s.cancel(id));
+        assert!(s.cancel(second));
+        assert!(!s.cancel(id), "already gone");
+        assert!(s.is_idle());
+        let after = s.stats();
+        assert_eq!(
+            (
+                after.active,
+                after.kv_reserved_bytes,
+                after.kv_allocated_bytes
+            ),
+            (0, 0, 0)
+        );
+        (busy, st.kv_allocated_bytes)
+    };
+    // Once first: the networks' input and output slots it creates (per request in flight,
+    // kept for the next request) stay; the sessions' memory goes.
+    run_and_cancel();
+    let idle = engine.stats().device_current_bytes();
+    let (busy, kv) = run_and_cancel();
+    let after = engine.stats();
+    // Both caches held the long prompt (about 300 tokens) and more.
+    assert!(kv >= 2 * 300 * per_token, "KV {kv}");
+    assert!(busy >= idle + kv, "busy {busy}, idle {idle}, KV {kv}");
+    assert_eq!(after.regions[2].current_bytes, 0, "activation arenas");
+    assert_eq!(
+        after.device_current_bytes(),
+        idle,
+        "device bytes after the cancel (busy: {busy})"
+    );
+    assert_eq!(s.stats().cancelled, 4);
+    eprintln!(
+        "{test}: device bytes {idle} idle, {busy} with two sessions (KV {kv}), {} after the cancel",
+        after.device_current_bytes()
+    );
+}
+
+#[test]
+fn a_small_budget_queues_requests_and_every_one_finishes() {
+    let test = "a_small_budget_queues_requests_and_every_one_finishes";
+    let Some(model) = smollm2(test) else { return };
+    let probe = Scheduler::new(model.clone(), SchedulerOptions::new(0, run_options()));
+    let prompts = [
+        "What is the capital of France?",
+        "Name a colour.",
+        "What is two plus two?",
+    ];
+    let needs: Vec<u64> = prompts
+        .iter()
+        .map(|p| {
+            let n = probe.encode(&chat(p)).unwrap().len();
+            probe.need_bytes(n, 6).1
+        })
+        .collect();
+    // Room for the largest one, not for two.
+    let budget = *needs.iter().max().unwrap();
+    assert!(2 * needs.iter().min().unwrap() > budget, "{needs:?}");
+    let mut s = Scheduler::new(model.clone(), SchedulerOptions::new(budget, run_options()));
+    let ids: Vec<RequestId> = prompts
+        .iter()
+        .map(|p| s.submit(Request::new(chat(p), params(6, true))).unwrap())
+        .collect();
+    assert_eq!(s.stats().queued, 3);
+    let mut most_active = 0;
+    let mut done = HashMap::new();
+    while !s.is_idle() {
+        for e in s.step_blocking() {
+            if let SchedulerEvent::Finished { id, reason, .. } = e {
+                done.insert(id, reason);
+            }
+        }
+        let st = s.stats();
+        most_active = most_active.max(st.active);
+        assert!(st.kv_reserved_bytes <= budget);
+    }
+    assert_eq!(most_active, 1, "the budget holds one request at a time");
+    assert_eq!(done.len(), 3, "{done:?}");
+    assert!(ids.iter().all(|id| done.contains_key(id)));
+
+    // Refused at once, nothing queued: too large for the whole budget, and invalid.
+    let big = s.submit(Request::new(chat(prompts[0]), params(1000, true)));
+    assert!(
+        matches!(big, Err(ScheduleError::OverBudget { .. })),
+        "{big:?}"
+    );
+    let mut invalid = |r: Request| match s.submit(r) {
+        Err(ScheduleError::Invalid(e)) => *e,
+        other => panic!("not refused as invalid: {other:?}"),
+    };
+    let zero = invalid(Request::new(chat(prompts[0]), params(0, true)));
+    assert!(matches!(zero, LlmError::BadParameter { .. }), "{zero:?}");
+    let empty = invalid(Request::new(Prompt::Text(String::new()), params(1, true)));
+    assert!(matches!(empty, LlmError::EmptyPrompt), "{empty:?}");
+    let context = model.context_len() as usize;
+    let long = invalid(Request::new(
+        Prompt::Ids(vec![1; context + 1]),
+        params(1, true),
+    ));
+    assert!(matches!(long, LlmError::ContextFull { .. }), "{long:?}");
+    assert!(s.is_idle());
+}
