@@ -472,7 +472,7 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
-    let single: [(&str, &str, &str, String); 9] = [
+    let single: [(&str, &str, &str, String); 13] = [
         (
             "dynrt_tokens_generated_total",
             "counter",
@@ -522,10 +522,34 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             s.kv_allocated_bytes.to_string(),
         ),
         (
+            "dynrt_kv_needed_bytes",
+            "gauge",
+            "KV-cache bytes the active sessions need for the tokens they hold.",
+            s.kv_needed_bytes.to_string(),
+        ),
+        (
+            "dynrt_kv_allocated_peak_bytes",
+            "gauge",
+            "Largest KV-cache bytes the active sessions' caches held after a step.",
+            s.kv_allocated_peak_bytes.to_string(),
+        ),
+        (
+            "dynrt_kv_reserved_peak_bytes",
+            "gauge",
+            "Largest KV-cache bytes admission counted for the active requests.",
+            s.kv_reserved_peak_bytes.to_string(),
+        ),
+        (
             "dynrt_device_bytes",
             "gauge",
             "Device memory in use: weights, caches, activations.",
             s.device_bytes.to_string(),
+        ),
+        (
+            "dynrt_device_peak_bytes",
+            "gauge",
+            "Largest device memory of each on-device kind, summed (an upper bound of the peak).",
+            s.device_peak_bytes.to_string(),
         ),
     ];
     for (name, kind, help, value) in single {

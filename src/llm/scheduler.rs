@@ -206,8 +206,16 @@ pub struct SchedulerStats {
     /// Largest sum, over the active requests, of the larger of need and allocation (what
     /// admission counted).
     pub kv_reserved_peak_bytes: u64,
+    /// KV bytes the active sessions need for the tokens they hold
+    /// ([`Session::kv_needed_bytes`]); `kv_allocated_bytes` minus this is room not used yet.
+    pub kv_needed_bytes: u64,
+    /// Largest `kv_allocated_bytes` after a step.
+    pub kv_allocated_peak_bytes: u64,
     /// Device bytes in use on the model's engine (weights, caches, activations).
     pub device_bytes: u64,
+    /// Largest device bytes of each on-device kind, summed (an upper bound of the peak of
+    /// the total).
+    pub device_peak_bytes: u64,
     /// Requests accepted by [`Scheduler::submit`].
     pub submitted: u64,
     /// Requests that ended normally.
@@ -442,7 +450,18 @@ impl Scheduler {
             .iter()
             .map(|a| a.session.kv_reserved_bytes())
             .sum();
-        s.device_bytes = self.model.engine().stats().device_current_bytes();
+        s.kv_needed_bytes = self
+            .active
+            .iter()
+            .map(|a| a.session.kv_needed_bytes())
+            .sum();
+        let engine = self.model.engine().stats();
+        s.device_bytes = engine.device_current_bytes();
+        s.device_peak_bytes = crate::memory::AllocKind::ALL
+            .iter()
+            .filter(|k| k.on_device())
+            .map(|&k| engine.peak_bytes(k))
+            .sum();
         s
     }
 
@@ -506,7 +525,15 @@ impl Scheduler {
         let Some(mut a) = self.active.pop_front() else {
             return events;
         };
-        match self.advance(&mut a, &mut events).await {
+        let outcome = self.advance(&mut a, &mut events).await;
+        let allocated = a.session.kv_reserved_bytes()
+            + self
+                .active
+                .iter()
+                .map(|o| o.session.kv_reserved_bytes())
+                .sum::<u64>();
+        self.stats.kv_allocated_peak_bytes = self.stats.kv_allocated_peak_bytes.max(allocated);
+        match outcome {
             Ok(None) => self.active.push_back(a),
             Ok(Some(reason)) => {
                 self.stats.finished += 1;
