@@ -17,20 +17,34 @@
 //                   (running max m, sum l, accumulator acc[head_dim]) so any number of keys
 //                   works with registers of one head; the 64 partial results are then merged
 //                   in workgroup memory (max, rescaled sums, then the accumulators 32 dims at a
-//                   time). head_dim <= 128 (MAX_D).
+//                   time). head_dim <= 512 (MAX_D), CHUNK = 128 output dims per workgroup
+//                   (a head of D dims takes ceil(D / CHUNK) workgroups per row).
+//                   Split keys (splits > 1, flash-decoding): the keys a row sees are cut
+//                   into splits chunks of chunk_keys (from the row's first key), one
+//                   workgroup per (s, h, split, dim chunk): workgroup_index =
+//                   ((s * heads + h) * splits + split) * ceil(D / CHUNK) + dim chunk. Each
+//                   writes its chunk's partial softmax to the workspace (binding 4) instead
+//                   of the output: record r = (s * heads + h) * splits + split at r * (D + 2)
+//                   holds the chunk's max m, its sum l of exp(score - m), then D sums of
+//                   exp(score - m) * v (not divided by l). An empty chunk writes m =
+//                   F32_LOWEST, l = 0 and zeros.
 //   attention_gqa4  the same with vec4 loads and vec4 registers, when head_dim and the q, k, v
 //                   element offsets are multiples of 4 (the usual case). On lavapipe at 2048
 //                   keys it took 3.3 ms per SmolLM2 layer against the scalar entry's 4.4 ms
 //                   (best of 19 submits each, interleaved). Sharing each K/V load between the
 //                   query heads of a group through per-invocation arrays was tried and was
 //                   3-4x slower there: the arrays it needs spill.
+//   attention_combine  workgroup size 64, one workgroup per (s, h) (workgroup_index = s * heads
+//                   + h) after a split-key attention_gqa(4): merges the row's splits records
+//                   (max M of the m, weights exp(m - M)) into out, one invocation per dim.
 //
 // Bindings (group 0):
 //   attention_rope: 0 uniform RopeParams, 1 x [rows, width], 2 positions [rows] (i32),
 //                   3 table [block + blocks, rope_dim], 4 out [rows, width]
 //   attention_gqa(4): 0 uniform GqaParams, 1 q [s, heads * head_dim],
 //                   2 k [t, kv_heads * head_dim], 3 v [t, kv_heads * head_dim],
-//                   4 out [s, heads * head_dim]
+//                   4 out [s, heads * head_dim], or the workspace when splits > 1
+//   attention_combine: 0 uniform GqaParams, 1 the workspace, 4 out [s, heads * head_dim]
 //
 // Rust mirrors (src/gpu/kernels/attention.rs, #[repr(C)], bytemuck::Pod):
 //   struct RopeParams { rows: u32, width: u32, head_dim: u32, rope_dim: u32,
@@ -38,7 +52,8 @@
 //                       out_offset: u32, block: u32, interleaved: u32, _pad: u32 } // 48 bytes
 //   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
 //                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
-//                      scale: f32, window: u32, _pad: u32 }                      // 48 bytes
+//                      scale: f32, window: u32, splits: u32, chunk_keys: u32,
+//                      _pad: vec3<u32> }                                         // 64 bytes
 // Offsets are in elements from the start of each binding.
 
 struct RopeParams {
@@ -68,7 +83,11 @@ struct GqaParams {
     out_offset: u32,
     scale: f32,
     window: u32,
-    _pad: u32,
+    splits: u32,
+    chunk_keys: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> rp: RopeParams;
@@ -84,6 +103,7 @@ struct GqaParams {
 @group(0) @binding(3) var<storage, read_write> v: array<f32>;
 
 @group(0) @binding(1) var<storage, read_write> q4: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> k4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> v4: array<vec4<f32>>;
 
@@ -187,7 +207,9 @@ fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
     workgroupBarrier();
 }
 
-// One workgroup's item: query row s, head h, and its chunk of output dims [c0, c1).
+// One workgroup's item: query row s, head h, its chunk of output dims [c0, c1) and of keys
+// [first, end), and where its result goes: element ob of dst (the output row, or the dims of
+// its workspace record) scaled by 1 / l when norm, the record's m and l at rec otherwise.
 struct GqaItem {
     s: u32,
     h: u32,
@@ -195,13 +217,18 @@ struct GqaItem {
     c0: u32,
     c1: u32,
     first: u32,
-    last: u32,
+    end: u32,
+    ob: u32,
+    rec: u32,
+    norm: bool,
 }
 
 fn gqa_item(item: u32) -> GqaItem {
     let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
     let c0 = (item % chunks) * CHUNK;
-    let sh = item / chunks;
+    let shp = item / chunks;
+    let split = shp % gp.splits;
+    let sh = shp / gp.splits;
     let s = sh / gp.heads;
     let h = sh % gp.heads;
     let last = gp.t - gp.s + s;
@@ -209,8 +236,28 @@ fn gqa_item(item: u32) -> GqaItem {
     if gp.window > 0u && last + 1u > gp.window {
         first = last + 1u - gp.window;
     }
-    return GqaItem(s, h, h / (gp.heads / gp.kv_heads), c0, min(c0 + CHUNK, gp.head_dim), first,
-        last);
+    let lo = min(first + split * gp.chunk_keys, last + 1u);
+    let end = min(lo + gp.chunk_keys, last + 1u);
+    let rec = shp * (gp.head_dim + 2u);
+    var ob = gp.out_offset + s * gp.heads * gp.head_dim + h * gp.head_dim;
+    if gp.splits > 1u {
+        ob = rec + 2u;
+    }
+    return GqaItem(s, h, h / (gp.heads / gp.kv_heads), c0, min(c0 + CHUNK, gp.head_dim), lo,
+        end, ob, rec, gp.splits == 1u);
+}
+
+// After merge_softmax: the scale of the stored sums (1 / l, or 1 for a partial record), and
+// a partial record's m and l (written once per record, by its first dim chunk).
+fn finish_item(lid: u32, it: GqaItem, inv: f32) -> f32 {
+    if it.norm {
+        return inv;
+    }
+    if lid == 0u && it.c0 == 0u {
+        dst[it.rec] = m_sh[0];
+        dst[it.rec + 1u] = l_sh[0];
+    }
+    return 1.0;
 }
 
 @compute @workgroup_size(64)
@@ -223,7 +270,7 @@ fn attention_gqa(
     // barrier below in uniform control flow.
     let item = workgroup_index(wid, nwg);
     let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
-    if item >= gp.s * gp.heads * chunks {
+    if item >= gp.s * gp.heads * gp.splits * chunks {
         return;
     }
     let it = gqa_item(item);
@@ -242,7 +289,7 @@ fn attention_gqa(
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    for (var j = it.first + lid; j <= it.last; j += WG) {
+    for (var j = it.first + lid; j < it.end; j += WG) {
         let kb = gp.k_offset + j * kw + it.g * hd;
         var score = 0.0;
         for (var e = 0u; e < hd; e++) {
@@ -266,14 +313,14 @@ fn attention_gqa(
     }
 
     let fi = merge_softmax(lid, m, l);
-    let ob = gp.out_offset + it.s * gp.heads * hd + it.h * hd;
+    let inv = finish_item(lid, it, fi.y);
     for (var c = it.c0; c < it.c1; c += 32u) {
         for (var e = 0u; e < 32u; e++) {
             if c + e < it.c1 {
                 acc_sh[lid * 32u + e] = acc[c - it.c0 + e] * fi.x;
             }
         }
-        store_dims(lid, c, it.c1, ob, fi.y);
+        store_dims(lid, c, it.c1, it.ob, inv);
     }
 }
 
@@ -287,7 +334,7 @@ fn attention_gqa4(
 ) {
     let item = workgroup_index(wid, nwg);
     let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
-    if item >= gp.s * gp.heads * chunks {
+    if item >= gp.s * gp.heads * gp.splits * chunks {
         return;
     }
     let it = gqa_item(item);
@@ -307,7 +354,7 @@ fn attention_gqa4(
     }
     var m = F32_LOWEST;
     var l = 0.0;
-    for (var j = it.first + lid; j <= it.last; j += WG) {
+    for (var j = it.first + lid; j < it.end; j += WG) {
         let kb = gp.k_offset / 4u + j * kw4 + it.g * hd4;
         var score = 0.0;
         for (var e = 0u; e < hd4; e++) {
@@ -330,8 +377,7 @@ fn attention_gqa4(
     }
 
     let fi = merge_softmax(lid, m, l);
-    let hd = gp.head_dim;
-    let ob = gp.out_offset + it.s * gp.heads * hd + it.h * hd;
+    let inv = finish_item(lid, it, fi.y);
     for (var c = it.c0; c < it.c1; c += 32u) {
         for (var e = 0u; e < 8u; e++) {
             let i4 = (c - it.c0) / 4u + e;
@@ -343,6 +389,41 @@ fn attention_gqa4(
                 acc_sh[lid * 32u + e * 4u + 3u] = a.w;
             }
         }
-        store_dims(lid, c, it.c1, ob, fi.y);
+        store_dims(lid, c, it.c1, it.ob, inv);
+    }
+}
+
+// The reduction of split-key attention: out[s, h, d] = sum_i exp(m_i - M) * acc_i[d] /
+// sum_i exp(m_i - M) * l_i over the row's records i (M = max_i m_i; empty chunks weigh 0).
+@compute @workgroup_size(64)
+fn attention_combine(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let sh = workgroup_index(wid, nwg);
+    if sh >= gp.s * gp.heads {
+        return;
+    }
+    let hd = gp.head_dim;
+    let stride = hd + 2u;
+    let base = sh * gp.splits * stride;
+    var mx = F32_LOWEST;
+    for (var i = 0u; i < gp.splits; i++) {
+        mx = max(mx, part[base + i * stride]);
+    }
+    var l = 0.0;
+    for (var i = 0u; i < gp.splits; i++) {
+        let r = base + i * stride;
+        l += part[r + 1u] * exp(part[r] - mx);
+    }
+    let ob = gp.out_offset + sh * hd;
+    for (var d = lid; d < hd; d += WG) {
+        var sum = 0.0;
+        for (var i = 0u; i < gp.splits; i++) {
+            let r = base + i * stride;
+            sum += part[r + 2u + d] * exp(part[r] - mx);
+        }
+        dst[ob + d] = sum / l;
     }
 }

@@ -1,9 +1,13 @@
 //! The `attention` family (`shaders/attention.wgsl`): rotary position embedding on adjacent
 //! pairs ([`Rope`]) and causal grouped-query attention with an online softmax
 //! ([`Attention`], sliding windows included), one kernel for prefill and decode. A
-//! workgroup takes one query row, one head and up to [`HEAD_CHUNK`] of its output dims.
+//! workgroup takes one query row, one head and up to [`HEAD_CHUNK`] of its output dims, and
+//! all the keys the row sees (one dispatch) or, when that leaves the adapter short of work
+//! ([`attention_splits`]), one chunk of them: then each writes a partial softmax to the
+//! kernel workspace and a second dispatch (`attention_combine`) merges them (flash-decoding).
 
 use super::layout::{numel, u32_of};
+use super::quant::QuantLayout;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::{Attention, Rope};
 use crate::shape::DType;
@@ -16,7 +20,10 @@ pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("attention");
 pub const FAMILY: Family = Family {
     name: "attention",
     source: || WGSL,
-    bindings: |_| &[1, 2, 3, 4],
+    bindings: |entry| match entry {
+        "attention_combine" => &[1, 4],
+        _ => &[1, 2, 3, 4],
+    },
     unchecked: &[],
 };
 
@@ -58,7 +65,43 @@ pub struct RopeParams {
     pub _pad: u32,
 }
 
-/// `GqaParams` of `shaders/attention.wgsl` (48 bytes).
+/// Fewest keys a chunk of split-key attention takes: below this the partial records and the
+/// second dispatch cost more than the parallel work gains.
+pub const MIN_SPLIT_KEYS: u64 = 128;
+
+/// How many chunks split-key attention cuts the keys of each (query row, head) into, for
+/// `items` workgroups of the one-pass kernel (rows x heads x chunks of output dims), rows
+/// that see at most `span` keys, and an adapter that wants `target` workgroups per dispatch
+/// ([`crate::gpu::kernels::Kernels::attention_workgroups`]): 1 (the one-pass kernel) when
+/// `items` already fill it, else enough chunks to, each of at least [`MIN_SPLIT_KEYS`] keys.
+/// Returns the chunks and the keys per chunk.
+pub fn attention_splits(items: u64, span: u64, target: u64) -> (u64, u64) {
+    let splits = if items == 0 || items >= target {
+        1
+    } else {
+        target.div_ceil(items).min(span / MIN_SPLIT_KEYS).max(1)
+    };
+    let chunk_keys = span.div_ceil(splits).max(1);
+    (span.div_ceil(chunk_keys).max(1), chunk_keys)
+}
+
+/// Workgroups an attention dispatch should have before it splits keys, on an adapter the
+/// quantized kernels lay their work out for as `layout`: a hardware GPU runs hundreds of
+/// workgroups at once; a software adapter runs one per thread at a time, so more than one
+/// per thread only adds the partial records and the second dispatch (on lavapipe with 2
+/// threads, SmolLM2's 9 decode workgroups cut into 4 chunks each took 5.5-7.2 ms per layer at
+/// 2048 keys against 3.3-6.7 ms in one pass, interleaved at load 8).
+pub fn workgroups_for(layout: QuantLayout) -> u64 {
+    match layout {
+        QuantLayout::Cpu { threads } => u64::from(threads),
+        QuantLayout::Gpu => GPU_WORKGROUPS,
+    }
+}
+
+/// [`workgroups_for`] on hardware GPUs.
+const GPU_WORKGROUPS: u64 = 512;
+
+/// `GqaParams` of `shaders/attention.wgsl` (64 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct GqaParams {
@@ -84,8 +127,12 @@ pub struct GqaParams {
     pub scale: f32,
     /// Keys a query sees (sliding window), 0 for all.
     pub window: u32,
+    /// Chunks the keys of a row are cut into (1: one pass, no workspace).
+    pub splits: u32,
+    /// Keys per chunk (from the row's first key).
+    pub chunk_keys: u32,
     /// Padding.
-    pub _pad: u32,
+    pub _pad: [u32; 3],
 }
 
 impl Kernel for Rope {
@@ -138,6 +185,9 @@ impl Kernel for Attention {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
         f32_only(inputs, output)
     }
+
+    /// One dispatch, or two when [`attention_splits`] cuts the keys into chunks: the
+    /// partial softmaxes into the workspace, then `attention_combine` into the output.
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
@@ -161,6 +211,13 @@ impl Kernel for Attention {
         let (bk, ok) = e.bind("keys", &k.tensor, numel("keys", k.shape)? * 4)?;
         let (bv, ov) = e.bind("values", &v.tensor, numel("values", v.shape)? * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
+        let rows = s * u64::from(self.num_heads);
+        let items = rows * head_dim.div_ceil(HEAD_CHUNK);
+        let span = match self.window {
+            0 => t,
+            w => t.min(u64::from(w)),
+        };
+        let (splits, chunk_keys) = attention_splits(items, span, e.kernels.attention_workgroups);
         let p = GqaParams {
             s: u32_of("queries", s)?,
             t: u32_of("keys", t)?,
@@ -173,7 +230,9 @@ impl Kernel for Attention {
             out_offset: oo,
             scale: (1.0 / (head_dim as f64).sqrt()) as f32,
             window: self.window,
-            _pad: 0,
+            splits: u32_of("key chunks", splits)?,
+            chunk_keys: u32_of("keys", chunk_keys)?,
+            _pad: [0; 3],
         };
         // vec4 loads where head and offsets allow (the usual case: arena offsets are
         // aligned, heads are multiples of 4).
@@ -183,12 +242,47 @@ impl Kernel for Attention {
         } else {
             "attention_gqa"
         };
-        e.dispatch(
-            FAMILY.key(entry),
-            &p,
-            &[bq, bk, bv, bo],
-            s * u64::from(self.num_heads) * head_dim.div_ceil(HEAD_CHUNK),
-        )?;
-        Ok(1)
+        if splits == 1 {
+            e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, bo], items)?;
+            return Ok(1);
+        }
+        let records = rows * splits * (head_dim + 2) * 4;
+        let part = e.workspace("output", records)?;
+        e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, part], items * splits)?;
+        let part = e.workspace("partial softmaxes", records)?;
+        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], rows)?;
+        Ok(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{attention_splits, workgroups_for, QuantLayout, MIN_SPLIT_KEYS};
+
+    #[test]
+    fn keys_are_split_only_where_workgroups_are_short() {
+        let two = workgroups_for(QuantLayout::Cpu { threads: 2 });
+        let sixteen = workgroups_for(QuantLayout::Cpu { threads: 16 });
+        let gpu = workgroups_for(QuantLayout::Gpu);
+        // SmolLM2's decode (9 heads): one pass at context 64, chunks of at least
+        // MIN_SPLIT_KEYS keys at 2048 until the adapter has its workgroups; 9 workgroups
+        // already keep 2 threads busy.
+        assert_eq!(attention_splits(9, 64, gpu), (1, 64));
+        assert_eq!(attention_splits(9, 2048, two), (1, 2048));
+        assert_eq!(attention_splits(9, 2048, sixteen), (2, 1024));
+        assert_eq!(attention_splits(9, 2048, gpu), (16, 128));
+        // The last chunk the longest row sees is never empty: 3000 keys in 23 chunks of 131.
+        assert_eq!(attention_splits(9, 3000, gpu), (23, 131));
+        // A prefill of many rows already fills the adapter.
+        assert_eq!(attention_splits(9 * 512, 2048, gpu), (1, 2048));
+        // Fewer keys than two chunks' minimum: one pass.
+        assert_eq!(attention_splits(1, 2 * MIN_SPLIT_KEYS - 1, gpu).0, 1);
+        // No queries.
+        assert_eq!(attention_splits(0, 100, gpu), (1, 100));
+        for t in [1, 127, 128, 129, 1000, 4097] {
+            let (n, c) = attention_splits(3, t, gpu);
+            assert!(n * c >= t && (n - 1) * c < t, "t {t}: {n} x {c}");
+            assert!(n == 1 || c >= MIN_SPLIT_KEYS, "t {t}: {n} x {c}");
+        }
     }
 }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use super::encoder::BindKey;
 use super::plan::Recorder;
 use super::{
-    kernel_of, layout, movement, quant, Encoder, KernelError, Operand, PipelineKey, UniformArena,
+    attention, kernel_of, layout, movement, quant, Encoder, KernelError, Operand, PipelineKey,
+    UniformArena,
 };
 use crate::gpu::{BufferUid, Gpu};
 use crate::graph::Op;
@@ -48,6 +49,9 @@ pub struct Kernels {
     generation: u64,
     pub(crate) max_workgroups_per_dim: u32,
     pub(crate) quant_layout: quant::QuantLayout,
+    /// Workgroups an attention dispatch should have at least before it splits keys
+    /// ([`Kernels::set_attention_workgroups`]).
+    pub(crate) attention_workgroups: u64,
     pub(crate) storage_align_bytes: u64,
     pub(crate) max_binding_bytes: u64,
 }
@@ -57,6 +61,7 @@ impl Kernels {
     pub fn new(gpu: &Gpu) -> Self {
         let device = gpu.device();
         let limits = device.limits();
+        let quant_layout = quant::QuantLayout::for_device(gpu.adapter_info().device_type);
         Kernels {
             device: device.clone(),
             modules: HashMap::new(),
@@ -66,7 +71,8 @@ impl Kernels {
             bind_groups: HashMap::new(),
             generation: 0,
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
-            quant_layout: quant::QuantLayout::for_device(gpu.adapter_info().device_type),
+            quant_layout,
+            attention_workgroups: attention::workgroups_for(quant_layout),
             storage_align_bytes: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
         }
@@ -85,6 +91,21 @@ impl Kernels {
     pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
         self.quant_layout = layout;
         self.generation += 1;
+    }
+
+    /// Overrides how many workgroups an attention dispatch should have before the kernel
+    /// cuts each row's keys into chunks (`attention::attention_splits`; chosen from the
+    /// adapter by [`Kernels::new`]): tests use it to run the split path on every adapter, 1
+    /// keeps the one-pass kernel.
+    pub fn set_attention_workgroups(&mut self, workgroups: u64) {
+        self.attention_workgroups = workgroups.max(1);
+        self.generation += 1;
+    }
+
+    /// Workgroups an attention dispatch should have before it splits keys
+    /// ([`Kernels::set_attention_workgroups`]).
+    pub fn attention_workgroups(&self) -> u64 {
+        self.attention_workgroups
     }
 
     /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).

@@ -34,6 +34,9 @@ pub struct Bound<'a> {
     pub(crate) size: u64,
     /// The operand's name ([`Encoder::bind`]'s `what`); `"output"` is the one a kernel writes.
     pub(crate) what: &'static str,
+    /// With no buffer: the arena's kernel workspace ([`Encoder::workspace`]) rather than an
+    /// unused slot.
+    pub(crate) workspace: bool,
 }
 
 impl Bound<'_> {
@@ -160,6 +163,7 @@ impl Encoder<'_, '_> {
                 offset: base,
                 size,
                 what,
+                workspace: false,
             },
             u32_of(what, skew / 4)?,
         ))
@@ -173,7 +177,41 @@ impl Encoder<'_, '_> {
             offset: 0,
             size: 4,
             what: "unused slot",
+            workspace: false,
         }
+    }
+
+    /// A binding of the first `bytes` of the arena's kernel workspace
+    /// (`UniformArena::workspace`), grown now if smaller, for a kernel that passes data
+    /// between its own dispatches: every dispatch given it binds the same buffer until the
+    /// next call. It overlaps no tensor. Kernels bind it as `"output"` where they write it.
+    ///
+    /// # Errors
+    /// [`KernelError::Uniforms`] when the workspace cannot be allocated;
+    /// [`KernelError::BindingTooLarge`] beyond the device's binding limit.
+    pub fn workspace(
+        &mut self,
+        what: &'static str,
+        bytes: u64,
+    ) -> Result<Bound<'static>, KernelError> {
+        let size = bytes.max(4);
+        if size > self.kernels.max_binding_bytes {
+            return Err(KernelError::BindingTooLarge {
+                what,
+                size_bytes: size,
+                max_bytes: self.kernels.max_binding_bytes,
+            });
+        }
+        self.uniforms
+            .workspace(size)
+            .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+        Ok(Bound {
+            buffer: None,
+            offset: 0,
+            size,
+            what,
+            workspace: true,
+        })
     }
 
     /// Records one dispatch of `key` with `params` in a fresh uniform slot. Workgroup counts
@@ -266,6 +304,10 @@ impl Encoder<'_, '_> {
                     to
                 }
                 (Some(buf), _) => original(buf.raw(), buf.uid()),
+                (None, _) if b.workspace => {
+                    let w = self.uniforms.workspace(b.size).map_err(alloc)?;
+                    original(w.raw(), w.uid())
+                }
                 (None, _) => {
                     // Each unused slot its own alignment unit of the pad.
                     let p = self

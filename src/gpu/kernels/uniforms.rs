@@ -53,7 +53,10 @@ pub struct UniformArena {
     /// Where operands that overlap another binding of their dispatch are copied first (see
     /// [`UniformArena::scratch`]).
     scratch: Option<Buffer>,
-    /// Scratch buffers outgrown while a recorded dispatch plan or a cached bind group may
+    /// Where multi-dispatch kernels pass data between their dispatches (see
+    /// [`UniformArena::workspace`]).
+    workspace: Option<Buffer>,
+    /// Scratch and workspace buffers outgrown while a recorded dispatch plan or a cached bind group may
     /// still bind them; kept until the arena is dropped (each at most half the next).
     retired: Vec<Buffer>,
     /// Where a submit's host writes are packed ([`UniformArena::upload`]).
@@ -96,6 +99,7 @@ impl UniformArena {
             used_in_last: 0,
             pad: None,
             scratch: None,
+            workspace: None,
             retired: Vec::new(),
             upload: None,
         }
@@ -136,31 +140,32 @@ impl UniformArena {
     /// # Errors
     /// The engine's error when it cannot be allocated.
     pub(crate) fn scratch(&mut self, bytes: u64) -> Result<&Buffer, AllocError> {
-        let buffer = match self.scratch.take() {
-            Some(b) if b.size_bytes() >= bytes => b,
-            old => {
-                let have = old.as_ref().map_or(0, Buffer::size_bytes);
-                let made = self.engine.allocate_in(
-                    Region::Internal,
-                    &BufferDesc {
-                        label: "dynrt aliased operand copies",
-                        size_bytes: bytes.max(2 * have),
-                        kind: AllocKind::UsmDevice,
-                    },
-                );
-                match made {
-                    Ok(b) => {
-                        self.retired.extend(old);
-                        b
-                    }
-                    Err(e) => {
-                        self.scratch = old;
-                        return Err(e);
-                    }
-                }
-            }
-        };
-        Ok(self.scratch.insert(buffer))
+        grow(
+            &self.engine,
+            &mut self.scratch,
+            &mut self.retired,
+            "dynrt aliased operand copies",
+            bytes,
+        )
+    }
+
+    /// A storage buffer of at least `bytes` where a kernel of more than one dispatch keeps
+    /// what its first dispatches write for its last (split-key attention's partial softmaxes,
+    /// `super::attention`). One buffer reused by every such kernel: its dispatches are
+    /// consecutive in one pass, which WebGPU orders, and the next kernel's first dispatch
+    /// comes after them. Grows like [`UniformArena::scratch`], the outgrown one kept until the
+    /// arena is dropped.
+    ///
+    /// # Errors
+    /// The engine's error when it cannot be allocated.
+    pub(crate) fn workspace(&mut self, bytes: u64) -> Result<&Buffer, AllocError> {
+        grow(
+            &self.engine,
+            &mut self.workspace,
+            &mut self.retired,
+            "dynrt kernel workspace",
+            bytes,
+        )
     }
 
     /// Reserves a slot holding `bytes` (at most one slot long); returns the chunk buffer and
@@ -273,8 +278,8 @@ impl UniformArena {
         full + self.used_in_last / self.slot_bytes
     }
 
-    /// Device bytes held by the arena: its uniform chunks, the pad and the scratch buffers
-    /// of aliased operands, and the upload buffer.
+    /// Device bytes held by the arena: its uniform chunks, the pad, the scratch buffers of
+    /// aliased operands, the kernel workspace and the upload buffer.
     pub fn allocated_bytes(&self) -> u64 {
         self.chunks
             .iter()
@@ -284,11 +289,49 @@ impl UniformArena {
                 .pad
                 .iter()
                 .chain(&self.scratch)
+                .chain(&self.workspace)
                 .chain(&self.retired)
                 .chain(&self.upload)
                 .map(Buffer::size_bytes)
                 .sum::<u64>()
     }
+}
+
+/// The buffer in `slot`, replaced first by one of at least `bytes` (and at least twice the
+/// old size) when it is smaller; the outgrown one goes to `retired`. On an allocation error
+/// the old buffer stays in `slot`.
+fn grow<'a>(
+    engine: &Engine,
+    slot: &'a mut Option<Buffer>,
+    retired: &mut Vec<Buffer>,
+    label: &'static str,
+    bytes: u64,
+) -> Result<&'a Buffer, AllocError> {
+    let buffer = match slot.take() {
+        Some(b) if b.size_bytes() >= bytes => b,
+        old => {
+            let have = old.as_ref().map_or(0, Buffer::size_bytes);
+            let made = engine.allocate_in(
+                Region::Internal,
+                &BufferDesc {
+                    label,
+                    size_bytes: bytes.max(2 * have),
+                    kind: AllocKind::UsmDevice,
+                },
+            );
+            match made {
+                Ok(b) => {
+                    retired.extend(old);
+                    b
+                }
+                Err(e) => {
+                    *slot = old;
+                    return Err(e);
+                }
+            }
+        }
+    };
+    Ok(slot.insert(buffer))
 }
 
 #[cfg(test)]

@@ -160,22 +160,57 @@ fn rope_on_adjacent_pairs() {
     }
 }
 
+/// The attention cases of [`grouped_query_attention_over_a_growing_cache`]: (queries S, keys
+/// T, heads, kv heads, head_dim, value scale, window).
+type AttentionCase = (u64, u64, u32, u32, u64, f32, u32);
+
+/// Runs each case against the CPU reference, twice: aligned (the vec4 entry point) and skewed
+/// by one element (the scalar one; `check` skews by the context's length mod 3).
+fn check_attention(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    rng: &mut SplitMix64,
+    cases: &[AttentionCase],
+    label: &str,
+) {
+    for &(s_q, t, h, kvh, d, scale, window) in cases {
+        let mut q = f32_tensor(rng, &[s_q, u64::from(h) * d]);
+        let mut kk = f32_tensor(rng, &[t, u64::from(kvh) * d]);
+        let v = f32_tensor(rng, &[t, u64::from(kvh) * d]);
+        // Sharp scores (scale 4): probabilities near 0 and 1, the running max moves.
+        q.values.iter_mut().for_each(|x| *x *= scale);
+        kk.values.iter_mut().for_each(|x| *x *= scale);
+        let op = Op::Attention(ops::Attention {
+            num_heads: h,
+            num_kv_heads: kvh,
+            window,
+        });
+        let tol = Tol {
+            atol: if scale > 1.0 { 1e-5 } else { 2e-6 },
+            rtol: 1e-4,
+        };
+        let mut ctx = format!(
+            "{label}: attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale} window {window}"
+        );
+        while ctx.len() % 3 != 0 {
+            ctx.push(' ');
+        }
+        let ins = [q, kk, v];
+        check(gpu, k, &op, &ins, tol, &ctx);
+        check(gpu, k, &op, &ins, tol, &format!("{ctx} skewed"));
+    }
+}
+
 #[test]
 fn grouped_query_attention_over_a_growing_cache() {
     for gpu in gpus("grouped_query_attention_over_a_growing_cache") {
-        let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(22);
-        let tol = Tol {
-            atol: 2e-6,
-            rtol: 1e-4,
-        };
-        // (queries S, keys T, heads, kv heads, head_dim, value scale, window): SmolLM2's
-        // decode and prefill shapes, prefill on top of a past, plain multi-head attention,
-        // more keys than invocations per workgroup, no queries; Gemma 3's heads of 256 (two
-        // chunks of output dims per head) and a head of 200 (a partial second chunk), a head
-        // of 130 (the scalar entry point past one chunk); sliding windows in decode and in a
-        // prefill on top of a past, narrower and wider than the keys.
-        let cases: [(u64, u64, u32, u32, u64, f32, u32); 16] = [
+        // SmolLM2's decode and prefill shapes, prefill on top of a past, plain multi-head
+        // attention, more keys than invocations per workgroup, no queries; Gemma 3's heads of
+        // 256 (two chunks of output dims per head) and a head of 200 (a partial second
+        // chunk), a head of 130 (the scalar entry point past one chunk); sliding windows in
+        // decode and in a prefill on top of a past, narrower and wider than the keys.
+        let short: [AttentionCase; 16] = [
             (1, 1, 9, 3, 64, 1.0, 0),
             (1, 37, 9, 3, 64, 1.0, 0),
             (1, 300, 4, 2, 16, 1.0, 0),
@@ -193,40 +228,51 @@ fn grouped_query_attention_over_a_growing_cache() {
             (9, 40, 4, 2, 16, 4.0, 5),
             (5, 8, 2, 1, 32, 1.0, 64),
         ];
-        for (s_q, t, h, kvh, d, scale, window) in cases {
-            let mut q = f32_tensor(&mut rng, &[s_q, u64::from(h) * d]);
-            let mut kk = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
-            let v = f32_tensor(&mut rng, &[t, u64::from(kvh) * d]);
-            // Sharp scores (scale 4): probabilities near 0 and 1, the running max moves.
-            q.values.iter_mut().for_each(|x| *x *= scale);
-            kk.values.iter_mut().for_each(|x| *x *= scale);
-            let op = Op::Attention(ops::Attention {
-                num_heads: h,
-                num_kv_heads: kvh,
-                window,
-            });
-            let tol = if scale > 1.0 {
-                Tol {
-                    atol: 1e-5,
-                    rtol: 1e-4,
-                }
-            } else {
-                tol
-            };
-            // Twice: aligned (the vec4 entry point) and skewed by one element (the scalar
-            // one); `check` skews by the context's length mod 3.
-            let mut ctx = format!(
-                "attention S {s_q} T {t} H {h} KVH {kvh} D {d} scale {scale} window {window}"
-            );
-            while ctx.len() % 3 != 0 {
-                ctx.push(' ');
-            }
-            let ins = [q, kk, v];
-            check(&gpu, &mut k, &op, &ins, tol, &ctx);
-            check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
-        }
+        // Long contexts, where keys are split across workgroups: SmolLM2's decode and a
+        // prefill of a few rows on top of a long past, sharp scores, a sliding window inside
+        // the keys, heads of two output-dim chunks, and a prefill whose first rows see fewer
+        // keys than the chunks cover (empty chunks).
+        let long: [AttentionCase; 6] = [
+            (1, 3000, 9, 3, 64, 1.0, 0),
+            (5, 3000, 9, 3, 64, 1.0, 0),
+            (1, 2048, 4, 2, 16, 4.0, 0),
+            (4, 3000, 4, 2, 64, 1.0, 1000),
+            (2, 1500, 2, 1, 256, 1.0, 0),
+            (200, 400, 1, 1, 8, 1.0, 0),
+        ];
+        // The adapter's own choice (one pass on software adapters with fewer threads than
+        // rows x heads), then every case split wherever it has keys enough.
+        let mut k = Kernels::new(&gpu);
+        check_attention(&gpu, &mut k, &mut rng, &short, "default");
+        check_attention(&gpu, &mut k, &mut rng, &long, "default");
         // Both entry points ran.
         assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
+        let mut k = Kernels::new(&gpu);
+        k.set_attention_workgroups(1 << 20);
+        check_attention(&gpu, &mut k, &mut rng, &short, "split");
+        check_attention(&gpu, &mut k, &mut rng, &long, "split");
+
+        // The split path is the one a long decode takes where the adapter wants more
+        // workgroups than rows x heads (a hardware GPU's 512): it compiles the combine
+        // pipeline besides the two entry points (aligned and skewed), which a short decode,
+        // and the same long one with splitting off, do not.
+        let decode = |t: u64, workgroups: u64| {
+            let mut k = Kernels::new(&gpu);
+            k.set_attention_workgroups(workgroups);
+            let mut rng = SplitMix64::new(t);
+            check_attention(
+                &gpu,
+                &mut k,
+                &mut rng,
+                &[(1, t, 9, 3, 64, 1.0, 0)],
+                "decode",
+            );
+            k.stats().pipelines
+        };
+        assert_eq!(decode(64, 512), 2, "context 64 is one pass");
+        assert_eq!(decode(3000, 512), 3, "context 3000 splits");
+        assert_eq!(decode(3000, 1), 2, "splitting off");
+
         // A head beyond the kernel's registers is a typed error, not a wrong answer.
         let op = Op::Attention(ops::Attention {
             num_heads: 1,
