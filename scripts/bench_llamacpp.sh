@@ -8,8 +8,9 @@
 #   --json            one JSON object per workload and runtime on stdout:
 #                     {"workload","runtime","adapter","tok_s","rounds","load"}; the Markdown
 #                     table goes to stderr. Without it the table goes to stdout.
-#   --quick           2 rounds (default 4) and one short Vulkan round: under 30 minutes on a
-#                     loaded 2-core machine with SmolLM2 (most of it dynrt's decode to 1056)
+#   --quick           2 rounds (default 4) and one short Vulkan round: 10 minutes with SmolLM2
+#                     and 15 with Gemma 3 270M on 2 cores at load 6-8 (most of it dynrt's
+#                     decode to context 1056), plus the first build (about 10 minutes)
 #   --model NAME|PATH a GGUF file, or a model name of `dynrt fetch --list` (default:
 #                     smollm2-135m-instruct); a name is fetched by dynrt on first use
 #   --rounds N        rounds (each runs every runtime once, the order alternating)
@@ -54,7 +55,7 @@ model="smollm2-135m-instruct"
 vulkan=0
 vulkan_include=""
 dynrt="$root/target/release/dynrt"
-usage() { sed -n '5,21p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '5,22p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=1 ;;
