@@ -41,7 +41,8 @@
 # `pip download llama-cpp-python==0.3.36 --no-deps --no-binary :all:` with the venv python
 # of scripts/pyenv.sh, untarred and built with cmake into target/llama.cpp/ once (a second
 # run reuses the build). Needs cmake and g++ (Debian: apt-get install cmake g++); --vulkan
-# also glslc and libvulkan-dev. Writes only under target/ and a temporary directory.
+# also glslc, libvulkan-dev and spirv-headers (and the newer headers said above). Writes only
+# under target/ and a temporary directory.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 version=0.3.36
@@ -152,14 +153,17 @@ if [ "$vulkan" = 1 ]; then
     skipped="llama.cpp-vulkan skipped: no glslc (Debian: apt-get install glslc)"
   elif [ ! -f "$inc/vulkan/vulkan.hpp" ]; then
     skipped="llama.cpp-vulkan skipped: no $inc/vulkan/vulkan.hpp (Debian: apt-get install libvulkan-dev; bookworm's are too old for this llama.cpp: --vulkan-include DIR)"
-  elif ! grep -qs 'LayerSettingEXT' "$inc/vulkan/vulkan.hpp"; then
-    skipped="llama.cpp-vulkan skipped: $inc/vulkan/vulkan.hpp lacks VK_EXT_layer_settings (newer Vulkan headers needed: --vulkan-include DIR)"
-  elif [[ "$(ldconfig -p)" != *"libvulkan.so "* ]]; then
+  elif ! grep -rqs 'LayerSettingEXT' "$inc/vulkan/"; then
+    skipped="llama.cpp-vulkan skipped: the Vulkan headers in $inc lack VK_EXT_layer_settings (newer ones needed: --vulkan-include DIR)"
+  elif ! compgen -G '/usr/lib/*/libvulkan.so' >/dev/null && [ ! -e /usr/lib/libvulkan.so ]; then
     skipped="llama.cpp-vulkan skipped: no libvulkan.so (Debian: apt-get install libvulkan-dev)"
+  elif ! compgen -G '/usr/share/cmake/SPIRV-Headers/*onfig.cmake' >/dev/null \
+    && ! compgen -G '/usr/lib/*/cmake/SPIRV-Headers/*onfig.cmake' >/dev/null; then
+    skipped="llama.cpp-vulkan skipped: no SPIRV-Headers cmake package (Debian: apt-get install spirv-headers)"
   elif build build-vulkan -DGGML_VULKAN=ON "-DVulkan_INCLUDE_DIR=$inc"; then
     bench_vk="$work/build-vulkan/bin/llama-bench"
   else
-    skipped="llama.cpp-vulkan skipped: its build failed (target/llama.cpp/build-vulkan.build.log)"
+    skipped="llama.cpp-vulkan skipped: its build failed (target/llama.cpp/build-vulkan.*.log)"
   fi
 else
   skipped="llama.cpp-vulkan not run (pass --vulkan)"
