@@ -106,7 +106,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
                 "context": c.context_len,
                 "tied_output": c.tied_output,
                 "sliding_window": c.sliding_window,
-                "sliding_window_layers": (0..c.num_layers).filter(|&l| c.is_local(l)).count(),
+                "sliding_window_layers": c.local_layers().count(),
             })),
             "tokenizer": tok.map(|t| serde_json::json!({
                 "kind": tok_kind(t),
@@ -168,7 +168,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<()> {
             c.context_len,
             human_bytes(2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * 4)
         );
-        let local = (0..c.num_layers).filter(|&l| c.is_local(l)).count();
+        let local = c.local_layers().count();
         if local > 0 {
             println!(
                 "  sliding window of {} tokens on {local} of {} layers (RoPE base {}; global \

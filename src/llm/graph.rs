@@ -60,6 +60,12 @@ pub mod labels {
     pub fn present_v(l: u32) -> String {
         format!("blk.{l}.present_v")
     }
+    /// Indices of layer `l`'s key and value states in [`super::ModelGraph::states`] (and so
+    /// in a request's states): layer by layer, keys before values.
+    pub fn states_of(l: u32) -> [usize; 2] {
+        let k = 2 * l as usize;
+        [k, k + 1]
+    }
 }
 
 /// How the projection weights reach the device.
@@ -358,7 +364,7 @@ pub fn build_graph(
     let table =
         bl.b.constant("rope_table", table_shape.clone(), table_values);
     // Local (sliding-window) layers rotate with their own base, without scaling.
-    let any_local = (0..config.num_layers).any(|l| config.is_local(l));
+    let any_local = config.local_layers().next().is_some();
     let table_local = if any_local && config.rope_base_swa != config.rope_base {
         let values = rope_table(f64::from(config.rope_base_swa), config.rope_dim, context);
         bl.weight_bytes += values.len() as u64 * 4;

@@ -68,7 +68,9 @@ impl GenerationReport {
         }
         let info = engine.gpu().adapter_info();
         let ss = session.stats();
-        let (reserved, needed) = (session.kv_reserved_bytes(), session.kv_needed_bytes());
+        let [kv_global, kv_local] = session.kv_by_layer_kind();
+        let reserved = session.kv_reserved_bytes();
+        let needed = kv_global.needed_bytes + kv_local.needed_bytes;
         GenerationReport {
             adapter: info.name.clone(),
             backend: format!("{:?}", info.backend).to_lowercase(),
@@ -92,8 +94,8 @@ impl GenerationReport {
             } else {
                 0.0
             },
-            kv_global: session.kv_by_layer_kind()[0],
-            kv_local: session.kv_by_layer_kind()[1],
+            kv_global,
+            kv_local,
             weights_device_bytes: model.weight_bytes(),
             weights_file_bytes: model.file_tensor_bytes(),
         }

@@ -184,8 +184,8 @@ fn drop_outside_window(request: &mut InferRequest, config: &ModelConfig) -> Resu
         return Ok(());
     }
     let shapes = request.state_shapes();
-    for l in (0..config.num_layers).filter(|&l| config.is_local(l)) {
-        for s in [2 * l as usize, 2 * l as usize + 1] {
+    for l in config.local_layers() {
+        for s in labels::states_of(l) {
             let held = shapes
                 .get(s)
                 .and_then(|sh| sh.dims().first().copied())
@@ -294,8 +294,10 @@ impl Session {
             let local = config.is_local(l);
             let kind = &mut kinds[usize::from(local)];
             kind.layers += 1;
-            let i = 2 * l as usize;
-            kind.reserved_bytes += buffers.get(i..i + 2).map_or(0, |b| b.iter().sum());
+            kind.reserved_bytes += labels::states_of(l)
+                .iter()
+                .filter_map(|&s| buffers.get(s))
+                .sum::<u64>();
             let rows = if local {
                 cached.min(u64::from(config.sliding_window))
             } else {

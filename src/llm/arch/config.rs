@@ -315,6 +315,11 @@ impl ModelConfig {
             && l % self.swa_pattern < self.swa_pattern - 1
     }
 
+    /// The local (sliding-window) layers, in order.
+    pub fn local_layers(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.num_layers).filter(|&l| self.is_local(l))
+    }
+
     /// Keys layer `l`'s queries see: [`ModelConfig::sliding_window`] for a local layer, 0
     /// (all) for a global one.
     pub fn window_of(&self, l: u32) -> u32 {
