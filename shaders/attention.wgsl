@@ -85,13 +85,33 @@ struct GqaParams {
     window: u32,
     splits: u32,
     chunk_keys: u32,
+    rows_offset: u32,
+    pages_offset: u32,
+    page_size: u32,
+    pages_per_seq: u32,
+    seqs: u32,
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
+
+struct ScatterParams {
+    rows: u32,
+    width: u32,
+    pool_rows: u32,
+    src_offset: u32,
+    slot_offset: u32,
+    dst_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+// Paged attention (paged_attention op): keys and values are read through a page table.
+// Off, the bindings 5 and 6 are the encoder's pad and never read.
+override PAGED: bool = false;
 
 @group(0) @binding(0) var<uniform> rp: RopeParams;
 @group(0) @binding(0) var<uniform> gp: GqaParams;
+@group(0) @binding(0) var<uniform> sp: ScatterParams;
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> positions: array<i32>;
@@ -106,6 +126,8 @@ struct GqaParams {
 @group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> k4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> v4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> paging_rows: array<i32>;
+@group(0) @binding(6) var<storage, read_write> paging_pages: array<i32>;
 
 @compute @workgroup_size(256)
 fn attention_rope(
@@ -212,6 +234,7 @@ fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
 // its workspace record) scaled by 1 / l when norm, the record's m and l at rec otherwise.
 struct GqaItem {
     s: u32,
+    seq: u32,
     h: u32,
     g: u32,
     c0: u32,
@@ -231,20 +254,43 @@ fn gqa_item(item: u32) -> GqaItem {
     let sh = shp / gp.splits;
     let s = sh / gp.heads;
     let h = sh % gp.heads;
-    let last = gp.t - gp.s + s;
+    var last = gp.t - gp.s + s;
+    var seq = 0u;
+    var count = last + 1u;
+    if PAGED {
+        // The row's page-table row and absolute position; a row outside the table sees
+        // no keys (its output is NaN, as the reference refuses it).
+        let sq = paging_rows[gp.rows_offset + 2u * s];
+        let p = paging_rows[gp.rows_offset + 2u * s + 1u];
+        seq = u32(sq);
+        last = u32(p);
+        count = last + 1u;
+        if sq < 0 || seq >= gp.seqs || p < 0 || last / gp.page_size >= gp.pages_per_seq {
+            count = 0u;
+        }
+    }
     var first = 0u;
     if gp.window > 0u && last + 1u > gp.window {
         first = last + 1u - gp.window;
     }
-    let lo = min(first + split * gp.chunk_keys, last + 1u);
-    let end = min(lo + gp.chunk_keys, last + 1u);
+    let lo = min(first + split * gp.chunk_keys, count);
+    let end = min(lo + gp.chunk_keys, count);
     let rec = shp * (gp.head_dim + 2u);
     var ob = gp.out_offset + s * gp.heads * gp.head_dim + h * gp.head_dim;
     if gp.splits > 1u {
         ob = rec + 2u;
     }
-    return GqaItem(s, h, h / (gp.heads / gp.kv_heads), c0, min(c0 + CHUNK, gp.head_dim), lo,
+    return GqaItem(s, seq, h, h / (gp.heads / gp.kv_heads), c0, min(c0 + CHUNK, gp.head_dim), lo,
         end, ob, rec, gp.splits == 1u);
+}
+
+// The cache row of key j of the item's sequence: j itself, or its row in the paged pool.
+fn kv_row(seq: u32, j: u32) -> u32 {
+    if PAGED {
+        let page = paging_pages[gp.pages_offset + seq * gp.pages_per_seq + j / gp.page_size];
+        return u32(page) * gp.page_size + j % gp.page_size;
+    }
+    return j;
 }
 
 // After merge_softmax: the scale of the stored sums (1 / l, or 1 for a partial record), and
@@ -290,7 +336,8 @@ fn attention_gqa(
     var m = F32_LOWEST;
     var l = 0.0;
     for (var j = it.first + lid; j < it.end; j += WG) {
-        let kb = gp.k_offset + j * kw + it.g * hd;
+        let row = kv_row(it.seq, j);
+        let kb = gp.k_offset + row * kw + it.g * hd;
         var score = 0.0;
         for (var e = 0u; e < hd; e++) {
             score += q_sh[e] * k[kb + e];
@@ -306,7 +353,7 @@ fn attention_gqa(
         }
         let w = exp(score - m);
         l += w;
-        let vb = gp.v_offset + j * kw + it.g * hd + it.c0;
+        let vb = gp.v_offset + row * kw + it.g * hd + it.c0;
         for (var e = 0u; e < n; e++) {
             acc[e] += w * v[vb + e];
         }
@@ -355,7 +402,8 @@ fn attention_gqa4(
     var m = F32_LOWEST;
     var l = 0.0;
     for (var j = it.first + lid; j < it.end; j += WG) {
-        let kb = gp.k_offset / 4u + j * kw4 + it.g * hd4;
+        let row = kv_row(it.seq, j);
+        let kb = gp.k_offset / 4u + row * kw4 + it.g * hd4;
         var score = 0.0;
         for (var e = 0u; e < hd4; e++) {
             score += dot(q4_sh[e], k4[kb + e]);
@@ -370,7 +418,7 @@ fn attention_gqa4(
         }
         let w = exp(score - m);
         l += w;
-        let vb = gp.v_offset / 4u + j * kw4 + it.g * hd4 + c04;
+        let vb = gp.v_offset / 4u + row * kw4 + it.g * hd4 + c04;
         for (var e = 0u; e < n4; e++) {
             acc[e] += w * v4[vb + e];
         }
@@ -426,4 +474,24 @@ fn attention_combine(
         }
         dst[ob + d] = sum / l;
     }
+}
+
+// Rows written into their slots of a pool (scatter_rows, in place on the state buffer):
+// dst[slot[i], :] = x[i, :]; a slot outside the pool is skipped. One invocation per element.
+@compute @workgroup_size(256)
+fn attention_scatter(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = linear_index(wid, nwg, lid);
+    if i >= sp.rows * sp.width {
+        return;
+    }
+    let row = i / sp.width;
+    let slot = positions[sp.slot_offset + row];
+    if slot < 0 || u32(slot) >= sp.pool_rows {
+        return;
+    }
+    dst[sp.dst_offset + u32(slot) * sp.width + i % sp.width] = x[sp.src_offset + i];
 }

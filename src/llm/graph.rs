@@ -28,7 +28,7 @@ use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
 use crate::graph::ops::{
     rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, CompareOp,
-    Rope, UnaryOp, Unsqueeze,
+    PagedAttention, Rope, UnaryOp, Unsqueeze,
 };
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
@@ -60,6 +60,17 @@ pub mod labels {
     pub fn present_v(l: u32) -> String {
         format!("blk.{l}.present_v")
     }
+    /// Paged graph: the pool row each token's key and value go to, `[seq]` i32.
+    pub const SLOTS: &str = "slots";
+    /// Paged graph: per token its page-table row and position, `[seq, 2]` i32.
+    pub const ROWS: &str = "rows";
+    /// Paged graph: the page table, `[sequences, pages_per_seq]` i32.
+    pub const PAGES: &str = "pages";
+    /// Paged graph: the token rows whose logits are computed, `[batch]` i32.
+    pub const LOGIT_ROWS: &str = "logit_rows";
+    /// Paged graph: symbol of the pools' rows (pages times page size).
+    pub const POOL_ROWS: &str = "pool_rows";
+
     /// Indices of layer `l`'s key and value states in [`super::ModelGraph::states`] (and so
     /// in a request's states): layer by layer, keys before values.
     pub fn states_of(l: u32) -> [usize; 2] {
@@ -312,6 +323,61 @@ pub fn build_graph(
     context: u32,
     max_binding: u64,
 ) -> Result<ModelGraph, LlmError> {
+    build(gguf, backing, config, format, context, max_binding, None)
+}
+
+/// The forward pass of [`build_graph`] over a **paged KV cache**: the rows of a step may
+/// belong to many sequences (a batch of decode steps and prefill chunks). Per layer the keys
+/// and values live in a pool `[pool_rows, kv_heads * head_dim]` (pages of `page_size`
+/// positions; a state written in place by `scatter_rows`), and attention reads each
+/// sequence's positions through its page table ([`crate::graph::ops::PagedAttention`]).
+///
+/// Inputs: `tokens`, `positions` `[seq]`; [`labels::SLOTS`] `[seq]` (each token's pool row);
+/// [`labels::ROWS`] `[seq, 2]` (its page-table row and position); [`labels::PAGES`] (the page
+/// table); [`labels::LOGIT_ROWS`] `[batch]` (the rows whose logits are wanted: the last of
+/// each sequence in the step); per layer the pools (`past_k`/`past_v`, rows
+/// [`labels::POOL_ROWS`]). Output `logits` `[batch, vocab]`, then the pools.
+///
+/// # Errors
+/// As [`build_graph`].
+pub fn build_paged_graph(
+    gguf: &Gguf,
+    backing: &Backing,
+    config: &ModelConfig,
+    format: WeightFormat,
+    context: u32,
+    max_binding: u64,
+    page_size: u32,
+) -> Result<ModelGraph, LlmError> {
+    build(
+        gguf,
+        backing,
+        config,
+        format,
+        context,
+        max_binding,
+        Some(page_size),
+    )
+}
+
+/// The paged graph's inputs shared by every layer.
+#[derive(Clone, Copy)]
+struct PagedInputs {
+    page_size: u32,
+    slots: NodeId,
+    rows: NodeId,
+    pages: NodeId,
+}
+
+fn build(
+    gguf: &Gguf,
+    backing: &Backing,
+    config: &ModelConfig,
+    format: WeightFormat,
+    context: u32,
+    max_binding: u64,
+    page_size: Option<u32>,
+) -> Result<ModelGraph, LlmError> {
     let kv = u64::from(config.kv_len());
     let d = config.head_dim;
     let (h, kvh) = (config.num_heads, config.num_kv_heads);
@@ -333,6 +399,20 @@ pub fn build_graph(
         bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
     let positions =
         bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
+    let paged = page_size.map(|page_size| PagedInputs {
+        page_size,
+        slots: bl
+            .b
+            .input(labels::SLOTS, std::slice::from_ref(&seq), DType::I32),
+        rows: bl
+            .b
+            .input(labels::ROWS, &[seq.clone(), Dim::Fixed(2)], DType::I32),
+        pages: bl.b.input(
+            labels::PAGES,
+            &[Dim::sym("sequences"), Dim::sym("pages_per_seq")],
+            DType::I32,
+        ),
+    });
     // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
     let context = context.clamp(1, config.context_len);
     let factors = if config.rope_freq_factors {
@@ -384,10 +464,10 @@ pub fn build_graph(
     let mut states = Vec::new();
     for l in 0..config.num_layers {
         let p = |s: &str| format!("blk.{l}.{s}");
-        let rows = if config.is_local(l) {
-            past_local.clone()
-        } else {
-            past.clone()
+        let rows = match (paged, config.is_local(l)) {
+            (Some(_), _) => Dim::sym(labels::POOL_ROWS),
+            (None, true) => past_local.clone(),
+            (None, false) => past.clone(),
         };
         let past_k = bl.b.input(
             labels::past_k(l),
@@ -424,9 +504,18 @@ pub fn build_graph(
         };
         let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
         let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
-        // In-place concatenation: the runtime appends the step's rows to the cache buffer.
-        let kc = bl.b.concat(labels::present_k(l), &[past_k, k], 0);
-        let vc = bl.b.concat(labels::present_v(l), &[past_v, v], 0);
+        let (kc, vc) = match paged {
+            // The step's rows written into their slots of the pools, in place.
+            Some(pg) => (
+                bl.b.scatter_rows(labels::present_k(l), past_k, k, pg.slots),
+                bl.b.scatter_rows(labels::present_v(l), past_v, v, pg.slots),
+            ),
+            // In-place concatenation: the runtime appends the step's rows to the cache buffer.
+            None => (
+                bl.b.concat(labels::present_k(l), &[past_k, k], 0),
+                bl.b.concat(labels::present_v(l), &[past_v, v], 0),
+            ),
+        };
         presents.extend([kc, vc]);
         states.push(StateBinding {
             past: labels::past_k(l),
@@ -441,7 +530,19 @@ pub fn build_graph(
             num_kv_heads: kvh,
             window: config.window_of(l),
         };
-        let attn = bl.b.attention(p("attn"), q, kc, vc, attention);
+        let attn = match paged {
+            Some(pg) => bl.b.paged_attention(
+                p("attn"),
+                [q, kc, vc, pg.rows, pg.pages],
+                PagedAttention {
+                    num_heads: h,
+                    num_kv_heads: kvh,
+                    window: config.window_of(l),
+                    page_size: pg.page_size,
+                },
+            ),
+            None => bl.b.attention(p("attn"), q, kc, vc, attention),
+        };
         let wo = bl.weight(&p("attn_output.weight"))?;
         let o = bl.project(p("attn_out"), attn, wo);
         let o = bl.post_norm(config, p("post_attention_norm"), o)?;
@@ -464,8 +565,14 @@ pub fn build_graph(
         let down = bl.post_norm(config, p("post_ffw_norm"), down)?;
         x = bl.b.add(p("ffn_res"), x, down);
     }
-    // Only the last position needs logits.
-    let last = bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1]);
+    // Only the last position (of each sequence, when paged) needs logits.
+    let last = if paged.is_some() {
+        let at =
+            bl.b.input(labels::LOGIT_ROWS, &[Dim::sym("batch")], DType::I32);
+        bl.b.gather("last_rows", x, at)
+    } else {
+        bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1])
+    };
     let out_norm = bl.weight("output_norm.weight")?;
     let xf = bl.b.rms_norm("output_norm", last, out_norm, eps);
     let logits = if config.tied_output {

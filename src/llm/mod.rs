@@ -37,6 +37,7 @@
 //! ```
 
 pub mod arch;
+mod batch;
 mod error;
 pub mod graph;
 mod report;
@@ -47,8 +48,9 @@ mod scheduler_thread;
 mod session;
 
 pub use arch::{ModelConfig, RopeScaling};
+pub use batch::{BatchEngine, BatchOptions, BatchStats, SeqId, SeqToken};
 pub use error::LlmError;
-pub use graph::{build_graph, weight_dtype, ModelGraph, WeightFormat};
+pub use graph::{build_graph, build_paged_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
 pub use scheduler::{
@@ -122,6 +124,11 @@ pub(crate) struct ModelInner {
     pub weight_bytes: u64,
     pub file_tensor_bytes: u64,
     pub options: ModelOptions,
+    /// The file's bytes (the constants reference them): other graphs over the same weights
+    /// are built from them ([`BatchEngine`]).
+    pub backing: Backing,
+    /// The device's largest storage binding the graphs were laid out for.
+    pub max_binding: u64,
 }
 
 /// A loaded model: configuration, tokenizer and the two compiled networks sharing the
@@ -245,6 +252,8 @@ impl Model {
                 weight_bytes: lg.weight_bytes,
                 file_tensor_bytes,
                 options,
+                backing,
+                max_binding,
             }),
         })
     }

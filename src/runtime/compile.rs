@@ -106,6 +106,8 @@ pub(crate) enum Role {
     Constant,
     /// The concat of a state: appends in place into the state buffer.
     StateConcat { state: usize },
+    /// The scatter of an in-place state: its kernel writes rows into the state buffer.
+    StateScatter { state: usize },
     /// A transpose of a state's past, present or of another such view, read by kernels that
     /// take strided inputs: no device work, its output is a strided view of the state buffer.
     StateView { state: usize },
@@ -141,8 +143,11 @@ pub(crate) struct CNode {
 pub(crate) struct CState {
     pub past: NodeId,
     pub present: NodeId,
-    /// The growing axis (the concat's).
+    /// The growing axis (the concat's; 0 for an in-place state).
     pub axis: usize,
+    /// The present is a [`ops::ScatterRows`] of the past: the state keeps its shape and the
+    /// step writes its rows in place (a paged KV pool).
+    pub in_place: bool,
 }
 
 impl CState {
@@ -196,13 +201,16 @@ fn resolve_states(graph: &Graph, bindings: &[StateBinding]) -> Result<Vec<CState
             Op::Input(ops::Input { dims, .. }) => dims.len(),
             _ => 0,
         };
-        let axis = match pn.op {
-            Op::Concat(ops::Concat { axis }) if pn.inputs.len() == 2 && pn.inputs[0] == past => {
-                ops::axis_index(axis, rank).map_err(|e| bad(&e.to_string()))?
-            }
+        let (axis, in_place) = match pn.op {
+            Op::Concat(ops::Concat { axis }) if pn.inputs.len() == 2 && pn.inputs[0] == past => (
+                ops::axis_index(axis, rank).map_err(|e| bad(&e.to_string()))?,
+                false,
+            ),
+            Op::ScatterRows(_) if pn.inputs.first() == Some(&past) => (0, true),
             _ => {
                 return Err(bad(
-                    "present must be a concat of two inputs whose first input is past",
+                    "present must be a concat of two inputs whose first input is past, or a \
+                     scatter_rows into past",
                 ))
             }
         };
@@ -229,6 +237,7 @@ fn resolve_states(graph: &Graph, bindings: &[StateBinding]) -> Result<Vec<CState
             past,
             present,
             axis,
+            in_place,
         });
     }
     Ok(states)
@@ -498,6 +507,18 @@ impl Compiled {
                     Op::Constant(_) => Role::Constant,
                     Op::Concat(_) if state_of_concat[id.index()].is_some() => Role::StateConcat {
                         state: state_of_concat[id.index()].unwrap_or(0),
+                    },
+                    Op::ScatterRows(_) => match state_of_concat[id.index()] {
+                        Some(state) => Role::StateScatter { state },
+                        None => {
+                            return Err(RunError::BadState {
+                                past: String::new(),
+                                present: node.label.clone(),
+                                reason: "scatter_rows runs only as the present of a state \
+                                         (in place on its past)"
+                                    .into(),
+                            })
+                        }
                     },
                     _ if layouts.view[id.index()] => Role::StateView {
                         state: layouts.state[id.index()].unwrap_or(0),

@@ -48,6 +48,9 @@ pub(crate) struct DataRegion {
     segments: Vec<Arc<Buffer>>,
     /// Per node id: `(segment, offset, size)` of a constant on the device.
     placed: Vec<Option<(usize, u64, u64)>>,
+    /// The region whose constants this one reads ([`Network::compile_sharing`]): kept alive,
+    /// and its bytes stay counted once, by it.
+    borrowed_from: Option<Arc<DataRegion>>,
 }
 
 impl DataRegion {
@@ -60,6 +63,9 @@ impl DataRegion {
 
 impl Drop for DataRegion {
     fn drop(&mut self) {
+        if self.borrowed_from.is_some() {
+            return;
+        }
         for &(_, _, size) in self.placed.iter().flatten() {
             self.engine.note_region(Region::Constants, size, false);
         }
@@ -126,6 +132,78 @@ impl Network {
             options,
             Some(shared),
         )
+    }
+
+    /// Compiles another graph over the same weights: every constant the device reads in
+    /// `graph` must be a constant of this network with the same label, type and bytes, and
+    /// reads this network's copy (nothing is uploaded again; the weights are counted once).
+    /// The pipeline cache and the placeholder pool are shared too. A model's batched network
+    /// over a paged KV cache ([`crate::llm::Engine`]) reads the weights of its single-session
+    /// networks this way.
+    ///
+    /// # Errors
+    /// [`RunError::Plan`] naming a constant this network does not hold on the device; the
+    /// errors of [`Network::compile`].
+    pub fn compile_sharing(
+        &self,
+        graph: Graph,
+        options: NetworkOptions,
+    ) -> Result<Network, RunError> {
+        let engine = &self.inner.engine;
+        let target = Target {
+            align_bytes: u64::from(engine.gpu().limits().min_storage_buffer_offset_alignment)
+                .max(4),
+            io_kind: options.io_kind.unwrap_or(self.inner.compiled.io_kind),
+            reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
+        };
+        let compiled = Compiled::build(graph, &options, target)?;
+        check_kernel_dtypes(&compiled)?;
+        let (donor, new) = (&self.inner.compiled.graph, &compiled.graph);
+        let users = new.users();
+        let mut placed = vec![None; new.len()];
+        for node in &compiled.nodes {
+            let gn = new.node(node.id);
+            let Op::Constant(k) = &gn.op else {
+                continue;
+            };
+            let on_device = users[node.id.index()]
+                .iter()
+                .any(|u| compiled.node(compiled.pos(*u)).role != Role::ShapeOnly);
+            if !on_device {
+                continue;
+            }
+            let held = donor
+                .find(&gn.label)
+                .and_then(|at| match &donor.node(at).op {
+                    Op::Constant(d)
+                        if d.dtype == k.dtype && same_bytes(d.data.bytes(), k.data.bytes()) =>
+                    {
+                        self.inner.data.placed.get(at.index()).copied().flatten()
+                    }
+                    _ => None,
+                });
+            placed[node.id.index()] = Some(held.ok_or_else(|| {
+                RunError::Plan(format!(
+                    "constant `{}` is not on the device in the network whose weights are shared",
+                    gn.label
+                ))
+            })?);
+        }
+        let data = DataRegion {
+            engine: engine.clone(),
+            segments: self.inner.data.segments.clone(),
+            placed,
+            borrowed_from: Some(Arc::clone(&self.inner.data)),
+        };
+        Ok(Network {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                compiled: Arc::new(compiled),
+                data: Arc::new(data),
+                placeholders: Arc::clone(&self.inner.placeholders),
+                kernels: Arc::clone(&self.inner.kernels),
+            }),
+        })
     }
 
     fn compile_inner(
@@ -247,6 +325,12 @@ impl Network {
 
 /// Every node the device computes must have a kernel for its element types (never float
 /// maths on integer bits): refused here, naming the node, before anything is allocated.
+/// Whether two constants hold the same bytes: the same range of one backing (a model's
+/// memory map) without reading it, else compared.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
 fn check_kernel_dtypes(c: &Compiled) -> Result<(), RunError> {
     let graph = &c.graph;
     for node in &c.nodes {
@@ -319,7 +403,10 @@ fn build_data_region(
     if c.io_kind == AllocKind::UsmDevice {
         for node in &c.nodes {
             let io = node.is_output || matches!(node.role, Role::Input { state: None });
-            let state = matches!(node.role, Role::StateConcat { .. });
+            let state = matches!(
+                node.role,
+                Role::StateConcat { .. } | Role::StateScatter { .. }
+            );
             if let (true, false, Some(shape)) = (io, state, &node.static_shape) {
                 let b = padded_bytes(shape, node.dtype)?.max(4);
                 reserve = reserve.saturating_add(b.div_ceil(align) * align);
@@ -416,6 +503,7 @@ fn build_data_region(
         engine: engine.clone(),
         segments,
         placed,
+        borrowed_from: None,
     };
     // Upload: each constant's bytes straight from its (possibly shared) backing, through
     // the engine's bounded staging chunks; only a ragged tail is copied to pad it to 4.

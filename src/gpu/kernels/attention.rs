@@ -9,7 +9,7 @@
 use super::layout::{numel, u32_of};
 use super::quant::QuantLayout;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
-use crate::graph::ops::{Attention, Rope};
+use crate::graph::ops::{Attention, PagedAttention, Rope, ScatterRows};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
@@ -22,7 +22,9 @@ pub const FAMILY: Family = Family {
     source: || WGSL,
     bindings: |entry| match entry {
         "attention_combine" => &[1, 4],
-        _ => &[1, 2, 3, 4],
+        "attention_scatter" => &[1, 2, 4],
+        "attention_rope" => &[1, 2, 3, 4],
+        _ => &[1, 2, 3, 4, 5, 6],
     },
     unchecked: &[],
 };
@@ -131,8 +133,38 @@ pub struct GqaParams {
     pub splits: u32,
     /// Keys per chunk (from the row's first key).
     pub chunk_keys: u32,
+    /// Paged: element offset of the rows input (page-table row, position per query row).
+    pub rows_offset: u32,
+    /// Paged: element offset of the page table.
+    pub pages_offset: u32,
+    /// Paged: positions per page.
+    pub page_size: u32,
+    /// Paged: entries per page-table row.
+    pub pages_per_seq: u32,
+    /// Paged: rows of the page table.
+    pub seqs: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
+}
+
+/// `ScatterParams` of `shaders/attention.wgsl` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct ScatterParams {
+    /// Rows written.
+    pub rows: u32,
+    /// Elements per row.
+    pub width: u32,
+    /// Rows of the pool.
+    pub pool_rows: u32,
+    /// Element offset of the rows.
+    pub src_offset: u32,
+    /// Element offset of the slots.
+    pub slot_offset: u32,
+    /// Element offset of the pool.
+    pub dst_offset: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
 }
 
 impl Kernel for Rope {
@@ -195,9 +227,68 @@ impl Kernel for Attention {
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (s, qw) = (q.shape.dims()[0], q.shape.dims()[1]);
         let t = k.shape.dims()[0];
-        let head_dim = qw / u64::from(self.num_heads);
+        let span = match self.window {
+            0 => t,
+            w => t.min(u64::from(w)),
+        };
+        let gqa = Gqa {
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            window: self.window,
+            span,
+        };
+        let (mut p, bound, items) = gqa.bind(e, [q, k, v], out)?;
+        let [bq, bk, bv, bo] = bound;
+        let splits = p.splits;
+        p.t = u32_of("keys", t)?;
+        let (pad5, pad6) = (e.unused(), e.unused());
+        let entry = gqa.entry(&p);
+        if splits == 1 {
+            e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, bo, pad5, pad6], items)?;
+            return Ok(1);
+        }
+        let (splits, rows) = (
+            u64::from(splits),
+            items / (p.head_dim as u64).div_ceil(HEAD_CHUNK),
+        );
+        let head_dim = u64::from(p.head_dim);
+        let records = rows * splits * (head_dim + 2) * 4;
+        let part = e.workspace("output", records)?;
+        let (pad5, pad6) = (e.unused(), e.unused());
+        e.dispatch(
+            FAMILY.key(entry),
+            &p,
+            &[bq, bk, bv, part, pad5, pad6],
+            items * splits,
+        )?;
+        let part = e.workspace("partial softmaxes", records)?;
+        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], rows)?;
+        Ok(2)
+    }
+}
+
+/// What the contiguous and the paged attention kernels share: heads, window and the span
+/// of keys the longest row sees (which sets how keys are split).
+struct Gqa {
+    heads: u32,
+    kv_heads: u32,
+    window: u32,
+    span: u64,
+}
+
+impl Gqa {
+    /// Binds q, k, v and the output and fills the parameters they set (`t` and the paged
+    /// fields left 0). Returns the parameters, the four bindings and the workgroups of one
+    /// pass.
+    fn bind<'t>(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        [q, k, v]: [&Operand<'t>; 3],
+        out: &Operand<'t>,
+    ) -> Result<(GqaParams, [super::Bound<'t>; 4], u64), KernelError> {
+        let (s, qw) = (q.shape.dims()[0], q.shape.dims()[1]);
+        let head_dim = qw / u64::from(self.heads);
         if head_dim > MAX_HEAD_DIM {
             return Err(KernelError::Unsupported {
                 op: "attention",
@@ -211,18 +302,14 @@ impl Kernel for Attention {
         let (bk, ok) = e.bind("keys", &k.tensor, numel("keys", k.shape)? * 4)?;
         let (bv, ov) = e.bind("values", &v.tensor, numel("values", v.shape)? * 4)?;
         let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
-        let rows = s * u64::from(self.num_heads);
-        let items = rows * head_dim.div_ceil(HEAD_CHUNK);
-        let span = match self.window {
-            0 => t,
-            w => t.min(u64::from(w)),
-        };
-        let (splits, chunk_keys) = attention_splits(items, span, e.kernels.attention_workgroups);
+        let items = s * u64::from(self.heads) * head_dim.div_ceil(HEAD_CHUNK);
+        let (splits, chunk_keys) =
+            attention_splits(items, self.span, e.kernels.attention_workgroups);
         let p = GqaParams {
             s: u32_of("queries", s)?,
-            t: u32_of("keys", t)?,
-            heads: self.num_heads,
-            kv_heads: self.num_kv_heads,
+            t: 0,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
             head_dim: head_dim as u32,
             q_offset: oq,
             k_offset: ok,
@@ -232,26 +319,137 @@ impl Kernel for Attention {
             window: self.window,
             splits: u32_of("key chunks", splits)?,
             chunk_keys: u32_of("keys", chunk_keys)?,
-            _pad: [0; 3],
+            rows_offset: 0,
+            pages_offset: 0,
+            page_size: 0,
+            pages_per_seq: 0,
+            seqs: 0,
+            _pad: [0; 2],
         };
-        // vec4 loads where head and offsets allow (the usual case: arena offsets are
-        // aligned, heads are multiples of 4).
-        let vec4 = head_dim % 4 == 0 && [oq, ok, ov].iter().all(|o| o % 4 == 0);
-        let entry = if vec4 {
+        Ok((p, [bq, bk, bv, bo], items))
+    }
+
+    /// vec4 loads where head and offsets allow (the usual case: arena offsets are aligned,
+    /// heads are multiples of 4).
+    fn entry(&self, p: &GqaParams) -> &'static str {
+        let vec4 = p.head_dim % 4 == 0
+            && [p.q_offset, p.k_offset, p.v_offset]
+                .iter()
+                .all(|o| o % 4 == 0);
+        if vec4 {
             "attention_gqa4"
         } else {
             "attention_gqa"
-        };
-        if splits == 1 {
-            e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, bo], items)?;
-            return Ok(1);
         }
-        let records = rows * splits * (head_dim + 2) * 4;
-        let part = e.workspace("output", records)?;
-        e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, part], items * splits)?;
-        let part = e.workspace("partial softmaxes", records)?;
-        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], rows)?;
-        Ok(2)
+    }
+}
+
+impl Kernel for PagedAttention {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        let want = [DType::F32, DType::F32, DType::F32, DType::I32, DType::I32];
+        if inputs == want && output == DType::F32 {
+            Ok(())
+        } else {
+            Err("f32 q and pools, i32 rows and pages")
+        }
+    }
+
+    /// One pass of the attention kernel with `PAGED` on: every key is read through the page
+    /// table. Keys are not split (the span a row sees is in the rows input, which the host
+    /// does not read here).
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let gqa = Gqa {
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            window: self.window,
+            span: 0,
+        };
+        let (mut p, [bq, bk, bv, bo], items) =
+            gqa.bind(e, [&inputs[0], &inputs[1], &inputs[2]], out)?;
+        let (rows, pages) = (&inputs[3], &inputs[4]);
+        let (br, or) = e.bind("rows", &rows.tensor, numel("rows", rows.shape)? * 4)?;
+        let (bp, op) = e.bind(
+            "pages",
+            &pages.tensor,
+            numel("pages", pages.shape)?.max(1) * 4,
+        )?;
+        p.rows_offset = or;
+        p.pages_offset = op;
+        p.page_size = self.page_size;
+        p.seqs = u32_of("pages", pages.shape.dims()[0])?;
+        p.pages_per_seq = u32_of("pages", pages.shape.dims()[1])?;
+        p.splits = 1;
+        p.chunk_keys = u32::MAX;
+        let entry = gqa.entry(&p);
+        e.dispatch(
+            FAMILY.key(entry).with("PAGED", 1),
+            &p,
+            &[bq, bk, bv, bo, br, bp],
+            items,
+        )?;
+        Ok(1)
+    }
+}
+
+impl Kernel for ScatterRows {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        if inputs == [DType::F32, DType::F32, DType::I32] && output == DType::F32 {
+            Ok(())
+        } else {
+            Err("an f32 pool and rows, i32 slots")
+        }
+    }
+
+    /// Writes the rows into their slots of the output, which must be the pool itself (the
+    /// runtime runs this op in place on a state): the rest of the pool is not copied.
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let (pool, rows, slots) = (&inputs[0], &inputs[1], &inputs[2]);
+        let same = pool.tensor.buffer.uid() == out.tensor.buffer.uid()
+            && pool.tensor.offset_bytes == out.tensor.offset_bytes;
+        if !same {
+            return Err(KernelError::Unsupported {
+                op: "scatter_rows",
+                reason: "it runs in place: its output must be its pool (a state's buffer)".into(),
+            });
+        }
+        let n = numel("rows", rows.shape)?;
+        let (pool_rows, width) = (out.shape.dims()[0], out.shape.dims()[1]);
+        let (bx, ox) = e.bind("rows", &rows.tensor, n * 4)?;
+        let (bs, os) = e.bind(
+            "slots",
+            &slots.tensor,
+            numel("slots", slots.shape)?.max(1) * 4,
+        )?;
+        let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
+        let p = ScatterParams {
+            rows: u32_of("rows", rows.shape.dims()[0])?,
+            width: u32_of("rows", width)?,
+            pool_rows: u32_of("pool", pool_rows)?,
+            src_offset: ox,
+            slot_offset: os,
+            dst_offset: oo,
+            _pad: [0; 2],
+        };
+        if n == 0 {
+            return Ok(0);
+        }
+        e.dispatch(
+            FAMILY.key("attention_scatter"),
+            &p,
+            &[bx, bs, bo],
+            n.div_ceil(256),
+        )?;
+        Ok(1)
     }
 }
 

@@ -146,6 +146,8 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::RotaryEmbedding(o) => o,
         Op::Rope(o) => o,
         Op::Attention(o) => o,
+        Op::PagedAttention(o) => o,
+        Op::ScatterRows(o) => o,
         Op::Compare(o) => o,
         Op::Logic(o) => o,
         Op::Not(o) => o,

@@ -23,7 +23,7 @@
 //! (constant_of_shape, range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions
 //! over any axes, cumulative sum), [`conv`] (convolution, pooling, batch norm), [`rotary`]
 //! (ONNX's rotary embedding), [`attention`] (RoPE on adjacent pairs, grouped-query attention
-//! over a KV cache).
+//! over a KV cache), [`paged`] (attention over a paged KV pool, rows scattered into it).
 //!
 //! Axes are `i64` as ONNX writes them (negative counts from the end) and are resolved against
 //! the input's rank by the shape rule ([`axis_index`]): a graph is built without knowing
@@ -39,6 +39,7 @@ pub mod mask;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
+pub mod paged;
 pub mod reduce;
 pub mod rotary;
 pub mod source;
@@ -61,6 +62,7 @@ pub use movement::{
     Transpose,
 };
 pub use norm::{LayerNorm, RmsNorm, Softmax};
+pub use paged::{PagedAttention, ScatterRows};
 pub use reduce::{CumSum, Reduce, ReduceAxes, ReduceKind};
 pub use rotary::RotaryEmbedding;
 pub use source::{Constant, Input};
@@ -416,6 +418,11 @@ registry! {
     Rope(attention::Rope),
     /// Causal grouped-query attention over a KV cache. Inputs: q, k, v.
     Attention(attention::Attention),
+    /// Grouped-query attention over a paged KV pool. Inputs: q, k pool, v pool, rows, pages.
+    PagedAttention(paged::PagedAttention),
+    /// Rows written into their slots of a pool (in place on a state). Inputs: pool, rows,
+    /// slots.
+    ScatterRows(paged::ScatterRows),
     /// Comparison with broadcasting, bool result. Inputs: a, b.
     Compare(logic::CompareOp),
     /// Boolean logic with broadcasting. Inputs: a, b (bool).

@@ -47,6 +47,51 @@ impl InferRequest {
         Ok(())
     }
 
+    /// Records what state `state` needs before this iteration writes it: a grown buffer
+    /// (NaN-filled in poison mode) gets the rows held, block by block, and a past given by
+    /// the caller is written into `target`, the buffer the state is in after this iteration.
+    fn encode_state_move(
+        &self,
+        state: usize,
+        target: &Buffer,
+        frame: &mut Frame<'_>,
+        stats: &mut RunStats,
+    ) {
+        let st = &self.state.states[state];
+        let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
+        let (growth, _) = st.copies(old_bytes, target.size_bytes());
+        if let Some(grown) = &st.grown {
+            if self.state.options().poison && st.upload.is_none() {
+                if let Some(src) = self
+                    .nan_source
+                    .as_ref()
+                    .filter(|s| s.size_bytes() >= grown.size_bytes())
+                {
+                    frame.copy(src, 0, grown, 0, grown.size_bytes());
+                    stats.poison_fills += 1;
+                }
+            }
+            if let Some(old) = &st.buffer {
+                // Growth: the old rows move once, block by block.
+                for &(from, to, size) in &growth {
+                    frame.copy(old, from, grown, to, size);
+                    stats.copies += 1;
+                    stats.copy_bytes += size;
+                }
+            }
+        }
+        if let Some(bytes) = &st.upload {
+            // A past given by the caller: written before the submit into the buffer it is
+            // read from (nothing earlier in this submit reads it).
+            for (from, to, size) in st.upload_writes(target.size_bytes()) {
+                let (from, size) = (from as usize, size as usize);
+                let part = bytes.get(from..from + size).unwrap_or_default();
+                stats.input_bytes_written += part.len() as u64;
+                frame.write_before_submit(target, to, part.to_vec());
+            }
+        }
+    }
+
     /// Records node `k`: the NaN fill in poison mode, then its copies or its dispatches.
     pub(super) fn encode_node(
         &mut self,
@@ -73,6 +118,7 @@ impl InferRequest {
                 Role::Input { .. }
                     | Role::Constant
                     | Role::StateConcat { .. }
+                    | Role::StateScatter { .. }
                     | Role::StateView { .. }
                     | Role::ShapeOnly
                     | Role::HostValue
@@ -98,43 +144,40 @@ impl InferRequest {
                     }
                 }
             }
+            Role::StateScatter { state } => {
+                let target = self.state.states[state]
+                    .current()
+                    .ok_or_else(|| kernel_err("state has no buffer".into()))?;
+                self.encode_state_move(state, target, frame, &mut stats);
+                let out = tensor_of(&self.state, inner, c.id)
+                    .ok_or_else(|| kernel_err("output has no buffer".into()))?;
+                let [_, rows, slots] = node.inputs[..] else {
+                    return Err(kernel_err(
+                        "a state scatter takes the pool, the rows and the slots".into(),
+                    ));
+                };
+                let operand = |i: NodeId| {
+                    tensor_of(&self.state, inner, i)
+                        .ok_or_else(|| kernel_err(format!("input {i} has no buffer")))
+                };
+                // Input 0 is the pool as it is after this iteration's growth: the output.
+                let ins = [out, operand(rows)?, operand(slots)?];
+                let planned = frame
+                    .encode_planned(&node.op, &ins, &out, &mut self.plans[k])
+                    .map_err(|e| kernel_err(e.to_string()))?;
+                stats.dispatches += planned.dispatches as u64;
+                if planned.replayed {
+                    stats.dispatches_replayed += planned.dispatches as u64;
+                }
+            }
             Role::StateConcat { state } => {
                 let st = &self.state.states[state];
                 let target = st
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
                 let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
-                let (growth, append) = st.copies(old_bytes, target.size_bytes());
-                if let Some(grown) = &st.grown {
-                    if poison && st.upload.is_none() {
-                        if let Some(src) = self
-                            .nan_source
-                            .as_ref()
-                            .filter(|s| s.size_bytes() >= grown.size_bytes())
-                        {
-                            frame.copy(src, 0, grown, 0, grown.size_bytes());
-                            stats.poison_fills += 1;
-                        }
-                    }
-                    if let Some(old) = &st.buffer {
-                        // Growth: the old rows move once, block by block.
-                        for &(from, to, size) in &growth {
-                            frame.copy(old, from, grown, to, size);
-                            stats.copies += 1;
-                            stats.copy_bytes += size;
-                        }
-                    }
-                }
-                if let Some(bytes) = &st.upload {
-                    // A past given by the caller: written before the submit into the buffer
-                    // it is read from (nothing earlier in this submit reads it).
-                    for (from, to, size) in st.upload_writes(target.size_bytes()) {
-                        let (from, size) = (from as usize, size as usize);
-                        let part = bytes.get(from..from + size).unwrap_or_default();
-                        stats.input_bytes_written += part.len() as u64;
-                        frame.write_before_submit(target, to, part.to_vec());
-                    }
-                }
+                let (_, append) = st.copies(old_bytes, target.size_bytes());
+                self.encode_state_move(state, target, frame, &mut stats);
                 if node.inputs.len() != 2 {
                     return Err(kernel_err(
                         "a state concat takes exactly the past and the new rows".into(),

@@ -518,6 +518,8 @@ impl<S: Storage + Clone> RequestState<S> {
         // after them) would otherwise be sized exactly and grow again at each of the next
         // steps: a copy of every cache per step. The adaptive policy reserves room at once.
         let size = match self.state_headroom_bytes(s, new_shape, node.dtype, d.predicted)? {
+            // An in-place state (a pool) is sized by its caller: no room beyond it.
+            _ if c.states[s].in_place => needed,
             Some(room) if room > size && !d.reclaimed => {
                 self.sizer.ledger().grow_to(room, size, &limits)
             }

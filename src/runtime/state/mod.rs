@@ -214,6 +214,7 @@ impl<S: Storage + Clone> RequestState<S> {
                 Role::Constant => Mem::Constant,
                 Role::Input { state: Some(st) }
                 | Role::StateConcat { state: st }
+                | Role::StateScatter { state: st }
                 | Role::StateView { state: st } => Mem::State(st),
                 _ => match node.arena_offset {
                     Some(off) => Mem::Arena(off),

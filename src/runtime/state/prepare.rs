@@ -178,7 +178,9 @@ impl<S: Storage + Clone> RequestState<S> {
                 | Role::ShapeOnly
                 | Role::Input { state: Some(_) }
                 | Role::StateView { .. } => {}
-                Role::StateConcat { state } => self.realloc_state(k, state, &shape)?,
+                Role::StateConcat { state } | Role::StateScatter { state } => {
+                    self.realloc_state(k, state, &shape)?
+                }
                 Role::Input { state: None }
                 | Role::Copy
                 | Role::ConcatCopy
@@ -279,9 +281,11 @@ impl<S: Storage + Clone> RequestState<S> {
             })
         };
         let mut shape = Vec::with_capacity(dims.len());
+        // An in-place state (a pool) holds all its rows from the start.
+        let empty_axis = !c.states[si].in_place;
         for (a, d) in dims.iter().enumerate() {
             shape.push(match d {
-                _ if a == axis => 0,
+                _ if a == axis && empty_axis => 0,
                 Dim::Fixed(v) => *v,
                 Dim::Sym(sym) => match c.fixed(sym).or_else(|| bound_by_inputs(sym)) {
                     Some(v) => v,

@@ -14,6 +14,7 @@
 //! print SKIP; `DYNRT_REQUIRE_MODEL=1` makes that a failure. The typed errors of bad files,
 //! prompts and parameters are in [`errors`].
 
+mod batch;
 mod errors;
 mod window;
 

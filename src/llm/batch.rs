@@ -1,0 +1,647 @@
+//! Many sequences in one forward pass over a **paged KV cache** ([`BatchEngine`]).
+//!
+//! The engine compiles the model's paged graph ([`super::build_paged_graph`]) over the
+//! weights its [`Model`] already holds on the device ([`Network::compile_sharing`]: nothing
+//! is uploaded twice). Keys and values of every sequence live in one pool per layer, cut into
+//! pages of [`BatchOptions::page_size`] positions; the pools are sized once, from
+//! [`BatchOptions::pool_tokens`], and are the only KV memory the engine holds. A sequence owns
+//! a list of pages (its page table); growing takes a free page and never moves a row.
+//!
+//! Each [`BatchEngine::step`] is one forward pass: one row for every sequence that is
+//! decoding, then the prompts of the others in chunks, up to [`BatchOptions::step_tokens`]
+//! rows in all (a long prompt never holds the decoding sequences back for more than one
+//! chunk). The rows' logits come back in one readback and each sequence samples its next
+//! token with its own [`Sampler`]. A sequence whose prompt starts with the full pages of
+//! another's (a shared system prompt) reads those pages instead of computing them again
+//! ([`BatchStats::shared_pages`]): pages are shared only once full, so a shared page is never
+//! written again.
+//!
+//! When the pool has no free page for a sequence the engine waits: sequences that cannot get
+//! their pages sit the step out, and if no sequence could run, the one admitted last gives its
+//! pages back and will compute its tokens again later (*recompute* preemption). A request
+//! never fails for lack of KV memory as long as one sequence fits in the pool.
+
+use super::graph::labels;
+use super::sample::Sampler;
+use super::session::{GenerateParams, StopReason};
+use super::{build_paged_graph, LlmError, Model};
+use crate::gguf::Gguf;
+use crate::graph::Bindings;
+use crate::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
+use crate::shape::Shape;
+use crate::tensor::HostTensor;
+use std::collections::HashMap;
+
+/// How a [`BatchEngine`] is laid out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchOptions {
+    /// Positions per page.
+    pub page_size: u32,
+    /// Positions the pools hold in all (rounded up to whole pages): the KV memory of the
+    /// engine, `pool_tokens * kv_bytes_per_token` bytes ([`Model::kv_bytes_per_token`]).
+    pub pool_tokens: u32,
+    /// Most rows (tokens) one forward pass computes: decode rows first, prompt chunks in
+    /// what is left.
+    pub step_tokens: u32,
+    /// Most sequences running at once (the others wait in the queue).
+    pub max_batch: usize,
+    /// Options of the engine's inference request.
+    pub run: RunOptions,
+}
+
+impl Default for BatchOptions {
+    /// Pages of 16 positions, 4096 positions in the pools, 128 rows per step, 16 sequences.
+    fn default() -> Self {
+        BatchOptions {
+            page_size: 16,
+            pool_tokens: 4096,
+            step_tokens: 128,
+            max_batch: 16,
+            run: RunOptions::new(crate::memory::predictor::Policy::Adaptive),
+        }
+    }
+}
+
+/// A sequence's handle in a [`BatchEngine`].
+pub type SeqId = u64;
+
+/// A token a step produced for a sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqToken {
+    /// The sequence.
+    pub seq: SeqId,
+    /// The token.
+    pub token: u32,
+    /// Set when this is the sequence's last token (the sequence is then gone from the
+    /// engine and its pages are free).
+    pub finished: Option<StopReason>,
+    /// The logits the token was chosen from, when the sequence's
+    /// [`GenerateParams::keep_logits`] asks for them (else empty).
+    pub logits: Vec<f32>,
+}
+
+/// What an engine holds and has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Pages of each pool.
+    pub pages_total: u32,
+    /// Pages held by sequences (a shared page once).
+    pub pages_used: u32,
+    /// Pages held by more than one sequence.
+    pub shared_pages: u32,
+    /// Positions the used pages hold (a shared page's once): `pages_used * page_size` minus
+    /// this is the memory reserved and not yet written.
+    pub positions_held: u64,
+    /// Sequences running and waiting.
+    pub running: usize,
+    /// Forward passes run.
+    pub steps: u64,
+    /// Rows computed (decode rows and prompt tokens).
+    pub rows: u64,
+    /// Largest number of sequences one step computed rows for.
+    pub max_batch_seen: usize,
+    /// Sequences that gave their pages back to let others run (recomputed later).
+    pub preemptions: u64,
+    /// Prompt tokens not computed because their pages were shared.
+    pub tokens_shared: u64,
+}
+
+struct Seq {
+    id: SeqId,
+    /// Prompt and generated tokens.
+    tokens: Vec<u32>,
+    /// Tokens whose keys and values are in the pool (positions `0..done`).
+    done: usize,
+    /// Prompt length.
+    prompt: usize,
+    /// The page table.
+    pages: Vec<u32>,
+    params: GenerateParams,
+    sampler: Sampler,
+}
+
+impl Seq {
+    fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt
+    }
+}
+
+/// Pages of the pools: who holds each page, and the full pages a prompt prefix can share.
+struct Pages {
+    page_size: usize,
+    free: Vec<u32>,
+    holders: Vec<u32>,
+    /// Full pages by the tokens from the sequence's start to the page's end.
+    by_prefix: HashMap<Vec<u32>, u32>,
+    /// The prefix key of each page registered in `by_prefix`.
+    key_of: HashMap<u32, Vec<u32>>,
+}
+
+impl Pages {
+    fn new(total: u32, page_size: usize) -> Pages {
+        Pages {
+            page_size,
+            free: (0..total).rev().collect(),
+            holders: vec![0; total as usize],
+            by_prefix: HashMap::new(),
+            key_of: HashMap::new(),
+        }
+    }
+
+    fn take(&mut self) -> Option<u32> {
+        let p = self.free.pop()?;
+        self.holders[p as usize] = 1;
+        Some(p)
+    }
+
+    fn release(&mut self, p: u32) {
+        let h = &mut self.holders[p as usize];
+        *h = h.saturating_sub(1);
+        if *h == 0 {
+            if let Some(key) = self.key_of.remove(&p) {
+                self.by_prefix.remove(&key);
+            }
+            self.free.push(p);
+        }
+    }
+
+    /// Full pages holding the start of `tokens` that another sequence computed, leaving at
+    /// least the last token to compute (its logits are needed).
+    fn share(&mut self, tokens: &[u32]) -> Vec<u32> {
+        let mut pages = Vec::new();
+        let ps = self.page_size;
+        while (pages.len() + 1) * ps < tokens.len() {
+            let Some(&p) = self.by_prefix.get(&tokens[..(pages.len() + 1) * ps]) else {
+                break;
+            };
+            self.holders[p as usize] += 1;
+            pages.push(p);
+        }
+        pages
+    }
+
+    /// Registers the pages of `tokens[..done]` that are full as shareable.
+    fn publish(&mut self, tokens: &[u32], pages: &[u32], done: usize) {
+        for (i, &p) in pages.iter().enumerate().take(done / self.page_size) {
+            if self.key_of.contains_key(&p) {
+                continue;
+            }
+            let key = tokens[..(i + 1) * self.page_size].to_vec();
+            if !self.by_prefix.contains_key(&key) {
+                self.by_prefix.insert(key.clone(), p);
+                self.key_of.insert(p, key);
+            }
+        }
+    }
+}
+
+/// See the module docs.
+pub struct BatchEngine {
+    model: Model,
+    network: Network,
+    request: InferRequest,
+    options: BatchOptions,
+    pages: Pages,
+    /// Running sequences in admission order, then the queue.
+    seqs: Vec<Seq>,
+    next_id: SeqId,
+    stats: BatchStats,
+}
+
+impl std::fmt::Debug for BatchEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchEngine")
+            .field("options", &self.options)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl BatchEngine {
+    /// An engine over `model`'s weights with pools of `options.pool_tokens` positions.
+    ///
+    /// # Errors
+    /// [`LlmError::BadOptions`] for a page size of 0, pools of no page, a step of no row or
+    /// a batch of 0; [`LlmError::Run`] when the paged network does not compile or its pools
+    /// do not fit the device.
+    pub fn new(model: &Model, options: BatchOptions) -> Result<BatchEngine, LlmError> {
+        let bad = |name: &'static str, value: u64, reason: &'static str| LlmError::BadParameter {
+            name,
+            value: value.to_string(),
+            reason,
+        };
+        if options.page_size == 0 {
+            return Err(bad("page_size", 0, "a page holds at least one position"));
+        }
+        if options.pool_tokens == 0 {
+            return Err(bad("pool_tokens", 0, "the pools hold at least one page"));
+        }
+        if options.step_tokens == 0 || options.max_batch == 0 {
+            return Err(bad(
+                "step_tokens",
+                u64::from(options.step_tokens),
+                "a step needs at least one row and max_batch at least one sequence",
+            ));
+        }
+        if options.max_batch > options.step_tokens as usize {
+            return Err(bad(
+                "max_batch",
+                options.max_batch as u64,
+                "at most step_tokens: every running sequence needs a row",
+            ));
+        }
+        let inner = &model.inner;
+        let total = options.pool_tokens.div_ceil(options.page_size);
+        let pool_rows = u64::from(total) * u64::from(options.page_size);
+        let kv_row = u64::from(inner.config.kv_len()) * 4;
+        if pool_rows.saturating_mul(kv_row) > inner.max_binding {
+            return Err(bad(
+                "pool_tokens",
+                pool_rows,
+                "one layer's pool would exceed the device's largest storage binding",
+            ));
+        }
+        let gguf = Gguf::parse((*inner.backing).as_ref())?;
+        let lg = build_paged_graph(
+            &gguf,
+            &inner.backing,
+            &inner.config,
+            inner.options.format,
+            inner.context,
+            inner.max_binding,
+            options.page_size,
+        )?;
+        let fixed: Bindings = [(labels::POOL_ROWS.to_string(), pool_rows)]
+            .into_iter()
+            .collect();
+        let network = inner.decode.compile_sharing(
+            lg.graph,
+            NetworkOptions {
+                planner: false,
+                fixed,
+                states: lg.states,
+                ..NetworkOptions::default()
+            },
+        )?;
+        let request = InferRequest::new(&network, options.run)?;
+        Ok(BatchEngine {
+            model: model.clone(),
+            network,
+            request,
+            options,
+            pages: Pages::new(total, options.page_size as usize),
+            seqs: Vec::new(),
+            next_id: 1,
+            stats: BatchStats {
+                pages_total: total,
+                ..BatchStats::default()
+            },
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The options.
+    pub fn options(&self) -> &BatchOptions {
+        &self.options
+    }
+
+    /// The compiled paged network.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// Bytes of KV memory the pools hold (all layers, keys and values).
+    pub fn pool_bytes(&self) -> u64 {
+        u64::from(self.stats.pages_total)
+            * u64::from(self.options.page_size)
+            * self.model.kv_bytes_per_token()
+    }
+
+    /// Bytes of one page in all layers' pools.
+    pub fn page_bytes(&self) -> u64 {
+        u64::from(self.options.page_size) * self.model.kv_bytes_per_token()
+    }
+
+    /// Counters and the pages in use now.
+    pub fn stats(&self) -> BatchStats {
+        let mut s = self.stats;
+        let holders = &self.pages.holders;
+        s.pages_used = holders.iter().filter(|&&h| h > 0).count() as u32;
+        s.shared_pages = holders.iter().filter(|&&h| h > 1).count() as u32;
+        s.running = self.seqs.len();
+        // Positions written: each sequence's, a shared page counted once (by its first
+        // holder, which filled it).
+        let ps = self.options.page_size as u64;
+        let mut seen = std::collections::HashSet::new();
+        let mut held = 0u64;
+        for q in &self.seqs {
+            for (i, &p) in q.pages.iter().enumerate() {
+                if seen.insert(p) {
+                    let start = i as u64 * ps;
+                    held += (q.done as u64).saturating_sub(start).min(ps);
+                }
+            }
+        }
+        s.positions_held = held;
+        s
+    }
+
+    /// Whether no sequence is running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// The sequences running or waiting, in admission order.
+    pub fn sequences(&self) -> Vec<SeqId> {
+        self.seqs.iter().map(|q| q.id).collect()
+    }
+
+    /// Adds a sequence that generates after `prompt` (token ids) with `params`. It starts at
+    /// the next step that has room for it.
+    ///
+    /// # Errors
+    /// [`LlmError::EmptyPrompt`], [`LlmError::UnknownToken`]; [`LlmError::ContextFull`] when
+    /// the prompt and `max_tokens` exceed the context or the whole pool; the sampler's
+    /// parameter errors.
+    pub fn add(&mut self, prompt: &[u32], params: GenerateParams) -> Result<SeqId, LlmError> {
+        let config = self.model.config();
+        if prompt.is_empty() {
+            return Err(LlmError::EmptyPrompt);
+        }
+        if let Some(&id) = prompt.iter().find(|&&t| t >= config.vocab_size) {
+            return Err(LlmError::UnknownToken {
+                id,
+                vocab_size: config.vocab_size,
+            });
+        }
+        let pool = self.stats.pages_total as usize * self.options.page_size as usize;
+        let limit = (self.model.context_len() as usize).min(pool);
+        if prompt.len() + params.max_tokens.max(1) > limit {
+            return Err(LlmError::ContextFull {
+                past_tokens: 0,
+                new_tokens: prompt.len() + params.max_tokens,
+                context_len: limit as u32,
+            });
+        }
+        let sampler = Sampler::new(params.sampling)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.seqs.push(Seq {
+            id,
+            tokens: prompt.to_vec(),
+            done: 0,
+            prompt: prompt.len(),
+            pages: Vec::new(),
+            params,
+            sampler,
+        });
+        Ok(id)
+    }
+
+    /// Removes sequence `id` (running or waiting) and frees its pages at once. Returns
+    /// whether it was there.
+    pub fn cancel(&mut self, id: SeqId) -> bool {
+        match self.seqs.iter().position(|q| q.id == id) {
+            Some(i) => {
+                let q = self.seqs.remove(i);
+                self.free_pages(&q.pages);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn free_pages(&mut self, pages: &[u32]) {
+        for &p in pages {
+            self.pages.release(p);
+        }
+    }
+
+    /// Gives sequence `i` the pages for positions `0..upto`; `false` (nothing taken) when the
+    /// pool has too few free pages.
+    fn reserve(&mut self, i: usize, upto: usize) -> bool {
+        let ps = self.options.page_size as usize;
+        let need = upto.div_ceil(ps).saturating_sub(self.seqs[i].pages.len());
+        if need > self.pages.free.len() {
+            return false;
+        }
+        for _ in 0..need {
+            if let Some(p) = self.pages.take() {
+                self.seqs[i].pages.push(p);
+            }
+        }
+        true
+    }
+
+    /// Picks this step's rows: `(sequence index, first position, rows)` for each sequence
+    /// that runs, decode rows first, then prompt chunks while rows are left. Sequences that
+    /// cannot get their pages wait; if none could run, the last admitted one is preempted
+    /// and the choice is made again.
+    fn plan(&mut self) -> Vec<(usize, usize, usize)> {
+        for _ in 0..=self.seqs.len() {
+            let mut left = self.options.step_tokens as usize;
+            let mut plan = Vec::new();
+            let running = self.seqs.len().min(self.options.max_batch);
+            // Prompts not started take the full pages another sequence already computed.
+            for i in 0..running {
+                if self.seqs[i].done == 0 && self.seqs[i].pages.is_empty() {
+                    let shared = self.pages.share(&self.seqs[i].tokens);
+                    let n = shared.len() * self.options.page_size as usize;
+                    self.stats.tokens_shared += n as u64;
+                    self.seqs[i].done = n;
+                    self.seqs[i].pages = shared;
+                }
+            }
+            for i in 0..running {
+                let q = &self.seqs[i];
+                if q.tokens.len() - q.done == 1 && left > 0 {
+                    let at = q.done;
+                    if self.reserve(i, at + 1) {
+                        plan.push((i, at, 1));
+                        left -= 1;
+                    }
+                }
+            }
+            for i in 0..running {
+                let q = &self.seqs[i];
+                let todo = q.tokens.len() - q.done;
+                if todo > 1 && left > 0 {
+                    let (at, n) = (q.done, todo.min(left));
+                    if self.reserve(i, at + n) {
+                        plan.push((i, at, n));
+                        left -= n;
+                    }
+                }
+            }
+            if !plan.is_empty() || running == 0 {
+                plan.sort_unstable();
+                return plan;
+            }
+            // Nothing fits: the last admitted sequence gives its pages back.
+            let Some(last) = (0..running).rev().find(|&i| !self.seqs[i].pages.is_empty()) else {
+                return plan;
+            };
+            let pages = std::mem::take(&mut self.seqs[last].pages);
+            self.seqs[last].done = 0;
+            self.free_pages(&pages);
+            self.stats.preemptions += 1;
+        }
+        Vec::new()
+    }
+
+    /// One forward pass over the running sequences (see the module docs). Returns the token
+    /// each sequence that reached the end of its prompt or decoded produced; finished
+    /// sequences are removed and their pages freed. Empty when no sequence is waiting.
+    ///
+    /// # Errors
+    /// [`LlmError::Run`] from the device; a sequence in the pool cannot otherwise fail.
+    pub async fn step(&mut self) -> Result<Vec<SeqToken>, LlmError> {
+        let plan = self.plan();
+        if plan.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ps = self.options.page_size as usize;
+        let per_seq = plan
+            .iter()
+            .map(|&(i, _, _)| self.seqs[i].pages.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let (mut tokens, mut positions, mut slots, mut rows) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut pages = vec![0i32; plan.len() * per_seq];
+        let mut logit_rows = Vec::new();
+        let mut wants = Vec::new();
+        for (n, &(i, at, count)) in plan.iter().enumerate() {
+            let q = &self.seqs[i];
+            for (k, &p) in q.pages.iter().enumerate() {
+                pages[n * per_seq + k] = p as i32;
+            }
+            for pos in at..at + count {
+                tokens.push(q.tokens[pos] as i32);
+                positions.push(pos as i32);
+                slots.push((q.pages[pos / ps] as usize * ps + pos % ps) as i32);
+                rows.extend([n as i32, pos as i32]);
+            }
+            if at + count == q.tokens.len() {
+                logit_rows.push(tokens.len() as i32 - 1);
+                wants.push(i);
+            }
+        }
+        if logit_rows.is_empty() {
+            // Only prompt chunks that do not finish: one row's logits, unused.
+            logit_rows.push(0);
+        }
+        let t = tokens.len() as u64;
+        let shape = |d: &[u64]| Shape::new(d.to_vec());
+        let inputs = [
+            (labels::TOKENS, HostTensor::i32(shape(&[t]), &tokens)),
+            (labels::POSITIONS, HostTensor::i32(shape(&[t]), &positions)),
+            (labels::SLOTS, HostTensor::i32(shape(&[t]), &slots)),
+            (labels::ROWS, HostTensor::i32(shape(&[t, 2]), &rows)),
+            (
+                labels::PAGES,
+                HostTensor::i32(shape(&[plan.len() as u64, per_seq as u64]), &pages),
+            ),
+            (
+                labels::LOGIT_ROWS,
+                HostTensor::i32(shape(&[logit_rows.len() as u64]), &logit_rows),
+            ),
+        ];
+        let given: Vec<(&str, &HostTensor)> = inputs.iter().map(|(l, t)| (*l, t)).collect();
+        let out = self.request.infer(&given, &[labels::LOGITS]).await?;
+        let logits = out
+            .into_iter()
+            .next()
+            .map(|t| t.to_f32())
+            .unwrap_or_default();
+        self.stats.steps += 1;
+        self.stats.rows += t;
+        self.stats.max_batch_seen = self.stats.max_batch_seen.max(plan.len());
+        for &(i, at, count) in &plan {
+            let q = &mut self.seqs[i];
+            q.done = at + count;
+            self.pages
+                .publish(&q.tokens, &q.pages, q.done.min(q.prompt));
+        }
+        let vocab = self.model.config().vocab_size as usize;
+        let stop_ids = self.model.stop_ids().to_vec();
+        let context = self.model.context_len() as usize;
+        let mut produced = Vec::with_capacity(wants.len());
+        let mut finished = Vec::new();
+        for (r, &i) in wants.iter().enumerate() {
+            let row = logits.get(r * vocab..(r + 1) * vocab).unwrap_or_default();
+            let q = &mut self.seqs[i];
+            let token = q.sampler.sample(row);
+            q.tokens.push(token);
+            let reason = if q.params.stop_at_eos && stop_ids.contains(&token) {
+                Some(StopReason::Eos)
+            } else if q.generated() >= q.params.max_tokens {
+                Some(StopReason::MaxTokens)
+            } else if q.tokens.len() >= context {
+                Some(StopReason::ContextFull)
+            } else {
+                None
+            };
+            if reason.is_some() {
+                finished.push(q.id);
+            }
+            produced.push(SeqToken {
+                seq: q.id,
+                token,
+                finished: reason,
+                logits: if q.params.keep_logits {
+                    row.to_vec()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        for id in finished {
+            self.cancel(id);
+        }
+        Ok(produced)
+    }
+
+    /// [`BatchEngine::step`], blocking (native).
+    ///
+    /// # Errors
+    /// As [`BatchEngine::step`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn step_blocking(&mut self) -> Result<Vec<SeqToken>, LlmError> {
+        pollster::block_on(self.step())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pages;
+
+    #[test]
+    fn full_pages_are_shared_and_freed_with_their_last_holder() {
+        let mut pages = Pages::new(8, 4);
+        let a: Vec<u32> = (0..10).collect();
+        let pa: Vec<u32> = (0..3).map(|_| pages.take().unwrap()).collect();
+        // Only the two full pages of the 10 computed tokens are shareable.
+        pages.publish(&a, &pa, 10);
+        assert_eq!(pages.by_prefix.len(), 2);
+        let mut b = a[..9].to_vec();
+        b.push(99);
+        let shared = pages.share(&b);
+        assert_eq!(shared, pa[..2]);
+        // A prompt of exactly two pages shares one: its last token is computed.
+        assert_eq!(pages.share(&a[..8]), pa[..1]);
+        for p in pa.iter().chain(&shared).chain(&pa[..1]) {
+            pages.release(*p);
+        }
+        assert_eq!(pages.free.len(), 8);
+        assert!(pages.by_prefix.is_empty());
+        // A different first token shares nothing.
+        let c: Vec<u32> = (1..11).collect();
+        assert!(pages.share(&c).is_empty());
+    }
+}

@@ -1,0 +1,188 @@
+//! Many sequences in one forward pass over a paged KV cache (`dynrt::llm::BatchEngine`):
+//! every sequence's greedy tokens and logits equal those of the same prompt run alone in a
+//! `Session`, while sequences join between steps, prompts are cut into chunks, pages are
+//! shared between prompts with a common start, and a pool too small for all of them makes
+//! the engine preempt and recompute.
+
+use super::{engine, greedy, prompt_ids, smollm2};
+use dynrt::gguf::TinyLlama;
+use dynrt::gpu::Engine;
+use dynrt::llm::{BatchEngine, BatchOptions, GenerateParams, Model, ModelOptions, SeqId};
+use dynrt::memory::predictor::Policy;
+use dynrt::runtime::RunOptions;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Tokens and logits of `prompt` generated alone in a session.
+fn alone(model: &Model, prompt: &[u32], params: &GenerateParams) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let mut session = model.session(RunOptions::new(Policy::Adaptive));
+    let g = session
+        .generate_ids_blocking(prompt, params, &mut |_| {})
+        .unwrap();
+    (g.tokens, g.logits)
+}
+
+/// Runs the engine until it is idle, adding `later[k]` after step `k.0`. Returns each
+/// sequence's tokens and logits by its id.
+type Produced = BTreeMap<SeqId, (Vec<u32>, Vec<Vec<f32>>)>;
+fn run(
+    batch: &mut BatchEngine,
+    later: &[(u64, Vec<u32>)],
+    params: &GenerateParams,
+) -> (Produced, Vec<SeqId>) {
+    let mut out = Produced::new();
+    let mut ids = Vec::new();
+    let mut step = 0u64;
+    loop {
+        for (at, prompt) in later {
+            if *at == step {
+                ids.push(batch.add(prompt, *params).unwrap());
+            }
+        }
+        if batch.is_idle() && later.iter().all(|(at, _)| *at <= step) {
+            return (out, ids);
+        }
+        for t in batch.step_blocking().unwrap() {
+            let e = out.entry(t.seq).or_default();
+            e.0.push(t.token);
+            e.1.push(t.logits);
+        }
+        step += 1;
+        assert!(step < 10_000, "the engine does not finish");
+    }
+}
+
+fn assert_same(what: &str, got: &(Vec<u32>, Vec<Vec<f32>>), want: &(Vec<u32>, Vec<Vec<f32>>)) {
+    assert_eq!(got.0, want.0, "{what}: tokens");
+    for (i, (a, b)) in got.1.iter().zip(&want.1).enumerate() {
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-4, "{what}: step {i}: max |logit diff| {worst}");
+    }
+}
+
+fn tiny(engine: &Engine) -> Model {
+    let t = TinyLlama::default();
+    let backing: dynrt::tensor::Backing = Arc::new(t.build(5).unwrap());
+    Model::from_backing(engine, backing, ModelOptions::default()).unwrap()
+}
+
+#[test]
+fn batched_sequences_match_each_one_alone() {
+    let test = "batched_sequences_match_each_one_alone";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let params = greedy(12);
+    let long: Vec<u32> = (0..37).map(|i| (i * 7 + 3) % 250).collect();
+    let mut shares = long[..33].to_vec();
+    shares.extend([9, 8, 7]);
+    let short = vec![42, 17, 5];
+    let prompts = [long.clone(), short.clone(), shares.clone(), long.clone()];
+    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
+
+    let mut batch = BatchEngine::new(
+        &model,
+        BatchOptions {
+            page_size: 8,
+            pool_tokens: 512,
+            step_tokens: 16,
+            max_batch: 4,
+            ..BatchOptions::default()
+        },
+    )
+    .unwrap();
+    // The long prompt and the short one start together (the long one in chunks of 16 rows,
+    // then decode rows beside the other's); the other two join once the long prompt's
+    // pages are written, and share its four full pages.
+    let later = [(0, long.clone()), (0, short), (5, shares), (6, long)];
+    let (out, ids) = run(&mut batch, &later, &params);
+    for (k, id) in ids.iter().enumerate() {
+        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
+    }
+    let s = batch.stats();
+    assert_eq!(s.pages_used, 0, "finished sequences free their pages");
+    assert_eq!(s.tokens_shared, 32 + 32, "{s:?}");
+    assert!(s.max_batch_seen >= 3, "{s:?}");
+    assert_eq!(s.preemptions, 0, "{s:?}");
+    eprintln!("{test}: {s:?}");
+}
+
+#[test]
+fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
+    let test = "a_small_pool_preempts_and_recomputes_with_the_same_tokens";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let params = greedy(20);
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
+        .collect();
+    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
+    // Six pages of 8: one sequence needs up to 34 positions (5 pages), three cannot run at
+    // once.
+    let mut batch = BatchEngine::new(
+        &model,
+        BatchOptions {
+            page_size: 8,
+            pool_tokens: 48,
+            step_tokens: 32,
+            max_batch: 3,
+            ..BatchOptions::default()
+        },
+    )
+    .unwrap();
+    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
+    let (out, ids) = run(&mut batch, &later, &params);
+    for (k, id) in ids.iter().enumerate() {
+        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
+    }
+    let s = batch.stats();
+    assert!(s.preemptions > 0, "{s:?}");
+    assert_eq!(s.pages_used, 0);
+
+    // Cancelling frees a sequence's pages at once; the engine stays usable.
+    let id = batch.add(&prompts[0], params).unwrap();
+    batch.step_blocking().unwrap();
+    assert_eq!(batch.stats().pages_used, 2);
+    assert!(batch.cancel(id));
+    assert_eq!(batch.stats().pages_used, 0);
+    assert!(!batch.cancel(id));
+    // A request larger than the pool is refused before it runs.
+    let big: Vec<u32> = vec![1; 40];
+    assert!(batch.add(&big, params).is_err());
+}
+
+#[test]
+fn smollm2_batched_answers_equal_the_answers_alone() {
+    let test = "smollm2_batched_answers_equal_the_answers_alone";
+    let Some((engine, path, _)) = smollm2(test) else {
+        return;
+    };
+    let model = Model::load(&engine, &path, ModelOptions::default()).unwrap();
+    let params = greedy(8);
+    let texts = [
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "What is the capital of Italy?",
+    ];
+    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| prompt_ids(&model, true, t)).collect();
+    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
+    let mut batch = BatchEngine::new(&model, BatchOptions::default()).unwrap();
+    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
+    let (out, ids) = run(&mut batch, &later, &params);
+    for (k, id) in ids.iter().enumerate() {
+        let (got, want) = (&out[id], &want[k]);
+        assert_eq!(got.0, want.0, "{}: tokens", texts[k]);
+        for (i, (a, b)) in got.1.iter().zip(&want.1).enumerate() {
+            let worst = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-3, "{}: step {i}: {worst}", texts[k]);
+        }
+    }
+    eprintln!("{test}: {:?}", batch.stats());
+}
