@@ -37,9 +37,11 @@ pub struct Args {
     /// Port to listen on (0: any free port; the address is printed on stdout).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// KV-cache memory the requests in progress may hold together, MiB (default: three
-    /// quarters of the device budget left after the weights). A request starts only when
-    /// its prompt plus max_tokens fit next to the others; until then it waits.
+    /// KV-cache memory, MiB: the pools of the paged cache, allocated at the first request
+    /// and kept (default: 256 MiB, or three quarters of the device budget left after the
+    /// weights where that is less; at most what one storage binding holds per layer). A
+    /// request starts when its prompt fits beside what the others hold; until then it
+    /// waits.
     #[arg(long = "budget-mib")]
     pub budget_mib: Option<u64>,
     /// Requests in progress at once at most; the others wait in the queue.
@@ -49,6 +51,9 @@ pub struct Args {
     #[arg(long = "prefill-chunk", default_value_t = 128)]
     pub prefill_chunk: usize,
 }
+
+/// KV-cache bytes when `--budget-mib` is not given (at most).
+const DEFAULT_BUDGET: u64 = 256 << 20;
 
 /// What every handler shares.
 struct App {
@@ -96,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let left = engine
                 .memory_budget_bytes()
                 .saturating_sub(engine.stats().device_current_bytes());
-            left / 4 * 3
+            (left / 4 * 3).min(DEFAULT_BUDGET)
         }
     };
     let context = model.context_len() as usize;
@@ -104,8 +109,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     options.max_active = args.max_batch;
     options.prefill_chunk = args.prefill_chunk;
     let per_token = model.kv_bytes_per_token();
-    let handle = SchedulerHandle::spawn(Scheduler::new(model, options))
-        .context("starting the scheduler thread")?;
+    let scheduler = Scheduler::new(model, options).context("laying out the KV pools")?;
+    // What the pools hold: whole pages, at most one binding per layer.
+    let budget_bytes = scheduler.engine().pool_bytes();
+    let handle = SchedulerHandle::spawn(scheduler).context("starting the scheduler thread")?;
     let app = Arc::new(App {
         handle,
         model_id,

@@ -472,7 +472,7 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
-    let single: [(&str, &str, &str, String); 13] = [
+    let single: [(&str, &str, &str, String); 19] = [
         (
             "dynrt_tokens_generated_total",
             "counter",
@@ -506,25 +506,25 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
         (
             "dynrt_kv_budget_bytes",
             "gauge",
-            "KV-cache bytes the active requests may hold together.",
+            "KV-cache bytes of the pools (whole pages; the requests share them).",
             s.budget_bytes.to_string(),
         ),
         (
             "dynrt_kv_reserved_bytes",
             "gauge",
-            "KV-cache bytes set aside for the active requests.",
+            "KV-cache bytes of the pages the active requests hold.",
             s.kv_reserved_bytes.to_string(),
         ),
         (
             "dynrt_kv_allocated_bytes",
             "gauge",
-            "KV-cache bytes the active sessions' caches hold.",
+            "KV-cache bytes allocated: the pools, once the first request ran.",
             s.kv_allocated_bytes.to_string(),
         ),
         (
             "dynrt_kv_needed_bytes",
             "gauge",
-            "KV-cache bytes the active sessions need for the tokens they hold.",
+            "KV-cache bytes the active requests need for the tokens they hold.",
             s.kv_needed_bytes.to_string(),
         ),
         (
@@ -538,6 +538,42 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             "gauge",
             "Largest KV-cache bytes admission counted for the active requests.",
             s.kv_reserved_peak_bytes.to_string(),
+        ),
+        (
+            "dynrt_kv_pages_total",
+            "gauge",
+            "Pages of each layer's KV pool.",
+            s.pages_total.to_string(),
+        ),
+        (
+            "dynrt_kv_pages_used",
+            "gauge",
+            "KV pages the active requests hold (a shared page once).",
+            s.pages_used.to_string(),
+        ),
+        (
+            "dynrt_kv_pages_shared",
+            "gauge",
+            "KV pages held by more than one request (a common prompt start).",
+            s.pages_shared.to_string(),
+        ),
+        (
+            "dynrt_kv_preemptions_total",
+            "counter",
+            "Requests that gave their pages back to let others run (computed again later).",
+            s.preemptions.to_string(),
+        ),
+        (
+            "dynrt_prompt_tokens_shared_total",
+            "counter",
+            "Prompt tokens read from shared pages instead of computed.",
+            s.tokens_shared.to_string(),
+        ),
+        (
+            "dynrt_batch_size",
+            "gauge",
+            "Requests the last forward pass computed rows for.",
+            s.batch_sequences.to_string(),
         ),
         (
             "dynrt_device_bytes",

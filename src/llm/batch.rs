@@ -104,6 +104,12 @@ pub struct BatchStats {
     pub preemptions: u64,
     /// Prompt tokens not computed because their pages were shared.
     pub tokens_shared: u64,
+    /// Rows of prompts (prefill chunks and recomputation) computed.
+    pub prompt_rows: u64,
+    /// Decode rows computed.
+    pub decode_rows: u64,
+    /// Sequences the last step computed rows for.
+    pub last_sequences: usize,
 }
 
 struct Seq {
@@ -350,6 +356,23 @@ impl BatchEngine {
         s
     }
 
+    /// Positions the pools can still give to new sequences: the free pages' positions less
+    /// what the sequences held now will need for the tokens they already have (a prompt
+    /// not computed yet, a token to append).
+    pub fn uncommitted_positions(&self) -> u64 {
+        let ps = self.options.page_size as u64;
+        let free = self.pages.free.len() as u64 * ps;
+        let owed: u64 = self
+            .seqs
+            .iter()
+            .map(|q| {
+                let held = q.pages.len() as u64 * ps;
+                (q.tokens.len() as u64 + 1).saturating_sub(held)
+            })
+            .sum();
+        free.saturating_sub(owed)
+    }
+
     /// Whether no sequence is running or waiting.
     pub fn is_idle(&self) -> bool {
         self.seqs.is_empty()
@@ -562,6 +585,16 @@ impl BatchEngine {
         self.stats.steps += 1;
         self.stats.rows += t;
         self.stats.max_batch_seen = self.stats.max_batch_seen.max(plan.len());
+        self.stats.last_sequences = plan.len();
+        for &(i, at, count) in &plan {
+            let decode =
+                count == 1 && at + 1 == self.seqs[i].tokens.len() && at >= self.seqs[i].prompt;
+            if decode {
+                self.stats.decode_rows += 1;
+            } else {
+                self.stats.prompt_rows += count as u64;
+            }
+        }
         for &(i, at, count) in &plan {
             let q = &mut self.seqs[i];
             q.done = at + count;

@@ -73,6 +73,14 @@ pub enum LlmError {
         /// Tokens in the vocabulary.
         vocab_size: u32,
     },
+    /// A batched forward pass failed: every sequence it computed for fails with it.
+    #[error("the batched forward pass of {sequences} sequences failed: {reason}")]
+    BatchFailed {
+        /// Sequences the pass computed rows for.
+        sequences: usize,
+        /// The error, as the first sequence got it.
+        reason: String,
+    },
     /// The model file could not be read.
     #[error("{path}: {cause}")]
     Io {

@@ -1,25 +1,22 @@
-//! Many conversations of one model under one memory budget: a queue, admission by KV bytes,
-//! and one step at a time, round-robin over the active requests.
+//! Many conversations of one model under one memory budget: a queue, admission by pages of
+//! a paged KV cache, and one batched forward pass per step over every active request.
 //!
-//! A [`Scheduler`] holds a [`Model`] and the requests given to it ([`Scheduler::submit`]).
-//! A request waits in a FIFO queue until the KV bytes it may need (its prompt plus
-//! `max_tokens`, capped at the context, times [`Model::kv_bytes_per_token`]) fit in the
-//! budget next to what the active requests hold, and until fewer than
-//! [`SchedulerOptions::max_active`] are active; then it gets a [`Session`] of its own.
-//! [`Scheduler::step`] runs one forward pass of one active request, taking them in turn: a
-//! chunk of its prompt ([`SchedulerOptions::prefill_chunk`] tokens, so that a long prompt
-//! holds the others back for one chunk at most) or one decode step, and reports what came
-//! out as [`SchedulerEvent`]s. [`Scheduler::cancel`] drops a request at any time: its
-//! session and KV buffers are freed at once. A request is never started where it could run
-//! the budget out, so a full server makes requests wait rather than fail.
-//!
-//! Every step runs one session's forward pass alone: the sessions share the weights but not
-//! their passes, and each holds its own contiguous KV cache. A paged cache and one forward
-//! pass with a batch dimension would take the place of the [`Session`] calls in
-//! `Scheduler::advance` without changing this interface.
+//! A [`Scheduler`] holds a [`Model`], a [`BatchEngine`] whose pools hold the budget's worth of
+//! KV positions ([`SchedulerOptions::budget_bytes`], in pages of
+//! [`SchedulerOptions::page_size`]; allocated at the first step and kept), and the requests
+//! given to it ([`Scheduler::submit`]). A request waits in a FIFO queue until fewer than
+//! [`SchedulerOptions::max_active`] are active and the pools have room for its prompt beside
+//! what the active requests hold ([`BatchEngine::uncommitted_positions`]); then it gets a
+//! sequence in the engine. [`Scheduler::step`] runs one forward pass: a decode row for every
+//! request that is answering and up to [`SchedulerOptions::prefill_chunk`] prompt tokens of
+//! the others (so a long prompt holds the others back for one chunk at most), and reports
+//! what came out as [`SchedulerEvent`]s. A request whose pages run out while it answers waits
+//! or gives its pages back and is computed again later (the engine's preemption), so a full
+//! server makes requests wait rather than fail. [`Scheduler::cancel`] drops a request at any
+//! time: its pages are free at once (the pools themselves stay allocated).
 
-use super::sample::Sampler;
-use super::session::{GenerateParams, Session};
+use super::batch::{BatchEngine, BatchOptions, SeqId, SeqToken};
+use super::session::{GenerateParams, StopReason};
 use super::{LlmError, Model};
 use crate::runtime::RunOptions;
 use crate::tokenizer::{ChatMessage, Special, StreamDecoder};
@@ -78,9 +75,12 @@ pub struct SchedulerOptions {
     pub budget_bytes: u64,
     /// Requests active at once at most (the others wait in the queue).
     pub max_active: usize,
-    /// Prompt tokens fed in one step: the longest another request waits for a prompt.
+    /// Prompt tokens fed in one step beside the decode rows: the longest another request
+    /// waits for a prompt.
     pub prefill_chunk: usize,
-    /// The run options of every session.
+    /// Positions per page of the KV pools.
+    pub page_size: u32,
+    /// The run options of the engine's request.
     pub run: RunOptions,
 }
 
@@ -91,6 +91,7 @@ impl SchedulerOptions {
             budget_bytes,
             max_active: 8,
             prefill_chunk: 128,
+            page_size: 16,
             run,
         }
     }
@@ -232,6 +233,20 @@ pub struct SchedulerStats {
     pub prefill_steps: u64,
     /// Forward passes: decode steps.
     pub decode_steps: u64,
+    /// Pages of each layer's pool.
+    pub pages_total: u32,
+    /// Bytes of one page in all layers' pools.
+    pub page_bytes: u64,
+    /// Pages the active requests hold.
+    pub pages_used: u32,
+    /// Pages held by more than one request (a shared prompt start).
+    pub pages_shared: u32,
+    /// Requests that gave their pages back to let others run (recomputed later).
+    pub preemptions: u64,
+    /// Prompt tokens not computed because their pages were shared.
+    pub tokens_shared: u64,
+    /// Requests the last forward pass computed rows for.
+    pub batch_sequences: usize,
 }
 
 /// A request in the queue.
@@ -240,47 +255,33 @@ struct Queued {
     ids: Vec<u32>,
     params: GenerateParams,
     stop: Vec<String>,
-    need_bytes: u64,
     submitted: Instant,
 }
 
-/// A request with a session.
+/// A request with a sequence in the engine.
 struct Active {
     id: RequestId,
-    session: Session,
-    ids: Vec<u32>,
-    /// Prompt tokens fed so far.
-    fed: usize,
-    params: GenerateParams,
+    seq: SeqId,
+    prompt_tokens: usize,
     stop: Vec<String>,
-    sampler: Sampler,
     /// Bytes of an incomplete character, between two tokens.
     held: Vec<u8>,
     /// The answer's text so far, and how much of it was reported.
     text: String,
     reported: usize,
     generated: usize,
-    /// The last token, fed at its next step.
-    last: u32,
-    need_bytes: u64,
     submitted: Instant,
     first_token_ms: f64,
 }
 
-impl Active {
-    /// What admission counts for this request: its need, or its cache where that is more.
-    fn held_bytes(&self) -> u64 {
-        self.need_bytes.max(self.session.kv_reserved_bytes())
-    }
-}
-
-/// Many requests of one model under a KV budget: a FIFO queue, admission by KV bytes, one
-/// forward pass per [`Scheduler::step`], round-robin over the active requests.
+/// Many requests of one model under a KV budget: a FIFO queue, admission by pages, one
+/// batched forward pass of every active request per [`Scheduler::step`].
 pub struct Scheduler {
     model: Model,
     options: SchedulerOptions,
+    engine: BatchEngine,
     queue: VecDeque<Queued>,
-    active: VecDeque<Active>,
+    active: Vec<Active>,
     next_id: RequestId,
     stats: SchedulerStats,
 }
@@ -296,24 +297,57 @@ impl std::fmt::Debug for Scheduler {
 
 impl Scheduler {
     /// A scheduler of `model` with `options` (a `max_active` or `prefill_chunk` of 0 counts
-    /// as 1).
-    pub fn new(model: Model, options: SchedulerOptions) -> Scheduler {
+    /// as 1): its engine's pools hold the budget's worth of positions, in whole pages, at
+    /// most what one storage binding holds per layer.
+    ///
+    /// # Errors
+    /// [`LlmError::BadParameter`] when the budget holds less than one page; the errors of
+    /// [`BatchEngine::new`].
+    pub fn new(model: Model, options: SchedulerOptions) -> Result<Scheduler, LlmError> {
         let options = SchedulerOptions {
             max_active: options.max_active.max(1),
             prefill_chunk: options.prefill_chunk.max(1),
+            page_size: options.page_size.max(1),
             ..options
         };
-        Scheduler {
-            model,
-            options,
-            queue: VecDeque::new(),
-            active: VecDeque::new(),
-            next_id: RequestId(1),
+        let per_token = model.kv_bytes_per_token().max(1);
+        let kv_row = u64::from(model.config().kv_len()) * 4;
+        let binding = model.inner.max_binding / kv_row.max(1);
+        let ps = u64::from(options.page_size);
+        let positions = (options.budget_bytes / per_token).min(binding) / ps * ps;
+        if positions == 0 {
+            return Err(LlmError::BadParameter {
+                name: "budget_bytes",
+                value: options.budget_bytes.to_string(),
+                reason: "must hold at least one page of KV cache for every layer",
+            });
+        }
+        let engine = BatchEngine::new(
+            &model,
+            BatchOptions {
+                page_size: options.page_size,
+                pool_tokens: u32::try_from(positions).unwrap_or(u32::MAX) / options.page_size
+                    * options.page_size,
+                step_tokens: u32::try_from(options.prefill_chunk + options.max_active)
+                    .unwrap_or(u32::MAX),
+                max_batch: options.max_active,
+                run: options.run,
+            },
+        )?;
+        Ok(Scheduler {
             stats: SchedulerStats {
-                budget_bytes: options.budget_bytes,
+                budget_bytes: engine.pool_bytes(),
+                pages_total: engine.stats().pages_total,
+                page_bytes: engine.page_bytes(),
                 ..SchedulerStats::default()
             },
-        }
+            model,
+            options,
+            engine,
+            queue: VecDeque::new(),
+            active: Vec::new(),
+            next_id: RequestId(1),
+        })
     }
 
     /// The model.
@@ -326,6 +360,11 @@ impl Scheduler {
         &self.options
     }
 
+    /// The engine that runs the forward passes.
+    pub fn engine(&self) -> &BatchEngine {
+        &self.engine
+    }
+
     /// The prompt of `prompt` as the model's token ids, as a new [`Session`] encodes it:
     /// text and chats start a sequence, so they get the model's BOS where it expects one
     /// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are.
@@ -334,33 +373,22 @@ impl Scheduler {
     /// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template
     /// error).
     pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
-        let tokenizer = self.model.tokenizer();
-        Ok(match prompt {
-            Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
-            Prompt::Chat(messages) => {
-                let rendered = tokenizer.render_chat(messages, true)?;
-                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
-            }
-            Prompt::Ids(ids) => ids.clone(),
-        })
+        encode(&self.model, prompt)
     }
 
     /// KV bytes a request with `prompt_tokens` and `max_tokens` may need: both together,
     /// capped at the context.
     pub fn need_bytes(&self, prompt_tokens: usize, max_tokens: usize) -> (usize, u64) {
-        let tokens = prompt_tokens
-            .saturating_add(max_tokens)
-            .min(self.model.context_len() as usize);
-        (tokens, tokens as u64 * self.model.kv_bytes_per_token())
+        need_bytes(&self.model, prompt_tokens, max_tokens)
     }
 
-    /// Queues `request` and returns its number; it starts when the budget allows
+    /// Queues `request` and returns its number; it starts when the pages allow
     /// ([`Scheduler::step`] reports it).
     ///
     /// # Errors
     /// [`ScheduleError::Invalid`] for an empty prompt, a token outside the vocabulary, a
     /// prompt longer than the context, `max_tokens` 0 or bad sampling parameters;
-    /// [`ScheduleError::OverBudget`] when the request could never be admitted.
+    /// [`ScheduleError::OverBudget`] when the request could need more than the whole pool.
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ScheduleError> {
         let Request {
             prompt,
@@ -370,11 +398,12 @@ impl Scheduler {
         let ids = self.encode(&prompt)?;
         self.check(&ids, &params)?;
         let (tokens, need_bytes) = self.need_bytes(ids.len(), params.max_tokens);
-        if need_bytes > self.options.budget_bytes {
+        let budget_bytes = self.engine.pool_bytes();
+        if need_bytes > budget_bytes {
             return Err(ScheduleError::OverBudget {
                 tokens,
                 need_bytes,
-                budget_bytes: self.options.budget_bytes,
+                budget_bytes,
             });
         }
         let id = self.next_id;
@@ -385,7 +414,6 @@ impl Scheduler {
             ids,
             params,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
-            need_bytes,
             submitted: Instant::now(),
         });
         Ok(id)
@@ -419,14 +447,14 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Drops request `id`, queued or active: an active one's session and KV buffers are
-    /// freed before this returns. False when no such request is pending (it ended, or never
-    /// was).
+    /// Drops request `id`, queued or active: an active one's pages are free before this
+    /// returns. False when no such request is pending (it ended, or never was).
     pub fn cancel(&mut self, id: RequestId) -> bool {
         if let Some(i) = self.queue.iter().position(|q| q.id == id) {
             self.queue.remove(i);
         } else if let Some(i) = self.active.iter().position(|a| a.id == id) {
-            self.active.remove(i);
+            let a = self.active.remove(i);
+            self.engine.cancel(a.seq);
         } else {
             return false;
         }
@@ -442,19 +470,23 @@ impl Scheduler {
     /// The counters and gauges now.
     pub fn stats(&self) -> SchedulerStats {
         let mut s = self.stats;
+        let e = self.engine.stats();
+        let per_token = self.model.kv_bytes_per_token();
         s.active = self.active.len();
         s.queued = self.queue.len();
-        s.kv_reserved_bytes = self.active.iter().map(|a| a.need_bytes).sum();
-        s.kv_allocated_bytes = self
-            .active
-            .iter()
-            .map(|a| a.session.kv_reserved_bytes())
-            .sum();
-        s.kv_needed_bytes = self
-            .active
-            .iter()
-            .map(|a| a.session.kv_needed_bytes())
-            .sum();
+        s.pages_used = e.pages_used;
+        s.pages_shared = e.shared_pages;
+        s.preemptions = e.preemptions;
+        s.tokens_shared = e.tokens_shared;
+        s.batch_sequences = e.last_sequences;
+        s.kv_reserved_bytes = u64::from(e.pages_used) * s.page_bytes;
+        s.kv_allocated_bytes = if e.steps > 0 {
+            self.engine.pool_bytes()
+        } else {
+            0
+        };
+        s.kv_needed_bytes = e.positions_held * per_token;
+        s.prefill_steps = self.stats.prefill_steps;
         let engine = self.model.engine().stats();
         s.device_bytes = engine.device_current_bytes();
         s.device_peak_bytes = crate::memory::AllocKind::ALL
@@ -465,25 +497,19 @@ impl Scheduler {
         s
     }
 
-    fn reserved_bytes(&self) -> u64 {
-        self.active.iter().map(Active::held_bytes).sum()
-    }
-
-    /// Starts queued requests, first come first served, while they fit.
+    /// Starts queued requests, first come first served, while the pools have room for
+    /// their prompts beside what the active ones already hold.
     fn admit(&mut self, events: &mut Vec<SchedulerEvent>) {
-        let mut reserved = self.reserved_bytes();
         while let Some(q) = self.queue.front() {
-            if self.active.len() >= self.options.max_active
-                || reserved.saturating_add(q.need_bytes) > self.options.budget_bytes
-            {
+            let room = self.engine.uncommitted_positions();
+            if self.active.len() >= self.options.max_active || (q.ids.len() as u64 + 1) > room {
                 break;
             }
             let Some(q) = self.queue.pop_front() else {
                 break;
             };
-            reserved += q.need_bytes;
-            let sampler = match Sampler::new(q.params.sampling) {
-                Ok(s) => s,
+            let seq = match self.engine.add(&q.ids, q.params) {
+                Ok(seq) => seq,
                 Err(error) => {
                     // Checked by `submit`; reported rather than trusted.
                     self.stats.failed += 1;
@@ -491,66 +517,102 @@ impl Scheduler {
                     continue;
                 }
             };
+            self.stats.prompt_tokens_total += q.ids.len() as u64;
             events.push(SchedulerEvent::Started {
                 id: q.id,
                 prompt_tokens: q.ids.len(),
                 queued_ms: q.submitted.elapsed().as_secs_f64() * 1e3,
             });
-            self.active.push_back(Active {
+            self.active.push(Active {
                 id: q.id,
-                session: self.model.session(self.options.run),
-                ids: q.ids,
-                fed: 0,
-                params: q.params,
+                seq,
+                prompt_tokens: q.ids.len(),
                 stop: q.stop,
-                sampler,
                 held: Vec::new(),
                 text: String::new(),
                 reported: 0,
                 generated: 0,
-                last: 0,
-                need_bytes: q.need_bytes,
                 submitted: q.submitted,
                 first_token_ms: 0.0,
             });
         }
+        let reserved = u64::from(self.engine.stats().pages_used) * self.stats.page_bytes;
         self.stats.kv_reserved_peak_bytes = self.stats.kv_reserved_peak_bytes.max(reserved);
     }
 
-    /// Starts what fits, then runs one forward pass of the next active request (a prompt
-    /// chunk or a decode step) and returns what happened. Does nothing when idle.
+    /// Starts what fits, then runs one forward pass over every active request (a decode
+    /// row each, prompt chunks in the rows left) and returns what happened. Does nothing
+    /// when idle.
     pub async fn step(&mut self) -> Vec<SchedulerEvent> {
         let mut events = Vec::new();
         self.admit(&mut events);
-        let Some(mut a) = self.active.pop_front() else {
+        if self.active.is_empty() {
             return events;
-        };
-        let outcome = self.advance(&mut a, &mut events).await;
-        let allocated = a.session.kv_reserved_bytes()
-            + self
-                .active
-                .iter()
-                .map(|o| o.session.kv_reserved_bytes())
-                .sum::<u64>();
-        self.stats.kv_allocated_peak_bytes = self.stats.kv_allocated_peak_bytes.max(allocated);
-        match outcome {
-            Ok(None) => self.active.push_back(a),
-            Ok(Some(reason)) => {
-                self.stats.finished += 1;
-                events.push(SchedulerEvent::Finished {
-                    id: a.id,
-                    reason,
-                    prompt_tokens: a.ids.len(),
-                    completion_tokens: a.generated,
-                    first_token_ms: a.first_token_ms,
-                });
+        }
+        let before = self.engine.stats();
+        let produced = match self.engine.step().await {
+            Ok(p) => p,
+            Err(e) => {
+                let reason = e.to_string();
+                let sequences = self.active.len();
+                for a in std::mem::take(&mut self.active) {
+                    self.engine.cancel(a.seq);
+                    self.stats.failed += 1;
+                    events.push(SchedulerEvent::Failed {
+                        id: a.id,
+                        error: LlmError::BatchFailed {
+                            sequences,
+                            reason: reason.clone(),
+                        },
+                    });
+                }
+                return events;
             }
-            Err(error) => {
+        };
+        let after = self.engine.stats();
+        if after.prompt_rows > before.prompt_rows {
+            self.stats.prefill_steps += 1;
+        }
+        if after.decode_rows > before.decode_rows {
+            self.stats.decode_steps += 1;
+        }
+        let pool = if after.steps > 0 {
+            self.engine.pool_bytes()
+        } else {
+            0
+        };
+        self.stats.kv_allocated_peak_bytes = self.stats.kv_allocated_peak_bytes.max(pool);
+        for t in produced {
+            let Some(i) = self.active.iter().position(|a| a.seq == t.seq) else {
+                continue;
+            };
+            let outcome = self.on_token(i, &t, &mut events);
+            let reason = match outcome {
+                Ok(None) => continue,
+                Ok(Some(reason)) => {
+                    self.stats.finished += 1;
+                    let a = &self.active[i];
+                    events.push(SchedulerEvent::Finished {
+                        id: a.id,
+                        reason,
+                        prompt_tokens: a.prompt_tokens,
+                        completion_tokens: a.generated,
+                        first_token_ms: a.first_token_ms,
+                    });
+                    None
+                }
+                Err(error) => Some(error),
+            };
+            let a = self.active.remove(i);
+            if t.finished.is_none() {
+                self.engine.cancel(a.seq);
+            }
+            if let Some(error) = reason {
                 self.stats.failed += 1;
                 events.push(SchedulerEvent::Failed { id: a.id, error });
             }
         }
-        // A request that ended has given its bytes back: the next may start at once.
+        // A request that ended has given its pages back: the next may start at once.
         self.admit(&mut events);
         events
     }
@@ -561,46 +623,27 @@ impl Scheduler {
         pollster::block_on(self.step())
     }
 
-    /// One forward pass of `a`; `Some` when it ended.
-    async fn advance(
+    /// The text and stop checks of active request `i`'s new token; `Some` when it ended.
+    fn on_token(
         &mut self,
-        a: &mut Active,
+        i: usize,
+        t: &SeqToken,
         events: &mut Vec<SchedulerEvent>,
     ) -> Result<Option<FinishReason>, LlmError> {
-        let logits = if a.fed < a.ids.len() {
-            let end = (a.fed + self.options.prefill_chunk).min(a.ids.len());
-            let logits = a.session.forward(&a.ids[a.fed..end]).await?;
-            self.stats.prefill_steps += 1;
-            self.stats.prompt_tokens_total += (end - a.fed) as u64;
-            a.fed = end;
-            if end < a.ids.len() {
-                return Ok(None);
-            }
-            logits
-        } else {
-            self.stats.decode_steps += 1;
-            a.session.forward(&[a.last]).await?
-        };
-        let token = a.sampler.sample(&logits);
+        let a = &mut self.active[i];
         if a.generated == 0 {
             a.first_token_ms = a.submitted.elapsed().as_secs_f64() * 1e3;
         }
         a.generated += 1;
-        a.last = token;
         self.stats.tokens_generated_total += 1;
         let tokenizer = self.model.tokenizer();
         let mut decoder = StreamDecoder::resume(tokenizer, true, std::mem::take(&mut a.held));
-        a.text.push_str(&decoder.push(token)?);
-        let context = self.model.context_len() as usize;
-        let mut reason = if a.params.stop_at_eos && self.model.stop_ids().contains(&token) {
-            Some(FinishReason::Stop)
-        } else if a.generated >= a.params.max_tokens {
-            Some(FinishReason::Length)
-        } else if a.session.cached_tokens().len() >= context {
-            Some(FinishReason::ContextFull)
-        } else {
-            None
-        };
+        a.text.push_str(&decoder.push(t.token)?);
+        let mut reason = t.finished.map(|r| match r {
+            StopReason::Eos => FinishReason::Stop,
+            StopReason::MaxTokens => FinishReason::Length,
+            StopReason::ContextFull => FinishReason::ContextFull,
+        });
         if reason.is_some() {
             a.text.push_str(&decoder.finish());
         }
@@ -617,12 +660,33 @@ impl Scheduler {
         events.push(SchedulerEvent::Token {
             id: a.id,
             index: a.generated - 1,
-            token,
+            token: t.token,
             text: a.text[a.reported..end].to_string(),
         });
         a.reported = end;
         Ok(reason)
     }
+}
+
+/// [`Scheduler::encode`].
+fn encode(model: &Model, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
+    let tokenizer = model.tokenizer();
+    Ok(match prompt {
+        Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
+        Prompt::Chat(messages) => {
+            let rendered = tokenizer.render_chat(messages, true)?;
+            tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
+        }
+        Prompt::Ids(ids) => ids.clone(),
+    })
+}
+
+/// [`Scheduler::need_bytes`].
+fn need_bytes(model: &Model, prompt_tokens: usize, max_tokens: usize) -> (usize, u64) {
+    let tokens = prompt_tokens
+        .saturating_add(max_tokens)
+        .min(model.context_len() as usize);
+    (tokens, tokens as u64 * model.kv_bytes_per_token())
 }
 
 /// Where the first of `stops` begins in `text`.
