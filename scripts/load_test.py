@@ -12,10 +12,10 @@ concurrent clients N (default 1, 4, 16):
 
 Reported per N (a Markdown table, or one JSON object per N with --json): total tokens per
 second over the wall time, time to first token and time per output token (p50 / p99, from
-the client's side), peak device bytes and peak KV bytes allocated against the KV budget, the
-KV room allocated but not needed at the step of the peak (`1 - needed / allocated` sampled
-with it), requests lost (must be 0) and answers that differ from the request run alone
-(must be 0). Exits 1 when a request is lost, an answer differs or the budget is exceeded.
+the client's side), peak device bytes, the KV pages held at their peak against the pools,
+the KV room held but not written at that sample (`1 - needed / held`: the unwritten ends of
+last pages), the most pages shared, preemptions, the largest batch, requests lost (must be
+0) and answers that differ from the request run alone (must be 0). Exits 1 when a request is lost, an answer differs or the budget is exceeded.
 
     cargo build --release
     python3 scripts/load_test.py [--model NAME|PATH] [--clients 1,4,16] [--budget-mib N]
@@ -183,9 +183,12 @@ def run(base, n, references):
         elif r["text"] != references[key(body)]:
             differ += 1
     budget = max(m.get("dynrt_kv_budget_bytes", 0) for m in samples)
-    peak = max(samples, key=lambda m: m.get("dynrt_kv_allocated_bytes", 0))
-    allocated = peak.get("dynrt_kv_allocated_bytes", 0)
+    # The sample where the requests held the most pages: what they held against what the
+    # tokens they hold need (the rest is the unwritten end of each one's last page).
+    peak = max(samples, key=lambda m: m.get("dynrt_kv_reserved_bytes", 0))
+    reserved = peak.get("dynrt_kv_reserved_bytes", 0)
     needed = peak.get("dynrt_kv_needed_bytes", 0)
+    shared = [m.get("dynrt_kv_pages_shared", 0) for m in samples]
     return {
         "clients": n,
         "wall_s": round(wall, 2),
@@ -200,7 +203,11 @@ def run(base, n, references):
             max(m.get("dynrt_kv_allocated_peak_bytes", 0) for m in samples)
         ),
         "kv_budget_bytes": int(budget),
-        "kv_unused_at_peak": round(1 - needed / allocated, 3) if allocated else 0.0,
+        "kv_reserved_peak_bytes": int(reserved),
+        "kv_unused_at_peak": round(1 - needed / reserved, 3) if reserved else 0.0,
+        "pages_shared_peak": int(max(shared)),
+        "preemptions": int(samples[-1].get("dynrt_kv_preemptions_total", 0)),
+        "batch_peak": int(max(m.get("dynrt_batch_size", 0) for m in samples)),
         "disconnected": sum(1 for r in results if r.get("disconnected")),
         "lost": lost,
         "differ": differ,
@@ -246,7 +253,7 @@ def main():
         server.wait(timeout=30)
     failed = False
     for r in rows:
-        if r["lost"] or r["differ"] or r["kv_allocated_peak_bytes"] > r["kv_budget_bytes"]:
+        if r["lost"] or r["differ"] or r["kv_reserved_peak_bytes"] > r["kv_budget_bytes"]:
             failed = True
     if args.json:
         for r in rows:
@@ -254,18 +261,19 @@ def main():
     else:
         print(
             "| clients | tokens/s | TTFT p50 / p99 (s) | TPOT p50 / p99 (ms) | peak device MiB "
-            "| peak KV allocated / budget MiB | KV unused at peak | disconnected | lost "
-            "| differ | load |"
+            "| KV pages held at peak / pools MiB | KV unused at peak | shared pages "
+            "| preemptions | batch | disconnected | lost | differ | load |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         mib = 2**20
         for r in rows:
             print(
                 f"| {r['clients']} | {r['tok_s']} | {r['ttft_p50_s']} / {r['ttft_p99_s']} "
                 f"| {r['tpot_p50_ms']} / {r['tpot_p99_ms']} "
                 f"| {r['device_peak_bytes'] / mib:.1f} "
-                f"| {r['kv_allocated_peak_bytes'] / mib:.1f} / {r['kv_budget_bytes'] / mib:.1f} "
-                f"| {r['kv_unused_at_peak']:.3f} | {r['disconnected']} | {r['lost']} "
+                f"| {r['kv_reserved_peak_bytes'] / mib:.1f} / {r['kv_budget_bytes'] / mib:.1f} "
+                f"| {r['kv_unused_at_peak']:.3f} | {r['pages_shared_peak']} "
+                f"| {r['preemptions']} | {r['batch_peak']} | {r['disconnected']} | {r['lost']} "
                 f"| {r['differ']} | {r['load']} |"
             )
     return 1 if failed else 0

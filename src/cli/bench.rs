@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode|onnx|generate`.
+//! `dynrt bench kernels|decode|onnx|generate|batch`.
 
 use std::process::ExitCode;
 
@@ -20,6 +20,9 @@ enum What {
     Onnx(super::bench_onnx::Args),
     /// SmolLM2: prefill tokens/s, decode ms/token by context and policy, memory, kernels.
     Generate(super::bench_generate::Args),
+    /// Decode tokens/s of many sequences in one batched pass over a paged KV cache, against
+    /// one session alone.
+    Batch(super::bench_batch::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -28,5 +31,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Decode(a) => super::bench_decode::run(a),
         What::Onnx(a) => super::bench_onnx::run(a),
         What::Generate(a) => super::bench_generate::run(a),
+        What::Batch(a) => super::bench_batch::run(a),
     }
 }

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
+mod bench_batch;
 mod bench_decode;
 mod bench_generate;
 mod bench_kernels;
