@@ -19,7 +19,7 @@ last pages), the most pages shared, preemptions, the largest batch, requests los
 
     cargo build --release
     python3 scripts/load_test.py [--model NAME|PATH] [--clients 1,4,16] [--budget-mib N]
-        [--max-batch B] [--json]
+        [--max-batch B] [--page-size P] [--json]
 """
 
 import argparse
@@ -221,6 +221,7 @@ def main():
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--budget-mib", type=int, default=None)
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--page-size", type=int, default=None)
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "dynrt"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -231,6 +232,8 @@ def main():
         cmd += ["--model", args.model]
     if args.budget_mib is not None:
         cmd += ["--budget-mib", str(args.budget_mib)]
+    if args.page_size is not None:
+        cmd += ["--page-size", str(args.page_size)]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()

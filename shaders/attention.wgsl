@@ -274,7 +274,7 @@ fn gqa_item(item: u32) -> GqaItem {
         first = last + 1u - gp.window;
     }
     let lo = min(first + split * gp.chunk_keys, count);
-    let end = min(lo + gp.chunk_keys, count);
+    let end = lo + min(gp.chunk_keys, count - lo);
     let rec = shp * (gp.head_dim + 2u);
     var ob = gp.out_offset + s * gp.heads * gp.head_dim + h * gp.head_dim;
     if gp.splits > 1u {

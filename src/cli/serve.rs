@@ -50,6 +50,10 @@ pub struct Args {
     /// Prompt tokens per step: the longest a prompt holds the other requests back.
     #[arg(long = "prefill-chunk", default_value_t = 128)]
     pub prefill_chunk: usize,
+    /// Positions per page of the KV pools: smaller pages waste less of each request's last
+    /// page, larger ones give attention fewer page-table reads.
+    #[arg(long = "page-size", default_value_t = 16)]
+    pub page_size: u32,
 }
 
 /// KV-cache bytes when `--budget-mib` is not given (at most).
@@ -108,6 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut options = SchedulerOptions::new(budget_bytes, run);
     options.max_active = args.max_batch;
     options.prefill_chunk = args.prefill_chunk;
+    options.page_size = args.page_size;
     let per_token = model.kv_bytes_per_token();
     let scheduler = Scheduler::new(model, options).context("laying out the KV pools")?;
     // What the pools hold: whole pages, at most one binding per layer.

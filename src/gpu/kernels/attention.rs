@@ -384,7 +384,9 @@ impl Kernel for PagedAttention {
         p.seqs = u32_of("pages", pages.shape.dims()[0])?;
         p.pages_per_seq = u32_of("pages", pages.shape.dims()[1])?;
         p.splits = 1;
-        p.chunk_keys = u32::MAX;
+        // One chunk holding every position a page-table row reaches (first key + chunk
+        // must not wrap around).
+        p.chunk_keys = p.pages_per_seq.saturating_mul(self.page_size).max(1);
         let entry = gqa.entry(&p);
         e.dispatch(
             FAMILY.key(entry).with("PAGED", 1),

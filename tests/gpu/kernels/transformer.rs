@@ -288,3 +288,90 @@ fn grouped_query_attention_over_a_growing_cache() {
         assert!(e.to_string().contains("head_dim 516"), "{e}");
     }
 }
+
+/// Paged attention (`paged_attention`: keys and values read through a page table) against the
+/// CPU reference: rows of several sequences at different positions in one dispatch (a batch
+/// of decode rows and a prefill chunk), pages scattered over the pool in any order, heads of
+/// 64 (vec4 entry) and 130 (scalar), grouped queries, a sliding window, and rows of a
+/// sequence whose page table is shorter than another's.
+#[test]
+fn paged_attention_reads_keys_through_the_page_table() {
+    for gpu in gpus("paged_attention_reads_keys_through_the_page_table") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(31);
+        // (heads, kv heads, head_dim, page size, window)
+        for (h, kvh, d, page, window) in [
+            (9u32, 3u32, 64u64, 16u32, 0u32),
+            (4, 2, 16, 4, 0),
+            (2, 1, 130, 8, 0),
+            (4, 1, 32, 4, 7),
+        ] {
+            let pool_pages = 24u64;
+            let r = pool_pages * u64::from(page);
+            // Three sequences: positions 0..=41, 0..=5 and 0..=17 hold keys; the rows of
+            // this step are the last one of the first two (decode) and the last 5 of the
+            // third (a prefill chunk).
+            let lens = [42u64, 6, 18];
+            let per_seq = lens
+                .iter()
+                .map(|l| l.div_ceil(u64::from(page)))
+                .max()
+                .unwrap();
+            // Pages from the pool in a shuffled order, none given twice.
+            let mut free: Vec<u64> = (0..pool_pages).collect();
+            for i in (1..free.len()).rev() {
+                free.swap(i, rng.range(0, i as u64 + 1) as usize);
+            }
+            let mut pages = vec![0f32; lens.len() * per_seq as usize];
+            for (n, &len) in lens.iter().enumerate() {
+                for p in 0..len.div_ceil(u64::from(page)) {
+                    pages[n * per_seq as usize + p as usize] = free.pop().unwrap() as f32;
+                }
+            }
+            let mut rows = Vec::new();
+            for (seq, pos) in [
+                (0u64, 41u64),
+                (1, 5),
+                (2, 13),
+                (2, 14),
+                (2, 15),
+                (2, 16),
+                (2, 17),
+            ] {
+                rows.extend([seq as f32, pos as f32]);
+            }
+            let s_q = rows.len() as u64 / 2;
+            let q = f32_tensor(&mut rng, &[s_q, u64::from(h) * d]);
+            let kk = f32_tensor(&mut rng, &[r, u64::from(kvh) * d]);
+            let v = f32_tensor(&mut rng, &[r, u64::from(kvh) * d]);
+            let int = |dims: &[u64], values: Vec<f32>| HostTensor {
+                shape: s(dims),
+                dtype: DType::I32,
+                values,
+            };
+            let op = Op::PagedAttention(ops::PagedAttention {
+                num_heads: h,
+                num_kv_heads: kvh,
+                window,
+                page_size: page,
+            });
+            let ins = [
+                q,
+                kk,
+                v,
+                int(&[s_q, 2], rows),
+                int(&[lens.len() as u64, per_seq], pages),
+            ];
+            let tol = Tol {
+                atol: 2e-6,
+                rtol: 1e-4,
+            };
+            let mut ctx = format!("paged H {h} KVH {kvh} D {d} page {page} window {window}");
+            while ctx.len() % 3 != 0 {
+                ctx.push(' ');
+            }
+            check(&gpu, &mut k, &op, &ins, tol, &ctx);
+            check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
+        }
+    }
+}

@@ -155,6 +155,42 @@ fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
 }
 
 #[test]
+fn batched_sliding_window_layers_match_alone() {
+    let test = "batched_sliding_window_layers_match_alone";
+    let Some(engine) = engine(test) else { return };
+    // Gemma 3's layout with a window of 4: layers 0-4 local, 5 global, 6 local.
+    let t = TinyLlama {
+        architecture: "gemma3",
+        num_layers: 7,
+        num_heads: 2,
+        num_kv_heads: 1,
+        head_dim: 32,
+        projection_type: dynrt::gguf::GgmlType::F32,
+        sliding_window: 4,
+        ..TinyLlama::default()
+    };
+    let backing: dynrt::tensor::Backing = Arc::new(t.build(11).unwrap());
+    let model = Model::from_backing(&engine, backing, ModelOptions::default()).unwrap();
+    let params = greedy(24);
+    let prompts: Vec<Vec<u32>> = vec![vec![5, 80, 33, 120, 7, 9], (1..20).collect()];
+    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
+    let mut batch = BatchEngine::new(
+        &model,
+        BatchOptions {
+            page_size: 4,
+            pool_tokens: 256,
+            ..BatchOptions::default()
+        },
+    )
+    .unwrap();
+    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
+    let (out, ids) = run(&mut batch, &later, &params);
+    for (k, id) in ids.iter().enumerate() {
+        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
+    }
+}
+
+#[test]
 fn smollm2_batched_answers_equal_the_answers_alone() {
     let test = "smollm2_batched_answers_equal_the_answers_alone";
     let Some((engine, path, _)) = smollm2(test) else {
