@@ -227,7 +227,7 @@ impl BatchEngine {
     /// An engine over `model`'s weights with pools of `options.pool_tokens` positions.
     ///
     /// # Errors
-    /// [`LlmError::BadOptions`] for a page size of 0, pools of no page, a step of no row or
+    /// [`LlmError::BadParameter`] for a page size of 0, pools of no page, a step of no row or
     /// a batch of 0; [`LlmError::Run`] when the paged network does not compile or its pools
     /// do not fit the device.
     pub fn new(model: &Model, options: BatchOptions) -> Result<BatchEngine, LlmError> {

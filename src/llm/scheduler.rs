@@ -26,10 +26,10 @@ use web_time::Instant;
 /// What a request continues.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
-    /// Raw text (control tokens written in it are matched, as [`Session::generate`] does).
+    /// Raw text (control tokens written in it are matched, as [`super::Session::generate`] does).
     Text(String),
     /// A chat, rendered with the model's template; message text stays plain text
-    /// ([`crate::tokenizer::Tokenizer::encode_chat`]), as in [`Session::chat`].
+    /// ([`crate::tokenizer::Tokenizer::encode_chat`]), as in [`super::Session::chat`].
     Chat(Vec<ChatMessage>),
     /// Token ids as they are.
     Ids(Vec<u32>),
@@ -71,7 +71,8 @@ impl std::fmt::Display for RequestId {
 /// How a [`Scheduler`] shares the device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SchedulerOptions {
-    /// Bytes of KV cache the active requests may hold together.
+    /// Bytes of KV cache: the pools of the paged cache hold this much, in whole pages (at most
+    /// one storage binding per layer), allocated at the first step.
     pub budget_bytes: u64,
     /// Requests active at once at most (the others wait in the queue).
     pub max_active: usize,
@@ -191,24 +192,21 @@ impl From<LlmError> for ScheduleError {
 /// Counters and gauges of a [`Scheduler`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SchedulerStats {
-    /// Requests with a session.
+    /// Requests with a sequence in the engine.
     pub active: usize,
     /// Requests waiting in the queue.
     pub queued: usize,
-    /// The budget ([`SchedulerOptions::budget_bytes`]).
+    /// KV bytes of the pools: the budget in whole pages (at most one storage binding per
+    /// layer).
     pub budget_bytes: u64,
-    /// KV bytes set aside for the active requests: the sum of their needs, never above the
-    /// budget.
+    /// KV bytes of the pages the active requests hold (a shared page once).
     pub kv_reserved_bytes: u64,
-    /// KV bytes the active sessions' caches hold now ([`Session::kv_reserved_bytes`]): the
-    /// rows so far plus the room the shape predictor reserved ahead, which can take a
-    /// session past its need (admission counts the larger of the two).
+    /// KV bytes allocated: the pools, once the first step ran (0 before).
     pub kv_allocated_bytes: u64,
-    /// Largest sum, over the active requests, of the larger of need and allocation (what
-    /// admission counted).
+    /// Largest `kv_reserved_bytes` seen when requests were admitted.
     pub kv_reserved_peak_bytes: u64,
-    /// KV bytes the active sessions need for the tokens they hold
-    /// ([`Session::kv_needed_bytes`]); `kv_allocated_bytes` minus this is room not used yet.
+    /// KV bytes the tokens the active requests hold fill; `kv_reserved_bytes` minus this is
+    /// the unwritten end of their last pages.
     pub kv_needed_bytes: u64,
     /// Largest `kv_allocated_bytes` after a step.
     pub kv_allocated_peak_bytes: u64,
@@ -365,7 +363,7 @@ impl Scheduler {
         &self.engine
     }
 
-    /// The prompt of `prompt` as the model's token ids, as a new [`Session`] encodes it:
+    /// The prompt of `prompt` as the model's token ids, as a new [`super::Session`] encodes it:
     /// text and chats start a sequence, so they get the model's BOS where it expects one
     /// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are.
     ///

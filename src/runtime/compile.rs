@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct StateBinding {
     /// Label of the past input (grows along the concat's axis).
     pub past: String,
-    /// Label of the present output (a `Concat` of `past` and the new rows).
+    /// Label of the present output: a `Concat` of `past` and the new rows, or a
+    /// `ScatterRows` into `past` (an in-place state: a paged pool).
     pub present: String,
 }
 

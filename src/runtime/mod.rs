@@ -132,6 +132,12 @@
 //! it. Reading a present on the host gathers the rows from the padded buffer. A caller may
 //! also give a state's past as an input: it replaces the rows held (written into the state
 //! buffer before the submit), e.g. a first step that starts from a stored cache.
+//!
+//! An **in-place** state is one whose present is a [`crate::graph::ops::ScatterRows`] of its
+//! past: a paged KV pool. Its shape never changes (the past's dimensions come from the fixed
+//! symbols or the inputs, rows included), its buffer is allocated at the first iteration with
+//! exactly its bytes, and the scatter's kernel writes the step's rows into that buffer
+//! (`Role::StateScatter`); readers of the present read the same buffer.
 
 //! # Inputs and outputs
 //!

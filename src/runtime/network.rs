@@ -138,7 +138,7 @@ impl Network {
     /// `graph` must be a constant of this network with the same label, type and bytes, and
     /// reads this network's copy (nothing is uploaded again; the weights are counted once).
     /// The pipeline cache and the placeholder pool are shared too. A model's batched network
-    /// over a paged KV cache ([`crate::llm::Engine`]) reads the weights of its single-session
+    /// over a paged KV cache ([`crate::llm::BatchEngine`]) reads the weights of its single-session
     /// networks this way.
     ///
     /// # Errors
