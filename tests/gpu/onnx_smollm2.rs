@@ -11,7 +11,13 @@
 //! every run within [`LOGITS_ATOL`] of onnxruntime's, and a decode step must neither allocate
 //! nor copy more than the new cache rows (no per-step reallocation, no full copy).
 //!
-//! Without the model, the Python venv or an adapter the test prints SKIP;
+//! The second test does the same on that export quantized by ONNX Runtime's own quantizer
+//! (`scripts/nbits_ref.py quantize`: every projection a 4-bit `com.microsoft` `MatMulNBits`,
+//! blocks of 32; cached beside it under `target/tmp/onnx-smollm2-q4/`): dynrt's importer keeps
+//! those weights in `q4_nb` blocks, and its tokens must be onnxruntime's on the same file, its
+//! logits within [`LOGITS_ATOL`] (the largest difference is 9e-5 on lavapipe).
+//!
+//! Without the model, the Python venv or an adapter the tests print SKIP;
 //! `DYNRT_REQUIRE_MODEL=1` / `DYNRT_REQUIRE_GPU=1` make that a failure.
 
 use crate::common;
