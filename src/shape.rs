@@ -73,7 +73,7 @@ macro_rules! dtype_enum {
             /// Boolean, one byte per element (0 or 1), as ONNX stores it.
             Bool,
             $(
-                #[doc = concat!("ggml ", stringify!($variant), ": a block format (see the `", stringify!($module), "` row of [`crate::formats::FORMATS`]).")]
+                #[doc = concat!(stringify!($variant), ": a block format (see the `", stringify!($module), "` row of [`crate::formats::FORMATS`]).")]
                 $variant,
             )*
         }

@@ -20,7 +20,6 @@
 
 use super::generate::{model_path, ModelArgs};
 use anyhow::Context;
-use dynrt::gguf::quantize;
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
 use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
@@ -447,7 +446,7 @@ fn bytes_of(shape: &Shape, dtype: DType) -> anyhow::Result<u64> {
     Ok(shape.size_bytes(dtype)?.div_ceil(4) * 4)
 }
 
-/// A buffer holding valid values of `dtype` (quantized blocks made by `quantize`,
+/// A buffer holding valid values of `dtype` (quantized blocks made by the format's quantizer,
 /// positions 0).
 fn operand_buffer(
     engine: &Engine,
@@ -461,7 +460,9 @@ fn operand_buffer(
         DType::F32 => bytemuck::cast_slice(&values).to_vec(),
         DType::I32 => vec![0u8; n as usize * 4],
         other => match dynrt::formats::of_dtype(other) {
-            Some(f) => quantize("bench", f.ggml, &values)?,
+            Some(f) => f.quantize_all(&values).ok_or_else(|| {
+                anyhow::anyhow!("{shape} is not a whole number of {other} blocks")
+            })?,
             None => anyhow::bail!("no bench operand of type {other}"),
         },
     };

@@ -12,7 +12,6 @@
 //! once per prompt, for the last position only).
 
 use super::bench_kernels::{time_typed, Bench};
-use dynrt::gguf::quantize;
 use dynrt::graph::ops::Linear;
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
@@ -115,10 +114,10 @@ pub(super) struct LinearReport {
 
 fn weight(rng: &mut SplitMix64, p: &Proj) -> anyhow::Result<(HostTensor, Vec<f32>)> {
     let v: Vec<f32> = (0..p.n * p.k).map(|_| rng.uniform(-1.0, 1.0)).collect();
-    let ty = dynrt::formats::of_dtype(p.dtype)
-        .map(|f| f.ggml)
-        .ok_or_else(|| anyhow::anyhow!("{}: no weight format {}", p.name, p.dtype))?;
-    let bytes = quantize(p.name, ty, &v)?;
+    let bytes = dynrt::formats::of_dtype(p.dtype)
+        .ok_or_else(|| anyhow::anyhow!("{}: no weight format {}", p.name, p.dtype))?
+        .quantize_all(&v)
+        .ok_or_else(|| anyhow::anyhow!("{}: K is not a whole number of blocks", p.name))?;
     let values = decode_f32(p.dtype, &bytes)?;
     let t = HostTensor {
         shape: Shape::new(vec![p.n, p.k]),

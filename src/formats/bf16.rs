@@ -7,7 +7,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::BF16,
-    ggml: GgmlType::BF16,
+    ggml: Some(GgmlType::BF16),
     name: "bf16",
     block_elements: 1,
     block_bytes: 2,

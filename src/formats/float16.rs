@@ -7,7 +7,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::F16,
-    ggml: GgmlType::F16,
+    ggml: Some(GgmlType::F16),
     name: "f16",
     block_elements: 1,
     block_bytes: 2,

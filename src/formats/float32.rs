@@ -7,7 +7,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::F32,
-    ggml: GgmlType::F32,
+    ggml: Some(GgmlType::F32),
     name: "f32",
     block_elements: 1,
     block_bytes: 4,

@@ -1,8 +1,9 @@
 //! Weight formats as data: one [`Format`] per element type a weight can be stored in (plain
-//! floats and ggml's block quantizations), holding everything the rest of dynrt needs to know
-//! about it.
+//! floats, ggml's block quantizations, and the blocks ONNX Runtime's 4-bit `MatMulNBits`
+//! weights are imported into), holding everything the rest of dynrt needs to know about it.
 //!
-//! A [`Format`] is a table row: its [`DType`] and [`GgmlType`], how many elements a block
+//! A [`Format`] is a table row: its [`DType`] and [`GgmlType`] (none for `q4_nb`, which no
+//! GGUF file holds), how many elements a block
 //! holds in how many bytes, the CPU decoder of one block (the reference, equal bit for bit to
 //! the Python `gguf` package's `gguf.quants.dequantize`), a simple quantizer (for building test
 //! models and kernel inputs), and the WGSL function that decodes it on the device. The
@@ -39,8 +40,9 @@ mod float32;
 pub struct Format {
     /// The element type of a tensor in this format.
     pub dtype: DType,
-    /// The GGUF type.
-    pub ggml: GgmlType,
+    /// The GGUF type; `None` for a format no GGUF file holds (`q4_nb`, made by the ONNX
+    /// importer from `MatMulNBits` weights).
+    pub ggml: Option<GgmlType>,
     /// Lower-case name (`q4_k`), as [`DType::name`] and WGSL function names use it.
     pub name: &'static str,
     /// Elements per block (1 for plain floats).
@@ -61,6 +63,20 @@ impl Format {
     pub fn is_block(&self) -> bool {
         self.block_elements > 1
     }
+
+    /// `values` quantized block by block with [`Format::quantize`]; `None` when they are not
+    /// a whole number of blocks.
+    pub fn quantize_all(&self, values: &[f32]) -> Option<Vec<u8>> {
+        let bl = self.block_elements as usize;
+        if values.len() % bl != 0 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(values.len() / bl * self.block_bytes as usize);
+        for block in values.chunks_exact(bl) {
+            (self.quantize)(block, &mut out);
+        }
+        Some(out)
+    }
 }
 
 /// The block formats: `DType variant, module`. The [`DType`] enum gets one variant per row,
@@ -78,6 +94,7 @@ macro_rules! block_format_table {
             Q4_K q4_k,
             Q5_K q5_k,
             Q6_K q6_k,
+            Q4_NB q4_nb,
         }
     };
 }
@@ -107,6 +124,8 @@ macro_rules! format_list {
 }
 block_format_table!(format_list);
 
+pub(crate) use q4_nb::push_block as push_q4_nb_block;
+
 /// The format of `dtype`, `None` for types no weight is stored in (integers, bool).
 pub fn of_dtype(dtype: DType) -> Option<&'static Format> {
     FORMATS.iter().find(|f| f.dtype == dtype)
@@ -114,16 +133,17 @@ pub fn of_dtype(dtype: DType) -> Option<&'static Format> {
 
 /// The format of GGUF type `ty`, `None` for the types dynrt does not decode.
 pub fn of_ggml(ty: GgmlType) -> Option<&'static Format> {
-    FORMATS.iter().find(|f| f.ggml == ty)
+    FORMATS.iter().find(|f| f.ggml == Some(ty))
 }
 
-/// The GGUF names of every format (`"F32, F16, BF16, Q4_0, ..."`), for messages.
+/// The GGUF names of every format a GGUF file can hold (`"F32, F16, BF16, Q4_0, ..."`), for
+/// messages.
 pub fn ggml_names() -> &'static str {
     static NAMES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
         FORMATS
             .iter()
-            .map(|f| f.ggml.name())
+            .filter_map(|f| f.ggml.map(GgmlType::name))
             .collect::<Vec<_>>()
             .join(", ")
     })
@@ -226,20 +246,19 @@ mod tests {
 
     #[test]
     fn the_table_is_consistent() {
-        assert_eq!(FORMATS.len(), 13);
+        assert_eq!(FORMATS.len(), 14);
         let mut seen_block = false;
         for (i, f) in FORMATS.iter().enumerate() {
             assert_eq!(f.dtype.name(), f.name, "{i}");
-            assert_eq!(f.ggml.name().to_lowercase(), f.name);
-            assert_eq!(
-                u64::from(f.block_elements),
-                f.ggml.block_len(),
-                "{}",
-                f.name
-            );
-            assert_eq!(u64::from(f.block_bytes), f.ggml.block_bytes(), "{}", f.name);
+            if let Some(g) = f.ggml {
+                assert_eq!(g.name().to_lowercase(), f.name);
+                assert_eq!(u64::from(f.block_elements), g.block_len(), "{}", f.name);
+                assert_eq!(u64::from(f.block_bytes), g.block_bytes(), "{}", f.name);
+                assert_eq!(of_ggml(g).map(|g| g.name), Some(f.name));
+            } else {
+                assert_eq!(f.name, "q4_nb");
+            }
             assert_eq!(of_dtype(f.dtype).map(|g| g.name), Some(f.name));
-            assert_eq!(of_ggml(f.ggml).map(|g| g.name), Some(f.name));
             // Plain formats come first: the kernels tell them apart by index.
             assert!(!seen_block || f.is_block(), "{}", f.name);
             seen_block |= f.is_block();
@@ -255,6 +274,7 @@ mod tests {
             }
         }
         assert!(ggml_names().starts_with("F32, F16, BF16, Q4_0"));
+        assert!(!ggml_names().contains("NB") && dtype_names().ends_with("q4_nb"));
     }
 
     /// A smooth row with one outlier per block: every format must come close.
@@ -268,10 +288,7 @@ mod tests {
                 })
                 .collect();
             let bl = f.block_elements as usize;
-            let mut bytes = Vec::new();
-            for c in x.chunks_exact(bl) {
-                (f.quantize)(c, &mut bytes);
-            }
+            let bytes = f.quantize_all(&x).unwrap();
             assert_eq!(bytes.len(), n / bl * f.block_bytes as usize, "{}", f.name);
             let mut y = vec![0f32; n];
             for (b, o) in bytes
@@ -285,7 +302,7 @@ mod tests {
             let tol = match f.name {
                 "q2_k" => amax / 2.5,
                 "q3_k" => amax / 5.0,
-                "q4_0" | "q4_1" | "q4_k" => amax / 10.0,
+                "q4_0" | "q4_1" | "q4_k" | "q4_nb" => amax / 10.0,
                 "q5_0" | "q5_1" | "q5_k" => amax / 20.0,
                 _ => amax / 60.0,
             };

@@ -10,7 +10,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q2_K,
-    ggml: GgmlType::Q2_K,
+    ggml: Some(GgmlType::Q2_K),
     name: "q2_k",
     block_elements: 256,
     block_bytes: 84,

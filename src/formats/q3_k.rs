@@ -12,7 +12,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q3_K,
-    ggml: GgmlType::Q3_K,
+    ggml: Some(GgmlType::Q3_K),
     name: "q3_k",
     block_elements: 256,
     block_bytes: 110,

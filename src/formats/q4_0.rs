@@ -8,7 +8,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q4_0,
-    ggml: GgmlType::Q4_0,
+    ggml: Some(GgmlType::Q4_0),
     name: "q4_0",
     block_elements: 32,
     block_bytes: 18,

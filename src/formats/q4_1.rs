@@ -8,7 +8,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q4_1,
-    ggml: GgmlType::Q4_1,
+    ggml: Some(GgmlType::Q4_1),
     name: "q4_1",
     block_elements: 32,
     block_bytes: 20,

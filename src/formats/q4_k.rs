@@ -10,7 +10,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q4_K,
-    ggml: GgmlType::Q4_K,
+    ggml: Some(GgmlType::Q4_K),
     name: "q4_k",
     block_elements: 256,
     block_bytes: 144,

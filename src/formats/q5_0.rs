@@ -9,7 +9,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q5_0,
-    ggml: GgmlType::Q5_0,
+    ggml: Some(GgmlType::Q5_0),
     name: "q5_0",
     block_elements: 32,
     block_bytes: 22,

@@ -9,7 +9,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q5_1,
-    ggml: GgmlType::Q5_1,
+    ggml: Some(GgmlType::Q5_1),
     name: "q5_1",
     block_elements: 32,
     block_bytes: 24,

@@ -11,7 +11,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q5_K,
-    ggml: GgmlType::Q5_K,
+    ggml: Some(GgmlType::Q5_K),
     name: "q5_k",
     block_elements: 256,
     block_bytes: 176,

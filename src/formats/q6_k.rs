@@ -10,7 +10,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q6_K,
-    ggml: GgmlType::Q6_K,
+    ggml: Some(GgmlType::Q6_K),
     name: "q6_k",
     block_elements: 256,
     block_bytes: 210,

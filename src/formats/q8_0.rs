@@ -8,7 +8,7 @@ use crate::shape::DType;
 /// The table row.
 pub const FORMAT: Format = Format {
     dtype: DType::Q8_0,
-    ggml: GgmlType::Q8_0,
+    ggml: Some(GgmlType::Q8_0),
     name: "q8_0",
     block_elements: 32,
     block_bytes: 34,

@@ -63,20 +63,14 @@ pub fn dequantize(label: &str, ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Res
 /// [`GgufError::UnsupportedTensorType`], [`GgufError::PartialBlock`].
 pub fn quantize(label: &str, ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, GgufError> {
     let format = format_of(label, ty)?;
-    let bl = format.block_elements as usize;
-    if src.len() % bl != 0 {
-        return Err(GgufError::PartialBlock {
+    format
+        .quantize_all(src)
+        .ok_or_else(|| GgufError::PartialBlock {
             tensor: label.to_owned(),
             ty,
             row_len: src.len() as u64,
-            block_len: bl as u64,
-        });
-    }
-    let mut out = Vec::with_capacity(src.len() / bl * format.block_bytes as usize);
-    for block in src.chunks_exact(bl) {
-        (format.quantize)(block, &mut out);
-    }
-    Ok(out)
+            block_len: u64::from(format.block_elements),
+        })
 }
 
 impl Gguf {

@@ -36,10 +36,12 @@ pub fn op_version(op_type: &str, opset: i64) -> Option<i64> {
         .copied()
 }
 
-/// Whether the importer maps `op_type` of `domain` (`""` or `ai.onnx` for the default one):
-/// whether the converter registry ([`super::import::CONVERTERS`]) has a line for it.
+/// Whether the importer maps `op_type` of `domain` (`""` or `ai.onnx` for the default one,
+/// `com.microsoft` for ONNX Runtime's contrib ops): whether the converter registry of the
+/// domain ([`super::import::CONVERTERS`], [`super::import::CONTRIB_CONVERTERS`]) has a line
+/// for it.
 pub fn is_supported(domain: &str, op_type: &str) -> bool {
-    (domain.is_empty() || domain == "ai.onnx") && super::import::converter(op_type).is_some()
+    super::import::converter_in(domain, op_type).is_some()
 }
 
 #[cfg(test)]
@@ -51,6 +53,8 @@ mod tests {
         assert!(is_supported("", "MatMul"));
         assert!(is_supported("ai.onnx", "Softmax"));
         assert!(!is_supported("com.microsoft", "MatMul"));
+        assert!(is_supported("com.microsoft", "MatMulNBits"));
+        assert!(!is_supported("", "MatMulNBits") && !is_supported("x.y", "MatMulNBits"));
         assert!(!is_supported("", "NonMaxSuppression"));
         assert!(DEFAULT_DOMAIN_OPSETS.contains(&13) && DEFAULT_DOMAIN_OPSETS.contains(&21));
     }

@@ -20,6 +20,7 @@ mod llm;
 mod llm_events;
 mod llm_scheduler;
 mod onnx_import;
+mod onnx_nbits;
 mod onnx_node_run;
 mod onnx_session;
 mod onnx_smollm2;

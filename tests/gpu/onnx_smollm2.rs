@@ -11,7 +11,13 @@
 //! every run within [`LOGITS_ATOL`] of onnxruntime's, and a decode step must neither allocate
 //! nor copy more than the new cache rows (no per-step reallocation, no full copy).
 //!
-//! Without the model, the Python venv or an adapter the test prints SKIP;
+//! The second test does the same on that export quantized by ONNX Runtime's own quantizer
+//! (`scripts/nbits_ref.py quantize`: every projection a 4-bit `com.microsoft` `MatMulNBits`,
+//! blocks of 32; cached beside it under `target/tmp/onnx-smollm2-q4/`): dynrt's importer keeps
+//! those weights in `q4_nb` blocks, and its tokens must be onnxruntime's on the same file, its
+//! logits within [`LOGITS_ATOL`] (the largest difference is 9e-5 on lavapipe).
+//!
+//! Without the model, the Python venv or an adapter the tests print SKIP;
 //! `DYNRT_REQUIRE_MODEL=1` / `DYNRT_REQUIRE_GPU=1` make that a failure.
 
 use crate::common;
@@ -73,9 +79,17 @@ fn run_python(python: &Path, script: &str, args: &[&str]) {
     );
 }
 
-/// The exported model's folder, exporting it first unless the cache matches `key`.
-fn exported(python: &Path, gguf: &Path, dir: &Path, key: &str) -> PathBuf {
-    let stamp = dir.join("export.stamp");
+/// `dir/model.onnx`, written first by `scripts/SCRIPT ARGS` into an emptied `dir` unless the
+/// stamp file `dir/STAMP` holds `key` (the cache of the export and of its quantization).
+fn cached_model(
+    python: &Path,
+    dir: &Path,
+    stamp: &str,
+    key: &str,
+    script: &str,
+    args: &[&str],
+) -> PathBuf {
+    let stamp = dir.join(stamp);
     let model = dir.join("model.onnx");
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(key) && model.exists() {
         return model;
@@ -83,13 +97,9 @@ fn exported(python: &Path, gguf: &Path, dir: &Path, key: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     let t = std::time::Instant::now();
-    run_python(
-        python,
-        "export_smollm2_onnx.py",
-        &[gguf.to_str().unwrap(), dir.to_str().unwrap()],
-    );
+    run_python(python, script, args);
     eprintln!(
-        "exported {} in {:.1} s",
+        "{script} wrote {} in {:.1} s",
         model.display(),
         t.elapsed().as_secs_f64()
     );
@@ -162,28 +172,39 @@ fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-#[test]
-fn the_exported_decoder_gives_onnxruntimes_tokens_and_logits() {
-    let test = "onnx_smollm2";
-    let Some(gguf) = fetch::model_or_skip(test) else {
-        return;
-    };
-    let Some(python) = common::python_or_skip(test) else {
-        return;
-    };
-    let Some(gpu) = testing::gpu_or_skip(test) else {
-        return;
-    };
+/// What both tests start from: the python of the venv, an adapter, the f32 export (cached)
+/// with its cache key, and the 3 prompts; `None` (after printing SKIP) without the model, the
+/// venv or an adapter.
+struct Setup {
+    python: PathBuf,
+    gpu: dynrt::gpu::Gpu,
+    dir: PathBuf,
+    model: PathBuf,
+    key: String,
+    prompts: Vec<(&'static str, Vec<u32>)>,
+}
+
+fn setup(test: &str) -> Option<Setup> {
+    let gguf = fetch::model_or_skip(test)?;
+    let python = common::python_or_skip(test)?;
+    let gpu = testing::gpu_or_skip(test)?;
     let repo = common::repo();
     let script = std::fs::read(repo.join("scripts/export_smollm2_onnx.py")).unwrap();
     let ref_script = std::fs::read(repo.join("scripts/onnx_ref.py")).unwrap();
     let size = std::fs::metadata(&gguf).unwrap().len();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx-smollm2");
     let key = sha256_of(&[&script, &ref_script, &size.to_le_bytes()]);
-    let model = exported(&python, &gguf, &dir, &key);
+    let model = cached_model(
+        &python,
+        &dir,
+        "export.stamp",
+        &key,
+        "export_smollm2_onnx.py",
+        &[gguf.to_str().unwrap(), dir.to_str().unwrap()],
+    );
 
     let tok = Tokenizer::from_gguf(MappedGguf::open(&gguf).unwrap().gguf()).unwrap();
-    let prompts: Vec<(&str, Vec<u32>)> = vec![
+    let prompts = vec![
         ("france", FRANCE_PROMPT_IDS.to_vec()),
         (
             "story",
@@ -191,12 +212,47 @@ fn the_exported_decoder_gives_onnxruntimes_tokens_and_logits() {
         ),
         ("code", tok.encode("def fibonacci(n):\n", Special::Plain)),
     ];
+    Some(Setup {
+        python,
+        gpu,
+        dir,
+        model,
+        key,
+        prompts,
+    })
+}
 
-    let engine = Engine::new(gpu);
-    let options = SessionOptions {
+/// The options of both tests' sessions.
+fn decode_options() -> SessionOptions {
+    SessionOptions {
         run: RunOptions::new(Policy::Adaptive),
         ..SessionOptions::default()
+    }
+}
+
+/// The largest |a - b|.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+#[test]
+fn the_exported_decoder_gives_onnxruntimes_tokens_and_logits() {
+    let Some(Setup {
+        python,
+        gpu,
+        dir,
+        model,
+        prompts,
+        ..
+    }) = setup("onnx_smollm2")
+    else {
+        return;
     };
+    let engine = Engine::new(gpu);
+    let options = decode_options();
     let t = std::time::Instant::now();
     let mut session = OnnxSession::load(&engine, &model, &options).unwrap();
     eprintln!("loaded in {:.1} s", t.elapsed().as_secs_f64());
@@ -242,11 +298,7 @@ fn the_exported_decoder_gives_onnxruntimes_tokens_and_logits() {
             let all = f32s(&logits);
             let last = &all[all.len() - vocab..];
             let want = &ref_logits[step * vocab..(step + 1) * vocab];
-            let diff = last
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let diff = max_diff(last, want);
             worst = worst.max(diff);
             assert!(
                 diff <= LOGITS_ATOL,
@@ -361,4 +413,73 @@ fn the_exported_decoder_gives_onnxruntimes_tokens_and_logits() {
         "only {} decode steps ran in place (the others grew the caches)",
         in_place.len()
     );
+}
+
+/// ONNX Runtime's 4-bit export of the same decoder: dynrt imports every `MatMulNBits` onto
+/// the `linear` kernels with the weights kept in blocks (`q4_nb`), and its greedy tokens for
+/// the same 3 prompts are onnxruntime's (CPU provider, same file), the last position's logits
+/// within [`LOGITS_ATOL`].
+#[test]
+fn the_4_bit_export_gives_onnxruntimes_tokens_and_logits() {
+    let Some(setup) = setup("onnx_smollm2_q4") else {
+        return;
+    };
+    let q_script = std::fs::read(common::repo().join("scripts/nbits_ref.py")).unwrap();
+    let dir = setup.dir.with_file_name("onnx-smollm2-q4");
+    let key = sha256_of(&[setup.key.as_bytes(), &q_script]);
+    // The export quantized by ONNX Runtime's own quantizer (every projection a 4-bit
+    // `MatMulNBits`, blocks of 32, uint8 zero points).
+    let model = cached_model(
+        &setup.python,
+        &dir,
+        "quantize.stamp",
+        &key,
+        "nbits_ref.py",
+        &[
+            "quantize",
+            setup.model.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ],
+    );
+    let (python, prompts) = (setup.python, setup.prompts);
+    let engine = Engine::new(setup.gpu);
+    let options = decode_options();
+    let mut session = OnnxSession::load(&engine, &model, &options).unwrap();
+    let mut worst = 0f32;
+    for (name, prompt) in &prompts {
+        let (ref_tokens, ref_logits, vocab) = reference(&python, &model, &dir, name, prompt);
+        session.reset();
+        let t = std::time::Instant::now();
+        let mut fed: Vec<i64> = prompt.iter().map(|&i| i64::from(i)).collect();
+        let mut position = 0i64;
+        let mut tokens = Vec::new();
+        for step in 0..STEPS {
+            let positions: Vec<i64> = (position..position + fed.len() as i64).collect();
+            session
+                .run_blocking(&[
+                    ("input_ids", &ids_tensor(&fed)),
+                    ("position_ids", &ids_tensor(&positions)),
+                ])
+                .unwrap_or_else(|e| panic!("{name} step {step}: {e}"));
+            let all = f32s(&session.read_blocking("logits").unwrap());
+            let last = &all[all.len() - vocab..];
+            let want = &ref_logits[step * vocab..(step + 1) * vocab];
+            let diff = max_diff(last, want);
+            worst = worst.max(diff);
+            assert!(
+                diff <= LOGITS_ATOL,
+                "{name} step {step}: logits differ by {diff} (> {LOGITS_ATOL})"
+            );
+            tokens.push(argmax(last));
+            position += fed.len() as i64;
+            fed = vec![i64::from(tokens[step])];
+        }
+        assert_eq!(tokens, ref_tokens, "{name}: dynrt vs onnxruntime");
+        eprintln!(
+            "{name}: {} prompt tokens + {STEPS} generated in {:.1} s, tokens equal onnxruntime's",
+            prompt.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("max |logits - onnxruntime| = {worst:e} (tolerance {LOGITS_ATOL})");
 }

@@ -148,15 +148,7 @@ impl<'m> Ctx<'m> {
         &mut self,
         init: &Initializer,
     ) -> Result<NodeId, ImportError> {
-        let unsupported = || ImportError::UnsupportedDType {
-            value: init.name.clone(),
-            dtype: init.dtype,
-        };
-        let dtype = dtype_of(init.dtype).ok_or_else(unsupported)?;
-        let t = init.tensor().ok_or_else(|| ImportError::Input {
-            input: init.name.clone(),
-            reason: "external data was not read (LoadOptions::read_external is off)".into(),
-        })?;
+        let (dtype, t) = initializer_tensor(init)?;
         let id = self.constant_tensor(&init.name, dtype, t)?;
         self.values.insert(init.name.clone(), id);
         Ok(id)
@@ -678,6 +670,23 @@ impl<'m> Ctx<'m> {
             )
         })
     }
+}
+
+/// An initializer's dynrt element type and tensor.
+///
+/// # Errors
+/// [`ImportError::UnsupportedDType`] for a type dynrt does not hold, [`ImportError::Input`]
+/// when its external data was not read.
+pub(super) fn initializer_tensor(init: &Initializer) -> Result<(DType, &HostTensor), ImportError> {
+    let dtype = dtype_of(init.dtype).ok_or_else(|| ImportError::UnsupportedDType {
+        value: init.name.clone(),
+        dtype: init.dtype,
+    })?;
+    let t = init.tensor().ok_or_else(|| ImportError::Input {
+        input: init.name.clone(),
+        reason: "external data was not read (LoadOptions::read_external is off)".into(),
+    })?;
+    Ok((dtype, t))
 }
 
 /// Declared dims of a graph input as dynrt dims; `None` without a tensor type of known rank.

@@ -24,7 +24,9 @@
 //! * **The converter registry** ([`CONVERTERS`]): one line per ONNX op type, each mapping a
 //!   node (its attributes, and the definition its opset selects, [`Ctx::version`]) to dynrt
 //!   ops through a [`Ctx`]. Converters live in files by family; adding an op is its function
-//!   and one registry line.
+//!   and one registry line. ONNX Runtime's contrib ops (`com.microsoft`) have a registry of
+//!   their own, [`CONTRIB_CONVERTERS`] (`MatMulNBits`: 4-bit weights kept in blocks on the
+//!   device, `contrib.rs`).
 //! * **Unsupported ops** are found before anything is converted: one
 //!   [`ImportError::Unsupported`] lists every node whose op has no converter (or whose opset
 //!   selects a definition the converter does not map), with its op type and why.
@@ -65,6 +67,7 @@
 
 mod attention;
 mod cnn;
+mod contrib;
 mod ctx;
 mod elementwise;
 mod logic;
@@ -183,8 +186,8 @@ fn list_unsupported(nodes: &[UnsupportedNode]) -> String {
 /// node's outputs ([`Ctx::bind`], or [`Ctx::emit`] for the usual one-op case).
 pub type ConvertFn = fn(&mut Ctx<'_>, &OnnxNode) -> Result<(), ImportError>;
 
-/// One line of the registry: an ONNX op type of the default domain, the oldest definition
-/// (`since_version`) the converter maps, and the converter.
+/// One line of a registry: an ONNX op type, the oldest definition (`since_version`) the
+/// converter maps, and the converter.
 #[derive(Debug, Clone, Copy)]
 pub struct Converter {
     /// The op type (`Add`).
@@ -284,17 +287,43 @@ pub const CONVERTERS: &[Converter] = &[
     line("Xor", 7, logic::logic),
 ];
 
-/// The registry line of `op_type` (default domain).
-pub fn converter(op_type: &str) -> Option<&'static Converter> {
-    CONVERTERS
+/// ONNX Runtime's contrib-op domain.
+pub const CONTRIB_DOMAIN: &str = "com.microsoft";
+
+/// The converter registry of [`CONTRIB_DOMAIN`] (ONNX Runtime's contrib ops, whose one
+/// version is 1), sorted by op type like [`CONVERTERS`].
+pub const CONTRIB_CONVERTERS: &[Converter] = &[line("MatMulNBits", 1, contrib::matmul_nbits)];
+
+fn find(registry: &'static [Converter], op_type: &str) -> Option<&'static Converter> {
+    registry
         .binary_search_by(|c| c.op_type.cmp(op_type))
         .ok()
-        .map(|i| &CONVERTERS[i])
+        .map(|i| &registry[i])
+}
+
+/// The registry line of `op_type` (default domain).
+pub fn converter(op_type: &str) -> Option<&'static Converter> {
+    find(CONVERTERS, op_type)
+}
+
+/// The registry line of `op_type` in `domain` (`""` or `ai.onnx` for the default one,
+/// [`CONTRIB_DOMAIN`]); `None` for any other domain.
+pub fn converter_in(domain: &str, op_type: &str) -> Option<&'static Converter> {
+    match domain {
+        "" | "ai.onnx" => converter(op_type),
+        CONTRIB_DOMAIN => find(CONTRIB_CONVERTERS, op_type),
+        _ => None,
+    }
 }
 
 /// Why the importer cannot take a node of `domain`/`op_type` in a model whose default-domain
 /// opset is `opset`, or `None` when it can.
 pub fn refusal(domain: &str, op_type: &str, opset: i64) -> Option<String> {
+    if domain == CONTRIB_DOMAIN {
+        return converter_in(domain, op_type)
+            .is_none()
+            .then(|| format!("not in the importer's {CONTRIB_DOMAIN} op list"));
+    }
     if !domain.is_empty() && domain != "ai.onnx" {
         return Some(format!("domain `{domain}` not supported"));
     }
@@ -425,8 +454,12 @@ pub fn import(model: &OnnxFile) -> Result<ImportedGraph, ImportError> {
         });
     }
     for node in &graph.nodes {
-        ctx.version = op_version(&node.op_type, opset).unwrap_or(0);
-        let c = converter(&node.op_type).ok_or_else(|| ImportError::Node {
+        ctx.version = if node.domain == CONTRIB_DOMAIN {
+            1
+        } else {
+            op_version(&node.op_type, opset).unwrap_or(0)
+        };
+        let c = converter_in(&node.domain, &node.op_type).ok_or_else(|| ImportError::Node {
             node: node.label(),
             op_type: node.op_type.clone(),
             reason: "no converter".into(),

@@ -51,8 +51,16 @@ fn registry_is_sorted_and_refusals_say_why() {
     );
     assert_eq!(
         refusal("com.microsoft", "Add", 17).as_deref(),
-        Some("domain `com.microsoft` not supported")
+        Some("not in the importer's com.microsoft op list")
     );
+    assert_eq!(refusal("com.microsoft", "MatMulNBits", 17), None);
+    assert_eq!(
+        refusal("org.example", "MatMulNBits", 17).as_deref(),
+        Some("domain `org.example` not supported")
+    );
+    assert!(CONTRIB_CONVERTERS
+        .windows(2)
+        .all(|w| w[0].op_type < w[1].op_type));
     assert_eq!(
         refusal("", "Gelu", 17).as_deref(),
         Some("not defined at opset 17")

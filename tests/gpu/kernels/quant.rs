@@ -1,5 +1,5 @@
 //! The `quant` kernels against the CPU reference: `linear` (`x · wᵀ`) with weights in every
-//! format of `dynrt::formats` (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k),
+//! format of `dynrt::formats` (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q4_nb),
 //! and the embedding `gather` from tables in every format but f32, on every test
 //! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks), on seeded random
 //! shapes: K multiples of the format's block (32 or 256; any K for f16/bf16/f32, odd K
@@ -11,7 +11,7 @@
 //! fetched (`dynrt fetch`; skipped otherwise unless `DYNRT_REQUIRE_MODEL=1`).
 //!
 //! Weights are random values in [-1, 1) quantized by each format's quantizer
-//! (`dynrt::gguf::quantize`); the reference dequantizes the same bytes on the host
+//! (`Format::quantize_all`); the reference dequantizes the same bytes on the host
 //! (`tensor::decode_f32`) and accumulates in f64.
 //!
 //! Tolerances (|gpu - ref| <= atol + rtol * |ref|):
@@ -21,7 +21,7 @@
 //!   into one rounding on the device and two on the host)
 
 use dynrt::formats::FORMATS;
-use dynrt::gguf::{quantize, GgmlType};
+use dynrt::gguf::GgmlType;
 use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::run::{run_op, RunOpError};
 use dynrt::gpu::kernels::{KernelError, Kernels};
@@ -37,10 +37,12 @@ fn s(d: &[u64]) -> Shape {
     Shape::new(d.to_vec())
 }
 
-fn ggml(d: DType) -> GgmlType {
+/// `v` quantized to `d` by the format's quantizer (whole blocks).
+fn quantize(d: DType, v: &[f32]) -> Vec<u8> {
     dynrt::formats::of_dtype(d)
         .unwrap_or_else(|| panic!("{d} is no weight format"))
-        .ggml
+        .quantize_all(v)
+        .unwrap_or_else(|| panic!("{} values are not whole {d} blocks", v.len()))
 }
 
 /// Elements per block of `d` (1 for plain formats).
@@ -57,7 +59,7 @@ fn values(rng: &mut SplitMix64, n: u64) -> Vec<f32> {
 /// blocks when cols is a multiple of the block).
 fn weight(rng: &mut SplitMix64, dtype: DType, rows: u64, cols: u64) -> HostTensor {
     let v = values(rng, rows * cols);
-    let bytes = quantize("w", ggml(dtype), &v).unwrap();
+    let bytes = quantize(dtype, &v);
     HostTensor {
         shape: s(&[rows, cols]),
         dtype,
@@ -184,7 +186,7 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
                 for (m, kd, n) in [(1, 45, 9), (3, 7, 5), (17, 45, 9), (70, 33, 3)] {
                     let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
                     let v = values(&mut rng, n * kd);
-                    let bytes = quantize("w", ggml(dtype), &v).unwrap();
+                    let bytes = quantize(dtype, &v);
                     let w = HostTensor {
                         shape: s(&[n, kd]),
                         dtype,
@@ -373,7 +375,7 @@ fn gather_dequantizes_rows_of_every_table_format() {
             let table = HostTensor {
                 shape: s(&[9, 15]),
                 dtype,
-                bytes: quantize("t", ggml(dtype), &v).unwrap(),
+                bytes: quantize(dtype, &v),
             };
             let ids = HostTensor::i32(s(&[4]), &[8, 3, 0, 5]);
             check(

@@ -6,6 +6,8 @@
 
 /// ONNX `TensorProto.DataType` codes.
 pub const FLOAT: i64 = 1;
+/// ONNX `UINT8`.
+pub const UINT8: i64 = 2;
 /// ONNX `INT64`.
 pub const INT64: i64 = 7;
 
@@ -18,10 +20,12 @@ pub enum Dim {
     Sym(&'static str),
 }
 
-/// A node: op type, inputs, outputs, integer attributes; named `name`.
+/// A node: op type (of `domain`, `""` the default one), inputs, outputs, integer attributes;
+/// named `name`.
 pub struct Node {
     pub name: String,
     pub op: &'static str,
+    pub domain: &'static str,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub ints: Vec<(&'static str, i64)>,
@@ -32,6 +36,7 @@ impl Node {
         Node {
             name: name.to_string(),
             op,
+            domain: "",
             inputs: inputs.iter().map(|s| s.to_string()).collect(),
             outputs: outputs.iter().map(|s| s.to_string()).collect(),
             ints: Vec::new(),
@@ -40,6 +45,11 @@ impl Node {
 
     pub fn int(mut self, name: &'static str, v: i64) -> Node {
         self.ints.push((name, v));
+        self
+    }
+
+    pub fn in_domain(mut self, domain: &'static str) -> Node {
+        self.domain = domain;
         self
     }
 }
@@ -102,7 +112,8 @@ fn value_info(out: &mut Vec<u8>, field: u64, (name, elem, dims): &(String, i64, 
     });
 }
 
-/// The `ModelProto` bytes of `g` (IR version 8, default-domain opset `opset`).
+/// The `ModelProto` bytes of `g` (IR version 8, default-domain opset `opset`, and version 1
+/// of every other domain its nodes use).
 pub fn model(g: &Graph, opset: i64) -> Vec<u8> {
     let mut m = Vec::new();
     int(&mut m, 1, 8);
@@ -110,6 +121,20 @@ pub fn model(g: &Graph, opset: i64) -> Vec<u8> {
         bytes(o, 1, b"");
         int(o, 2, opset);
     });
+    let mut domains: Vec<&str> = g
+        .nodes
+        .iter()
+        .map(|n| n.domain)
+        .filter(|d| !d.is_empty())
+        .collect();
+    domains.sort_unstable();
+    domains.dedup();
+    for d in domains {
+        message(&mut m, 8, |o| {
+            bytes(o, 1, d.as_bytes());
+            int(o, 2, 1);
+        });
+    }
     message(&mut m, 7, |gr| {
         for n in &g.nodes {
             message(gr, 1, |nb| {
@@ -121,6 +146,9 @@ pub fn model(g: &Graph, opset: i64) -> Vec<u8> {
                 }
                 bytes(nb, 3, n.name.as_bytes());
                 bytes(nb, 4, n.op.as_bytes());
+                if !n.domain.is_empty() {
+                    bytes(nb, 7, n.domain.as_bytes());
+                }
                 for (name, v) in &n.ints {
                     message(nb, 5, |a| {
                         bytes(a, 1, name.as_bytes());
@@ -263,4 +291,104 @@ pub fn gather_in_shape_chain() -> Vec<u8> {
         ],
     };
     model(&g, 13)
+}
+
+/// What a hostile `MatMulNBits` model holds (`y = MatMulNBits(x, b, scales[, zp])`, the node
+/// named `mnb`, x f32 `[1, x_k]`): its attributes and its constants' element counts, each free
+/// to contradict the others.
+pub struct NBits {
+    pub k: i64,
+    pub n: i64,
+    pub bits: i64,
+    pub block_size: i64,
+    /// Declared K of x.
+    pub x_k: u64,
+    /// B's element type and dims (its bytes are zeros, as many as the dims say).
+    pub b: (i64, Vec<u64>),
+    /// Elements of `scales` (f32).
+    pub scales: u64,
+    /// `zero_points`: element type and count, absent when `None`.
+    pub zero_points: Option<(i64, u64)>,
+    /// A `g_idx` input (i32 `[k]`).
+    pub g_idx: bool,
+    /// B a graph input instead of an initializer.
+    pub b_fed: bool,
+}
+
+impl NBits {
+    /// A well-formed node: K 64, N 8, 4 bits, blocks of 32, uint8 zero points.
+    pub fn valid() -> NBits {
+        NBits {
+            k: 64,
+            n: 8,
+            bits: 4,
+            block_size: 32,
+            x_k: 64,
+            b: (UINT8, vec![8, 2, 16]),
+            scales: 16,
+            zero_points: Some((UINT8, 8)),
+            g_idx: false,
+            b_fed: false,
+        }
+    }
+}
+
+fn elem_bytes(elem: i64) -> u64 {
+    match elem {
+        UINT8 => 1,
+        INT64 => 8,
+        _ => 4,
+    }
+}
+
+/// The `ModelProto` bytes of the [`NBits`] model.
+pub fn matmul_nbits(m: &NBits) -> Vec<u8> {
+    let f32s = |n: u64| vec![0u8; n as usize * 4];
+    let mut g = Graph {
+        inputs: vec![("x".into(), FLOAT, vec![Dim::Fixed(1), Dim::Fixed(m.x_k)])],
+        outputs: vec![("y".into(), FLOAT, vec![Dim::Sym("a"), Dim::Sym("b")])],
+        initializers: vec![("scales".into(), FLOAT, vec![m.scales], f32s(m.scales))],
+        ..Graph::default()
+    };
+    let (b_elem, b_dims) = &m.b;
+    if m.b_fed {
+        let dims = b_dims.iter().map(|&d| Dim::Fixed(d)).collect();
+        g.inputs.push(("b".into(), *b_elem, dims));
+    } else {
+        let n: u64 = b_dims.iter().product();
+        g.initializers.push((
+            "b".into(),
+            *b_elem,
+            b_dims.clone(),
+            vec![0u8; (n * elem_bytes(*b_elem)) as usize],
+        ));
+    }
+    let mut inputs = vec!["x", "b", "scales", ""];
+    if let Some((elem, count)) = m.zero_points {
+        g.initializers.push((
+            "zp".into(),
+            elem,
+            vec![count],
+            vec![0u8; (count * elem_bytes(elem)) as usize],
+        ));
+        inputs[3] = "zp";
+    }
+    if m.g_idx {
+        g.initializers.push((
+            "g_idx".into(),
+            6,
+            vec![m.k.max(0) as u64],
+            vec![0u8; m.k.max(0) as usize * 4],
+        ));
+        inputs.push("g_idx");
+    }
+    g.nodes.push(
+        Node::new("mnb", "MatMulNBits", &inputs, &["y"])
+            .in_domain("com.microsoft")
+            .int("K", m.k)
+            .int("N", m.n)
+            .int("bits", m.bits)
+            .int("block_size", m.block_size),
+    );
+    model(&g, 17)
 }
