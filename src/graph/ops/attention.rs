@@ -129,12 +129,16 @@ pub fn rope_table_scaled(
     out
 }
 
-fn invalid(op: &'static str, reason: String) -> InferError {
+pub(super) fn invalid(op: &'static str, reason: String) -> InferError {
     InferError::Invalid { op, reason }
 }
 
 /// `[rows, cols]` of a rank-2 input, or the rank error naming it.
-fn matrix(shape: &Shape, input: usize, expected: &'static str) -> Result<(u64, u64), InferError> {
+pub(super) fn matrix(
+    shape: &Shape,
+    input: usize,
+    expected: &'static str,
+) -> Result<(u64, u64), InferError> {
     match shape.dims() {
         &[r, c] => Ok((r, c)),
         _ => Err(InferError::Rank {
@@ -320,33 +324,69 @@ impl OpDef for Attention {
         for row in 0..s {
             let visible = past + row + 1;
             let first = self.first_key(t as u64, s as u64, row as u64) as usize;
+            let at: Vec<usize> = (first..visible).collect();
             for head in 0..h {
-                let g = head / group;
-                let qrow = &q[row * qw + head * d..][..d];
-                let scores: Vec<f64> = (first..visible)
-                    .map(|j| {
-                        let krow = &k[j * kw + g * d..][..d];
-                        qrow.iter()
-                            .zip(krow)
-                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                            .sum::<f64>()
-                            * scale
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
-                let sum: f64 = weights.iter().sum();
-                for e in 0..d {
-                    let acc: f64 = weights
-                        .iter()
-                        .zip(first..)
-                        .map(|(&wt, j)| wt * f64::from(v[j * kw + g * d + e]))
-                        .sum();
-                    y[row * qw + head * d + e] = (acc / sum) as f32;
-                }
+                let at_q = row * qw + head * d;
+                let keys = KeyRows {
+                    rows: k,
+                    width: kw,
+                    offset: (head / group) * d,
+                };
+                attend(
+                    &q[at_q..at_q + d],
+                    &at,
+                    &keys,
+                    v,
+                    scale,
+                    &mut y[at_q..at_q + d],
+                );
             }
         }
         Ok(Values::F32(y))
+    }
+}
+
+/// Keys or values as the references read them: rows of `width` floats, one head's `d`
+/// values from `offset` in each row.
+pub(super) struct KeyRows<'a> {
+    pub rows: &'a [f32],
+    pub width: usize,
+    pub offset: usize,
+}
+
+/// One query row of one head over the key rows `at` (f64 throughout): scores scaled by
+/// `scale`, a max-subtracted softmax, the weighted sum of the values (read like the keys)
+/// written to `out`.
+pub(super) fn attend(
+    q: &[f32],
+    at: &[usize],
+    k: &KeyRows<'_>,
+    v: &[f32],
+    scale: f64,
+    out: &mut [f32],
+) {
+    let d = q.len();
+    let scores: Vec<f64> = at
+        .iter()
+        .map(|&j| {
+            let krow = &k.rows[j * k.width + k.offset..][..d];
+            q.iter()
+                .zip(krow)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum::<f64>()
+                * scale
+        })
+        .collect();
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
+    let sum: f64 = weights.iter().sum();
+    for (e, o) in out.iter_mut().enumerate() {
+        let acc: f64 = weights
+            .iter()
+            .zip(at)
+            .map(|(&wt, &j)| wt * f64::from(v[j * k.width + k.offset + e]))
+            .sum();
+        *o = (acc / sum) as f32;
     }
 }
 

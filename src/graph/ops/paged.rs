@@ -7,6 +7,7 @@
 //! row `j % page_size`. A growing sequence takes a page when it crosses a page boundary and
 //! never moves its old rows; sequences that share a prefix can share its pages.
 
+use super::attention::{attend, invalid, matrix, KeyRows};
 use super::{DTypeError, InferError, OpDef};
 use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
@@ -53,21 +54,6 @@ impl PagedAttention {
 /// by the kernel and an error in the CPU reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ScatterRows;
-
-fn invalid(op: &'static str, reason: String) -> InferError {
-    InferError::Invalid { op, reason }
-}
-
-fn matrix(shape: &Shape, input: usize, expected: &'static str) -> Result<(u64, u64), InferError> {
-    match shape.dims() {
-        &[r, c] => Ok((r, c)),
-        _ => Err(InferError::Rank {
-            input,
-            shape: shape.clone(),
-            expected,
-        }),
-    }
-}
 
 impl OpDef for PagedAttention {
     fn name(&self) -> &'static str {
@@ -186,30 +172,20 @@ impl OpDef for PagedAttention {
                 at.push(p as usize * page + j % page);
             }
             for head in 0..h {
-                let g = head / group;
-                let qrow = &q[row * qw + head * d..][..d];
-                let scores: Vec<f64> = at
-                    .iter()
-                    .map(|&j| {
-                        let krow = &k[j * kw + g * d..][..d];
-                        qrow.iter()
-                            .zip(krow)
-                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                            .sum::<f64>()
-                            * scale
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
-                let sum: f64 = weights.iter().sum();
-                for e in 0..d {
-                    let acc: f64 = weights
-                        .iter()
-                        .zip(&at)
-                        .map(|(&wt, &j)| wt * f64::from(v[j * kw + g * d + e]))
-                        .sum();
-                    y[row * qw + head * d + e] = (acc / sum) as f32;
-                }
+                let at_q = row * qw + head * d;
+                let keys = KeyRows {
+                    rows: k,
+                    width: kw,
+                    offset: (head / group) * d,
+                };
+                attend(
+                    &q[at_q..at_q + d],
+                    &at,
+                    &keys,
+                    v,
+                    scale,
+                    &mut y[at_q..at_q + d],
+                );
             }
         }
         Ok(Values::F32(y))

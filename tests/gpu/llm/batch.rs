@@ -64,6 +64,24 @@ fn assert_same(what: &str, got: &(Vec<u32>, Vec<Vec<f32>>), want: &(Vec<u32>, Ve
     }
 }
 
+/// Runs `prompts` together from the first step with `options` and checks each against the
+/// same prompt alone. Returns the engine (idle) for its counters.
+fn batched_equals_alone(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    params: &GenerateParams,
+    options: BatchOptions,
+) -> BatchEngine {
+    let want: Vec<_> = prompts.iter().map(|p| alone(model, p, params)).collect();
+    let mut batch = BatchEngine::new(model, options).unwrap();
+    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
+    let (out, ids) = run(&mut batch, &later, params);
+    for (k, id) in ids.iter().enumerate() {
+        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
+    }
+    batch
+}
+
 fn tiny(engine: &Engine) -> Model {
     let t = TinyLlama::default();
     let backing: dynrt::tensor::Backing = Arc::new(t.build(5).unwrap());
@@ -119,25 +137,16 @@ fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
     let prompts: Vec<Vec<u32>> = (0..3)
         .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
         .collect();
-    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
     // Six pages of 8: one sequence needs up to 34 positions (5 pages), three cannot run at
     // once.
-    let mut batch = BatchEngine::new(
-        &model,
-        BatchOptions {
-            page_size: 8,
-            pool_tokens: 48,
-            step_tokens: 32,
-            max_batch: 3,
-            ..BatchOptions::default()
-        },
-    )
-    .unwrap();
-    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
-    let (out, ids) = run(&mut batch, &later, &params);
-    for (k, id) in ids.iter().enumerate() {
-        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
-    }
+    let options = BatchOptions {
+        page_size: 8,
+        pool_tokens: 48,
+        step_tokens: 32,
+        max_batch: 3,
+        ..BatchOptions::default()
+    };
+    let mut batch = batched_equals_alone(&model, &prompts, &params, options);
     let s = batch.stats();
     assert!(s.preemptions > 0, "{s:?}");
     assert_eq!(s.pages_used, 0);
@@ -173,21 +182,12 @@ fn batched_sliding_window_layers_match_alone() {
     let model = Model::from_backing(&engine, backing, ModelOptions::default()).unwrap();
     let params = greedy(24);
     let prompts: Vec<Vec<u32>> = vec![vec![5, 80, 33, 120, 7, 9], (1..20).collect()];
-    let want: Vec<_> = prompts.iter().map(|p| alone(&model, p, &params)).collect();
-    let mut batch = BatchEngine::new(
-        &model,
-        BatchOptions {
-            page_size: 4,
-            pool_tokens: 256,
-            ..BatchOptions::default()
-        },
-    )
-    .unwrap();
-    let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
-    let (out, ids) = run(&mut batch, &later, &params);
-    for (k, id) in ids.iter().enumerate() {
-        assert_same(&format!("sequence {k}"), &out[id], &want[k]);
-    }
+    let options = BatchOptions {
+        page_size: 4,
+        pool_tokens: 256,
+        ..BatchOptions::default()
+    };
+    batched_equals_alone(&model, &prompts, &params, options);
 }
 
 #[test]
