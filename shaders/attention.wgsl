@@ -37,6 +37,15 @@
 //   attention_combine  workgroup size 64, one workgroup per (s, h) (workgroup_index = s * heads
 //                   + h) after a split-key attention_gqa(4): merges the row's splits records
 //                   (max M of the m, weights exp(m - M)) into out, one invocation per dim.
+//   PAGED (a pipeline constant of attention_gqa(4)): keys and values are pools of pages
+//                   (paged_attention); query row s reads its page-table row and position p
+//                   from binding 5 (rows [S, 2]) and sees positions 0..=p (within the
+//                   window), position j at pool row pages[seq, j / page_size] * page_size
+//                   + j % page_size (binding 6, the page table [seqs, pages_per_seq]). Off,
+//                   bindings 5 and 6 are the encoder's pad and never read.
+//   attention_scatter  workgroup size 256, one invocation per element of rows [S, W]: row i
+//                   is written to row slots[i] of the pool (binding 4: in place on the
+//                   state's buffer); a slot outside the pool is skipped.
 //
 // Bindings (group 0):
 //   attention_rope: 0 uniform RopeParams, 1 x [rows, width], 2 positions [rows] (i32),
@@ -44,7 +53,9 @@
 //   attention_gqa(4): 0 uniform GqaParams, 1 q [s, heads * head_dim],
 //                   2 k [t, kv_heads * head_dim], 3 v [t, kv_heads * head_dim],
 //                   4 out [s, heads * head_dim], or the workspace when splits > 1
+//                   5 rows [s, 2] (i32, paged), 6 pages [seqs, pages_per_seq] (i32, paged)
 //   attention_combine: 0 uniform GqaParams, 1 the workspace, 4 out [s, heads * head_dim]
+//   attention_scatter: 0 uniform ScatterParams, 1 rows [S, W], 2 slots [S] (i32), 4 pool
 //
 // Rust mirrors (src/gpu/kernels/attention.rs, #[repr(C)], bytemuck::Pod):
 //   struct RopeParams { rows: u32, width: u32, head_dim: u32, rope_dim: u32,
@@ -53,7 +64,10 @@
 //   struct GqaParams { s: u32, t: u32, heads: u32, kv_heads: u32, head_dim: u32,
 //                      q_offset: u32, k_offset: u32, v_offset: u32, out_offset: u32,
 //                      scale: f32, window: u32, splits: u32, chunk_keys: u32,
-//                      _pad: vec3<u32> }                                         // 64 bytes
+//                      rows_offset: u32, pages_offset: u32, page_size: u32,
+//                      pages_per_seq: u32, seqs: u32, _pad: [u32; 2] }           // 80 bytes
+//   struct ScatterParams { rows: u32, width: u32, pool_rows: u32, src_offset: u32,
+//                          slot_offset: u32, dst_offset: u32, _pad: [u32; 2] }   // 32 bytes
 // Offsets are in elements from the start of each binding.
 
 struct RopeParams {

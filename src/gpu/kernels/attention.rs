@@ -103,7 +103,7 @@ pub fn workgroups_for(layout: QuantLayout) -> u64 {
 /// [`workgroups_for`] on hardware GPUs.
 const GPU_WORKGROUPS: u64 = 512;
 
-/// `GqaParams` of `shaders/attention.wgsl` (64 bytes).
+/// `GqaParams` of `shaders/attention.wgsl` (80 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct GqaParams {
