@@ -260,6 +260,12 @@ struct GqaItem {
     norm: bool,
 }
 
+// The output dims [c0, c1) of workgroup item `item` (GqaItem's c0 and c1).
+fn item_dims(item: u32) -> vec2<u32> {
+    let c0 = (item % ((gp.head_dim + CHUNK - 1u) / CHUNK)) * CHUNK;
+    return vec2<u32>(c0, min(c0 + CHUNK, gp.head_dim));
+}
+
 fn gqa_item(item: u32) -> GqaItem {
     let chunks = (gp.head_dim + CHUNK - 1u) / CHUNK;
     let c0 = (item % chunks) * CHUNK;
@@ -375,7 +381,10 @@ fn attention_gqa(
 
     let fi = merge_softmax(lid, m, l);
     let inv = finish_item(lid, it, fi.y);
-    for (var c = it.c0; c < it.c1; c += 32u) {
+    // The loop's bounds from the uniform item alone (its barriers need uniform control
+    // flow; `it` holds values read from storage when PAGED).
+    let dims = item_dims(item);
+    for (var c = dims.x; c < dims.y; c += 32u) {
         for (var e = 0u; e < 32u; e++) {
             if c + e < it.c1 {
                 acc_sh[lid * 32u + e] = acc[c - it.c0 + e] * fi.x;
@@ -440,7 +449,10 @@ fn attention_gqa4(
 
     let fi = merge_softmax(lid, m, l);
     let inv = finish_item(lid, it, fi.y);
-    for (var c = it.c0; c < it.c1; c += 32u) {
+    // The loop's bounds from the uniform item alone (its barriers need uniform control
+    // flow; `it` holds values read from storage when PAGED).
+    let dims = item_dims(item);
+    for (var c = dims.x; c < dims.y; c += 32u) {
         for (var e = 0u; e < 8u; e++) {
             let i4 = (c - it.c0) / 4u + e;
             if i4 < n4 {
