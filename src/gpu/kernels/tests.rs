@@ -43,7 +43,11 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
             size_of::<attention::RopeParams>(),
         ),
         ("attention", "GqaParams", size_of::<attention::GqaParams>()),
-        ("attention", "ScatterParams", size_of::<attention::ScatterParams>()),
+        (
+            "attention",
+            "ScatterParams",
+            size_of::<attention::ScatterParams>(),
+        ),
         ("cnn", "PoolParams", size_of::<cnn::PoolParams>()),
         ("cnn", "BnParams", size_of::<cnn::BnParams>()),
         (

@@ -7,7 +7,7 @@
 use super::{engine, greedy, prompt_ids, smollm2};
 use dynrt::gguf::TinyLlama;
 use dynrt::gpu::Engine;
-use dynrt::llm::{BatchEngine, BatchOptions, GenerateParams, Model, ModelOptions, SeqId};
+use dynrt::llm::{BatchEngine, BatchOptions, GenerateParams, LlmError, Model, ModelOptions, SeqId};
 use dynrt::memory::predictor::Policy;
 use dynrt::runtime::RunOptions;
 use std::collections::BTreeMap;
@@ -221,4 +221,74 @@ fn smollm2_batched_answers_equal_the_answers_alone() {
         }
     }
     eprintln!("{test}: {:?}", batch.stats());
+}
+
+#[test]
+fn bad_options_and_requests_are_refused_with_typed_errors() {
+    let test = "bad_options_and_requests_are_refused_with_typed_errors";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let bad = |options: BatchOptions| match BatchEngine::new(&model, options) {
+        Err(LlmError::BadParameter { name, .. }) => name,
+        other => panic!("not refused: {other:?}"),
+    };
+    let base = BatchOptions::default();
+    assert_eq!(
+        bad(BatchOptions {
+            page_size: 0,
+            ..base
+        }),
+        "page_size"
+    );
+    assert_eq!(
+        bad(BatchOptions {
+            pool_tokens: 0,
+            ..base
+        }),
+        "pool_tokens"
+    );
+    assert_eq!(
+        bad(BatchOptions {
+            step_tokens: 0,
+            ..base
+        }),
+        "step_tokens"
+    );
+    assert_eq!(
+        bad(BatchOptions {
+            max_batch: 200,
+            ..base
+        }),
+        "max_batch"
+    );
+    // Pools larger than one storage binding per layer.
+    assert_eq!(
+        bad(BatchOptions {
+            pool_tokens: u32::MAX,
+            ..base
+        }),
+        "pool_tokens"
+    );
+    let mut batch = BatchEngine::new(&model, base).unwrap();
+    let params = greedy(4);
+    assert!(matches!(batch.add(&[], params), Err(LlmError::EmptyPrompt)));
+    let vocab = model.config().vocab_size;
+    assert!(matches!(
+        batch.add(&[1, vocab], params),
+        Err(LlmError::UnknownToken { .. })
+    ));
+    let context = model.context_len() as usize;
+    assert!(matches!(
+        batch.add(&vec![1; context], params),
+        Err(LlmError::ContextFull { .. })
+    ));
+    // Nothing was added; the engine still runs a good request.
+    assert!(batch.is_idle());
+    batch.add(&[1, 2, 3], params).unwrap();
+    let mut tokens = 0;
+    while !batch.is_idle() {
+        tokens += batch.step_blocking().unwrap().len();
+    }
+    assert_eq!(tokens, 4);
+    assert_eq!(batch.stats().pages_used, 0);
 }
