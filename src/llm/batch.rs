@@ -16,6 +16,11 @@
 //! ([`BatchStats::shared_pages`]): pages are shared only once full, so a shared page is never
 //! written again.
 //!
+//! Sliding-window layers (Gemma 3's local layers) have pools of their own, sized for
+//! [`BatchOptions::max_batch`] sequences of a window and a step each: a sequence gives such a
+//! page back once every position in it is older than the window. Prefix sharing is off for
+//! those models.
+//!
 //! When the pool has no free page for a sequence the engine waits: sequences that cannot get
 //! their pages sit the step out, and if no sequence could run, the one admitted last gives its
 //! pages back and will compute its tokens again later (*recompute* preemption). A request
@@ -100,6 +105,10 @@ pub struct BatchStats {
     pub rows: u64,
     /// Largest number of sequences one step computed rows for.
     pub max_batch_seen: usize,
+    /// Pages of each sliding-window layer's pool (0 for a model without such layers).
+    pub swa_pages_total: u32,
+    /// Pages of the sliding-window layers' pools held now.
+    pub swa_pages_used: u32,
     /// Sequences that gave their pages back to let others run (recomputed later).
     pub preemptions: u64,
     /// Prompt tokens not computed because their pages were shared.
@@ -122,6 +131,9 @@ struct Seq {
     prompt: usize,
     /// The page table.
     pages: Vec<u32>,
+    /// The sliding-window layers' page table, by the same page index: `None` for pages
+    /// given back once out of the window.
+    swa_pages: Vec<Option<u32>>,
     params: GenerateParams,
     sampler: Sampler,
 }
@@ -208,6 +220,8 @@ pub struct BatchEngine {
     request: InferRequest,
     options: BatchOptions,
     pages: Pages,
+    /// The sliding-window layers' pages and their window, for a model that has such layers.
+    swa: Option<(Pages, usize)>,
     /// Running sequences in admission order, then the queue.
     seqs: Vec<Seq>,
     next_id: SeqId,
@@ -277,9 +291,23 @@ impl BatchEngine {
             inner.max_binding,
             options.page_size,
         )?;
-        let fixed: Bindings = [(labels::POOL_ROWS.to_string(), pool_rows)]
+        // Sliding-window layers hold at most the window and a step's rows per sequence:
+        // their pools are sized for max_batch such sequences.
+        let window = inner.config.sliding_window as usize;
+        let ps = options.page_size as usize;
+        let swa_total = (inner.config.local_layers().next().is_some()).then(|| {
+            let per_seq = (window + options.step_tokens as usize).div_ceil(ps) + 1;
+            (per_seq * options.max_batch).min(total as usize) as u32
+        });
+        let mut fixed: Bindings = [(labels::POOL_ROWS.to_string(), pool_rows)]
             .into_iter()
             .collect();
+        if let Some(n) = swa_total {
+            fixed.insert(
+                labels::POOL_ROWS_SWA.to_string(),
+                u64::from(n) * u64::from(options.page_size),
+            );
+        }
         let network = inner.decode.compile_sharing(
             lg.graph,
             NetworkOptions {
@@ -295,11 +323,13 @@ impl BatchEngine {
             network,
             request,
             options,
-            pages: Pages::new(total, options.page_size as usize),
+            pages: Pages::new(total, ps),
+            swa: swa_total.map(|n| (Pages::new(n, ps), window)),
             seqs: Vec::new(),
             next_id: 1,
             stats: BatchStats {
                 pages_total: total,
+                swa_pages_total: swa_total.unwrap_or(0),
                 ..BatchStats::default()
             },
         })
@@ -320,11 +350,16 @@ impl BatchEngine {
         &self.network
     }
 
-    /// Bytes of KV memory the pools hold (all layers, keys and values).
+    /// Bytes of KV memory the pools hold (all layers, keys and values; the sliding-window
+    /// layers' pools are smaller).
     pub fn pool_bytes(&self) -> u64 {
-        u64::from(self.stats.pages_total)
-            * u64::from(self.options.page_size)
-            * self.model.kv_bytes_per_token()
+        let c = self.model.config();
+        let per_layer_page = u64::from(self.options.page_size) * 2 * u64::from(c.kv_len()) * 4;
+        let local = c.local_layers().count() as u64;
+        let global = u64::from(c.num_layers) - local;
+        per_layer_page
+            * (global * u64::from(self.stats.pages_total)
+                + local * u64::from(self.stats.swa_pages_total))
     }
 
     /// Bytes of one page in all layers' pools.
@@ -337,6 +372,9 @@ impl BatchEngine {
         let mut s = self.stats;
         let holders = &self.pages.holders;
         s.pages_used = holders.iter().filter(|&&h| h > 0).count() as u32;
+        s.swa_pages_used = self.swa.as_ref().map_or(0, |(p, _)| {
+            p.holders.iter().filter(|&&h| h > 0).count() as u32
+        });
         s.shared_pages = holders.iter().filter(|&&h| h > 1).count() as u32;
         s.running = self.seqs.len();
         // Positions written: each sequence's, a shared page counted once (by its first
@@ -419,6 +457,7 @@ impl BatchEngine {
             done: 0,
             prompt: prompt.len(),
             pages: Vec::new(),
+            swa_pages: Vec::new(),
             params,
             sampler,
         });
@@ -431,16 +470,41 @@ impl BatchEngine {
         match self.seqs.iter().position(|q| q.id == id) {
             Some(i) => {
                 let q = self.seqs.remove(i);
-                self.free_pages(&q.pages);
+                self.free_pages(q.pages, q.swa_pages);
                 true
             }
             None => false,
         }
     }
 
-    fn free_pages(&mut self, pages: &[u32]) {
-        for &p in pages {
+    /// Gives pages back: `pages` to the pools, `swa_pages` to the sliding-window pools.
+    fn free_pages(&mut self, pages: Vec<u32>, swa_pages: Vec<Option<u32>>) {
+        for p in pages {
             self.pages.release(p);
+        }
+        if let Some((swa, _)) = &mut self.swa {
+            for p in swa_pages.into_iter().flatten() {
+                swa.release(p);
+            }
+        }
+    }
+
+    /// Gives back sequence `i`'s sliding-window pages that no query from position `done` on
+    /// sees (all their positions are older than the window).
+    fn release_out_of_window(&mut self, i: usize) {
+        let Some((swa, window)) = &mut self.swa else {
+            return;
+        };
+        let ps = self.options.page_size as usize;
+        let q = &mut self.seqs[i];
+        let lowest = (q.done + 1).saturating_sub(*window);
+        for (k, slot) in q.swa_pages.iter_mut().enumerate() {
+            if (k + 1) * ps > lowest {
+                break;
+            }
+            if let Some(p) = slot.take() {
+                swa.release(p);
+            }
         }
     }
 
@@ -448,13 +512,24 @@ impl BatchEngine {
     /// pool has too few free pages.
     fn reserve(&mut self, i: usize, upto: usize) -> bool {
         let ps = self.options.page_size as usize;
-        let need = upto.div_ceil(ps).saturating_sub(self.seqs[i].pages.len());
-        if need > self.pages.free.len() {
+        let q = &mut self.seqs[i];
+        let need = upto.div_ceil(ps).saturating_sub(q.pages.len());
+        let need_swa = upto.div_ceil(ps).saturating_sub(q.swa_pages.len());
+        let swa_short = self
+            .swa
+            .as_ref()
+            .is_some_and(|(swa, _)| need_swa > swa.free.len());
+        if need > self.pages.free.len() || swa_short {
             return false;
         }
         for _ in 0..need {
             if let Some(p) = self.pages.take() {
-                self.seqs[i].pages.push(p);
+                q.pages.push(p);
+            }
+        }
+        if let Some((swa, _)) = &mut self.swa {
+            for _ in 0..need_swa {
+                q.swa_pages.push(swa.take());
             }
         }
         true
@@ -471,7 +546,8 @@ impl BatchEngine {
             let running = self.seqs.len().min(self.options.max_batch);
             // Prompts not started take the full pages another sequence already computed.
             for i in 0..running {
-                if self.seqs[i].done == 0 && self.seqs[i].pages.is_empty() {
+                // Not with sliding-window layers: their pages of a shared start may be gone.
+                if self.swa.is_none() && self.seqs[i].done == 0 && self.seqs[i].pages.is_empty() {
                     let shared = self.pages.share(&self.seqs[i].tokens);
                     let n = shared.len() * self.options.page_size as usize;
                     self.stats.tokens_shared += n as u64;
@@ -508,9 +584,13 @@ impl BatchEngine {
             let Some(last) = (0..running).rev().find(|&i| !self.seqs[i].pages.is_empty()) else {
                 return plan;
             };
-            let pages = std::mem::take(&mut self.seqs[last].pages);
-            self.seqs[last].done = 0;
-            self.free_pages(&pages);
+            let q = &mut self.seqs[last];
+            q.done = 0;
+            let (pages, swa_pages) = (
+                std::mem::take(&mut q.pages),
+                std::mem::take(&mut q.swa_pages),
+            );
+            self.free_pages(pages, swa_pages);
             self.stats.preemptions += 1;
         }
         Vec::new()
@@ -537,6 +617,8 @@ impl BatchEngine {
         let (mut tokens, mut positions, mut slots, mut rows) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut pages = vec![0i32; plan.len() * per_seq];
+        let mut pages_swa = vec![0i32; plan.len() * per_seq];
+        let mut slots_swa = Vec::new();
         let mut logit_rows = Vec::new();
         let mut wants = Vec::new();
         for (n, &(i, at, count)) in plan.iter().enumerate() {
@@ -544,10 +626,15 @@ impl BatchEngine {
             for (k, &p) in q.pages.iter().enumerate() {
                 pages[n * per_seq + k] = p as i32;
             }
+            for (k, p) in q.swa_pages.iter().enumerate() {
+                pages_swa[n * per_seq + k] = p.map_or(0, |p| p as i32);
+            }
             for pos in at..at + count {
                 tokens.push(q.tokens[pos] as i32);
                 positions.push(pos as i32);
                 slots.push((q.pages[pos / ps] as usize * ps + pos % ps) as i32);
+                let swa_page = q.swa_pages.get(pos / ps).copied().flatten();
+                slots_swa.push(swa_page.map_or(-1, |p| (p as usize * ps + pos % ps) as i32));
                 rows.extend([n as i32, pos as i32]);
             }
             if at + count == q.tokens.len() {
@@ -561,20 +648,22 @@ impl BatchEngine {
         }
         let t = tokens.len() as u64;
         let shape = |d: &[u64]| Shape::new(d.to_vec());
-        let inputs = [
+        let table = shape(&[plan.len() as u64, per_seq as u64]);
+        let mut inputs = vec![
             (labels::TOKENS, HostTensor::i32(shape(&[t]), &tokens)),
             (labels::POSITIONS, HostTensor::i32(shape(&[t]), &positions)),
             (labels::SLOTS, HostTensor::i32(shape(&[t]), &slots)),
             (labels::ROWS, HostTensor::i32(shape(&[t, 2]), &rows)),
-            (
-                labels::PAGES,
-                HostTensor::i32(shape(&[plan.len() as u64, per_seq as u64]), &pages),
-            ),
+            (labels::PAGES, HostTensor::i32(table.clone(), &pages)),
             (
                 labels::LOGIT_ROWS,
                 HostTensor::i32(shape(&[logit_rows.len() as u64]), &logit_rows),
             ),
         ];
+        if self.swa.is_some() {
+            inputs.push((labels::SLOTS_SWA, HostTensor::i32(shape(&[t]), &slots_swa)));
+            inputs.push((labels::PAGES_SWA, HostTensor::i32(table, &pages_swa)));
+        }
         let given: Vec<(&str, &HostTensor)> = inputs.iter().map(|(l, t)| (*l, t)).collect();
         let out = self.request.infer(&given, &[labels::LOGITS]).await?;
         let logits = out
@@ -598,8 +687,11 @@ impl BatchEngine {
         for &(i, at, count) in &plan {
             let q = &mut self.seqs[i];
             q.done = at + count;
-            self.pages
-                .publish(&q.tokens, &q.pages, q.done.min(q.prompt));
+            if self.swa.is_none() {
+                self.pages
+                    .publish(&q.tokens, &q.pages, q.done.min(q.prompt));
+            }
+            self.release_out_of_window(i);
         }
         let vocab = self.model.config().vocab_size as usize;
         let stop_ids = self.model.stop_ids().to_vec();

@@ -70,6 +70,14 @@ pub mod labels {
     pub const LOGIT_ROWS: &str = "logit_rows";
     /// Paged graph: symbol of the pools' rows (pages times page size).
     pub const POOL_ROWS: &str = "pool_rows";
+    /// Paged graph with sliding-window layers: their pools' rows (a pool of its own, whose
+    /// pages a sequence gives back once they fall out of the window).
+    pub const POOL_ROWS_SWA: &str = "pool_rows_swa";
+    /// Paged graph with sliding-window layers: each token's row in their pools, `[seq]`.
+    pub const SLOTS_SWA: &str = "slots_swa";
+    /// Paged graph with sliding-window layers: their page table, the shape of
+    /// [`PAGES`] (entries of pages out of the window are never read).
+    pub const PAGES_SWA: &str = "pages_swa";
 
     /// Indices of layer `l`'s key and value states in [`super::ModelGraph::states`] (and so
     /// in a request's states): layer by layer, keys before values.
@@ -360,13 +368,16 @@ pub fn build_paged_graph(
     )
 }
 
-/// The paged graph's inputs shared by every layer.
+/// The paged graph's inputs shared by every layer (`*_swa`: those of the sliding-window
+/// layers, the global ones' where the model has none).
 #[derive(Clone, Copy)]
 struct PagedInputs {
     page_size: u32,
     slots: NodeId,
     rows: NodeId,
     pages: NodeId,
+    slots_swa: NodeId,
+    pages_swa: NodeId,
 }
 
 fn build(
@@ -399,19 +410,30 @@ fn build(
         bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
     let positions =
         bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
-    let paged = page_size.map(|page_size| PagedInputs {
-        page_size,
-        slots: bl
-            .b
-            .input(labels::SLOTS, std::slice::from_ref(&seq), DType::I32),
-        rows: bl
-            .b
-            .input(labels::ROWS, &[seq.clone(), Dim::Fixed(2)], DType::I32),
-        pages: bl.b.input(
-            labels::PAGES,
-            &[Dim::sym("sequences"), Dim::sym("pages_per_seq")],
-            DType::I32,
-        ),
+    let paged = page_size.map(|page_size| {
+        let table = [Dim::sym("sequences"), Dim::sym("pages_per_seq")];
+        let slots =
+            bl.b.input(labels::SLOTS, std::slice::from_ref(&seq), DType::I32);
+        let pages = bl.b.input(labels::PAGES, &table, DType::I32);
+        let local = config.local_layers().next().is_some();
+        PagedInputs {
+            page_size,
+            slots,
+            rows: bl
+                .b
+                .input(labels::ROWS, &[seq.clone(), Dim::Fixed(2)], DType::I32),
+            pages,
+            slots_swa: if local {
+                bl.b.input(labels::SLOTS_SWA, std::slice::from_ref(&seq), DType::I32)
+            } else {
+                slots
+            },
+            pages_swa: if local {
+                bl.b.input(labels::PAGES_SWA, &table, DType::I32)
+            } else {
+                pages
+            },
+        }
     });
     // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
     let context = context.clamp(1, config.context_len);
@@ -465,7 +487,8 @@ fn build(
     for l in 0..config.num_layers {
         let p = |s: &str| format!("blk.{l}.{s}");
         let rows = match (paged, config.is_local(l)) {
-            (Some(_), _) => Dim::sym(labels::POOL_ROWS),
+            (Some(_), true) => Dim::sym(labels::POOL_ROWS_SWA),
+            (Some(_), false) => Dim::sym(labels::POOL_ROWS),
             (None, true) => past_local.clone(),
             (None, false) => past.clone(),
         };
@@ -504,11 +527,16 @@ fn build(
         };
         let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
         let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
-        let (kc, vc) = match paged {
+        // A sliding-window layer's own pool, slots and page table.
+        let local = paged.map(|pg| match config.is_local(l) {
+            true => (pg.slots_swa, pg.pages_swa),
+            false => (pg.slots, pg.pages),
+        });
+        let (kc, vc) = match local {
             // The step's rows written into their slots of the pools, in place.
-            Some(pg) => (
-                bl.b.scatter_rows(labels::present_k(l), past_k, k, pg.slots),
-                bl.b.scatter_rows(labels::present_v(l), past_v, v, pg.slots),
+            Some((slots, _)) => (
+                bl.b.scatter_rows(labels::present_k(l), past_k, k, slots),
+                bl.b.scatter_rows(labels::present_v(l), past_v, v, slots),
             ),
             // In-place concatenation: the runtime appends the step's rows to the cache buffer.
             None => (
@@ -530,10 +558,10 @@ fn build(
             num_kv_heads: kvh,
             window: config.window_of(l),
         };
-        let attn = match paged {
-            Some(pg) => bl.b.paged_attention(
+        let attn = match (paged, local) {
+            (Some(pg), Some((_, pages))) => bl.b.paged_attention(
                 p("attn"),
-                [q, kc, vc, pg.rows, pg.pages],
+                [q, kc, vc, pg.rows, pages],
                 PagedAttention {
                     num_heads: h,
                     num_kv_heads: kvh,
@@ -541,7 +569,7 @@ fn build(
                     page_size: pg.page_size,
                 },
             ),
-            None => bl.b.attention(p("attn"), q, kc, vc, attention),
+            _ => bl.b.attention(p("attn"), q, kc, vc, attention),
         };
         let wo = bl.weight(&p("attn_output.weight"))?;
         let o = bl.project(p("attn_out"), attn, wo);

@@ -188,6 +188,31 @@ fn batched_sliding_window_layers_match_alone() {
         ..BatchOptions::default()
     };
     batched_equals_alone(&model, &prompts, &params, options);
+
+    // The sliding-window layers give their pages back once out of the window: with a
+    // window of 4 and pages of 4, a decoding sequence holds at most 3 of them (the window's
+    // two and the page being written) while its global layers hold every page.
+    // Their pools hold what max_batch sequences need: (window + step_tokens) / page + 1
+    // pages each, 4 here, against the 64 of the global layers.
+    let options = BatchOptions {
+        step_tokens: 8,
+        max_batch: 2,
+        ..options
+    };
+    let mut batch = BatchEngine::new(&model, options).unwrap();
+    assert_eq!(batch.stats().swa_pages_total, 8);
+    batch.add(&prompts[1], params).unwrap();
+    let (mut most_swa, mut most) = (0, 0);
+    while !batch.is_idle() {
+        batch.step_blocking().unwrap();
+        let s = batch.stats();
+        most_swa = most_swa.max(s.swa_pages_used);
+        most = most.max(s.pages_used);
+    }
+    assert!(most_swa <= 3, "sliding-window pages held: {most_swa}");
+    assert!(most >= 10, "global pages held: {most}");
+    let s = batch.stats();
+    assert_eq!((s.pages_used, s.swa_pages_used), (0, 0));
 }
 
 #[test]
