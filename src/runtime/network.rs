@@ -150,6 +150,13 @@ impl Network {
             io_kind,
             reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
         };
+        // A specialised network compiles its parent's graph, already rewritten (the constants
+        // they share are placed by node id).
+        let graph = if options.fuse && shared.is_none() {
+            crate::graph::fuse::fuse(&graph)?.0
+        } else {
+            graph
+        };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;
         let (data, placeholders, kernels) = match shared {
