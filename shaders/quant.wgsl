@@ -44,9 +44,10 @@
 // Fused projections (the `fused_linear` op, made by the graph rewrite of src/graph/fuse.rs):
 // the same three linear kernels, specialised by the EPILOGUE constant (0 for a plain linear):
 //   bit 0  RMSNorm of x folded in: x is multiplied by gamma as it is loaded and every
-//          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (the matvec kernel sums the
-//          squares of the x values it loads anyway; the prefill kernels walk the x row once
-//          more first);
+//          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (the matvec and register-tiled
+//          kernels sum the squares of the x values they load anyway, gamma loaded once per
+//          block for all their rows; in quant_tiled each invocation first walks one of the
+//          tile's 64 rows of x for its scale, shared in workgroup memory);
 //   bit 1  a residual (binding 6, the output's shape) added as the result is stored;
 //   bits 2-3  a gate activation (1 silu, 2 gelu-tanh): the weight holds gate rows 0..N then
 //          up rows N..2N, the kernels walk 2N "virtual" rows with gate and up rows alternating
@@ -227,18 +228,26 @@ fn stores(v: u32) -> bool {
     return true;
 }
 
-// 1 / sqrt(mean(x[row]^2) + eps) for a fused RMSNorm (1 without).
-fn row_scale(row: u32) -> f32 {
-    if !has_norm() {
+// 1 / sqrt(mean(x[row]^2) + eps) for a fused RMSNorm (1 without, or for an empty row), given
+// the sum of squares ss of the row's first k0 values: the rest are summed here.
+fn row_scale_from(row: u32, k0: u32, ss_before: f32) -> f32 {
+    if !has_norm() || p.k == 0u {
         return 1.0;
     }
     let j = p.x_offset + min(row, p.m - 1u) * p.k;
-    var ss = 0.0;
-    for (var k = 0u; k < p.k; k++) {
+    var ss = ss_before;
+    for (var k = k0; k < p.k; k++) {
         let v = x[j + k];
         ss = fma(v, v, ss);
     }
     return inverseSqrt(ss / f32(p.k) + p.eps);
+}
+
+// Multiplies the x block *xs by gamma block g; returns the sum of squares of its raw values.
+fn fold_norm(xs: ptr<function, array<vec4<f32>, 8>>, g: array<vec4<f32>, 8>) -> f32 {
+    let ss = dot8(*xs, *xs);
+    *xs = mul8(*xs, g);
+    return ss;
 }
 
 // Block b of gamma.
@@ -258,15 +267,6 @@ fn mul8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
         r[i] = a[i] * b[i];
     }
     return r;
-}
-
-// Block b of x row `row` times gamma with a fused RMSNorm (load_x without).
-fn load_xg(row: u32, b: u32) -> array<vec4<f32>, 8> {
-    let xs = load_x(row, b);
-    if has_norm() {
-        return mul8(xs, load_gamma(b));
-    }
-    return xs;
 }
 
 // x[row, k] times gamma[k] with a fused RMSNorm (x_at without).
@@ -394,8 +394,7 @@ fn matvec(gi: u32) {
     for (var b = 0u; b < p.blocks; b++) {
         var xs = load_x(m, b);
         if has_norm() {
-            ss += dot8(xs, xs);
-            xs = mul8(xs, load_gamma(b));
+            ss += fold_norm(&xs, load_gamma(b));
         }
         let s = sum8(xs);
         for (var r = 0u; r < rows; r++) {
@@ -407,17 +406,12 @@ fn matvec(gi: u32) {
     }
     // f32 / f16 rows whose K is not a multiple of 32: the rest element by element.
     for (var k = p.blocks * 32u; k < p.k; k++) {
-        let raw = x_at(m, k);
-        ss = fma(raw, raw, ss);
         let xv = xg_at(m, k);
         for (var r = 0u; r < rows; r++) {
             acc[r] += xv * weight_at(min(n0 + r, p.n - 1u), k);
         }
     }
-    var sc = 1.0;
-    if has_norm() {
-        sc = inverseSqrt(ss / f32(p.k) + p.eps);
-    }
+    let sc = row_scale_from(m, p.blocks * 32u, ss);
     for (var r = 0u; r < rows; r++) {
         if stores(n0 + r) {
             finish(m, n0 + r, acc[r], acc[min(r + 1u, ROWS_MAX - 1u)], sc);
@@ -468,15 +462,35 @@ fn quant_regtile(
     var a5: array<f32, ROWS_MAX>;
     var a6: array<f32, ROWS_MAX>;
     var a7: array<f32, ROWS_MAX>;
+    var q0 = 0.0;
+    var q1 = 0.0;
+    var q2 = 0.0;
+    var q3 = 0.0;
+    var q4 = 0.0;
+    var q5 = 0.0;
+    var q6 = 0.0;
+    var q7 = 0.0;
     for (var b = 0u; b < p.blocks; b++) {
-        let x0 = load_xg(m0, b);
-        let x1 = load_xg(m0 + 1u, b);
-        let x2 = load_xg(m0 + 2u, b);
-        let x3 = load_xg(m0 + 3u, b);
-        let x4 = load_xg(m0 + 4u, b);
-        let x5 = load_xg(m0 + 5u, b);
-        let x6 = load_xg(m0 + 6u, b);
-        let x7 = load_xg(m0 + 7u, b);
+        var x0 = load_x(m0, b);
+        var x1 = load_x(m0 + 1u, b);
+        var x2 = load_x(m0 + 2u, b);
+        var x3 = load_x(m0 + 3u, b);
+        var x4 = load_x(m0 + 4u, b);
+        var x5 = load_x(m0 + 5u, b);
+        var x6 = load_x(m0 + 6u, b);
+        var x7 = load_x(m0 + 7u, b);
+        // A fused RMSNorm: gamma loaded once for the 8 rows, their squares summed here.
+        if has_norm() {
+            let g = load_gamma(b);
+            q0 += fold_norm(&x0, g);
+            q1 += fold_norm(&x1, g);
+            q2 += fold_norm(&x2, g);
+            q3 += fold_norm(&x3, g);
+            q4 += fold_norm(&x4, g);
+            q5 += fold_norm(&x5, g);
+            q6 += fold_norm(&x6, g);
+            q7 += fold_norm(&x7, g);
+        }
         let s0 = sum8(x0);
         let s1 = sum8(x1);
         let s2 = sum8(x2);
@@ -519,14 +533,14 @@ fn quant_regtile(
             a7[j] += x7 * wv;
         }
     }
-    let s0 = row_scale(m0);
-    let s1 = row_scale(m0 + 1u);
-    let s2 = row_scale(m0 + 2u);
-    let s3 = row_scale(m0 + 3u);
-    let s4 = row_scale(m0 + 4u);
-    let s5 = row_scale(m0 + 5u);
-    let s6 = row_scale(m0 + 6u);
-    let s7 = row_scale(m0 + 7u);
+    let s0 = row_scale_from(m0, p.blocks * 32u, q0);
+    let s1 = row_scale_from(m0 + 1u, p.blocks * 32u, q1);
+    let s2 = row_scale_from(m0 + 2u, p.blocks * 32u, q2);
+    let s3 = row_scale_from(m0 + 3u, p.blocks * 32u, q3);
+    let s4 = row_scale_from(m0 + 4u, p.blocks * 32u, q4);
+    let s5 = row_scale_from(m0 + 5u, p.blocks * 32u, q5);
+    let s6 = row_scale_from(m0 + 6u, p.blocks * 32u, q6);
+    let s7 = row_scale_from(m0 + 7u, p.blocks * 32u, q7);
     for (var j = 0u; j < rows; j++) {
         if stores(n0 + j) {
             let v = n0 + j;
@@ -556,6 +570,8 @@ const TK: u32 = 32u;
 // Xs[k * TM + m], Ws[k * TN + n]: k-major so the inner loop reads 4 consecutive words.
 var<workgroup> Xs: array<f32, 2048>;
 var<workgroup> Ws: array<f32, 2048>;
+// The RMSNorm scale of each of the tile's 64 rows of x (a fused RMSNorm).
+var<workgroup> Rs: array<f32, 64>;
 
 @compute @workgroup_size(8, 8, 1)
 fn quant_tiled(
@@ -571,6 +587,9 @@ fn quant_tiled(
     if row0 >= p.m {
         return;
     }
+    // Each invocation walks one row of x for its scale (read after the barriers below).
+    Rs[lidx] = row_scale_from(row0 + lidx, 0u, 0.0);
+    workgroupBarrier();
     let tx = lid.x;
     let ty = lid.y;
     var c00 = vec4<f32>(0.0);
@@ -657,23 +676,22 @@ fn quant_tiled(
     }
 
     let gn0 = col0 + tx * 8u;
-    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01);
-    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11);
-    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21);
-    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31);
-    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41);
-    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51);
-    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61);
-    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71);
+    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01, Rs[ty * 8u + 0u]);
+    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11, Rs[ty * 8u + 1u]);
+    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21, Rs[ty * 8u + 2u]);
+    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31, Rs[ty * 8u + 3u]);
+    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41, Rs[ty * 8u + 4u]);
+    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51, Rs[ty * 8u + 5u]);
+    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61, Rs[ty * 8u + 6u]);
+    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71, Rs[ty * 8u + 7u]);
 }
 
-// Stores one row of an 8x8 register block (virtual rows gn0 .. gn0 + 8, gn0 even), skipping
-// what lies outside the output.
-fn store_tile_row(gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+// Stores one row of an 8x8 register block (virtual rows gn0 .. gn0 + 8, gn0 even) scaled by
+// sc, skipping what lies outside the output.
+fn store_tile_row(gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>, sc: f32) {
     if gm >= p.m {
         return;
     }
-    let sc = row_scale(gm);
     var v = array<f32, 9>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w, 0.0);
     for (var j = 0u; j < 8u; j++) {
         if stores(gn0 + j) {
