@@ -8,7 +8,9 @@
 //!    wg)), linear(x, wu))` (either operand order) become one `fused_linear` with a gate,
 //!    when both weights are constants of one format and shape, read by nothing else: their
 //!    bytes are joined into one constant (gate rows, then up rows; the two constants leave
-//!    the graph, so the device holds the same bytes).
+//!    the graph, so the device holds the same bytes). Where the up weight follows the gate
+//!    weight in the model file (SmolLM2) the joined constant is one range of it; elsewhere
+//!    (Gemma 3 stores the feed-forward norm between them) a copy on the host.
 //! 2. **RMSNorm folded into its readers**: an `rms_norm` on the last axis whose every reader
 //!    is a linear taking it as x (the Q/K/V projections of a layer, its gated feed-forward,
 //!    the head) disappears; each reader normalises x itself.
@@ -28,7 +30,6 @@ use super::ops::{BinaryOp, FusedLinear, GateAct, Op, UnaryOp};
 use super::{Bindings, Dim, Graph, GraphError, Node, NodeId};
 use crate::graph::ops::source::Constant;
 use crate::shape::Shape;
-use crate::tensor::ConstData;
 
 /// How many nodes of each kind [`fuse`] made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -172,14 +173,11 @@ impl Rewriter {
             if cg.dtype != cu.dtype || cg.shape != cu.shape || cg.shape.rank() != 2 {
                 continue;
             }
-            let mut bytes = Vec::with_capacity(cg.data.len() + cu.data.len());
-            bytes.extend_from_slice(cg.data.bytes());
-            bytes.extend_from_slice(cu.data.bytes());
             let dims = cg.shape.dims();
             let joined = Constant {
                 shape: Shape::new(vec![dims[0] * 2, dims[1]]),
                 dtype: cg.dtype,
-                data: ConstData::from_vec(bytes),
+                data: cg.data.joined(&cu.data),
             };
             let label = format!("{}+{}", self.node(wg).label, self.node(wu).label);
             let w = self.push(label, Op::Constant(joined), Vec::new(), cg.dtype);
@@ -390,6 +388,7 @@ mod tests {
     use crate::graph::{GraphBuilder, Op};
     use crate::rng::SplitMix64;
     use crate::shape::DType;
+    use crate::tensor::ConstData;
 
     const D: u64 = 32;
 
