@@ -47,7 +47,7 @@
 //          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (the matvec and register-tiled
 //          kernels sum the squares of the x values they load anyway, gamma loaded once per
 //          block for all their rows; in quant_tiled each invocation first walks one of the
-//          tile's 64 rows of x for its scale, shared in workgroup memory);
+//          tile's 64 rows of x for its scale, shared through workgroup memory);
 //   bit 1  a residual (binding 6, the output's shape) added as the result is stored;
 //   bits 2-3  a gate activation (1 silu, 2 gelu-tanh): the weight holds gate rows 0..N then
 //          up rows N..2N, the kernels walk 2N "virtual" rows with gate and up rows alternating
@@ -570,8 +570,6 @@ const TK: u32 = 32u;
 // Xs[k * TM + m], Ws[k * TN + n]: k-major so the inner loop reads 4 consecutive words.
 var<workgroup> Xs: array<f32, 2048>;
 var<workgroup> Ws: array<f32, 2048>;
-// The RMSNorm scale of each of the tile's 64 rows of x (a fused RMSNorm).
-var<workgroup> Rs: array<f32, 64>;
 
 @compute @workgroup_size(8, 8, 1)
 fn quant_tiled(
@@ -587,11 +585,18 @@ fn quant_tiled(
     if row0 >= p.m {
         return;
     }
-    // Each invocation walks one row of x for its scale (read after the barriers below).
-    Rs[lidx] = row_scale_from(row0 + lidx, 0u, 0.0);
-    workgroupBarrier();
     let tx = lid.x;
     let ty = lid.y;
+    // A fused RMSNorm: each invocation walks one of the tile's 64 rows of x for its scale
+    // (lidx = ty * 8 + tx), passed through Xs (16 KiB of workgroup memory are all there is)
+    // to the invocations that store the row.
+    Xs[lidx] = row_scale_from(row0 + lidx, 0u, 0.0);
+    workgroupBarrier();
+    var sc: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        sc[i] = Xs[ty * 8u + i];
+    }
+    workgroupBarrier();
     var c00 = vec4<f32>(0.0);
     var c01 = vec4<f32>(0.0);
     var c10 = vec4<f32>(0.0);
@@ -676,14 +681,14 @@ fn quant_tiled(
     }
 
     let gn0 = col0 + tx * 8u;
-    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01, Rs[ty * 8u + 0u]);
-    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11, Rs[ty * 8u + 1u]);
-    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21, Rs[ty * 8u + 2u]);
-    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31, Rs[ty * 8u + 3u]);
-    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41, Rs[ty * 8u + 4u]);
-    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51, Rs[ty * 8u + 5u]);
-    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61, Rs[ty * 8u + 6u]);
-    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71, Rs[ty * 8u + 7u]);
+    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01, sc[0]);
+    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11, sc[1]);
+    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21, sc[2]);
+    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31, sc[3]);
+    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41, sc[4]);
+    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51, sc[5]);
+    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61, sc[6]);
+    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71, sc[7]);
 }
 
 // Stores one row of an 8x8 register block (virtual rows gn0 .. gn0 + 8, gn0 even) scaled by
