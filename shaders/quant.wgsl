@@ -41,23 +41,47 @@
 //       there; `dynrt bench kernels --only-linear`).
 //   quant_gather  embedding rows from an f16 or block-quantized table (below).
 //
+// Fused projections (the `fused_linear` op, made by the graph rewrite of src/graph/fuse.rs):
+// the same three linear kernels, specialised by the EPILOGUE constant (0 for a plain linear):
+//   bit 0  RMSNorm of x folded in: x is multiplied by gamma as it is loaded and every
+//          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (the matvec and register-tiled
+//          kernels sum the squares of the x values they load anyway, gamma loaded once per
+//          block for all their rows; in quant_tiled each invocation first walks one of the
+//          tile's 64 rows of x for its scale, shared through workgroup memory);
+//   bit 1  a residual (binding 6, the output's shape) added as the result is stored;
+//   bits 2-3  a gate activation (1 silu, 2 gelu-tanh): the weight holds gate rows 0..N then
+//          up rows N..2N, the kernels walk 2N "virtual" rows with gate and up rows alternating
+//          (wrow), so one invocation holds the gate and up sums of an output side by side and
+//          stores act(g) * u;
+//   bit 4  RoPE of the product (the `rope` op: positions at binding 7, the two-level cos/sin
+//          table at binding 8), bit 5 on halves of the rotated part (else adjacent pairs):
+//          with halves, virtual rows put each pair (j, j + rope_dim / 2) of a head side by
+//          side, so the invocation holding both rotates them.
+//
 // Bindings (group 0):
 //   0 uniform  LinearParams | GatherParams (dynamic offset)
 //   1 storage read_write  x    f32 [M, K]                    (linear)
 //   2 storage read_write  w    u32 words of the weight/table
 //   3 storage read_write  out  f32
 //   4 storage read_write  ids  i32/u32                        (gather)
+//   5 storage read_write  gamma f32 [K]                       (linear, EPILOGUE bit 0)
+//   6 storage read_write  res  f32, the output's shape        (linear, EPILOGUE bit 1)
+//   7 storage read_write  positions i32 [M]                   (linear, EPILOGUE bit 4)
+//   8 storage read_write  table f32 [block + blocks, rope_dim] (linear, EPILOGUE bit 4)
 //
 // Rust mirrors (src/gpu/kernels/quant.rs, #[repr(C)], bytemuck::Pod):
 //   struct LinearParams { m: u32, k: u32, n: u32, blocks: u32,
 //                         x_offset: u32, w_offset: u32, out_offset: u32, tiles_n: u32,
-//                         rows: u32, _pad: [u32; 3] }                     // 48 bytes
+//                         rows: u32, gamma_offset: u32, res_offset: u32, eps: f32,
+//                         head_dim: u32, rope_dim: u32, rope_block: u32, table_rows: u32,
+//                         pos_offset: u32, table_offset: u32, _pad: [u32; 2] } // 80 bytes
 //   struct GatherParams { num_ids: u32, row: u32, rows: u32, table_offset: u32,
 //                         ids_offset: u32, out_offset: u32, _pad: [u32; 2] } // 32 bytes
 // x_offset and out_offset are in f32 elements, w_offset and table_offset in words, from each
 // binding's start. Workgroups are linearised over a 2-D grid (workgroup_index of the prelude).
 
 override WEIGHT_FORMAT: u32 = 0u;
+override EPILOGUE: u32 = 0u;
 
 struct LinearParams {
     m: u32,
@@ -69,21 +93,193 @@ struct LinearParams {
     out_offset: u32,
     tiles_n: u32,
     rows: u32,
+    gamma_offset: u32,
+    res_offset: u32,
+    eps: f32,
+    head_dim: u32,
+    rope_dim: u32,
+    rope_block: u32,
+    table_rows: u32,
+    pos_offset: u32,
+    table_offset: u32,
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: LinearParams;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(5) var<storage, read_write> gamma: array<f32>;
+@group(0) @binding(6) var<storage, read_write> res: array<f32>;
+@group(0) @binding(7) var<storage, read_write> positions: array<i32>;
+@group(0) @binding(8) var<storage, read_write> table: array<f32>;
 
 // Most output rows per invocation of quant_matvec_* and quant_regtile.
 const ROWS_MAX: u32 = 64u;
 
-fn weight_at(n: u32, k: u32) -> f32 {
-    return element_at(p.w_offset, n * p.k + k);
+fn has_norm() -> bool {
+    return (EPILOGUE & 1u) != 0u;
+}
+
+fn has_gate() -> bool {
+    return (EPILOGUE & 12u) != 0u;
+}
+
+fn has_rope() -> bool {
+    return (EPILOGUE & 16u) != 0u;
+}
+
+// The weight row of virtual row v: itself; with a gate, gate and up rows alternating; with
+// RoPE on halves, each rotated pair (j, j + rope_dim / 2) of a head side by side.
+fn wrow(v: u32) -> u32 {
+    if has_gate() {
+        return (v & 1u) * (p.n / 2u) + v / 2u;
+    }
+    if (EPILOGUE & 32u) != 0u {
+        let i = v % p.head_dim;
+        if i < p.rope_dim {
+            return v - i + i / 2u + (i & 1u) * (p.rope_dim / 2u);
+        }
+    }
+    return v;
+}
+
+// Output columns: the weight rows, or half of them with a gate.
+fn n_out() -> u32 {
+    if has_gate() {
+        return p.n / 2u;
+    }
+    return p.n;
+}
+
+// tanh through exp with the argument clamped (as the elementwise family computes it).
+fn tanh_c(x: f32) -> f32 {
+    let c = clamp(x, -15.0, 15.0);
+    let e = exp(2.0 * c);
+    return (e - 1.0) / (e + 1.0);
+}
+
+// Stores y at output (m, col), the residual added.
+fn put(m: u32, col: u32, y: f32) {
+    let o = m * n_out() + col;
+    var r = y;
+    if (EPILOGUE & 2u) != 0u {
+        r = res[p.res_offset + o] + y;
+    }
+    dst[p.out_offset + o] = r;
+}
+
+// Stores the rotated pair of virtual rows v, v + 1 (a, b, the first rope_dim elements of a
+// head) or virtual row v alone (past them), as the `rope` op does: a position outside the
+// table gives zeros.
+fn finish_rope(m: u32, v: u32, a: f32, b: f32) {
+    let pos = positions[p.pos_offset + m];
+    let i = v % p.head_dim;
+    let outside = pos < 0 || u32(pos) / p.rope_block >= p.table_rows - p.rope_block;
+    if i >= p.rope_dim {
+        put(m, wrow(v), select(a, 0.0, outside));
+        return;
+    }
+    if outside {
+        put(m, wrow(v), 0.0);
+        put(m, wrow(v + 1u), 0.0);
+        return;
+    }
+    let j = i / 2u;
+    let lo = p.table_offset + (u32(pos) % p.rope_block) * p.rope_dim + 2u * j;
+    let hi = p.table_offset + (p.rope_block + u32(pos) / p.rope_block) * p.rope_dim + 2u * j;
+    let c = table[lo] * table[hi] - table[lo + 1u] * table[hi + 1u];
+    let sn = table[lo + 1u] * table[hi] + table[lo] * table[hi + 1u];
+    put(m, wrow(v), a * c - b * sn);
+    put(m, wrow(v + 1u), a * sn + b * c);
+}
+
+// Stores output (m, virtual row v) from its sum a (and, with a gate or RoPE, the sum b of the
+// next virtual row), both scaled by sc (the RMSNorm factor): the activation or rotation, and
+// the residual.
+fn finish(m: u32, v: u32, a: f32, b: f32, sc: f32) {
+    if has_rope() {
+        finish_rope(m, v, a * sc, b * sc);
+        return;
+    }
+    var y = a * sc;
+    var col = v;
+    let act = (EPILOGUE >> 2u) & 3u;
+    if act == 1u {
+        y = y / (1.0 + exp(-y)) * (b * sc);
+        col = v / 2u;
+    } else if act == 2u {
+        y = 0.5 * y * (1.0 + tanh_c(0.7978845608028654 * (y + 0.044715 * y * y * y))) * (b * sc);
+        col = v / 2u;
+    }
+    put(m, col, y);
+}
+
+// Whether virtual row v is stored (below N; with a gate, or within the rotated part of a
+// head, the even row of a pair).
+fn stores(v: u32) -> bool {
+    if v >= p.n {
+        return false;
+    }
+    if has_gate() || (has_rope() && v % p.head_dim < p.rope_dim) {
+        return (v & 1u) == 0u;
+    }
+    return true;
+}
+
+// 1 / sqrt(mean(x[row]^2) + eps) for a fused RMSNorm (1 without, or for an empty row), given
+// the sum of squares ss of the row's first k0 values: the rest are summed here.
+fn row_scale_from(row: u32, k0: u32, ss_before: f32) -> f32 {
+    if !has_norm() || p.k == 0u {
+        return 1.0;
+    }
+    let j = p.x_offset + min(row, p.m - 1u) * p.k;
+    var ss = ss_before;
+    for (var k = k0; k < p.k; k++) {
+        let v = x[j + k];
+        ss = fma(v, v, ss);
+    }
+    return inverseSqrt(ss / f32(p.k) + p.eps);
+}
+
+// Multiplies the x block *xs by gamma block g; returns the sum of squares of its raw values.
+fn fold_norm(xs: ptr<function, array<vec4<f32>, 8>>, g: array<vec4<f32>, 8>) -> f32 {
+    let ss = dot8(*xs, *xs);
+    *xs = mul8(*xs, g);
+    return ss;
+}
+
+// Block b of gamma.
+fn load_gamma(b: u32) -> array<vec4<f32>, 8> {
+    let j = p.gamma_offset + b * 32u;
+    var g: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        let at = j + 4u * i;
+        g[i] = vec4<f32>(gamma[at], gamma[at + 1u], gamma[at + 2u], gamma[at + 3u]);
+    }
+    return g;
+}
+
+fn mul8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
+    var r = a;
+    for (var i = 0u; i < 8u; i++) {
+        r[i] = a[i] * b[i];
+    }
+    return r;
+}
+
+// x[row, k] times gamma[k] with a fused RMSNorm (x_at without).
+fn xg_at(row: u32, k: u32) -> f32 {
+    if has_norm() {
+        return x_at(row, k) * gamma[p.gamma_offset + k];
+    }
+    return x_at(row, k);
+}
+
+// Element k of virtual weight row v (wrow).
+fn weight_at(v: u32, k: u32) -> f32 {
+    return element_at(p.w_offset, wrow(v) * p.k + k);
 }
 
 // Helpers of the format decoders (src/formats). Byte offsets `at` count from word wo.
@@ -145,8 +341,9 @@ fn block_values(wo: u32, blk: u32, e: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Block b of weight row n, raw.
-fn weight_raw(n: u32, b: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+// Block b of virtual weight row v (wrow), raw.
+fn weight_raw(v: u32, b: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let n = wrow(v);
     return raw_block(p.w_offset, n * p.blocks + b, n * p.k + b * 32u, dm);
 }
 
@@ -192,8 +389,13 @@ fn matvec(gi: u32) {
     }
     let n0 = (gi % per_m) * rows;
     var acc: array<f32, ROWS_MAX>;
+    // Sum of squares of the raw x values, for a fused RMSNorm.
+    var ss = 0.0;
     for (var b = 0u; b < p.blocks; b++) {
-        let xs = load_x(m, b);
+        var xs = load_x(m, b);
+        if has_norm() {
+            ss += fold_norm(&xs, load_gamma(b));
+        }
         let s = sum8(xs);
         for (var r = 0u; r < rows; r++) {
             // Rows past N repeat the last row (not stored), keeping the loop free of branches.
@@ -204,15 +406,15 @@ fn matvec(gi: u32) {
     }
     // f32 / f16 rows whose K is not a multiple of 32: the rest element by element.
     for (var k = p.blocks * 32u; k < p.k; k++) {
-        let xv = x_at(m, k);
+        let xv = xg_at(m, k);
         for (var r = 0u; r < rows; r++) {
             acc[r] += xv * weight_at(min(n0 + r, p.n - 1u), k);
         }
     }
-    let ob = p.out_offset + m * p.n;
+    let sc = row_scale_from(m, p.blocks * 32u, ss);
     for (var r = 0u; r < rows; r++) {
-        if n0 + r < p.n {
-            dst[ob + n0 + r] = acc[r];
+        if stores(n0 + r) {
+            finish(m, n0 + r, acc[r], acc[min(r + 1u, ROWS_MAX - 1u)], sc);
         }
     }
 }
@@ -260,15 +462,35 @@ fn quant_regtile(
     var a5: array<f32, ROWS_MAX>;
     var a6: array<f32, ROWS_MAX>;
     var a7: array<f32, ROWS_MAX>;
+    var q0 = 0.0;
+    var q1 = 0.0;
+    var q2 = 0.0;
+    var q3 = 0.0;
+    var q4 = 0.0;
+    var q5 = 0.0;
+    var q6 = 0.0;
+    var q7 = 0.0;
     for (var b = 0u; b < p.blocks; b++) {
-        let x0 = load_x(m0, b);
-        let x1 = load_x(m0 + 1u, b);
-        let x2 = load_x(m0 + 2u, b);
-        let x3 = load_x(m0 + 3u, b);
-        let x4 = load_x(m0 + 4u, b);
-        let x5 = load_x(m0 + 5u, b);
-        let x6 = load_x(m0 + 6u, b);
-        let x7 = load_x(m0 + 7u, b);
+        var x0 = load_x(m0, b);
+        var x1 = load_x(m0 + 1u, b);
+        var x2 = load_x(m0 + 2u, b);
+        var x3 = load_x(m0 + 3u, b);
+        var x4 = load_x(m0 + 4u, b);
+        var x5 = load_x(m0 + 5u, b);
+        var x6 = load_x(m0 + 6u, b);
+        var x7 = load_x(m0 + 7u, b);
+        // A fused RMSNorm: gamma loaded once for the 8 rows, their squares summed here.
+        if has_norm() {
+            let g = load_gamma(b);
+            q0 += fold_norm(&x0, g);
+            q1 += fold_norm(&x1, g);
+            q2 += fold_norm(&x2, g);
+            q3 += fold_norm(&x3, g);
+            q4 += fold_norm(&x4, g);
+            q5 += fold_norm(&x5, g);
+            q6 += fold_norm(&x6, g);
+            q7 += fold_norm(&x7, g);
+        }
         let s0 = sum8(x0);
         let s1 = sum8(x1);
         let s2 = sum8(x2);
@@ -291,14 +513,14 @@ fn quant_regtile(
         }
     }
     for (var k = p.blocks * 32u; k < p.k; k++) {
-        let x0 = x_at(m0, k);
-        let x1 = x_at(m0 + 1u, k);
-        let x2 = x_at(m0 + 2u, k);
-        let x3 = x_at(m0 + 3u, k);
-        let x4 = x_at(m0 + 4u, k);
-        let x5 = x_at(m0 + 5u, k);
-        let x6 = x_at(m0 + 6u, k);
-        let x7 = x_at(m0 + 7u, k);
+        let x0 = xg_at(m0, k);
+        let x1 = xg_at(m0 + 1u, k);
+        let x2 = xg_at(m0 + 2u, k);
+        let x3 = xg_at(m0 + 3u, k);
+        let x4 = xg_at(m0 + 4u, k);
+        let x5 = xg_at(m0 + 5u, k);
+        let x6 = xg_at(m0 + 6u, k);
+        let x7 = xg_at(m0 + 7u, k);
         for (var j = 0u; j < rows; j++) {
             let wv = weight_at(min(n0 + j, p.n - 1u), k);
             a0[j] += x0 * wv;
@@ -311,24 +533,33 @@ fn quant_regtile(
             a7[j] += x7 * wv;
         }
     }
+    let s0 = row_scale_from(m0, p.blocks * 32u, q0);
+    let s1 = row_scale_from(m0 + 1u, p.blocks * 32u, q1);
+    let s2 = row_scale_from(m0 + 2u, p.blocks * 32u, q2);
+    let s3 = row_scale_from(m0 + 3u, p.blocks * 32u, q3);
+    let s4 = row_scale_from(m0 + 4u, p.blocks * 32u, q4);
+    let s5 = row_scale_from(m0 + 5u, p.blocks * 32u, q5);
+    let s6 = row_scale_from(m0 + 6u, p.blocks * 32u, q6);
+    let s7 = row_scale_from(m0 + 7u, p.blocks * 32u, q7);
     for (var j = 0u; j < rows; j++) {
-        if n0 + j < p.n {
-            let o = p.out_offset + m0 * p.n + n0 + j;
-            store_if(m0, o, a0[j]);
-            store_if(m0 + 1u, o + p.n, a1[j]);
-            store_if(m0 + 2u, o + 2u * p.n, a2[j]);
-            store_if(m0 + 3u, o + 3u * p.n, a3[j]);
-            store_if(m0 + 4u, o + 4u * p.n, a4[j]);
-            store_if(m0 + 5u, o + 5u * p.n, a5[j]);
-            store_if(m0 + 6u, o + 6u * p.n, a6[j]);
-            store_if(m0 + 7u, o + 7u * p.n, a7[j]);
+        if stores(n0 + j) {
+            let v = n0 + j;
+            let u = min(j + 1u, ROWS_MAX - 1u);
+            store_if(m0, v, a0[j], a0[u], s0);
+            store_if(m0 + 1u, v, a1[j], a1[u], s1);
+            store_if(m0 + 2u, v, a2[j], a2[u], s2);
+            store_if(m0 + 3u, v, a3[j], a3[u], s3);
+            store_if(m0 + 4u, v, a4[j], a4[u], s4);
+            store_if(m0 + 5u, v, a5[j], a5[u], s5);
+            store_if(m0 + 6u, v, a6[j], a6[u], s6);
+            store_if(m0 + 7u, v, a7[j], a7[u], s7);
         }
     }
 }
 
-fn store_if(row: u32, o: u32, v: f32) {
+fn store_if(row: u32, v: u32, a: f32, b: f32, sc: f32) {
     if row < p.m {
-        dst[o] = v;
+        finish(row, v, a, b, sc);
     }
 }
 
@@ -356,6 +587,16 @@ fn quant_tiled(
     }
     let tx = lid.x;
     let ty = lid.y;
+    // A fused RMSNorm: each invocation walks one of the tile's 64 rows of x for its scale
+    // (lidx = ty * 8 + tx), passed through Xs (16 KiB of workgroup memory are all there is)
+    // to the invocations that store the row.
+    Xs[lidx] = row_scale_from(row0 + lidx, 0u, 0.0);
+    workgroupBarrier();
+    var sc: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        sc[i] = Xs[ty * 8u + i];
+    }
+    workgroupBarrier();
     var c00 = vec4<f32>(0.0);
     var c01 = vec4<f32>(0.0);
     var c10 = vec4<f32>(0.0);
@@ -386,13 +627,17 @@ fn quant_tiled(
             var av = 0.0;
             if gm < p.m && gk < p.k {
                 av = x[p.x_offset + gm * p.k + gk];
+                if has_norm() {
+                    av *= gamma[p.gamma_offset + gk];
+                }
             }
             Xs[ak * TM + am] = av;
         }
         // w: invocation i dequantizes block kt of weight row col0 + i (zeros past N).
         let gn = col0 + lidx;
         if gn < p.n && kt < p.blocks {
-            let wv = block_values(p.w_offset, gn * p.blocks + kt, gn * p.k + k0);
+            let wr = wrow(gn);
+            let wv = block_values(p.w_offset, wr * p.blocks + kt, wr * p.k + k0);
             for (var i = 0u; i < 8u; i++) {
                 for (var j = 0u; j < 4u; j++) {
                     Ws[(4u * i + j) * TN + lidx] = wv[i][j];
@@ -436,28 +681,26 @@ fn quant_tiled(
     }
 
     let gn0 = col0 + tx * 8u;
-    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01);
-    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11);
-    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21);
-    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31);
-    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41);
-    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51);
-    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61);
-    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71);
+    store_tile_row(row0 + ty * 8u + 0u, gn0, c00, c01, sc[0]);
+    store_tile_row(row0 + ty * 8u + 1u, gn0, c10, c11, sc[1]);
+    store_tile_row(row0 + ty * 8u + 2u, gn0, c20, c21, sc[2]);
+    store_tile_row(row0 + ty * 8u + 3u, gn0, c30, c31, sc[3]);
+    store_tile_row(row0 + ty * 8u + 4u, gn0, c40, c41, sc[4]);
+    store_tile_row(row0 + ty * 8u + 5u, gn0, c50, c51, sc[5]);
+    store_tile_row(row0 + ty * 8u + 6u, gn0, c60, c61, sc[6]);
+    store_tile_row(row0 + ty * 8u + 7u, gn0, c70, c71, sc[7]);
 }
 
-// Stores one row of an 8x8 register block, skipping what lies outside the output.
-fn store_tile_row(gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+// Stores one row of an 8x8 register block (virtual rows gn0 .. gn0 + 8, gn0 even) scaled by
+// sc, skipping what lies outside the output.
+fn store_tile_row(gm: u32, gn0: u32, lo: vec4<f32>, hi: vec4<f32>, sc: f32) {
     if gm >= p.m {
         return;
     }
-    let base = p.out_offset + gm * p.n;
-    for (var j = 0u; j < 4u; j++) {
-        if gn0 + j < p.n {
-            dst[base + gn0 + j] = lo[j];
-        }
-        if gn0 + 4u + j < p.n {
-            dst[base + gn0 + 4u + j] = hi[j];
+    var v = array<f32, 9>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w, 0.0);
+    for (var j = 0u; j < 8u; j++) {
+        if stores(gn0 + j) {
+            finish(gm, gn0 + j, v[j], v[j + 1u], sc);
         }
     }
 }

@@ -126,6 +126,23 @@ impl ConstData {
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
+
+    /// These bytes followed by `next`'s: one range of the shared backing when `next` starts
+    /// where these end in the same backing (no copy: two tensors stored one after the other
+    /// in a model file), else a copy of both.
+    pub fn joined(&self, next: &ConstData) -> ConstData {
+        if Arc::ptr_eq(&self.backing, &next.backing) && self.end == next.start {
+            return ConstData {
+                backing: self.backing.clone(),
+                start: self.start,
+                end: next.end,
+            };
+        }
+        let mut bytes = Vec::with_capacity(self.len() + next.len());
+        bytes.extend_from_slice(self.bytes());
+        bytes.extend_from_slice(next.bytes());
+        ConstData::from_vec(bytes)
+    }
 }
 
 impl fmt::Debug for ConstData {
@@ -327,6 +344,24 @@ pub fn encode_i64(dtype: DType, values: &[i64]) -> Result<Vec<u8>, TensorError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adjacent_ranges_join_without_a_copy() {
+        let backing: Backing = Arc::new((0u8..64).collect::<Vec<u8>>());
+        let a = ConstData::slice(backing.clone(), 8..16).unwrap();
+        let b = ConstData::slice(backing.clone(), 16..20).unwrap();
+        let ab = a.joined(&b);
+        assert_eq!(ab.bytes(), &(8u8..20).collect::<Vec<u8>>()[..]);
+        assert_eq!(ab.bytes().as_ptr(), a.bytes().as_ptr());
+        // Not adjacent, or another backing: a copy of both.
+        let c = ConstData::slice(backing, 24..28).unwrap();
+        let ac = a.joined(&c);
+        assert_eq!(ac.len(), 12);
+        assert_eq!(&ac.bytes()[8..], c.bytes());
+        assert_ne!(ac.bytes().as_ptr(), a.bytes().as_ptr());
+        let own = ConstData::from_vec(vec![1, 2]).joined(&ConstData::from_vec(vec![3]));
+        assert_eq!(own.bytes(), [1, 2, 3]);
+    }
 
     #[test]
     fn const_data_shares_its_backing_and_checks_ranges() {

@@ -156,6 +156,7 @@ fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
         &path,
         ModelOptions {
             planner: !args.no_planner,
+            fuse: !args.no_fuse,
             ..ModelOptions::default()
         },
     )

@@ -31,6 +31,10 @@ pub struct ModelArgs {
     /// Turn the static planner off (decode activations come from the pool).
     #[arg(long = "no-planner")]
     pub no_planner: bool,
+    /// Turn the graph rewrites off (each projection's RMSNorm, gated activation and
+    /// residual then run as dispatches of their own).
+    #[arg(long = "no-fuse")]
+    pub no_fuse: bool,
 }
 
 /// How tokens are chosen and how many.
@@ -141,6 +145,7 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
         &path,
         ModelOptions {
             planner: !args.no_planner,
+            fuse: !args.no_fuse,
             ..ModelOptions::default()
         },
     )

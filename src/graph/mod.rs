@@ -7,7 +7,9 @@
 //!   host evaluation), gathered in [`Op`];
 //! * [`reference`](mod@reference) — the CPU reference evaluator with its own index code;
 //! * [`shape_data`] — the host evaluator of integer shape data, separate from the reference;
-//! * [`deps`] — memory dependencies and lifetimes over processing positions.
+//! * [`deps`] — memory dependencies and lifetimes over processing positions;
+//! * [`fuse`] — the rewrites that fold a linear's norm, gated activation and residual into
+//!   one node (run by the runtime before it compiles a graph).
 //!
 //! ```
 //! use dynrt::graph::{Bindings, Dim, GraphBuilder};
@@ -24,6 +26,7 @@
 //! ```
 
 pub mod deps;
+pub mod fuse;
 pub mod ids;
 pub mod ir;
 pub mod ops;

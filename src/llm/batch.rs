@@ -314,6 +314,8 @@ impl BatchEngine {
                 planner: false,
                 fixed,
                 states: lg.states,
+                // The same rewrites as the donor's graph: their constants are the shared ones.
+                fuse: inner.options.fuse,
                 ..NetworkOptions::default()
             },
         )?;

@@ -99,6 +99,9 @@ pub struct ModelOptions {
     /// with that limit: `Some(128 << 20)` lays a model out as for a browser's default
     /// limits, and a small value runs the pieces on a tiny model.
     pub max_binding_bytes: Option<u64>,
+    /// Fold each projection's RMSNorm, gated activation and residual into it
+    /// ([`crate::graph::fuse`], `NetworkOptions::fuse`): fewer dispatches per decode step.
+    pub fuse: bool,
 }
 
 impl Default for ModelOptions {
@@ -107,6 +110,7 @@ impl Default for ModelOptions {
             format: WeightFormat::Native,
             planner: true,
             max_binding_bytes: None,
+            fuse: true,
         }
     }
 }
@@ -220,6 +224,7 @@ impl Model {
                 planner: options.planner,
                 fixed: fixed(&[("seq", 1)]),
                 states: lg.states.clone(),
+                fuse: options.fuse,
                 ..NetworkOptions::default()
             },
         )?;

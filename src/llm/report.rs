@@ -35,6 +35,9 @@ pub struct GenerationReport {
     pub peak_bytes: PeakBytes,
     /// Bytes per device region now and at peak.
     pub regions: RegionReport,
+    /// Kernel dispatches the session's requests encoded (prefill and decode steps: the
+    /// difference of two runs with different `--max-tokens` gives a decode step's count).
+    pub dispatches: u64,
     /// Real allocations of the session's requests.
     pub allocations: u64,
     /// Of those, reallocations of buffers that grew.
@@ -85,6 +88,7 @@ impl GenerationReport {
             decode_ms_per_token: g.decode_ms_per_token(),
             peak_bytes: PeakBytes::from_array(peak),
             regions: RegionReport::from_stats(&stats),
+            dispatches: ss.run.dispatches,
             allocations: ss.run.allocations,
             reallocations: ss.run.reallocations,
             kv_reserved_bytes: reserved,

@@ -84,6 +84,10 @@ pub struct NetworkOptions {
     /// and outputs the data region keeps room for, and how many free copies the network's
     /// placeholder pool keeps for its next requests.
     pub inflight: usize,
+    /// Run the rewrites of [`crate::graph::fuse`] on the graph before compiling it (a linear's
+    /// RMSNorm, gated activation and residual folded into one dispatch). A network made by
+    /// [`super::Network::specialize`] keeps its parent's graph, rewritten or not.
+    pub fuse: bool,
 }
 
 impl Default for NetworkOptions {
@@ -94,6 +98,7 @@ impl Default for NetworkOptions {
             states: Vec::new(),
             io_kind: None,
             inflight: 2,
+            fuse: true,
         }
     }
 }

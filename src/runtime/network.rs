@@ -156,6 +156,12 @@ impl Network {
             io_kind: options.io_kind.unwrap_or(self.inner.compiled.io_kind),
             reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
         };
+        // Rewritten as the donor's graph was (its fused constants are the ones shared).
+        let graph = if options.fuse {
+            crate::graph::fuse::fuse(&graph)?.0
+        } else {
+            graph
+        };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;
         let (donor, new) = (&self.inner.compiled.graph, &compiled.graph);
@@ -227,6 +233,13 @@ impl Network {
             align_bytes: u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4),
             io_kind,
             reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
+        };
+        // A specialised network compiles its parent's graph, already rewritten (the constants
+        // they share are placed by node id).
+        let graph = if options.fuse && shared.is_none() {
+            crate::graph::fuse::fuse(&graph)?.0
+        } else {
+            graph
         };
         let compiled = Compiled::build(graph, &options, target)?;
         check_kernel_dtypes(&compiled)?;

@@ -113,6 +113,7 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Input(_) | Op::Constant(_) => return None,
         Op::MatMul(o) => o,
         Op::Linear(o) => o,
+        Op::FusedLinear(o) => o,
         Op::Binary(o) => o,
         Op::Unary(o) => o,
         Op::Softmax(o) => o,
@@ -455,9 +456,9 @@ pub enum KernelError {
     },
 }
 
-/// Most storage bindings of one entry point (batch norm: x, four statistics, the output;
-/// WebGPU guarantees 8 per stage).
-pub(crate) const MAX_STORAGE_BINDINGS: usize = 6;
+/// Most storage bindings of one entry point (a fused linear: x, weight, output, gamma,
+/// residual, positions, RoPE table; WebGPU guarantees 8 per stage).
+pub(crate) const MAX_STORAGE_BINDINGS: usize = 7;
 
 /// The dtype rule of kernels written for f32 only.
 pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static str> {

@@ -19,8 +19,9 @@ use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::formats::FORMATS;
 use crate::gpu::wgpu;
+use crate::graph::ops::fused_linear::infer as fused_infer;
 use crate::graph::ops::linear::infer;
-use crate::graph::ops::Linear;
+use crate::graph::ops::{FusedLinear, GateAct, Linear};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
@@ -97,7 +98,7 @@ pub const FAMILY: Family = Family {
     source: wgsl,
     bindings: |entry| match entry {
         "quant_gather" => &[2, 3, 4],
-        _ => &[1, 2, 3],
+        _ => &[1, 2, 3, 5, 6, 7, 8],
     },
     unchecked: &[],
 };
@@ -166,7 +167,7 @@ fn rows_per_lane(n: u64, lanes_wanted: u64) -> u64 {
     (n / (lanes_wanted * c)).clamp(1, ROWS_MAX)
 }
 
-/// `LinearParams` of `shaders/quant.wgsl` (48 bytes).
+/// `LinearParams` of `shaders/quant.wgsl` (80 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct LinearParams {
@@ -188,8 +189,26 @@ pub struct LinearParams {
     pub tiles_n: u32,
     /// Output rows per invocation (`quant_matvec_*`, `quant_regtile`).
     pub rows: u32,
+    /// Gamma element offset (a fused RMSNorm).
+    pub gamma_offset: u32,
+    /// Residual element offset (a fused residual).
+    pub res_offset: u32,
+    /// Epsilon of a fused RMSNorm.
+    pub eps: f32,
+    /// Elements per head (a fused RoPE).
+    pub head_dim: u32,
+    /// Rotated elements per head (the table's row length).
+    pub rope_dim: u32,
+    /// Rows of the table's first level.
+    pub rope_block: u32,
+    /// Rows of the table.
+    pub table_rows: u32,
+    /// Positions element offset.
+    pub pos_offset: u32,
+    /// Table element offset.
+    pub table_offset: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 
 /// `GatherParams` of `shaders/quant.wgsl` (32 bytes).
@@ -223,15 +242,20 @@ pub fn weight_format(dtype: DType) -> Option<u32> {
         .map(|i| i as u32)
 }
 
+const LINEAR_DTYPES: &str = "f32 x, weights in a format of dynrt::formats and an f32 output";
+
+fn linear_dtypes_ok(inputs: &[DType], output: DType) -> bool {
+    inputs.first() == Some(&DType::F32)
+        && inputs.get(1).and_then(|&w| weight_format(w)).is_some()
+        && output == DType::F32
+}
+
 impl Kernel for Linear {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let ok = inputs.first() == Some(&DType::F32)
-            && inputs.get(1).and_then(|&w| weight_format(w)).is_some()
-            && output == DType::F32;
-        if ok {
+        if linear_dtypes_ok(inputs, output) {
             Ok(())
         } else {
-            Err("f32 x, weights in a format of dynrt::formats and an f32 output")
+            Err(LINEAR_DTYPES)
         }
     }
 
@@ -241,84 +265,198 @@ impl Kernel for Linear {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
-        let (x, w) = (&inputs[0], &inputs[1]);
-        infer(x.shape, w.shape).map_err(|source| KernelError::Infer {
+        infer(inputs[0].shape, inputs[1].shape).map_err(|source| KernelError::Infer {
             op: "linear",
             cause: source,
         })?;
-        let format = weight_format(w.dtype).ok_or(KernelError::DType {
-            op: "linear",
-            inputs: vec![x.dtype, w.dtype],
-            output: out.dtype,
-            expected: crate::formats::dtype_names(),
-        })?;
-        let (m, k) = rows(x.shape);
-        let n = w.shape.dims()[0];
-        if let Some(block) = w.dtype.block() {
-            if k % u64::from(block.elements) != 0 {
-                return Err(KernelError::PartialBlock {
-                    what: "input 1",
-                    dtype: w.dtype,
-                    k,
-                    block: block.elements,
-                });
-            }
-        }
-        let w_bytes = w
-            .shape
-            .size_bytes(w.dtype)
-            .map_err(|_| KernelError::TooManyElements {
-                what: "input 1",
-                elements: u64::MAX,
-                max: u64::from(u32::MAX),
-            })?;
-        let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
-        // Whole words: the last q8_0 block (or an odd f16 count) may end halfway through one.
-        let (bw, ow) = e.bind("input 1", &w.tensor, w_bytes.div_ceil(4) * 4)?;
-        let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
-        let mut p = LinearParams {
-            m: u32_of("input 0", m)?,
-            k: u32_of("input 0", k)?,
-            n: u32_of("input 1", n)?,
-            blocks: u32_of("input 0", k / 32)?,
-            x_offset: ox,
-            w_offset: ow,
-            out_offset: oo,
-            tiles_n: u32_of("output", n.div_ceil(64))?,
-            rows: 1,
-            _pad: [0; 3],
-        };
-        // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
-        // each weight block across many rows of x.
-        let layout = e.kernels.quant_layout;
-        let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
-            (true, QuantLayout::Cpu { threads }) => {
-                let rows = rows_per_lane(n, 8 * u64::from(threads));
-                p.rows = rows as u32;
-                ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
-            }
-            (true, QuantLayout::Gpu) => {
-                p.rows = GPU_MATVEC_ROWS as u32;
-                (
-                    "quant_matvec_wg64",
-                    (m * n.div_ceil(GPU_MATVEC_ROWS)).div_ceil(64),
-                )
-            }
-            (false, QuantLayout::Cpu { threads }) => {
-                // Invocations of 8 x rows each; enough weight-row groups to give every thread
-                // a SIMD group.
-                let row_blocks = m.div_ceil(8);
-                let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
-                let rows = n.div_ceil(groups).clamp(1, ROWS_MAX);
-                p.rows = rows as u32;
-                ("quant_regtile", (row_blocks * n.div_ceil(rows)).div_ceil(8))
-            }
-            (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
-        };
-        let key = FAMILY.key(entry).with("WEIGHT_FORMAT", format);
-        e.dispatch(key, &p, &[bx, bw, bo], workgroups)?;
-        Ok(1)
+        encode_linear(e, &PLAIN, inputs, out)
     }
+}
+
+/// The `linear` op as the fused kernels see it: nothing folded in.
+const PLAIN: FusedLinear = FusedLinear {
+    norm: None,
+    gate: None,
+    residual: false,
+    rope: None,
+};
+
+impl Kernel for FusedLinear {
+    fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
+        let positions = self.rope_inputs();
+        let rest_ok = inputs.iter().enumerate().skip(2).all(|(i, &d)| {
+            d == if Some(i) == positions {
+                DType::I32
+            } else {
+                DType::F32
+            }
+        });
+        if linear_dtypes_ok(inputs, output) && rest_ok {
+            Ok(())
+        } else {
+            Err("f32 x, gamma, residual and table, i32 positions, weights in a format of dynrt::formats and an f32 output")
+        }
+    }
+
+    fn encode(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        inputs: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let shapes: Vec<&crate::shape::Shape> = inputs.iter().map(|o| o.shape).collect();
+        fused_infer(self, &shapes).map_err(|source| KernelError::Infer {
+            op: "fused_linear",
+            cause: source,
+        })?;
+        encode_linear(e, self, inputs, out)
+    }
+}
+
+/// The `EPILOGUE` constant of `shaders/quant.wgsl` for `op`: bit 0 RMSNorm, bit 1 residual,
+/// bits 2 and 3 the gate activation ([`GateAct::code`]), bit 4 RoPE, bit 5 RoPE on halves.
+pub fn epilogue(op: &FusedLinear) -> u32 {
+    u32::from(op.norm.is_some())
+        | u32::from(op.residual) << 1
+        | op.gate.map_or(0, GateAct::code) << 2
+        | op.rope
+            .map_or(0, |r| 1 << 4 | u32::from(!r.interleaved) << 5)
+}
+
+/// Records a linear (shapes checked by the caller) with what `op` folds in: one dispatch.
+fn encode_linear(
+    e: &mut Encoder<'_, '_>,
+    op: &FusedLinear,
+    inputs: &[Operand<'_>],
+    out: &Operand<'_>,
+) -> Result<usize, KernelError> {
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let name = if *op == PLAIN {
+        "linear"
+    } else {
+        "fused_linear"
+    };
+    let format = weight_format(w.dtype).ok_or(KernelError::DType {
+        op: name,
+        inputs: vec![x.dtype, w.dtype],
+        output: out.dtype,
+        expected: crate::formats::dtype_names(),
+    })?;
+    let (m, k) = rows(x.shape);
+    // Weight rows: with a gate, gate and up rows alternate as the kernels walk them.
+    let n = w.shape.dims()[0];
+    if let Some(block) = w.dtype.block() {
+        if k % u64::from(block.elements) != 0 {
+            return Err(KernelError::PartialBlock {
+                what: "input 1",
+                dtype: w.dtype,
+                k,
+                block: block.elements,
+            });
+        }
+    }
+    let w_bytes = w
+        .shape
+        .size_bytes(w.dtype)
+        .map_err(|_| KernelError::TooManyElements {
+            what: "input 1",
+            elements: u64::MAX,
+            max: u64::from(u32::MAX),
+        })?;
+    let out_len = numel("output", out.shape)?;
+    let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
+    // Whole words: the last q8_0 block (or an odd f16 count) may end halfway through one.
+    let (bw, ow) = e.bind("input 1", &w.tensor, w_bytes.div_ceil(4) * 4)?;
+    let (bo, oo) = e.bind("output", &out.tensor, out_len * 4)?;
+    let (bg, og) = match op.gamma_input() {
+        Some(i) => e.bind("gamma", &inputs[i].tensor, k * 4)?,
+        None => (e.unused(), 0),
+    };
+    let (br, or) = match op.residual_input() {
+        Some(i) => e.bind("residual", &inputs[i].tensor, out_len * 4)?,
+        None => (e.unused(), 0),
+    };
+    let (bp, op_, bt, ot, head_dim, rope_dim, table_rows) = match (op.rope, op.rope_inputs()) {
+        (Some(rope), Some(i)) => {
+            let (pos, table) = (&inputs[i], &inputs[i + 1]);
+            let (pb, po) = e.bind("positions", &pos.tensor, m * 4)?;
+            let (tb, to) = e.bind("table", &table.tensor, numel("table", table.shape)? * 4)?;
+            let td = table.shape.dims();
+            (
+                pb,
+                po,
+                tb,
+                to,
+                rope.head_dim,
+                u32_of("table", td[1])?,
+                u32_of("table", td[0])?,
+            )
+        }
+        _ => (e.unused(), 0, e.unused(), 0, 0, 0, 0),
+    };
+    let mut p = LinearParams {
+        m: u32_of("input 0", m)?,
+        k: u32_of("input 0", k)?,
+        n: u32_of("input 1", n)?,
+        blocks: u32_of("input 0", k / 32)?,
+        x_offset: ox,
+        w_offset: ow,
+        out_offset: oo,
+        tiles_n: u32_of("output", n.div_ceil(64))?,
+        rows: 1,
+        gamma_offset: og,
+        res_offset: or,
+        eps: op.norm.unwrap_or(0.0),
+        head_dim,
+        rope_dim,
+        rope_block: op.rope.map_or(0, |r| r.block),
+        table_rows,
+        pos_offset: op_,
+        table_offset: ot,
+        _pad: [0; 2],
+    };
+    // A gated projection's invocations own whole (gate, up) pairs, a rotated one whole
+    // rotation pairs: an even row count.
+    let pairs = |rows: u64| {
+        if op.gate.is_some() || op.rope.is_some() {
+            (rows + rows % 2).min(ROWS_MAX)
+        } else {
+            rows
+        }
+    };
+    // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
+    // each weight block across many rows of x.
+    let layout = e.kernels.quant_layout;
+    let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
+        (true, QuantLayout::Cpu { threads }) => {
+            let rows = pairs(rows_per_lane(n, 8 * u64::from(threads)));
+            p.rows = rows as u32;
+            ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
+        }
+        (true, QuantLayout::Gpu) => {
+            p.rows = GPU_MATVEC_ROWS as u32;
+            (
+                "quant_matvec_wg64",
+                (m * n.div_ceil(GPU_MATVEC_ROWS)).div_ceil(64),
+            )
+        }
+        (false, QuantLayout::Cpu { threads }) => {
+            // Invocations of 8 x rows each; enough weight-row groups to give every thread
+            // a SIMD group.
+            let row_blocks = m.div_ceil(8);
+            let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
+            let rows = pairs(n.div_ceil(groups).clamp(1, ROWS_MAX));
+            p.rows = rows as u32;
+            ("quant_regtile", (row_blocks * n.div_ceil(rows)).div_ceil(8))
+        }
+        (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
+    };
+    let key = FAMILY
+        .key(entry)
+        .with("WEIGHT_FORMAT", format)
+        .with("EPILOGUE", epilogue(op));
+    e.dispatch(key, &p, &[bx, bw, bo, bg, br, bp, bt], workgroups)?;
+    Ok(1)
 }
 
 /// The types of table [`encode_gather`] dequantizes: every format but f32 (gathered as

@@ -17,7 +17,8 @@
 //!
 //! Files: [`source`] (input, constant), [`elementwise`] (binary, unary), [`logic`]
 //! (comparisons, boolean logic, cast, identity), [`matmul`] (matmul, gemm), [`linear`] (`x ·
-//! wᵀ` on quantized weights), [`norm`] (softmax and log-softmax on any axis, layer norm, RMS
+//! wᵀ` on quantized weights), [`fused_linear`] (a linear with its norm, gated activation and
+//! residual folded in), [`norm`] (softmax and log-softmax on any axis, layer norm, RMS
 //! norm), [`movement`] (reshape, transpose, concat, slice, split, gather, expand, shape_of),
 //! [`view`] (squeeze, unsqueeze, flatten: new shapes over the same bytes), [`generate`]
 //! (constant_of_shape, range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions
@@ -32,6 +33,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod fused_linear;
 pub mod generate;
 pub mod linear;
 pub mod logic;
@@ -52,6 +54,7 @@ use std::fmt;
 pub use attention::{rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, Rope};
 pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use fused_linear::{FusedLinear, GateAct};
 pub use generate::{ConstantOfShape, Range};
 pub use linear::Linear;
 pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
@@ -350,6 +353,9 @@ registry! {
     MatMul(matmul::MatMul),
     /// `x · wᵀ` with the weight in its stored format (any of [`crate::formats`]). Inputs: x, w.
     Linear(linear::Linear),
+    /// A linear with an RMSNorm of x, a gated activation and a residual folded in (made by
+    /// [`crate::graph::fuse`]). Inputs: x, w, gamma (with a norm), residual (with one).
+    FusedLinear(fused_linear::FusedLinear),
     /// Elementwise binary op with NumPy broadcasting. Inputs: a, b.
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.

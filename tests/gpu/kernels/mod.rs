@@ -5,7 +5,8 @@
 //!
 //! One module per kernel family: [`elementwise`], [`matmul`], [`movement`] (with the mask),
 //! [`transformer`] (norms, rotary embedding, attention), [`logic`] (the typed elementwise
-//! kernels) and [`quant`] (quantized weights); [`dispatch`] covers how a kernel of any family
+//! kernels), [`quant`] (quantized weights) and [`fused`] (the fused projections and the graph
+//! rewrite that makes them); [`dispatch`] covers how a kernel of any family
 //! is dispatched and [`graph`] a decoder layer run node by node. This file holds the helpers
 //! of the f32 tests (values carried as f32, typed on the way to the device).
 //!
@@ -21,6 +22,7 @@
 
 mod dispatch;
 mod elementwise;
+mod fused;
 mod graph;
 mod logic;
 mod matmul;

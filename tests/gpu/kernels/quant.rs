@@ -33,7 +33,7 @@ use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
 use dynrt::tensor::HostTensor;
 
-fn s(d: &[u64]) -> Shape {
+pub(super) fn s(d: &[u64]) -> Shape {
     Shape::new(d.to_vec())
 }
 
@@ -46,18 +46,18 @@ fn quantize(d: DType, v: &[f32]) -> Vec<u8> {
 }
 
 /// Elements per block of `d` (1 for plain formats).
-fn block_len(d: DType) -> u64 {
+pub(super) fn block_len(d: DType) -> u64 {
     d.block().map_or(1, |b| u64::from(b.elements))
 }
 
 /// Random values in [-1, 1).
-fn values(rng: &mut SplitMix64, n: u64) -> Vec<f32> {
+pub(super) fn values(rng: &mut SplitMix64, n: u64) -> Vec<f32> {
     (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
 }
 
 /// A random `[rows, cols]` tensor of `dtype` (quantized row by row: every row is whole
 /// blocks when cols is a multiple of the block).
-fn weight(rng: &mut SplitMix64, dtype: DType, rows: u64, cols: u64) -> HostTensor {
+pub(super) fn weight(rng: &mut SplitMix64, dtype: DType, rows: u64, cols: u64) -> HostTensor {
     let v = values(rng, rows * cols);
     let bytes = quantize(dtype, &v);
     HostTensor {
@@ -68,14 +68,21 @@ fn weight(rng: &mut SplitMix64, dtype: DType, rows: u64, cols: u64) -> HostTenso
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Tol {
-    atol: f32,
-    rtol: f32,
+pub(super) struct Tol {
+    pub(super) atol: f32,
+    pub(super) rtol: f32,
 }
 
 /// Runs `op` on `inputs` on the GPU (tensors at 256-byte multiples plus `skew` bytes) and
 /// compares with the CPU reference. Returns the largest absolute error.
-fn check(gpu: &Gpu, k: &mut Kernels, op: &Op, inputs: &[HostTensor], tol: Tol, ctx: &str) -> f32 {
+pub(super) fn check(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    tol: Tol,
+    ctx: &str,
+) -> f32 {
     let shapes: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
     let out_shape = op
         .infer(&shapes, &[])
@@ -124,7 +131,7 @@ const GATHER_TOL: Tol = Tol {
 /// The layouts every shape runs under: the adapter's own, then both forced (a software
 /// adapter with 2 and with 16 threads spreads rows differently; the hardware layout takes the
 /// 64-invocation matrix-vector kernel and the workgroup-memory tiled kernel).
-fn layouts(k: &Kernels) -> Vec<QuantLayout> {
+pub(super) fn layouts(k: &Kernels) -> Vec<QuantLayout> {
     let mut v = vec![k.quant_layout()];
     for l in [
         QuantLayout::Cpu { threads: 2 },
