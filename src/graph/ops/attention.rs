@@ -317,76 +317,57 @@ impl OpDef for Attention {
         );
         let h = self.num_heads as usize;
         let group = h / self.num_kv_heads as usize;
-        let d = qw / h;
-        let scale = 1.0 / (d as f64).sqrt();
         let past = t - s;
         let mut y = vec![0f32; s * qw];
         for row in 0..s {
             let visible = past + row + 1;
             let first = self.first_key(t as u64, s as u64, row as u64) as usize;
             let at: Vec<usize> = (first..visible).collect();
-            for head in 0..h {
-                let at_q = row * qw + head * d;
-                let keys = KeyRows {
-                    rows: k,
-                    width: kw,
-                    offset: (head / group) * d,
-                };
-                attend(
-                    &q[at_q..at_q + d],
-                    &at,
-                    &keys,
-                    v,
-                    scale,
-                    &mut y[at_q..at_q + d],
-                );
-            }
+            let rows = row * qw..(row + 1) * qw;
+            attend_row(&q[rows.clone()], &at, [k, v], kw, [h, group], &mut y[rows]);
         }
         Ok(Values::F32(y))
     }
 }
 
-/// Keys or values as the references read them: rows of `width` floats, one head's `d`
-/// values from `offset` in each row.
-pub(super) struct KeyRows<'a> {
-    pub rows: &'a [f32],
-    pub width: usize,
-    pub offset: usize,
-}
-
-/// One query row of one head over the key rows `at` (f64 throughout): scores scaled by
-/// `scale`, a max-subtracted softmax, the weighted sum of the values (read like the keys)
-/// written to `out`.
-pub(super) fn attend(
+/// One query row `q` of `heads` heads over the key rows `at` of keys `k` and values `v`
+/// (rows of `kw` floats; query head `h` reads KV head `h / group`), in f64: scores scaled by
+/// `1 / sqrt(head_dim)`, a max-subtracted softmax, the weighted sum of values into `out`.
+pub(super) fn attend_row(
     q: &[f32],
     at: &[usize],
-    k: &KeyRows<'_>,
-    v: &[f32],
-    scale: f64,
+    [k, v]: [&[f32]; 2],
+    kw: usize,
+    [heads, group]: [usize; 2],
     out: &mut [f32],
 ) {
-    let d = q.len();
-    let scores: Vec<f64> = at
-        .iter()
-        .map(|&j| {
-            let krow = &k.rows[j * k.width + k.offset..][..d];
-            q.iter()
-                .zip(krow)
-                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum::<f64>()
-                * scale
-        })
-        .collect();
-    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
-    let sum: f64 = weights.iter().sum();
-    for (e, o) in out.iter_mut().enumerate() {
-        let acc: f64 = weights
+    let d = q.len() / heads.max(1);
+    let scale = 1.0 / (d as f64).sqrt();
+    for head in 0..heads {
+        let off = (head / group) * d;
+        let qh = &q[head * d..][..d];
+        let scores: Vec<f64> = at
             .iter()
-            .zip(at)
-            .map(|(&wt, &j)| wt * f64::from(v[j * k.width + k.offset + e]))
-            .sum();
-        *o = (acc / sum) as f32;
+            .map(|&j| {
+                let krow = &k[j * kw + off..][..d];
+                qh.iter()
+                    .zip(krow)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
+        let sum: f64 = weights.iter().sum();
+        for (e, o) in out[head * d..][..d].iter_mut().enumerate() {
+            let acc: f64 = weights
+                .iter()
+                .zip(at)
+                .map(|(&wt, &j)| wt * f64::from(v[j * kw + off + e]))
+                .sum();
+            *o = (acc / sum) as f32;
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! row `j % page_size`. A growing sequence takes a page when it crosses a page boundary and
 //! never moves its old rows; sequences that share a prefix can share its pages.
 
-use super::attention::{attend, invalid, matrix, KeyRows};
+use super::attention::{attend_row, invalid, matrix};
 use super::{DTypeError, InferError, OpDef};
 use crate::graph::reference::{RefError, RefTensor, Values};
 use crate::shape::{DType, Shape};
@@ -145,8 +145,6 @@ impl OpDef for PagedAttention {
         let page = self.page_size as usize;
         let h = self.num_heads as usize;
         let group = h / self.num_kv_heads as usize;
-        let d = qw / h;
-        let scale = 1.0 / (d as f64).sqrt();
         let oob = |position: usize, index: i64, bound: usize| RefError::IndexOutOfRange {
             position: position as u64,
             index,
@@ -171,22 +169,8 @@ impl OpDef for PagedAttention {
                 }
                 at.push(p as usize * page + j % page);
             }
-            for head in 0..h {
-                let at_q = row * qw + head * d;
-                let keys = KeyRows {
-                    rows: k,
-                    width: kw,
-                    offset: (head / group) * d,
-                };
-                attend(
-                    &q[at_q..at_q + d],
-                    &at,
-                    &keys,
-                    v,
-                    scale,
-                    &mut y[at_q..at_q + d],
-                );
-            }
+            let out = row * qw..(row + 1) * qw;
+            attend_row(&q[out.clone()], &at, [k, v], kw, [h, group], &mut y[out]);
         }
         Ok(Values::F32(y))
     }
