@@ -355,18 +355,52 @@ impl BatchEngine {
     /// Bytes of KV memory the pools hold (all layers, keys and values; the sliding-window
     /// layers' pools are smaller).
     pub fn pool_bytes(&self) -> u64 {
-        let c = self.model.config();
-        let per_layer_page = u64::from(self.options.page_size) * 2 * u64::from(c.kv_len()) * 4;
-        let local = c.local_layers().count() as u64;
-        let global = u64::from(c.num_layers) - local;
-        per_layer_page
-            * (global * u64::from(self.stats.pages_total)
-                + local * u64::from(self.stats.swa_pages_total))
+        let [global, local] = self.page_bytes();
+        global * u64::from(self.stats.pages_total) + local * u64::from(self.stats.swa_pages_total)
     }
 
-    /// Bytes of one page in all layers' pools.
-    pub fn page_bytes(&self) -> u64 {
-        u64::from(self.options.page_size) * self.model.kv_bytes_per_token()
+    /// Bytes the pools hold once the first step allocated them (0 before).
+    pub fn allocated_bytes(&self) -> u64 {
+        if self.stats.steps > 0 {
+            self.pool_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the pages the sequences hold now (a shared page once).
+    pub fn held_bytes(&self) -> u64 {
+        let s = self.stats();
+        let [global, local] = self.page_bytes();
+        global * u64::from(s.pages_used) + local * u64::from(s.swa_pages_used)
+    }
+
+    /// Bytes the tokens the sequences hold fill: `held_bytes` less the unwritten ends of
+    /// their last pages (a shared page's positions once; a sliding-window layer holds at
+    /// most the window).
+    pub fn needed_bytes(&self) -> u64 {
+        let ps = u64::from(self.options.page_size);
+        let [global, local] = self.page_bytes();
+        let window = self.swa.as_ref().map_or(0, |(_, w)| *w as u64);
+        let in_window: u64 = self.seqs.iter().map(|q| (q.done as u64).min(window)).sum();
+        (self.stats().positions_held * global + in_window * local) / ps
+    }
+
+    /// Positions the pools hold per layer without a window: the longest a sequence may grow.
+    pub fn pool_positions(&self) -> u64 {
+        u64::from(self.stats.pages_total) * u64::from(self.options.page_size)
+    }
+
+    /// Bytes of one page: in the pools of all layers without a window (every layer of most
+    /// models), and in those of all sliding-window layers.
+    pub fn page_bytes(&self) -> [u64; 2] {
+        let c = self.model.config();
+        let per_layer = u64::from(self.options.page_size) * 2 * u64::from(c.kv_len()) * 4;
+        let local = c.local_layers().count() as u64;
+        [
+            per_layer * (u64::from(c.num_layers) - local),
+            per_layer * local,
+        ]
     }
 
     /// Counters and the pages in use now.

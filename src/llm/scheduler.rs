@@ -231,9 +231,9 @@ pub struct SchedulerStats {
     pub prefill_steps: u64,
     /// Forward passes: decode steps.
     pub decode_steps: u64,
-    /// Pages of each layer's pool.
+    /// Pages of each pool of the layers without a window (all layers of most models).
     pub pages_total: u32,
-    /// Bytes of one page in all layers' pools.
+    /// Bytes of one page in the pools of the layers without a window.
     pub page_bytes: u64,
     /// Pages the active requests hold.
     pub pages_used: u32,
@@ -336,7 +336,7 @@ impl Scheduler {
             stats: SchedulerStats {
                 budget_bytes: engine.pool_bytes(),
                 pages_total: engine.stats().pages_total,
-                page_bytes: engine.page_bytes(),
+                page_bytes: engine.page_bytes()[0],
                 ..SchedulerStats::default()
             },
             model,
@@ -371,13 +371,24 @@ impl Scheduler {
     /// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template
     /// error).
     pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
-        encode(&self.model, prompt)
+        let tokenizer = self.model.tokenizer();
+        Ok(match prompt {
+            Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
+            Prompt::Chat(messages) => {
+                let rendered = tokenizer.render_chat(messages, true)?;
+                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
+            }
+            Prompt::Ids(ids) => ids.clone(),
+        })
     }
 
     /// KV bytes a request with `prompt_tokens` and `max_tokens` may need: both together,
     /// capped at the context.
     pub fn need_bytes(&self, prompt_tokens: usize, max_tokens: usize) -> (usize, u64) {
-        need_bytes(&self.model, prompt_tokens, max_tokens)
+        let tokens = prompt_tokens
+            .saturating_add(max_tokens)
+            .min(self.model.context_len() as usize);
+        (tokens, tokens as u64 * self.model.kv_bytes_per_token())
     }
 
     /// Queues `request` and returns its number; it starts when the pages allow
@@ -397,7 +408,8 @@ impl Scheduler {
         self.check(&ids, &params)?;
         let (tokens, need_bytes) = self.need_bytes(ids.len(), params.max_tokens);
         let budget_bytes = self.engine.pool_bytes();
-        if need_bytes > budget_bytes {
+        // What limits a request is the positions its layers without a window hold.
+        if tokens as u64 > self.engine.pool_positions() {
             return Err(ScheduleError::OverBudget {
                 tokens,
                 need_bytes,
@@ -469,7 +481,6 @@ impl Scheduler {
     pub fn stats(&self) -> SchedulerStats {
         let mut s = self.stats;
         let e = self.engine.stats();
-        let per_token = self.model.kv_bytes_per_token();
         s.active = self.active.len();
         s.queued = self.queue.len();
         s.pages_used = e.pages_used;
@@ -477,14 +488,9 @@ impl Scheduler {
         s.preemptions = e.preemptions;
         s.tokens_shared = e.tokens_shared;
         s.batch_sequences = e.last_sequences;
-        s.kv_reserved_bytes = u64::from(e.pages_used) * s.page_bytes;
-        s.kv_allocated_bytes = if e.steps > 0 {
-            self.engine.pool_bytes()
-        } else {
-            0
-        };
-        s.kv_needed_bytes = e.positions_held * per_token;
-        s.prefill_steps = self.stats.prefill_steps;
+        s.kv_reserved_bytes = self.engine.held_bytes();
+        s.kv_allocated_bytes = self.engine.allocated_bytes();
+        s.kv_needed_bytes = self.engine.needed_bytes();
         let engine = self.model.engine().stats();
         s.device_bytes = engine.device_current_bytes();
         s.device_peak_bytes = crate::memory::AllocKind::ALL
@@ -534,7 +540,7 @@ impl Scheduler {
                 first_token_ms: 0.0,
             });
         }
-        let reserved = u64::from(self.engine.stats().pages_used) * self.stats.page_bytes;
+        let reserved = self.engine.held_bytes();
         self.stats.kv_reserved_peak_bytes = self.stats.kv_reserved_peak_bytes.max(reserved);
     }
 
@@ -574,12 +580,10 @@ impl Scheduler {
         if after.decode_rows > before.decode_rows {
             self.stats.decode_steps += 1;
         }
-        let pool = if after.steps > 0 {
-            self.engine.pool_bytes()
-        } else {
-            0
-        };
-        self.stats.kv_allocated_peak_bytes = self.stats.kv_allocated_peak_bytes.max(pool);
+        self.stats.kv_allocated_peak_bytes = self
+            .stats
+            .kv_allocated_peak_bytes
+            .max(self.engine.allocated_bytes());
         for t in produced {
             let Some(i) = self.active.iter().position(|a| a.seq == t.seq) else {
                 continue;
@@ -664,27 +668,6 @@ impl Scheduler {
         a.reported = end;
         Ok(reason)
     }
-}
-
-/// [`Scheduler::encode`].
-fn encode(model: &Model, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
-    let tokenizer = model.tokenizer();
-    Ok(match prompt {
-        Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
-        Prompt::Chat(messages) => {
-            let rendered = tokenizer.render_chat(messages, true)?;
-            tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
-        }
-        Prompt::Ids(ids) => ids.clone(),
-    })
-}
-
-/// [`Scheduler::need_bytes`].
-fn need_bytes(model: &Model, prompt_tokens: usize, max_tokens: usize) -> (usize, u64) {
-    let tokens = prompt_tokens
-        .saturating_add(max_tokens)
-        .min(model.context_len() as usize);
-    (tokens, tokens as u64 * model.kv_bytes_per_token())
 }
 
 /// Where the first of `stops` begins in `text`.

@@ -150,12 +150,10 @@ impl Network {
         options: NetworkOptions,
     ) -> Result<Network, RunError> {
         let engine = &self.inner.engine;
-        let target = Target {
-            align_bytes: u64::from(engine.gpu().limits().min_storage_buffer_offset_alignment)
-                .max(4),
-            io_kind: options.io_kind.unwrap_or(self.inner.compiled.io_kind),
-            reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
-        };
+        let target = target(
+            engine,
+            options.io_kind.unwrap_or(self.inner.compiled.io_kind),
+        );
         // Rewritten as the donor's graph was (its fused constants are the ones shared).
         let graph = if options.fuse {
             crate::graph::fuse::fuse(&graph)?.0
@@ -229,11 +227,7 @@ impl Network {
                 kernel_io_bytes: 0,
             })
         });
-        let target = Target {
-            align_bytes: u64::from(gpu.limits().min_storage_buffer_offset_alignment).max(4),
-            io_kind,
-            reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
-        };
+        let target = target(engine, io_kind);
         // A specialised network compiles its parent's graph, already rewritten (the constants
         // they share are placed by node id).
         let graph = if options.fuse && shared.is_none() {
@@ -338,6 +332,16 @@ impl Network {
 
 /// Every node the device computes must have a kernel for its element types (never float
 /// maths on integer bits): refused here, naming the node, before anything is allocated.
+/// The device facts compiling needs, for networks of `engine` whose inputs and outputs are
+/// `io_kind`.
+fn target(engine: &Engine, io_kind: AllocKind) -> Target {
+    Target {
+        align_bytes: u64::from(engine.gpu().limits().min_storage_buffer_offset_alignment).max(4),
+        io_kind,
+        reads_strided: |op, i| kernel_of(op).is_some_and(|k| k.reads_strided(i)),
+    }
+}
+
 /// Whether two constants hold the same bytes: the same range of one backing (a model's
 /// memory map) without reading it, else compared.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {

@@ -248,11 +248,9 @@ impl Kernel for Attention {
             e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, bo, pad5, pad6], items)?;
             return Ok(1);
         }
-        let (splits, rows) = (
-            u64::from(splits),
-            items / (p.head_dim as u64).div_ceil(HEAD_CHUNK),
-        );
-        let head_dim = u64::from(p.head_dim);
+        // One record of head_dim + 2 floats per (query row, head, split).
+        let rows = u64::from(p.s) * u64::from(self.num_heads);
+        let (splits, head_dim) = (u64::from(splits), u64::from(p.head_dim));
         let records = rows * splits * (head_dim + 2) * 4;
         let part = e.workspace("output", records)?;
         let (pad5, pad6) = (e.unused(), e.unused());

@@ -10,6 +10,7 @@ use crate::memory::AllocKind;
 use crate::runtime::compile::{padded_bytes, Role};
 use crate::runtime::network::Inner;
 use crate::runtime::options::RunStats;
+use crate::runtime::state::CopyRange;
 use crate::runtime::RunError;
 
 impl InferRequest {
@@ -50,16 +51,18 @@ impl InferRequest {
     /// Records what state `state` needs before this iteration writes it: a grown buffer
     /// (NaN-filled in poison mode) gets the rows held, block by block, and a past given by
     /// the caller is written into `target`, the buffer the state is in after this iteration.
+    /// Returns the copies of this iteration's append (`(source offset, destination offset,
+    /// size)` in bytes), for a concat state to record.
     fn encode_state_move(
         &self,
         state: usize,
         target: &Buffer,
         frame: &mut Frame<'_>,
         stats: &mut RunStats,
-    ) {
+    ) -> Vec<CopyRange> {
         let st = &self.state.states[state];
         let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
-        let (growth, _) = st.copies(old_bytes, target.size_bytes());
+        let (growth, append) = st.copies(old_bytes, target.size_bytes());
         if let Some(grown) = &st.grown {
             if self.state.options().poison && st.upload.is_none() {
                 if let Some(src) = self
@@ -90,6 +93,7 @@ impl InferRequest {
                 frame.write_before_submit(target, to, part.to_vec());
             }
         }
+        append
     }
 
     /// Records node `k`: the NaN fill in poison mode, then its copies or its dispatches.
@@ -148,6 +152,7 @@ impl InferRequest {
                 let target = self.state.states[state]
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
+                // An in-place state appends nothing: its kernel writes the rows.
                 self.encode_state_move(state, target, frame, &mut stats);
                 let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
@@ -175,9 +180,7 @@ impl InferRequest {
                 let target = st
                     .current()
                     .ok_or_else(|| kernel_err("state has no buffer".into()))?;
-                let old_bytes = st.buffer.as_ref().map_or(0, Buffer::size_bytes);
-                let (_, append) = st.copies(old_bytes, target.size_bytes());
-                self.encode_state_move(state, target, frame, &mut stats);
+                let append = self.encode_state_move(state, target, frame, &mut stats);
                 if node.inputs.len() != 2 {
                     return Err(kernel_err(
                         "a state concat takes exactly the past and the new rows".into(),

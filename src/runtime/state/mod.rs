@@ -29,7 +29,7 @@ mod prepare;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use kv::{compact, MovedState, StateSlot};
+pub(crate) use kv::{compact, CopyRange, MovedState, StateSlot};
 
 /// A network family's placeholder pool, shared by its requests.
 pub(crate) type SharedPlaceholders<B> = Arc<Mutex<PlaceholderPool<B>>>;
