@@ -102,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 step_tokens: (n as u32).max(128),
                 max_batch: n,
                 run,
+                ..BatchOptions::default()
             },
         )?;
         for k in 0..n {

@@ -54,6 +54,10 @@ pub struct Args {
     /// page, larger ones give attention fewer page-table reads.
     #[arg(long = "page-size", default_value_t = 16)]
     pub page_size: u32,
+    /// When the pools run out of pages, compute a request's tokens again later instead of
+    /// copying its pages to host memory and back.
+    #[arg(long = "no-offload")]
+    pub no_offload: bool,
 }
 
 /// KV-cache bytes when `--budget-mib` is not given (at most).
@@ -62,6 +66,8 @@ const DEFAULT_BUDGET: u64 = 256 << 20;
 /// What every handler shares.
 struct App {
     handle: SchedulerHandle,
+    /// The model's engine: device memory per kind for `/v1/memory`.
+    engine: dynrt::gpu::Engine,
     /// The name requests give in `model` (the `--model` argument, or the file's stem).
     model_id: String,
     /// Other names accepted for it (the file's name and stem).
@@ -113,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     options.max_active = args.max_batch;
     options.prefill_chunk = args.prefill_chunk;
     options.page_size = args.page_size;
+    options.offload = !args.no_offload;
     let per_token = model.kv_bytes_per_token();
     let scheduler = Scheduler::new(model, options).context("laying out the KV pools")?;
     // What the pools hold: whole pages, at most one binding per layer.
@@ -120,6 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let handle = SchedulerHandle::spawn(scheduler).context("starting the scheduler thread")?;
     let app = Arc::new(App {
         handle,
+        engine: engine.clone(),
         model_id,
         aliases,
         context,
@@ -159,6 +167,8 @@ fn router(app: Shared) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/", get(dashboard))
+        .route("/v1/memory", get(memory))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
@@ -185,6 +195,36 @@ async fn metrics(State(app): State<Shared>) -> Response {
         serve_api::metrics_text(&live, &ttft),
     )
         .into_response()
+}
+
+/// The page with live charts of `/v1/memory`.
+async fn dashboard() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
+}
+
+/// The memory report: the scheduler's gauges, what each active request holds (pages,
+/// shared pages, bytes offloaded to the host) and the engine's bytes per allocation kind.
+async fn memory(State(app): State<Shared>) -> Json<serde_json::Value> {
+    let live = app.handle.stats();
+    let stats = app.engine.stats();
+    let kinds: serde_json::Map<String, serde_json::Value> = dynrt::memory::AllocKind::ALL
+        .iter()
+        .map(|&k| {
+            let v = json!({"current": stats.current_bytes(k), "peak": stats.peak_bytes(k)});
+            (k.name().to_string(), v)
+        })
+        .collect();
+    Json(json!({
+        "model": app.model_id,
+        "tokens_per_s": live.tokens_per_s,
+        "scheduler": live.scheduler,
+        "requests": app.handle.request_memory(),
+        "kinds": kinds,
+    }))
 }
 
 async fn models(State(app): State<Shared>) -> Json<serde_json::Value> {

@@ -472,7 +472,7 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
-    let single: [(&str, &str, &str, String); 19] = [
+    let single: [(&str, &str, &str, String); 21] = [
         (
             "dynrt_tokens_generated_total",
             "counter",
@@ -562,6 +562,18 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             "counter",
             "Requests that gave their pages back to let others run (computed again later).",
             s.preemptions.to_string(),
+        ),
+        (
+            "dynrt_kv_offloads_total",
+            "counter",
+            "Requests whose pages went to host memory to let others run (restored later).",
+            s.offloads.to_string(),
+        ),
+        (
+            "dynrt_kv_offloaded_bytes",
+            "gauge",
+            "KV-cache bytes in host memory now.",
+            s.kv_offloaded_bytes.to_string(),
         ),
         (
             "dynrt_prompt_tokens_shared_total",

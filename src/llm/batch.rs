@@ -22,9 +22,12 @@
 //! those models.
 //!
 //! When the pool has no free page for a sequence the engine waits: sequences that cannot get
-//! their pages sit the step out, and if no sequence could run, the one admitted last gives its
-//! pages back and will compute its tokens again later (*recompute* preemption). A request
-//! never fails for lack of KV memory as long as one sequence fits in the pool.
+//! their pages sit the step out. If no sequence could run, the one scheduled least recently
+//! (of those, the one admitted last) gives its pages back: with [`BatchOptions::offload`]
+//! their rows are copied to host memory (a `usm_host` buffer, outside the device budget) and
+//! written into fresh pages when the sequence runs again (*offload*); without it, or when
+//! the host memory cannot be had, the sequence computes its tokens again later (*recompute*).
+//! A request never fails for lack of KV memory as long as one sequence fits in the pool.
 
 use super::graph::labels;
 use super::sample::Sampler;
@@ -32,7 +35,7 @@ use super::session::{GenerateParams, StopReason};
 use super::{build_paged_graph, LlmError, Model};
 use crate::gguf::Gguf;
 use crate::graph::Bindings;
-use crate::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
+use crate::runtime::{HostRows, InferRequest, Network, NetworkOptions, RunOptions, StateRows};
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
 use std::collections::HashMap;
@@ -50,18 +53,23 @@ pub struct BatchOptions {
     pub step_tokens: u32,
     /// Most sequences running at once (the others wait in the queue).
     pub max_batch: usize,
+    /// Whether a sequence that must give its pages back has their rows copied to host
+    /// memory and restored (`true`) rather than computed again (`false`).
+    pub offload: bool,
     /// Options of the engine's inference request.
     pub run: RunOptions,
 }
 
 impl Default for BatchOptions {
-    /// Pages of 16 positions, 4096 positions in the pools, 128 rows per step, 16 sequences.
+    /// Pages of 16 positions, 4096 positions in the pools, 128 rows per step, 16 sequences,
+    /// offload on.
     fn default() -> Self {
         BatchOptions {
             page_size: 16,
             pool_tokens: 4096,
             step_tokens: 128,
             max_batch: 16,
+            offload: true,
             run: RunOptions::new(crate::memory::predictor::Policy::Adaptive),
         }
     }
@@ -119,6 +127,35 @@ pub struct BatchStats {
     pub decode_rows: u64,
     /// Sequences the last step computed rows for.
     pub last_sequences: usize,
+    /// Sequences whose pages went to host memory (restored later).
+    pub offloads: u64,
+    /// Sequences whose rows came back from host memory.
+    pub restores: u64,
+    /// Sequences whose rows are in host memory now.
+    pub offloaded_sequences: usize,
+    /// Bytes of rows in host memory now.
+    pub offloaded_bytes: u64,
+    /// Largest `offloaded_bytes` seen.
+    pub offloaded_peak_bytes: u64,
+}
+
+/// What one sequence of a [`BatchEngine`] holds ([`BatchEngine::sequence_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SeqMemory {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Tokens it has (prompt and generated).
+    pub tokens: usize,
+    /// Of those, tokens whose keys and values are computed (in its pages or offloaded).
+    pub computed: usize,
+    /// Pages it holds in the pools of the layers without a window.
+    pub pages: usize,
+    /// Of those, pages other sequences hold too.
+    pub shared_pages: usize,
+    /// Pages it holds in the sliding-window layers' pools.
+    pub swa_pages: usize,
+    /// Bytes of its rows in host memory (0 unless offloaded).
+    pub offloaded_bytes: u64,
 }
 
 struct Seq {
@@ -136,6 +173,26 @@ struct Seq {
     swa_pages: Vec<Option<u32>>,
     params: GenerateParams,
     sampler: Sampler,
+    /// The step after which the sequence last computed rows (0: never).
+    last_run: u64,
+    /// Its rows in host memory while it holds no pages.
+    offloaded: Option<Offloaded>,
+}
+
+/// A sequence's rows in host memory: the pages they came from by index in its page
+/// tables, each with its rows written, and the rows packed layer by layer.
+struct Offloaded {
+    pages: Vec<PageRows>,
+    host: HostRows,
+}
+
+/// Rows `0..rows` of page `index` of a sequence's page table (`local`: the sliding-window
+/// layers' table).
+#[derive(Clone, Copy)]
+struct PageRows {
+    index: usize,
+    local: bool,
+    rows: u64,
 }
 
 impl Seq {
@@ -382,7 +439,10 @@ impl BatchEngine {
         let ps = u64::from(self.options.page_size);
         let [global, local] = self.page_bytes();
         let window = self.swa.as_ref().map_or(0, |(_, w)| *w as u64);
-        let in_window: u64 = self.seqs.iter().map(|q| (q.done as u64).min(window)).sum();
+        let in_window: u64 = (self.seqs.iter())
+            .filter(|q| q.offloaded.is_none() && !q.pages.is_empty())
+            .map(|q| (q.done as u64).min(window))
+            .sum();
         (self.stats().positions_held * global + in_window * local) / ps
     }
 
@@ -427,6 +487,9 @@ impl BatchEngine {
             }
         }
         s.positions_held = held;
+        let offloaded = self.seqs.iter().filter_map(|q| q.offloaded.as_ref());
+        (s.offloaded_sequences, s.offloaded_bytes) =
+            offloaded.fold((0, 0), |(n, b), o| (n + 1, b + o.host.size_bytes()));
         s
     }
 
@@ -445,6 +508,24 @@ impl BatchEngine {
             })
             .sum();
         free.saturating_sub(owed)
+    }
+
+    /// What each sequence holds, in admission order.
+    pub fn sequence_memory(&self) -> Vec<SeqMemory> {
+        let holders = &self.pages.holders;
+        (self.seqs.iter())
+            .map(|q| SeqMemory {
+                seq: q.id,
+                tokens: q.tokens.len(),
+                computed: q.done,
+                pages: q.pages.len(),
+                shared_pages: (q.pages.iter())
+                    .filter(|&&p| holders[p as usize] > 1)
+                    .count(),
+                swa_pages: q.swa_pages.iter().flatten().count(),
+                offloaded_bytes: q.offloaded.as_ref().map_or(0, |o| o.host.size_bytes()),
+            })
+            .collect()
     }
 
     /// Whether no sequence is running or waiting.
@@ -496,6 +577,8 @@ impl BatchEngine {
             swa_pages: Vec::new(),
             params,
             sampler,
+            last_run: 0,
+            offloaded: None,
         });
         Ok(id)
     }
@@ -544,13 +627,22 @@ impl BatchEngine {
         }
     }
 
-    /// Gives sequence `i` the pages for positions `0..upto`; `false` (nothing taken) when the
-    /// pool has too few free pages.
+    /// Gives sequence `i` the pages for positions `0..upto` (its sliding-window layers only
+    /// those a query from position `done` on sees); `false` (nothing taken) when the pool
+    /// has too few free pages.
     fn reserve(&mut self, i: usize, upto: usize) -> bool {
         let ps = self.options.page_size as usize;
         let q = &mut self.seqs[i];
         let need = upto.div_ceil(ps).saturating_sub(q.pages.len());
-        let need_swa = upto.div_ceil(ps).saturating_sub(q.swa_pages.len());
+        let swa_from = q.swa_pages.len();
+        let lowest = self
+            .swa
+            .as_ref()
+            .map_or(0, |(_, window)| (q.done + 1).saturating_sub(*window));
+        let in_window = |k: usize| (k + 1) * ps > lowest;
+        let need_swa = (swa_from..upto.div_ceil(ps))
+            .filter(|&k| in_window(k))
+            .count();
         let swa_short = self
             .swa
             .as_ref()
@@ -564,11 +656,96 @@ impl BatchEngine {
             }
         }
         if let Some((swa, _)) = &mut self.swa {
-            for _ in 0..need_swa {
-                q.swa_pages.push(swa.take());
+            for k in swa_from..upto.div_ceil(ps) {
+                q.swa_pages
+                    .push(if in_window(k) { swa.take() } else { None });
             }
         }
         true
+    }
+
+    /// The rows of `pages` of sequence `q`, in every layer's key and value states: the
+    /// ranges its rows are copied from to the host and written back to (into the pages the
+    /// sequence holds then). `None` when a page is not in its tables.
+    fn row_ranges(&self, q: &Seq, pages: &[PageRows]) -> Option<Vec<StateRows>> {
+        let ps = u64::from(self.options.page_size);
+        let c = self.model.config();
+        let mut ranges = Vec::new();
+        for l in 0..c.num_layers {
+            let local = c.is_local(l);
+            for state in labels::states_of(l) {
+                for r in pages.iter().filter(|r| r.local == local) {
+                    let page = if local {
+                        q.swa_pages.get(r.index).copied().flatten()?
+                    } else {
+                        *q.pages.get(r.index)?
+                    };
+                    ranges.push(StateRows {
+                        state,
+                        first: u64::from(page) * ps,
+                        rows: r.rows,
+                    });
+                }
+            }
+        }
+        Some(ranges)
+    }
+
+    /// Copies the rows sequence `i` wrote to host memory and gives its pages back; `false`
+    /// (nothing changed) when the host memory cannot be had.
+    fn offload(&mut self, i: usize) -> bool {
+        let ps = self.options.page_size as usize;
+        let q = &self.seqs[i];
+        let written = |k: usize| q.done.saturating_sub(k * ps).min(ps) as u64;
+        let global = (0..q.pages.len()).map(|k| (k, false));
+        let local = (q.swa_pages.iter().enumerate())
+            .filter(|(_, p)| p.is_some())
+            .map(|(k, _)| (k, true));
+        let pages: Vec<PageRows> = global
+            .chain(local)
+            .map(|(index, local)| PageRows {
+                index,
+                local,
+                rows: written(index),
+            })
+            .filter(|r| r.rows > 0)
+            .collect();
+        let Some(ranges) = self.row_ranges(q, &pages) else {
+            return false;
+        };
+        let Ok(host) = self.request.rows_to_host(&ranges) else {
+            return false;
+        };
+        let q = &mut self.seqs[i];
+        let (held, held_swa) = (
+            std::mem::take(&mut q.pages),
+            std::mem::take(&mut q.swa_pages),
+        );
+        q.offloaded = Some(Offloaded { pages, host });
+        self.free_pages(held, held_swa);
+        self.stats.offloads += 1;
+        let bytes = self.stats().offloaded_bytes;
+        self.stats.offloaded_peak_bytes = self.stats.offloaded_peak_bytes.max(bytes);
+        true
+    }
+
+    /// Writes the rows of sequence `i` that are in host memory into the pages it holds now.
+    async fn restore(&mut self, i: usize) -> Result<(), LlmError> {
+        let q = &self.seqs[i];
+        let Some(off) = &q.offloaded else {
+            return Ok(());
+        };
+        let ranges = self
+            .row_ranges(q, &off.pages)
+            .ok_or(LlmError::BadParameter {
+                name: "pages",
+                value: q.pages.len().to_string(),
+                reason: "a restored sequence lacks a page it had offloaded",
+            })?;
+        self.request.rows_from_host(&off.host, &ranges).await?;
+        self.seqs[i].offloaded = None;
+        self.stats.restores += 1;
+        Ok(())
     }
 
     /// Picks this step's rows: `(sequence index, first position, rows)` for each sequence
@@ -576,10 +753,13 @@ impl BatchEngine {
     /// cannot get their pages wait; if none could run, the last admitted one is preempted
     /// and the choice is made again.
     fn plan(&mut self) -> Vec<(usize, usize, usize)> {
+        // Sequences that gave their pages back in this call sit this step out.
+        let mut given_back: Vec<usize> = Vec::new();
         for _ in 0..=self.seqs.len() {
             let mut left = self.options.step_tokens as usize;
             let mut plan = Vec::new();
             let running = self.seqs.len().min(self.options.max_batch);
+            let runs = |i: &usize| !given_back.contains(i);
             // Prompts not started take the full pages another sequence already computed.
             for i in 0..running {
                 // Not with sliding-window layers: their pages of a shared start may be gone.
@@ -591,7 +771,7 @@ impl BatchEngine {
                     self.seqs[i].pages = shared;
                 }
             }
-            for i in 0..running {
+            for i in (0..running).filter(runs) {
                 let q = &self.seqs[i];
                 if q.tokens.len() - q.done == 1 && left > 0 {
                     let at = q.done;
@@ -601,7 +781,7 @@ impl BatchEngine {
                     }
                 }
             }
-            for i in 0..running {
+            for i in (0..running).filter(runs) {
                 let q = &self.seqs[i];
                 let todo = q.tokens.len() - q.done;
                 if todo > 1 && left > 0 {
@@ -616,10 +796,18 @@ impl BatchEngine {
                 plan.sort_unstable();
                 return plan;
             }
-            // Nothing fits: the last admitted sequence gives its pages back.
-            let Some(last) = (0..running).rev().find(|&i| !self.seqs[i].pages.is_empty()) else {
+            // Nothing fits: the sequence run least recently (the last admitted of those) gives
+            // its pages back, to the host when it can.
+            let victim = (0..running)
+                .filter(|i| !self.seqs[*i].pages.is_empty())
+                .min_by_key(|&i| (self.seqs[i].last_run, std::cmp::Reverse(i)));
+            let Some(last) = victim else {
                 return plan;
             };
+            given_back.push(last);
+            if self.options.offload && self.offload(last) {
+                continue;
+            }
             let q = &mut self.seqs[last];
             q.done = 0;
             let (pages, swa_pages) = (
@@ -642,6 +830,9 @@ impl BatchEngine {
         let plan = self.plan();
         if plan.is_empty() {
             return Ok(Vec::new());
+        }
+        for &(i, _, _) in &plan {
+            self.restore(i).await?;
         }
         let ps = self.options.page_size as usize;
         let per_seq = plan
@@ -723,6 +914,7 @@ impl BatchEngine {
         for &(i, at, count) in &plan {
             let q = &mut self.seqs[i];
             q.done = at + count;
+            q.last_run = self.stats.steps;
             if self.swa.is_none() {
                 self.pages
                     .publish(&q.tokens, &q.pages, q.done.min(q.prompt));

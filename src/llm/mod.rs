@@ -48,14 +48,14 @@ mod scheduler_thread;
 mod session;
 
 pub use arch::{ModelConfig, RopeScaling};
-pub use batch::{BatchEngine, BatchOptions, BatchStats, SeqId, SeqToken};
+pub use batch::{BatchEngine, BatchOptions, BatchStats, SeqId, SeqMemory, SeqToken};
 pub use error::LlmError;
 pub use graph::{build_graph, build_paged_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
 pub use sample::{Sampler, SamplingParams};
 pub use scheduler::{
-    FinishReason, Prompt, Request, RequestId, ScheduleError, Scheduler, SchedulerEvent,
-    SchedulerOptions, SchedulerStats,
+    FinishReason, Prompt, Request, RequestId, RequestMemory, ScheduleError, Scheduler,
+    SchedulerEvent, SchedulerOptions, SchedulerStats,
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use scheduler_thread::{LiveStats, SchedulerHandle, Submitted, RATE_WINDOW};

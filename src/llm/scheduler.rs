@@ -81,18 +81,23 @@ pub struct SchedulerOptions {
     pub prefill_chunk: usize,
     /// Positions per page of the KV pools.
     pub page_size: u32,
+    /// Whether a request that must give its pages back to let others run has them copied
+    /// to host memory ([`BatchOptions::offload`]) rather than computed again.
+    pub offload: bool,
     /// The run options of the engine's request.
     pub run: RunOptions,
 }
 
 impl SchedulerOptions {
-    /// `budget_bytes` of KV cache, 8 requests at once, prompts in chunks of 128 tokens.
+    /// `budget_bytes` of KV cache, 8 requests at once, prompts in chunks of 128 tokens,
+    /// pages of 16 positions, offload on.
     pub fn new(budget_bytes: u64, run: RunOptions) -> SchedulerOptions {
         SchedulerOptions {
             budget_bytes,
             max_active: 8,
             prefill_chunk: 128,
             page_size: 16,
+            offload: true,
             run,
         }
     }
@@ -239,12 +244,37 @@ pub struct SchedulerStats {
     pub pages_used: u32,
     /// Pages held by more than one request (a shared prompt start).
     pub pages_shared: u32,
-    /// Requests that gave their pages back to let others run (recomputed later).
+    /// Requests that gave their pages back to let others run and computed them again.
     pub preemptions: u64,
+    /// Requests whose pages went to host memory to let others run (restored later).
+    pub offloads: u64,
+    /// Bytes of KV rows in host memory now.
+    pub kv_offloaded_bytes: u64,
+    /// Largest `kv_offloaded_bytes` seen.
+    pub kv_offloaded_peak_bytes: u64,
     /// Prompt tokens not computed because their pages were shared.
     pub tokens_shared: u64,
     /// Requests the last forward pass computed rows for.
     pub batch_sequences: usize,
+}
+
+/// What one active request holds of the KV cache ([`Scheduler::request_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RequestMemory {
+    /// The request.
+    pub id: RequestId,
+    /// Its prompt's tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated so far.
+    pub generated: usize,
+    /// Pages it holds in the pools of the layers without a window.
+    pub pages: usize,
+    /// Of those, pages other requests hold too.
+    pub shared_pages: usize,
+    /// Pages it holds in the sliding-window layers' pools.
+    pub swa_pages: usize,
+    /// Bytes of its KV rows in host memory (0 unless offloaded).
+    pub offloaded_bytes: u64,
 }
 
 /// A request in the queue.
@@ -329,6 +359,7 @@ impl Scheduler {
                 step_tokens: u32::try_from(options.prefill_chunk + options.max_active)
                     .unwrap_or(u32::MAX),
                 max_batch: options.max_active,
+                offload: options.offload,
                 run: options.run,
             },
         )?;
@@ -477,6 +508,25 @@ impl Scheduler {
         self.queue.is_empty() && self.active.is_empty()
     }
 
+    /// What each active request holds, in the order they started.
+    pub fn request_memory(&self) -> Vec<RequestMemory> {
+        let seqs = self.engine.sequence_memory();
+        (self.active.iter())
+            .filter_map(|a| {
+                let m = seqs.iter().find(|m| m.seq == a.seq)?;
+                Some(RequestMemory {
+                    id: a.id,
+                    prompt_tokens: a.prompt_tokens,
+                    generated: a.generated,
+                    pages: m.pages,
+                    shared_pages: m.shared_pages,
+                    swa_pages: m.swa_pages,
+                    offloaded_bytes: m.offloaded_bytes,
+                })
+            })
+            .collect()
+    }
+
     /// The counters and gauges now.
     pub fn stats(&self) -> SchedulerStats {
         let mut s = self.stats;
@@ -486,6 +536,9 @@ impl Scheduler {
         s.pages_used = e.pages_used;
         s.pages_shared = e.shared_pages;
         s.preemptions = e.preemptions;
+        s.offloads = e.offloads;
+        s.kv_offloaded_bytes = e.offloaded_bytes;
+        s.kv_offloaded_peak_bytes = e.offloaded_peak_bytes;
         s.tokens_shared = e.tokens_shared;
         s.batch_sequences = e.last_sequences;
         s.kv_reserved_bytes = self.engine.held_bytes();

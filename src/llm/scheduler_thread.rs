@@ -3,7 +3,7 @@
 //! desktop app's UI) submit, cancel and receive events over channels.
 
 use super::scheduler::{
-    Request, RequestId, ScheduleError, Scheduler, SchedulerEvent, SchedulerStats,
+    Request, RequestId, RequestMemory, ScheduleError, Scheduler, SchedulerEvent, SchedulerStats,
 };
 use futures::channel::{mpsc, oneshot};
 use std::collections::{HashMap, VecDeque};
@@ -59,6 +59,7 @@ impl SchedulerHandle {
         let stats = Arc::new(Mutex::new(Shared {
             stats: scheduler.stats(),
             rate: VecDeque::new(),
+            requests: Vec::new(),
         }));
         let shared = stats.clone();
         let thread = std::thread::Builder::new()
@@ -90,6 +91,13 @@ impl SchedulerHandle {
         if let Some(c) = &self.commands {
             let _ = c.send(Command::Cancel(id));
         }
+    }
+
+    /// What each active request held after the last step
+    /// ([`Scheduler::request_memory`]).
+    pub fn request_memory(&self) -> Vec<RequestMemory> {
+        let shared = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        shared.requests.clone()
     }
 
     /// The counters after the last step.
@@ -182,11 +190,13 @@ fn run(mut scheduler: Scheduler, commands: &std_mpsc::Receiver<Command>, stats: 
 /// Shares the scheduler's counters after a change.
 fn publish(scheduler: &Scheduler, stats: &Mutex<Shared>) {
     let s = scheduler.stats();
+    let requests = scheduler.request_memory();
     let mut shared = stats.lock().unwrap_or_else(|e| e.into_inner());
     shared
         .rate
         .push_back((Instant::now(), s.tokens_generated_total));
     shared.stats = s;
+    shared.requests = requests;
     shared.prune();
 }
 
@@ -196,6 +206,7 @@ fn publish(scheduler: &Scheduler, stats: &Mutex<Shared>) {
 struct Shared {
     stats: SchedulerStats,
     rate: VecDeque<(Instant, u64)>,
+    requests: Vec<RequestMemory>,
 }
 
 impl Shared {

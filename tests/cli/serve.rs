@@ -407,6 +407,7 @@ fn serve_with_a_tiny_budget_queues_requests_and_finishes_them_all() {
         "What is the capital of Italy?",
     ];
     let mut most_queued = 0.0f64;
+    let mut most_request_pages = 0;
     let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
         let handles: Vec<_> = prompts
             .iter()
@@ -420,6 +421,22 @@ fn serve_with_a_tiny_budget_queues_requests_and_finishes_them_all() {
         while handles.iter().any(|h| !h.is_finished()) {
             most_queued = most_queued.max(server.metric("dynrt_queue_length"));
             assert!(server.metric("dynrt_active_sessions") <= 1.0);
+            // The memory report: each active request's pages, within the pools.
+            let (status, text) = server.get("/v1/memory");
+            assert_eq!(status, 200, "{text}");
+            let m: Value = serde_json::from_str(&text).unwrap();
+            let requests = m["requests"].as_array().unwrap();
+            assert!(requests.len() <= 1, "{m}");
+            let pages: u64 = requests.iter().map(|r| r["pages"].as_u64().unwrap()).sum();
+            assert!(
+                pages <= m["scheduler"]["pages_total"].as_u64().unwrap(),
+                "{m}"
+            );
+            assert!(
+                m["kinds"]["usm_device"]["current"].as_u64().unwrap() > 0,
+                "{m}"
+            );
+            most_request_pages = most_request_pages.max(pages);
             std::thread::sleep(Duration::from_millis(50));
         }
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -429,6 +446,14 @@ fn serve_with_a_tiny_budget_queues_requests_and_finishes_them_all() {
         assert!(!answer(v).is_empty(), "{v}");
     }
     assert!(most_queued >= 1.0, "no request waited: {most_queued}");
+    assert!(most_request_pages > 0, "no request seen holding pages");
+    // The live charts of that report.
+    let (status, page) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<canvas") && page.contains("/v1/memory"),
+        "{page}"
+    );
     assert_eq!(
         server.metric("dynrt_requests_total{outcome=\"finished\"}"),
         3.0

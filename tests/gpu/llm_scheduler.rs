@@ -184,6 +184,52 @@ fn scheduled_greedy_answers_equal_each_request_run_alone() {
 }
 
 #[test]
+fn requests_outgrowing_the_pools_go_to_host_memory_and_answer_as_alone() {
+    let test = "requests_outgrowing_the_pools_go_to_host_memory_and_answer_as_alone";
+    let Some(model) = smollm2(test) else { return };
+    let requests = [
+        Request::new(chat("What is the capital of France?"), params(40, false)),
+        Request::new(chat("Write a haiku about the sea."), params(40, false)),
+    ];
+    let probe =
+        Scheduler::new(model.clone(), SchedulerOptions::new(1 << 20, run_options())).unwrap();
+    let lens: Vec<usize> = (requests.iter())
+        .map(|r| probe.encode(&r.prompt).unwrap().len())
+        .collect();
+    drop(probe);
+    // Pools of pages of 16 with room for both prompts and one page more, not for both
+    // answers: both start, and when neither can grow, one goes to host memory.
+    let pages: usize = lens.iter().map(|n| (n + 1).div_ceil(16)).sum::<usize>() + 1;
+    let needed: usize = lens.iter().map(|n| (n + 40).div_ceil(16)).sum();
+    assert!(needed > pages, "{lens:?}");
+    let budget = (pages * 16) as u64 * model.kv_bytes_per_token();
+    let mut s =
+        Scheduler::new(model.clone(), SchedulerOptions::new(budget, run_options())).unwrap();
+    let alone: Vec<Vec<u32>> = (requests.iter())
+        .map(|r| {
+            let mut session = model.session(run_options());
+            let Prompt::Chat(m) = &r.prompt else {
+                unreachable!("chats only")
+            };
+            (session.chat_blocking(&m[0].content, &r.params, &mut |_| {}))
+                .unwrap()
+                .tokens
+        })
+        .collect();
+    let ids: Vec<RequestId> = (requests.iter())
+        .map(|r| s.submit(r.clone()).unwrap())
+        .collect();
+    let (out, _) = drain(&mut s);
+    for (k, id) in ids.iter().enumerate() {
+        assert_eq!(out[id].tokens, alone[k], "request {k}");
+    }
+    let st = s.stats();
+    assert!(st.offloads > 0 && st.kv_offloaded_peak_bytes > 0, "{st:?}");
+    assert_eq!((st.preemptions, st.kv_offloaded_bytes), (0, 0), "{st:?}");
+    eprintln!("{test}: {st:?}");
+}
+
+#[test]
 fn cancelling_a_request_frees_its_pages_at_once() {
     let test = "cancelling_a_request_frees_its_pages_at_once";
     let Some(model) = smollm2(test) else { return };

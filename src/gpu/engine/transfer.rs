@@ -295,6 +295,92 @@ impl Engine {
         Ok(out)
     }
 
+    /// Copies `ranges` (`(buffer, offset, bytes)`, each a multiple of 4) of device buffers,
+    /// packed one after the other in order, into a new `usm_host` buffer: one submit, no
+    /// wait. The result holds host memory (counted as `usm_host`, never against the device
+    /// budget) until it is dropped; [`Engine::write_from_host`] puts its bytes back on the
+    /// device. This is how device memory is offloaded to the host.
+    ///
+    /// # Errors
+    /// [`AllocError::Misaligned`], [`AllocError::OutOfBounds`], allocation errors of the
+    /// host buffer (nothing is copied then).
+    pub fn copy_to_host(
+        &self,
+        label: &str,
+        ranges: &[(&Buffer, u64, u64)],
+    ) -> Result<Buffer, AllocError> {
+        let mut total = 0u64;
+        for &(buf, offset, len) in ranges {
+            check_copy_aligned(offset, len)?;
+            check_range(buf, offset, len)?;
+            total = total.checked_add(len).ok_or(AllocError::OutOfBounds {
+                offset_bytes: total,
+                size_bytes: len,
+                buffer_bytes: u64::MAX,
+            })?;
+        }
+        let host = self.allocate_inner(
+            &BufferDesc {
+                label,
+                size_bytes: total.max(COPY_ALIGN_BYTES),
+                kind: AllocKind::UsmHost,
+            },
+            readback_usages(),
+            true,
+            None,
+        )?;
+        submit_checked(&self.inner.gpu, "dynrt copy to host", |enc| {
+            let mut at = 0;
+            for &(buf, offset, len) in ranges {
+                if len > 0 {
+                    enc.copy_buffer_to_buffer(buf.raw(), offset, host.raw(), at, len);
+                }
+                at += len;
+            }
+        })?;
+        Ok(host)
+    }
+
+    /// Writes ranges of a host buffer from [`Engine::copy_to_host`] into device buffers:
+    /// `(host offset, destination, destination offset, bytes)`. The host buffer is mapped
+    /// (waiting for its copies) and each range goes through the queue, landing before the
+    /// next submit's commands ([`Engine::queue_write`]).
+    ///
+    /// # Errors
+    /// [`AllocError::NotMappable`] for a buffer that is not a host copy;
+    /// [`AllocError::Misaligned`] and [`AllocError::OutOfBounds`] for a range outside either
+    /// buffer (nothing is written then); [`AllocError::Map`].
+    pub async fn write_from_host(
+        &self,
+        host: &Buffer,
+        writes: &[(u64, &Buffer, u64, u64)],
+    ) -> Result<(), AllocError> {
+        if !(host.readback && host.usages().contains(wgpu::BufferUsages::MAP_READ)) {
+            return Err(AllocError::NotMappable {
+                kind: host.kind,
+                access: MapAccess::Read,
+            });
+        }
+        for &(from, dst, offset, len) in writes {
+            check_copy_aligned(offset, len)?;
+            check_range(host, from, len)?;
+            check_range(dst, offset, len)?;
+        }
+        let slice = host.raw.slice(..);
+        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Read).await?;
+        {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| AllocError::Map(e.to_string()))?;
+            for &(from, dst, offset, len) in writes {
+                let from = from as usize;
+                self.queue_write(dst, offset, &view[from..from + len as usize]);
+            }
+        }
+        host.raw.unmap();
+        Ok(())
+    }
+
     /// [`Engine::read`], blocking (native only).
     ///
     /// # Errors

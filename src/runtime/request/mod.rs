@@ -50,6 +50,40 @@ impl KvStates {
     }
 }
 
+/// Rows `first..first + rows` of KV-cache state `state` (in the order of the network's
+/// states), for [`InferRequest::rows_to_host`] and [`InferRequest::rows_from_host`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateRows {
+    /// The state.
+    pub state: usize,
+    /// Its first row.
+    pub first: u64,
+    /// Rows.
+    pub rows: u64,
+}
+
+/// Rows of KV-cache states copied to host memory (a `usm_host` buffer, outside the device
+/// budget) by [`InferRequest::rows_to_host`]; dropping it frees that memory.
+pub struct HostRows {
+    buffer: Buffer,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for HostRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRows")
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl HostRows {
+    /// Bytes of the rows held.
+    pub fn size_bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 /// One stream of inferences on a [`Network`]: its own predictor, pool, activations and
 /// KV-cache states. Dropping it frees all of them.
 pub struct InferRequest {
@@ -258,6 +292,58 @@ impl InferRequest {
         self.state.put_states(states.states, states.sizer)?;
         self.forget_freed();
         Ok(())
+    }
+
+    /// Copies `ranges` of the states' rows to host memory, packed in order (one submit,
+    /// ordered after every iteration submitted so far): what a paged KV cache offloads.
+    /// The device rows are unchanged; the caller may reuse them once this returns.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for a range the state does not hold in one run of rows;
+    /// [`RunError::Alloc`] when the host buffer cannot be had. Nothing is copied then.
+    pub fn rows_to_host(&self, ranges: &[StateRows]) -> Result<HostRows, RunError> {
+        let mut copies = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            copies.push(self.state.state_rows(r.state, r.first, r.rows)?);
+        }
+        let bytes = copies.iter().map(|c| c.2).sum();
+        let buffer = self
+            .engine()
+            .copy_to_host("dynrt offloaded rows", &copies)
+            .map_err(alloc_err("offloading KV rows to the host"))?;
+        Ok(HostRows { buffer, bytes })
+    }
+
+    /// Writes rows from `host` (packed as [`InferRequest::rows_to_host`] copied them) into
+    /// `ranges` of the states, which may be other rows than those copied: the writes land
+    /// before the next iteration's work.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for a range the state does not hold; [`RunError::BadInput`]
+    /// when the ranges do not hold exactly `host`'s bytes; [`RunError::Alloc`] when the host
+    /// memory cannot be mapped. Nothing is written then.
+    pub async fn rows_from_host(
+        &self,
+        host: &HostRows,
+        ranges: &[StateRows],
+    ) -> Result<(), RunError> {
+        let mut writes = Vec::with_capacity(ranges.len());
+        let mut at = 0u64;
+        for r in ranges {
+            let (buffer, offset, len) = self.state.state_rows(r.state, r.first, r.rows)?;
+            writes.push((at, buffer, offset, len));
+            at += len;
+        }
+        if at != host.bytes {
+            return Err(RunError::BadInput {
+                input: "host rows".into(),
+                reason: format!("the ranges hold {at} bytes, the host rows {}", host.bytes),
+            });
+        }
+        self.engine()
+            .write_from_host(&host.buffer, &writes)
+            .await
+            .map_err(alloc_err("restoring KV rows from the host"))
     }
 
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.

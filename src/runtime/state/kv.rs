@@ -373,26 +373,15 @@ impl<S: Storage + Clone> RequestState<S> {
     /// [`RunError::BadState`] for a state that does not exist or holds fewer rows; nothing
     /// changes then.
     pub fn drop_state_front(&mut self, s: usize, rows: u64) -> Result<(), RunError> {
-        let c = Arc::clone(&self.compiled);
         let held = self.states.get(s).map(StateSlot::rows);
         let Some(held) = held.filter(|&h| h >= rows) else {
-            let (past, present) = c.states.get(s).map_or_else(
-                || (format!("state {s}"), String::new()),
-                |st| {
-                    (
-                        c.graph.node(st.past).label.clone(),
-                        c.graph.node(st.present).label.clone(),
-                    )
-                },
-            );
-            return Err(RunError::BadState {
-                past,
-                present,
-                reason: format!(
+            return Err(self.bad_state(
+                s,
+                format!(
                     "cannot drop {rows} rows: the state holds {}",
                     held.map_or("no rows (there is no such state)".into(), |h| h.to_string())
                 ),
-            });
+            ));
         };
         if rows == 0 {
             return Ok(());
@@ -405,6 +394,65 @@ impl<S: Storage + Clone> RequestState<S> {
         st.next_shape = st.shape.clone();
         st.drop_front += rows;
         Ok(())
+    }
+
+    /// [`RunError::BadState`] for state `s` (named by its labels when it exists).
+    fn bad_state(&self, s: usize, reason: String) -> RunError {
+        let c = &self.compiled;
+        let (past, present) = c.states.get(s).map_or_else(
+            || (format!("state {s}"), String::new()),
+            |st| {
+                (
+                    c.graph.node(st.past).label.clone(),
+                    c.graph.node(st.present).label.clone(),
+                )
+            },
+        );
+        RunError::BadState {
+            past,
+            present,
+            reason,
+        }
+    }
+
+    /// The buffer of state `s` and the byte range `(offset, bytes)` of its rows
+    /// `first..first + rows`, for a state whose rows are contiguous (grown along its first
+    /// axis) and held in its buffer now (not waiting for this iteration's growth or drop).
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for no such state, a state without a buffer, with rows in
+    /// blocks, a growth or drop pending, or rows past those it holds.
+    pub fn state_rows(
+        &self,
+        s: usize,
+        first: u64,
+        rows: u64,
+    ) -> Result<(&S::Buffer, u64, u64), RunError> {
+        let st = self
+            .states
+            .get(s)
+            .ok_or_else(|| self.bad_state(s, "there is no such state".into()))?;
+        let buffer = match &st.buffer {
+            Some(b) if st.grown.is_none() && st.drop_front == 0 && st.upload.is_none() => b,
+            Some(_) => {
+                return Err(self.bad_state(s, "its buffer changes at the next iteration".into()))
+            }
+            None => return Err(self.bad_state(s, "it has no buffer yet".into())),
+        };
+        let (outer, row) = st.blocks();
+        if outer != 1 {
+            return Err(self.bad_state(s, format!("its rows lie in {outer} blocks")));
+        }
+        match first.checked_add(rows) {
+            Some(end) if end <= st.rows() => Ok((buffer, first * row, rows * row)),
+            _ => Err(self.bad_state(
+                s,
+                format!(
+                    "rows {first}..{first}+{rows} are past the {} it holds",
+                    st.rows()
+                ),
+            )),
+        }
     }
 
     /// Bytes of each state's buffer (0 for a state without one), in state order.

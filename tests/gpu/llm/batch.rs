@@ -2,13 +2,14 @@
 //! every sequence's greedy tokens and logits equal those of the same prompt run alone in a
 //! `Session`, while sequences join between steps, prompts are cut into chunks, pages are
 //! shared between prompts with a common start, and a pool too small for all of them makes
-//! the engine preempt and recompute.
+//! the engine offload pages to host memory and restore them (or preempt and recompute).
 
 use super::{engine, greedy, prompt_ids, smollm2};
 use dynrt::gguf::TinyLlama;
 use dynrt::gpu::Engine;
 use dynrt::llm::{BatchEngine, BatchOptions, GenerateParams, LlmError, Model, ModelOptions, SeqId};
 use dynrt::memory::predictor::Policy;
+use dynrt::memory::AllocKind;
 use dynrt::runtime::RunOptions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,12 +145,13 @@ fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
         pool_tokens: 48,
         step_tokens: 32,
         max_batch: 3,
+        offload: false,
         ..BatchOptions::default()
     };
     let mut batch = batched_equals_alone(&model, &prompts, &params, options);
     let s = batch.stats();
     assert!(s.preemptions > 0, "{s:?}");
-    assert_eq!(s.pages_used, 0);
+    assert_eq!((s.pages_used, s.offloads), (0, 0));
 
     // Cancelling frees a sequence's pages at once; the engine stays usable.
     let id = batch.add(&prompts[0], params).unwrap();
@@ -161,6 +163,43 @@ fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
     // A request larger than the pool is refused before it runs.
     let big: Vec<u32> = vec![1; 40];
     assert!(batch.add(&big, params).is_err());
+}
+
+/// Sequences of the pool with `options` that cannot all run at once: every one's tokens and
+/// logits equal the prompt alone, some went to host memory and came back, none was
+/// recomputed, and the host memory is free again at the end.
+fn offloads_and_restores(model: &Model, prompts: &[Vec<u32>], options: BatchOptions) {
+    let host = |m: &Model| m.engine().stats().current_bytes(AllocKind::UsmHost);
+    let host_before = host(model);
+    let batch = batched_equals_alone(model, prompts, &greedy(20), options);
+    let s = batch.stats();
+    assert!(s.offloads > 0, "{s:?}");
+    assert_eq!(s.restores, s.offloads, "{s:?}");
+    assert_eq!(s.preemptions, 0, "{s:?}");
+    assert!(s.offloaded_peak_bytes > 0, "{s:?}");
+    assert_eq!((s.offloaded_bytes, s.offloaded_sequences), (0, 0), "{s:?}");
+    assert_eq!((s.pages_used, s.swa_pages_used), (0, 0), "{s:?}");
+    assert_eq!(host(model), host_before, "host memory left behind");
+    eprintln!("{s:?}");
+}
+
+#[test]
+fn a_small_pool_offloads_pages_to_the_host_and_restores_them() {
+    let test = "a_small_pool_offloads_pages_to_the_host_and_restores_them";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
+        .collect();
+    // As in the test above: three sequences of up to 34 positions, six pages of 8.
+    let options = BatchOptions {
+        page_size: 8,
+        pool_tokens: 48,
+        step_tokens: 32,
+        max_batch: 3,
+        ..BatchOptions::default()
+    };
+    offloads_and_restores(&model, &prompts, options);
 }
 
 #[test]
@@ -213,6 +252,19 @@ fn batched_sliding_window_layers_match_alone() {
     assert!(most >= 10, "global pages held: {most}");
     let s = batch.stats();
     assert_eq!((s.pages_used, s.swa_pages_used), (0, 0));
+
+    // Offloaded sequences bring back only their pages in the window to the sliding-window
+    // pools: twelve global pages of 4 for three sequences of up to 34 positions.
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|k| (0..14).map(|i| (i * 13 + k * 31 + 2) % 250).collect())
+        .collect();
+    let options = BatchOptions {
+        pool_tokens: 48,
+        step_tokens: 16,
+        max_batch: 3,
+        ..options
+    };
+    offloads_and_restores(&model, &prompts, options);
 }
 
 #[test]
