@@ -14,12 +14,16 @@ Reported per N (a Markdown table, or one JSON object per N with --json): total t
 second over the wall time, time to first token and time per output token (p50 / p99, from
 the client's side), peak device bytes, the KV pages held at their peak against the pools,
 the KV room held but not written at that sample (`1 - needed / held`: the unwritten ends of
-last pages), the most pages shared, preemptions, the largest batch, requests lost (must be
-0) and answers that differ from the request run alone (must be 0). Exits 1 when a request is lost, an answer differs or the budget is exceeded.
+last pages and the spare pages the preallocation policy holds ahead) and the same without
+the spare pages, the most pages shared, requests whose pages went to host memory (offloads)
+and the most bytes there at once, preemptions (recomputed requests), the largest batch,
+requests lost (must be 0) and answers that differ from the request run alone (must be 0).
+Exits 1 when a request is lost, an answer differs or the budget is exceeded.
 
     cargo build --release
     python3 scripts/load_test.py [--model NAME|PATH] [--clients 1,4,16] [--budget-mib N]
-        [--max-batch B] [--page-size P] [--json]
+        [--max-batch B] [--page-size P] [--policy none|openvino|adaptive] [--no-offload]
+        [--json]
 """
 
 import argparse
@@ -188,6 +192,8 @@ def run(base, n, references):
     peak = max(samples, key=lambda m: m.get("dynrt_kv_reserved_bytes", 0))
     reserved = peak.get("dynrt_kv_reserved_bytes", 0)
     needed = peak.get("dynrt_kv_needed_bytes", 0)
+    page_bytes = budget / max(1, peak.get("dynrt_kv_pages_total", 1))
+    written_pages = reserved - peak.get("dynrt_kv_pages_spare", 0) * page_bytes
     shared = [m.get("dynrt_kv_pages_shared", 0) for m in samples]
     return {
         "clients": n,
@@ -205,6 +211,10 @@ def run(base, n, references):
         "kv_budget_bytes": int(budget),
         "kv_reserved_peak_bytes": int(reserved),
         "kv_unused_at_peak": round(1 - needed / reserved, 3) if reserved else 0.0,
+        "kv_unwritten_at_peak": round(1 - needed / written_pages, 3) if written_pages else 0.0,
+        "spare_pages_at_peak": int(peak.get("dynrt_kv_pages_spare", 0)),
+        "offloads": int(samples[-1].get("dynrt_kv_offloads_total", 0)),
+        "offloaded_peak_bytes": int(max(m.get("dynrt_kv_offloaded_bytes", 0) for m in samples)),
         "pages_shared_peak": int(max(shared)),
         "preemptions": int(samples[-1].get("dynrt_kv_preemptions_total", 0)),
         "batch_peak": int(max(m.get("dynrt_batch_size", 0) for m in samples)),
@@ -222,6 +232,8 @@ def main():
     ap.add_argument("--budget-mib", type=int, default=None)
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--page-size", type=int, default=None)
+    ap.add_argument("--policy", default=None)
+    ap.add_argument("--no-offload", action="store_true")
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "dynrt"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -234,6 +246,10 @@ def main():
         cmd += ["--budget-mib", str(args.budget_mib)]
     if args.page_size is not None:
         cmd += ["--page-size", str(args.page_size)]
+    if args.policy is not None:
+        cmd += ["--policy", args.policy]
+    if args.no_offload:
+        cmd += ["--no-offload"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = server.stdout.readline()
@@ -264,10 +280,11 @@ def main():
     else:
         print(
             "| clients | tokens/s | TTFT p50 / p99 (s) | TPOT p50 / p99 (ms) | peak device MiB "
-            "| KV pages held at peak / pools MiB | KV unused at peak | shared pages "
-            "| preemptions | batch | disconnected | lost | differ | load |"
+            "| KV pages held at peak / pools MiB | KV unused at peak (without spares) "
+            "| shared pages | offloads | offloaded peak MiB | preemptions | batch | disconnected "
+            "| lost | differ | load |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         mib = 2**20
         for r in rows:
             print(
@@ -275,7 +292,9 @@ def main():
                 f"| {r['tpot_p50_ms']} / {r['tpot_p99_ms']} "
                 f"| {r['device_peak_bytes'] / mib:.1f} "
                 f"| {r['kv_reserved_peak_bytes'] / mib:.1f} / {r['kv_budget_bytes'] / mib:.1f} "
-                f"| {r['kv_unused_at_peak']:.3f} | {r['pages_shared_peak']} "
+                f"| {r['kv_unused_at_peak']:.3f} ({r['kv_unwritten_at_peak']:.3f}) "
+                f"| {r['pages_shared_peak']} | {r['offloads']} "
+                f"| {r['offloaded_peak_bytes'] / mib:.2f} "
                 f"| {r['preemptions']} | {r['batch_peak']} | {r['disconnected']} | {r['lost']} "
                 f"| {r['differ']} | {r['load']} |"
             )

@@ -472,7 +472,7 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
-    let single: [(&str, &str, &str, String); 21] = [
+    let single: [(&str, &str, &str, String); 22] = [
         (
             "dynrt_tokens_generated_total",
             "counter",
@@ -562,6 +562,12 @@ pub fn metrics_text(live: &LiveStats, ttft: &Histogram) -> String {
             "counter",
             "Requests that gave their pages back to let others run (computed again later).",
             s.preemptions.to_string(),
+        ),
+        (
+            "dynrt_kv_pages_spare",
+            "gauge",
+            "KV pages held ahead of the requests' next tokens (reclaimed when needed).",
+            s.pages_spare.to_string(),
         ),
         (
             "dynrt_kv_offloads_total",

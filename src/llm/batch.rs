@@ -21,6 +21,13 @@
 //! page back once every position in it is older than the window. Prefix sharing is off for
 //! those models.
 //!
+//! A decoding sequence may hold pages ahead of its next token: the request's preallocation
+//! policy ([`RunOptions::policy`], the shape predictor of the single-sequence KV cache)
+//! decides how many from the growth of its positions, taken only from pages no other
+//! sequence is owed, and given back as soon as another sequence needs them (*spare* pages,
+//! [`BatchStats::spare_pages`]). Under [`Policy::None`](crate::memory::predictor::Policy)
+//! a sequence holds exactly the pages its tokens fill.
+//!
 //! When the pool has no free page for a sequence the engine waits: sequences that cannot get
 //! their pages sit the step out. If no sequence could run, the one scheduled least recently
 //! (of those, the one admitted last) gives its pages back: with [`BatchOptions::offload`]
@@ -35,6 +42,7 @@ use super::session::{GenerateParams, StopReason};
 use super::{build_paged_graph, LlmError, Model};
 use crate::gguf::Gguf;
 use crate::graph::Bindings;
+use crate::memory::predictor::ShapePredictor;
 use crate::runtime::{HostRows, InferRequest, Network, NetworkOptions, RunOptions, StateRows};
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
@@ -127,6 +135,11 @@ pub struct BatchStats {
     pub decode_rows: u64,
     /// Sequences the last step computed rows for.
     pub last_sequences: usize,
+    /// Pages held ahead of the sequences' next rows by the preallocation policy (given
+    /// back whenever another sequence needs them); part of `pages_used`.
+    pub spare_pages: u32,
+    /// Spare pages given back because another sequence needed them.
+    pub spare_pages_reclaimed: u64,
     /// Sequences whose pages went to host memory (restored later).
     pub offloads: u64,
     /// Sequences whose rows came back from host memory.
@@ -281,6 +294,8 @@ pub struct BatchEngine {
     swa: Option<(Pages, usize)>,
     /// Running sequences in admission order, then the queue.
     seqs: Vec<Seq>,
+    /// Predicts each decoding sequence's positions from their growth (ids: sequence ids).
+    predictor: ShapePredictor,
     next_id: SeqId,
     stats: BatchStats,
 }
@@ -385,6 +400,7 @@ impl BatchEngine {
             pages: Pages::new(total, ps),
             swa: swa_total.map(|n| (Pages::new(n, ps), window)),
             seqs: Vec::new(),
+            predictor: ShapePredictor::new(options.run.policy, options.run.predictor),
             next_id: 1,
             stats: BatchStats {
                 pages_total: total,
@@ -487,6 +503,7 @@ impl BatchEngine {
             }
         }
         s.positions_held = held;
+        s.spare_pages = self.seqs.iter().map(|q| self.spare(q) as u32).sum();
         let offloaded = self.seqs.iter().filter_map(|q| q.offloaded.as_ref());
         (s.offloaded_sequences, s.offloaded_bytes) =
             offloaded.fold((0, 0), |(n, b), o| (n + 1, b + o.host.size_bytes()));
@@ -498,7 +515,8 @@ impl BatchEngine {
     /// not computed yet, a token to append).
     pub fn uncommitted_positions(&self) -> u64 {
         let ps = self.options.page_size as u64;
-        let free = self.pages.free.len() as u64 * ps;
+        let spare: usize = self.seqs.iter().map(|q| self.spare(q)).sum();
+        let free = (self.pages.free.len() + spare) as u64 * ps;
         let owed: u64 = self
             .seqs
             .iter()
@@ -508,6 +526,13 @@ impl BatchEngine {
             })
             .sum();
         free.saturating_sub(owed)
+    }
+
+    /// Pages sequence `q` holds past those its tokens and the next one fill.
+    fn spare(&self, q: &Seq) -> usize {
+        let ps = self.options.page_size as usize;
+        let need = (q.tokens.len() + 1).max(q.done + 1).div_ceil(ps);
+        q.pages.len().saturating_sub(need)
     }
 
     /// What each sequence holds, in admission order.
@@ -589,6 +614,7 @@ impl BatchEngine {
         match self.seqs.iter().position(|q| q.id == id) {
             Some(i) => {
                 let q = self.seqs.remove(i);
+                self.predictor.forget(&q.id.to_string());
                 self.free_pages(q.pages, q.swa_pages);
                 true
             }
@@ -631,16 +657,23 @@ impl BatchEngine {
     /// those a query from position `done` on sees); `false` (nothing taken) when the pool
     /// has too few free pages.
     fn reserve(&mut self, i: usize, upto: usize) -> bool {
+        self.reserve_in(i, upto, true)
+    }
+
+    /// [`BatchEngine::reserve`], in the pools of the layers without a window only unless
+    /// `with_window`.
+    fn reserve_in(&mut self, i: usize, upto: usize, with_window: bool) -> bool {
         let ps = self.options.page_size as usize;
         let q = &mut self.seqs[i];
         let need = upto.div_ceil(ps).saturating_sub(q.pages.len());
         let swa_from = q.swa_pages.len();
+        let upto_swa = if with_window { upto } else { 0 };
         let lowest = self
             .swa
             .as_ref()
             .map_or(0, |(_, window)| (q.done + 1).saturating_sub(*window));
         let in_window = |k: usize| (k + 1) * ps > lowest;
-        let need_swa = (swa_from..upto.div_ceil(ps))
+        let need_swa = (swa_from..upto_swa.div_ceil(ps))
             .filter(|&k| in_window(k))
             .count();
         let swa_short = self
@@ -656,12 +689,59 @@ impl BatchEngine {
             }
         }
         if let Some((swa, _)) = &mut self.swa {
-            for k in swa_from..upto.div_ceil(ps) {
+            for k in swa_from..upto_swa.div_ceil(ps) {
                 q.swa_pages
                     .push(if in_window(k) { swa.take() } else { None });
             }
         }
         true
+    }
+
+    /// Like [`BatchEngine::reserve`]; when the pools are short, the spare pages of the
+    /// sequences not in `plan` are given back first and the reservation tried again.
+    fn reserve_or_trim(&mut self, i: usize, upto: usize, plan: &[(usize, usize, usize)]) -> bool {
+        if self.reserve(i, upto) {
+            return true;
+        }
+        let mut trimmed = false;
+        for j in 0..self.seqs.len() {
+            if j != i && !plan.iter().any(|&(k, _, _)| k == j) && self.spare(&self.seqs[j]) > 0 {
+                let keep = self.seqs[j].pages.len() - self.spare(&self.seqs[j]);
+                let q = &mut self.seqs[j];
+                let swa_keep = keep.min(q.swa_pages.len());
+                let (pages, swa) = (q.pages.split_off(keep), q.swa_pages.split_off(swa_keep));
+                self.stats.spare_pages_reclaimed += pages.len() as u64;
+                self.free_pages(pages, swa);
+                trimmed = true;
+            }
+        }
+        trimmed && self.reserve(i, upto)
+    }
+
+    /// Positions decoding sequence `i` should hold pages for when its next row needs
+    /// `need`: what the preallocation policy predicts from the growth of its positions
+    /// (recorded here, one shape per decode row, as the single-sequence cache records its
+    /// rows), at most the tokens it may still reach; `need` when nothing is predicted.
+    fn look_ahead(&mut self, i: usize, need: usize) -> usize {
+        let ps = self.options.page_size as usize;
+        let q = &self.seqs[i];
+        let kv = u64::from(self.model.config().kv_len());
+        let shape = Shape::new(vec![need as u64, kv]);
+        let fits = need <= q.pages.len() * ps;
+        let id = q.id.to_string();
+        let most = (q.prompt + q.params.max_tokens)
+            .min(self.model.context_len() as usize)
+            .min(self.stats.pages_total as usize * ps);
+        match self
+            .predictor
+            .predict_preallocation_shape(&id, &shape, 32, fits)
+        {
+            Ok((true, predicted)) => {
+                let ahead = predicted.dims().first().copied().unwrap_or(0) as usize;
+                ahead.min(most).max(need)
+            }
+            _ => need,
+        }
     }
 
     /// The rows of `pages` of sequence `q`, in every layer's key and value states: the
@@ -775,7 +855,15 @@ impl BatchEngine {
                 let q = &self.seqs[i];
                 if q.tokens.len() - q.done == 1 && left > 0 {
                     let at = q.done;
-                    if self.reserve(i, at + 1) {
+                    let ahead = self.look_ahead(i, at + 1);
+                    if self.reserve_or_trim(i, at + 1, &plan) {
+                        // Pages ahead only from those nobody else is owed, and only in the
+                        // pools without a window (sized for the window, not for spares).
+                        let ps = self.options.page_size as usize;
+                        let extra = ahead.div_ceil(ps).saturating_sub(self.seqs[i].pages.len());
+                        if extra > 0 && (extra * ps) as u64 <= self.uncommitted_positions() {
+                            self.reserve_in(i, ahead, false);
+                        }
                         plan.push((i, at, 1));
                         left -= 1;
                     }
@@ -786,7 +874,7 @@ impl BatchEngine {
                 let todo = q.tokens.len() - q.done;
                 if todo > 1 && left > 0 {
                     let (at, n) = (q.done, todo.min(left));
-                    if self.reserve(i, at + n) {
+                    if self.reserve_or_trim(i, at + n, &plan) {
                         plan.push((i, at, n));
                         left -= n;
                     }

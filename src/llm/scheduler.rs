@@ -244,6 +244,9 @@ pub struct SchedulerStats {
     pub pages_used: u32,
     /// Pages held by more than one request (a shared prompt start).
     pub pages_shared: u32,
+    /// Pages the requests hold ahead of their next tokens by the preallocation policy
+    /// (given back whenever another request needs them); part of `pages_used`.
+    pub pages_spare: u32,
     /// Requests that gave their pages back to let others run and computed them again.
     pub preemptions: u64,
     /// Requests whose pages went to host memory to let others run (restored later).
@@ -535,6 +538,7 @@ impl Scheduler {
         s.queued = self.queue.len();
         s.pages_used = e.pages_used;
         s.pages_shared = e.shared_pages;
+        s.pages_spare = e.spare_pages;
         s.preemptions = e.preemptions;
         s.offloads = e.offloads;
         s.kv_offloaded_bytes = e.offloaded_bytes;

@@ -490,6 +490,11 @@ impl ShapePredictor {
         adaptive::should_reclaim(&entry.recent_bytes, needed_bytes, allocated_bytes)
     }
 
+    /// Forgets the shapes recorded for `id`.
+    pub fn forget(&mut self, id: &str) {
+        self.history.remove(id);
+    }
+
     /// Forgets every recorded shape.
     pub fn clear(&mut self) {
         self.history.clear();

@@ -203,6 +203,45 @@ fn a_small_pool_offloads_pages_to_the_host_and_restores_them() {
 }
 
 #[test]
+fn the_preallocation_policy_holds_spare_pages_that_others_reclaim() {
+    let test = "the_preallocation_policy_holds_spare_pages_that_others_reclaim";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let params = greedy(30);
+    let a: Vec<u32> = (0..6).map(|i| i * 17 + 4).collect();
+    let b: Vec<u32> = (0..20).map(|i| (i * 23 + 9) % 250).collect();
+    let want = [alone(&model, &a, &params), alone(&model, &b, &params)];
+    // Pages of 4: `a` fills 9 of them, `b` 13, and the pools hold 20: `b` joins once `a`
+    // holds pages ahead, and near their ends the pages one needs are the other's spares.
+    let with_policy = |policy: Policy| {
+        let mut batch = BatchEngine::new(
+            &model,
+            BatchOptions {
+                page_size: 4,
+                pool_tokens: 80,
+                step_tokens: 32,
+                max_batch: 2,
+                run: RunOptions::new(policy),
+                ..BatchOptions::default()
+            },
+        )
+        .unwrap();
+        let (out, ids) = run(&mut batch, &[(0, a.clone()), (8, b.clone())], &params);
+        for (k, id) in ids.iter().enumerate() {
+            assert_same(&format!("{policy} sequence {k}"), &out[id], &want[k]);
+        }
+        batch.stats()
+    };
+    let openvino = with_policy(Policy::OpenVino);
+    assert!(openvino.spare_pages_reclaimed > 0, "{openvino:?}");
+    assert_eq!(openvino.preemptions, 0, "{openvino:?}");
+    let none = with_policy(Policy::None);
+    assert_eq!(none.spare_pages_reclaimed, 0, "{none:?}");
+    assert_eq!((openvino.spare_pages, none.spare_pages), (0, 0));
+    eprintln!("{test}: openvino {openvino:?}\nnone {none:?}");
+}
+
+#[test]
 fn batched_sliding_window_layers_match_alone() {
     let test = "batched_sliding_window_layers_match_alone";
     let Some(engine) = engine(test) else { return };
