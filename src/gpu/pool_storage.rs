@@ -69,6 +69,18 @@ impl Storage for EngineStorage {
         self.engine.note_region(region, size_bytes, placed);
     }
 
+    /// One submit of the copies, then a wait for it (native; the browser frees `src` once
+    /// the copies ran).
+    fn copy_now(
+        &mut self,
+        src: &Buffer,
+        dst: &mut Buffer,
+        ranges: &[(u64, u64, u64)],
+    ) -> Result<bool, AllocError> {
+        self.engine.copy_ranges_and_wait(src, dst, ranges)?;
+        Ok(true)
+    }
+
     fn limits(&self) -> StorageLimits {
         StorageLimits {
             max_buffer_bytes: self.engine.max_buffer_size(),

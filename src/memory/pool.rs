@@ -49,6 +49,22 @@ pub trait Storage {
     fn note_region(&self, region: crate::memory::regions::Region, size_bytes: u64, placed: bool) {
         let _ = (region, size_bytes, placed);
     }
+    /// Copies `ranges` (`(source offset, destination offset, bytes)`) from `src` into `dst`
+    /// now, in order after everything submitted before, and waits until they are done so
+    /// `src` may be freed at once. `Ok(false)` (the default) when the storage does not copy:
+    /// the caller then copies in its own work.
+    ///
+    /// # Errors
+    /// Whatever the storage reports; nothing was copied then.
+    fn copy_now(
+        &mut self,
+        src: &Self::Buffer,
+        dst: &mut Self::Buffer,
+        ranges: &[(u64, u64, u64)],
+    ) -> Result<bool, Self::Error> {
+        let _ = (src, dst, ranges);
+        Ok(false)
+    }
 }
 
 /// Limits of a [`Storage`]: its largest buffer, its budget and the bytes in use now.
@@ -421,6 +437,14 @@ pub enum HostStorageError {
         /// Bytes allocated now.
         in_use_bytes: u64,
     },
+    /// A copy range lies outside a buffer.
+    #[error("a copy of {size_bytes} bytes at offset {offset_bytes} lies outside its buffer")]
+    OutOfRange {
+        /// The larger of the range's offsets.
+        offset_bytes: u64,
+        /// Its size.
+        size_bytes: u64,
+    },
 }
 
 /// `Vec<u8>`-backed storage for tests and host runs; counts the bytes its live buffers hold.
@@ -496,6 +520,29 @@ impl Storage for HostStorage {
 
     fn size_bytes(buffer: &HostBuffer) -> u64 {
         buffer.data.len() as u64
+    }
+
+    fn copy_now(
+        &mut self,
+        src: &HostBuffer,
+        dst: &mut HostBuffer,
+        ranges: &[(u64, u64, u64)],
+    ) -> Result<bool, HostStorageError> {
+        let inside =
+            |len: usize, at: u64, n: u64| at.checked_add(n).is_some_and(|e| e <= len as u64);
+        for &(from, to, n) in ranges {
+            if !inside(src.data.len(), from, n) || !inside(dst.data.len(), to, n) {
+                return Err(HostStorageError::OutOfRange {
+                    offset_bytes: from.max(to),
+                    size_bytes: n,
+                });
+            }
+        }
+        for &(from, to, n) in ranges {
+            let (from, to, n) = (from as usize, to as usize, n as usize);
+            dst.data[to..to + n].copy_from_slice(&src.data[from..from + n]);
+        }
+        Ok(true)
     }
 
     fn id(buffer: &HostBuffer) -> u64 {

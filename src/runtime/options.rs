@@ -3,6 +3,9 @@
 use super::RunError;
 use crate::memory::predictor::{Policy, PredictorOptions};
 
+/// [`RunOptions::growth_transient_bytes`] by default: 8 MiB.
+pub const DEFAULT_GROWTH_TRANSIENT_BYTES: u64 = 8 << 20;
+
 /// How a request manages memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunOptions {
@@ -19,6 +22,12 @@ pub struct RunOptions {
     /// Record every sizing decision as a shape-trace row (`dynrt demo --trace-out`; replay
     /// it with `dynrt predict`).
     pub trace: bool,
+    /// Bytes of old KV-cache buffers a growth step may keep beside the grown ones while the
+    /// step's work copies them (one state's buffer more at most). Past that, a growing state's
+    /// rows move in a submit of their own before the step and its old buffer is freed at
+    /// once, so a step that grows every layer holds the cache and a bounded transient, not the
+    /// cache twice. 0: every growing state moves alone.
+    pub growth_transient_bytes: u64,
 }
 
 impl RunOptions {
@@ -30,6 +39,7 @@ impl RunOptions {
             pool: true,
             poison: false,
             trace: false,
+            growth_transient_bytes: DEFAULT_GROWTH_TRANSIENT_BYTES,
         }
     }
 

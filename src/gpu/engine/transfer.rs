@@ -169,6 +169,44 @@ impl Engine {
         Ok(())
     }
 
+    /// Copies `ranges` (`(source offset, destination offset, bytes)`) from `src` to `dst` in
+    /// one submit and waits until it has run (native; on the web the browser runs it in
+    /// order), so `src` can be dropped and really freed next.
+    ///
+    /// # Errors
+    /// As [`Engine::copy`], for any range; nothing is submitted then.
+    pub fn copy_ranges_and_wait(
+        &self,
+        src: &Buffer,
+        dst: &Buffer,
+        ranges: &[(u64, u64, u64)],
+    ) -> Result<(), AllocError> {
+        for &(from, to, len) in ranges {
+            check_copy_aligned(from, len)?;
+            check_copy_aligned(to, len)?;
+            check_range(src, from, len)?;
+            check_range(dst, to, len)?;
+        }
+        if !dst.usages().contains(wgpu::BufferUsages::COPY_DST) || dst.readback {
+            return Err(AllocError::Unsupported {
+                kind: dst.kind,
+                reason: "not a copy destination: write it with Engine::write_mapped",
+            });
+        }
+        if std::ptr::eq(src, dst) {
+            return Err(AllocError::SameBufferCopy {
+                label: src.label.clone(),
+            });
+        }
+        let index = submit_checked(&self.inner.gpu, "dynrt state growth", |enc| {
+            for &(from, to, len) in ranges.iter().filter(|r| r.2 > 0) {
+                enc.copy_buffer_to_buffer(src.raw(), from, dst.raw(), to, len);
+            }
+        })?;
+        self.inner.gpu.wait_for(index);
+        Ok(())
+    }
+
     /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.
     ///
     /// # Errors

@@ -602,7 +602,52 @@ impl<S: Storage + Clone> RequestState<S> {
             self.stats.state_growths += 1;
         }
         self.states[s].grown = Some(buf);
+        self.grow_now(s);
         Ok(())
+    }
+
+    /// Moves state `s`'s rows into its grown buffer now, and frees the old one, when the old
+    /// buffers the step's work would copy from already reach
+    /// [`RunOptions::growth_transient_bytes`](crate::runtime::RunOptions) and the storage
+    /// copies on its own ([`Storage::copy_now`]): past that bound the states grow one after
+    /// the other, each old buffer freed before the next state's new one is allocated.
+    /// Otherwise (or in poison mode, which fills the grown buffer first, or with a past
+    /// uploaded or rows dropped) the iteration's work copies them.
+    fn grow_now(&mut self, s: usize) {
+        let deferred: u64 = (self.states.iter().enumerate())
+            .filter(|(i, st)| *i != s && st.grown.is_some())
+            .filter_map(|(_, st)| st.buffer.as_ref().map(S::size_bytes))
+            .sum();
+        let st = &mut self.states[s];
+        if self.options.poison || st.upload.is_some() || st.drop_front > 0 {
+            return;
+        }
+        let old = st.buffer.as_ref().map_or(0, S::size_bytes);
+        if deferred.saturating_add(old) <= self.options.growth_transient_bytes {
+            return;
+        }
+        let (Some(old_bytes), Some(new_bytes)) = (
+            st.buffer.as_ref().map(S::size_bytes),
+            st.grown.as_ref().map(S::size_bytes),
+        ) else {
+            return;
+        };
+        let (growth, _) = st.copies(old_bytes, new_bytes);
+        let (Some(old), Some(mut new)) = (st.buffer.take(), st.grown.take()) else {
+            return;
+        };
+        match self.io_storage.copy_now(&old, &mut new, &growth) {
+            Ok(true) => {
+                self.stats.copies += growth.len() as u64;
+                self.stats.copy_bytes += growth.iter().map(|c| c.2).sum::<u64>();
+                self.freed.push(S::id(&old));
+                st.buffer = Some(new);
+            }
+            _ => {
+                st.buffer = Some(old);
+                st.grown = Some(new);
+            }
+        }
     }
 }
 

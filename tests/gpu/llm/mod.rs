@@ -16,6 +16,7 @@
 
 mod batch;
 mod errors;
+mod growth;
 mod window;
 
 use crate::common;
