@@ -81,6 +81,9 @@ struct ContextRow {
     ms_per_token: f64,
     /// Fastest of them: the closest to what the adapter does alone on a shared machine.
     min_ms: f64,
+    /// Median host milliseconds of the same steps (shape updates, sizing, encoding, the
+    /// submit): the part of a step that is not the GPU's work or the readback.
+    host_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -112,6 +115,10 @@ struct DecodeRun {
     kv_max_reserved_over_needed_from_100: f64,
     weights_plus_kv_needed_bytes: u64,
     peak_device_over_weights_plus_kv: f64,
+    /// Host milliseconds over all decode steps, per step.
+    host_ms_per_step: f64,
+    /// Host time over the decode steps' time.
+    host_share: f64,
 }
 
 #[derive(Serialize)]
@@ -204,6 +211,7 @@ fn prefill_rows(args: &Args) -> anyhow::Result<Vec<PrefillRow>> {
 struct Step {
     context: usize,
     ms: f64,
+    host_ms: f64,
     kv_reserved: u64,
     kv_needed: u64,
 }
@@ -224,11 +232,13 @@ fn decode_run(
     let bar = std::io::stderr().is_terminal() && !args.json;
     while session.cached_tokens().len() < max_context {
         let t = Instant::now();
+        let host = session.host_time().total_ns();
         let next = argmax(&logits);
         logits = session.forward_blocking(&[next])?;
         steps.push(Step {
             context: session.cached_tokens().len(),
             ms: t.elapsed().as_secs_f64() * 1e3,
+            host_ms: (session.host_time().total_ns() - host) as f64 / 1e6,
             kv_reserved: session.kv_reserved_bytes(),
             kv_needed: session.kv_needed_bytes(),
         });
@@ -263,15 +273,14 @@ fn decode_run(
         .contexts
         .iter()
         .map(|&c| {
-            let window: Vec<f64> = steps
-                .iter()
-                .filter(|s| s.context <= c && s.context + 16 > c)
-                .map(|s| s.ms)
-                .collect();
+            let in_window = |s: &&Step| s.context <= c && s.context + 16 > c;
+            let window: Vec<f64> = steps.iter().filter(in_window).map(|s| s.ms).collect();
+            let host: Vec<f64> = steps.iter().filter(in_window).map(|s| s.host_ms).collect();
             ContextRow {
                 context: c,
                 ms_per_token: median(&window),
                 min_ms: window.iter().copied().fold(f64::INFINITY, f64::min),
+                host_ms: median(&host),
             }
         })
         .collect();
@@ -290,6 +299,8 @@ fn decode_run(
         .map(|s| s.kv_reserved as f64 / s.kv_needed as f64)
         .fold(0.0, f64::max);
     let weights_plus_kv = model.weight_bytes() + kv_needed_peak;
+    let host_ms: f64 = steps.iter().map(|s| s.host_ms).sum();
+    let step_ms: f64 = steps.iter().map(|s| s.ms).sum();
     let device_peak = peak[AllocKind::UsmDevice.index()] + peak[AllocKind::UsmShared.index()];
     Ok(DecodeRun {
         policy: policy_name.to_owned(),
@@ -308,6 +319,8 @@ fn decode_run(
         kv_max_reserved_over_needed_from_100: from_100,
         weights_plus_kv_needed_bytes: weights_plus_kv,
         peak_device_over_weights_plus_kv: device_peak as f64 / weights_plus_kv.max(1) as f64,
+        host_ms_per_step: host_ms / steps.len().max(1) as f64,
+        host_share: host_ms / step_ms.max(1e-9),
     })
 }
 
@@ -643,11 +656,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(|c| format!("ms/token @{c} (fastest)"))
         .collect();
     println!(
-        "\n| policy | {} | reallocations | KV growths | step-up max (median) | peak device | weights + KV needed | KV peak reserved / needed |",
+        "\n| policy | {} | host ms/step (share) | reallocations | KV growths | step-up max (median) | peak device | weights + KV needed | KV peak reserved / needed |",
         ctx_head.join(" | ")
     );
     println!(
-        "|---|{}---:|---:|---:|---:|---:|---:|",
+        "|---|{}---:|---:|---:|---:|---:|---:|---:|",
         "---:|".repeat(ctx_head.len())
     );
     for r in &report.decode {
@@ -657,9 +670,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|c| format!("{:.0} ({:.0})", c.ms_per_token, c.min_ms))
             .collect();
         println!(
-            "| {} | {} | {} | {} | {:.2} ({:.2}) | {} | {} | {:.3} |",
+            "| {} | {} | {:.2} ({:.1}%) | {} | {} | {:.2} ({:.2}) | {} | {} | {:.3} |",
             r.policy,
             cells.join(" | "),
+            r.host_ms_per_step,
+            100.0 * r.host_share,
             r.reallocations,
             r.step_up.kv_growths,
             r.step_up.max_ratio,
@@ -701,6 +716,7 @@ mod tests {
                 Step {
                     context: i + 16,
                     ms,
+                    host_ms: 0.0,
                     kv_reserved: reserved,
                     kv_needed: 1,
                 }

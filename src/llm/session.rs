@@ -5,7 +5,7 @@ use super::sample::{Sampler, SamplingParams};
 use super::{LlmError, Model, ModelConfig};
 use crate::memory::AllocKind;
 use crate::runtime::report::{MemoryTrace, TraceSample};
-use crate::runtime::{HostTensor, InferRequest, RunOptions, RunStats};
+use crate::runtime::{HostTensor, HostTime, InferRequest, RunOptions, RunStats};
 use crate::shape::Shape;
 use crate::tokenizer::{ChatMessage, Special};
 use web_time::Instant;
@@ -152,8 +152,9 @@ pub struct Session {
     /// The chat so far and its text as the model saw it (rendered turns and replies).
     messages: Vec<ChatMessage>,
     chat_text: String,
-    /// Counters of requests already dropped.
+    /// Counters and host time of requests already dropped.
     dropped: RunStats,
+    dropped_host: HostTime,
     stats: SessionStats,
     trace: MemoryTrace,
     last_allocations: u64,
@@ -225,6 +226,7 @@ impl Session {
             messages: Vec::new(),
             chat_text: String::new(),
             dropped: RunStats::default(),
+            dropped_host: HostTime::default(),
             stats: SessionStats::default(),
             trace: MemoryTrace::default(),
             last_allocations: 0,
@@ -264,6 +266,14 @@ impl Session {
             run: live,
             ..self.stats
         }
+    }
+
+    /// Host time of the session's iterations (shape updates, sizing, encoding, submits):
+    /// what a step costs before the GPU's work.
+    pub fn host_time(&self) -> HostTime {
+        (self.prefill.iter())
+            .chain(self.decode.iter())
+            .fold(self.dropped_host, |acc, r| acc.merged(&r.host_time()))
     }
 
     /// Bytes the KV cache reserves now (rows held plus room for growth).
@@ -430,6 +440,7 @@ impl Session {
             // Its activations are not needed until the next prompt.
             if let Some(r) = self.prefill.take() {
                 self.dropped = self.dropped.merged(&r.stats());
+                self.dropped_host = self.dropped_host.merged(&r.host_time());
             }
         }
         let dest = match target {

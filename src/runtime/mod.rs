@@ -167,5 +167,5 @@ pub use crate::tensor::HostTensor;
 pub use compile::{find_states, NetworkOptions, StateBinding};
 pub use error::RunError;
 pub use network::Network;
-pub use options::{RunOptions, RunStats};
+pub use options::{HostTime, RunOptions, RunStats};
 pub use request::{HostRows, InferRequest, KvStates, StateRows};

@@ -43,10 +43,12 @@ impl RunOptions {
         }
     }
 
-    /// [`RunOptions::new`] with `DYNRT_POISON` and `DYNRT_MEM_PREALLOCATION_OPTIONS` applied.
+    /// [`RunOptions::new`] with `DYNRT_POISON`, `DYNRT_MEM_PREALLOCATION_OPTIONS` and
+    /// `DYNRT_GROWTH_TRANSIENT_MIB` ([`RunOptions::growth_transient_bytes`]) applied.
     ///
     /// # Errors
-    /// [`RunError::BadEnv`] for a `DYNRT_POISON` other than `0`/`1`; [`RunError::Predictor`]
+    /// [`RunError::BadEnv`] for a `DYNRT_POISON` other than `0`/`1` or a
+    /// `DYNRT_GROWTH_TRANSIENT_MIB` that is not a whole number; [`RunError::Predictor`]
     /// for malformed preallocation options.
     pub fn from_env(policy: Policy) -> Result<Self, RunError> {
         let mut o = RunOptions::new(policy);
@@ -66,7 +68,50 @@ impl RunOptions {
                 }
             };
         }
+        if let Ok(v) = std::env::var("DYNRT_GROWTH_TRANSIENT_MIB") {
+            o.growth_transient_bytes = match v.trim().parse::<u64>() {
+                Ok(mib) => mib.saturating_mul(1 << 20),
+                Err(_) => {
+                    return Err(RunError::BadEnv {
+                        name: "DYNRT_GROWTH_TRANSIENT_MIB",
+                        value: v,
+                        reason: "expected a whole number of MiB",
+                    })
+                }
+            };
+        }
         Ok(o)
+    }
+}
+
+/// Where a request's host time went, summed over its iterations ([`InferRequest::host_time`]):
+/// the work before the GPU's, which a decode step pays on top of the kernels.
+///
+/// [`InferRequest::host_time`]: crate::runtime::InferRequest::host_time
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostTime {
+    /// Iterations timed.
+    pub iterations: u64,
+    /// Nanoseconds of input checks, shape updates and sizing (allocations and the copies of
+    /// a growth that moves states alone included).
+    pub prepare_ns: u64,
+    /// Nanoseconds of input writes, encoding every node and the submit call.
+    pub encode_ns: u64,
+}
+
+impl HostTime {
+    /// Field-wise sum.
+    pub fn merged(&self, o: &HostTime) -> HostTime {
+        HostTime {
+            iterations: self.iterations + o.iterations,
+            prepare_ns: self.prepare_ns + o.prepare_ns,
+            encode_ns: self.encode_ns + o.encode_ns,
+        }
+    }
+
+    /// Both parts, nanoseconds.
+    pub fn total_ns(&self) -> u64 {
+        self.prepare_ns + self.encode_ns
     }
 }
 

@@ -12,7 +12,7 @@ mod index_checks;
 
 use super::compile::Role;
 use super::network::{Inner, Network};
-use super::options::{RunOptions, RunStats};
+use super::options::{HostTime, RunOptions, RunStats};
 use super::state::{MovedState, RequestState, View};
 use super::RunError;
 use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
@@ -103,6 +103,8 @@ pub struct InferRequest {
     kept: Vec<KeptInput>,
     /// The device check of the gathers whose indices a kernel computes (none: no buffer).
     index_checks: Option<IndexChecks>,
+    /// Host time of the iterations so far.
+    host: HostTime,
 }
 
 /// An input kept on the device between iterations.
@@ -199,6 +201,7 @@ impl InferRequest {
             last_log: None,
             kept: Vec::new(),
             index_checks: IndexChecks::new(engine, &inner.compiled)?,
+            host: HostTime::default(),
         })
     }
 
@@ -210,6 +213,12 @@ impl InferRequest {
     /// Counters since creation.
     pub fn stats(&self) -> RunStats {
         self.state.stats()
+    }
+
+    /// Host time of the iterations so far: shape updates and sizing, then encoding and the
+    /// submit (not the GPU's work nor the readbacks).
+    pub fn host_time(&self) -> HostTime {
+        self.host
     }
 
     /// The request's options.
@@ -487,8 +496,10 @@ impl InferRequest {
             }
         }
         let inputs = &inputs[..];
+        let started = web_time::Instant::now();
         // Phase 1 (device-free): update_shape and realloc_if_needed for every node.
         self.state.prepare(inputs)?;
+        let prepared = web_time::Instant::now();
         self.forget_freed();
         for (k, plan) in self.plans.iter_mut().enumerate() {
             if self.state.reinferred(k) {
@@ -581,6 +592,10 @@ impl InferRequest {
             self.last_log = log;
             submitted
         };
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.host.iterations += 1;
+        self.host.prepare_ns += nanos(prepared.duration_since(started));
+        self.host.encode_ns += nanos(prepared.elapsed());
         submitted.check().await.map_err(|reason| RunError::Kernel {
             node: "(iteration)".into(),
             op: "submit",
