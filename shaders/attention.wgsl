@@ -42,7 +42,8 @@
 //                   from binding 5 (rows [S, 2]) and sees positions 0..=p (within the
 //                   window), position j at pool row pages[seq, j / page_size] * page_size
 //                   + j % page_size (binding 6, the page table [seqs, pages_per_seq]). Off,
-//                   bindings 5 and 6 are the encoder's pad and never read.
+//                   bindings 5 and 6 are the encoder's pad and never read. Split keys work
+//                   the same (chunk_keys from the most keys a page-table row holds).
 //   attention_scatter  workgroup size 256, one invocation per element of rows [S, W]: row i
 //                   is written to row slots[i] of the pool (binding 4: in place on the
 //                   state's buffer); a slot outside the pool is skipped.

@@ -352,24 +352,32 @@ impl Kernel for PagedAttention {
         }
     }
 
-    /// One pass of the attention kernel with `PAGED` on: every key is read through the page
-    /// table. Keys are not split (the span a row sees is in the rows input, which the host
-    /// does not read here).
+    /// The attention kernel with `PAGED` on: every key is read through the page table. Keys
+    /// are split as for the contiguous kernel ([`attention_splits`]) over the most a row may
+    /// see (every position of a page-table row, or the window): a row that sees fewer leaves
+    /// its last chunks empty. One dispatch, or two with the combine.
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
+        let (rows, pages) = (&inputs[3], &inputs[4]);
+        let pages_per_seq = u32_of("pages", pages.shape.dims()[1])?;
+        // Every position a page-table row reaches (first key + chunk must not wrap around).
+        let most = pages_per_seq.saturating_mul(self.page_size).max(1);
+        let span = match self.window {
+            0 => u64::from(most),
+            w => u64::from(most.min(w)),
+        };
         let gqa = Gqa {
             heads: self.num_heads,
             kv_heads: self.num_kv_heads,
             window: self.window,
-            span: 0,
+            span,
         };
         let (mut p, [bq, bk, bv, bo], items) =
             gqa.bind(e, [&inputs[0], &inputs[1], &inputs[2]], out)?;
-        let (rows, pages) = (&inputs[3], &inputs[4]);
         let (br, or) = e.bind("rows", &rows.tensor, numel("rows", rows.shape)? * 4)?;
         let (bp, op) = e.bind(
             "pages",
@@ -380,19 +388,22 @@ impl Kernel for PagedAttention {
         p.pages_offset = op;
         p.page_size = self.page_size;
         p.seqs = u32_of("pages", pages.shape.dims()[0])?;
-        p.pages_per_seq = u32_of("pages", pages.shape.dims()[1])?;
-        p.splits = 1;
-        // One chunk holding every position a page-table row reaches (first key + chunk
-        // must not wrap around).
-        p.chunk_keys = p.pages_per_seq.saturating_mul(self.page_size).max(1);
-        let entry = gqa.entry(&p);
-        e.dispatch(
-            FAMILY.key(entry).with("PAGED", 1),
-            &p,
-            &[bq, bk, bv, bo, br, bp],
-            items,
-        )?;
-        Ok(1)
+        p.pages_per_seq = pages_per_seq;
+        let key = FAMILY.key(gqa.entry(&p)).with("PAGED", 1);
+        if p.splits == 1 {
+            p.chunk_keys = most;
+            e.dispatch(key, &p, &[bq, bk, bv, bo, br, bp], items)?;
+            return Ok(1);
+        }
+        // One record of head_dim + 2 floats per (query row, head, split).
+        let heads_rows = u64::from(p.s) * u64::from(self.num_heads);
+        let records = heads_rows * u64::from(p.splits) * (u64::from(p.head_dim) + 2) * 4;
+        let part = e.workspace("output", records)?;
+        let splits = u64::from(p.splits);
+        e.dispatch(key, &p, &[bq, bk, bv, part, br, bp], items * splits)?;
+        let part = e.workspace("partial softmaxes", records)?;
+        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], heads_rows)?;
+        Ok(2)
     }
 }
 

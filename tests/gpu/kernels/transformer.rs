@@ -292,8 +292,8 @@ fn grouped_query_attention_over_a_growing_cache() {
 /// Paged attention (`paged_attention`: keys and values read through a page table) against the
 /// CPU reference: rows of several sequences at different positions in one dispatch (a batch
 /// of decode rows and a prefill chunk), pages scattered over the pool in any order, heads of
-/// 64 (vec4 entry) and 130 (scalar), grouped queries, a sliding window, and rows of a
-/// sequence whose page table is shorter than another's.
+/// 64 (vec4 entry) and 130 (scalar), grouped queries, a sliding window, rows of a sequence
+/// whose page table is shorter than another's, and keys split across workgroups.
 #[test]
 fn paged_attention_reads_keys_through_the_page_table() {
     for gpu in gpus("paged_attention_reads_keys_through_the_page_table") {
@@ -306,12 +306,16 @@ fn paged_attention_reads_keys_through_the_page_table() {
             (2, 1, 130, 8, 0),
             (4, 1, 32, 4, 7),
         ] {
-            let pool_pages = 24u64;
-            let r = pool_pages * u64::from(page);
-            // Three sequences: positions 0..=41, 0..=5 and 0..=17 hold keys; the rows of
+            // Three sequences: positions 0..=299, 0..=5 and 0..=17 hold keys; the rows of
             // this step are the last one of the first two (decode) and the last 5 of the
-            // third (a prefill chunk).
-            let lens = [42u64, 6, 18];
+            // third (a prefill chunk). The pool has a few pages more than they hold.
+            let lens = [300u64, 6, 18];
+            let pool_pages: u64 = lens
+                .iter()
+                .map(|l| l.div_ceil(u64::from(page)))
+                .sum::<u64>()
+                + 5;
+            let r = pool_pages * u64::from(page);
             let per_seq = lens
                 .iter()
                 .map(|l| l.div_ceil(u64::from(page)))
@@ -330,7 +334,7 @@ fn paged_attention_reads_keys_through_the_page_table() {
             }
             let mut rows = Vec::new();
             for (seq, pos) in [
-                (0u64, 41u64),
+                (0u64, 299u64),
                 (1, 5),
                 (2, 13),
                 (2, 14),
@@ -372,6 +376,15 @@ fn paged_attention_reads_keys_through_the_page_table() {
             }
             check(&gpu, &mut k, &op, &ins, tol, &ctx);
             check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
+            // Keys split into chunks wherever they are enough (the path of a hardware GPU
+            // with few rows), the rows that see fewer keys leaving their last chunks empty.
+            let mut split = Kernels::new(&gpu);
+            split.set_attention_workgroups(1 << 20);
+            check(&gpu, &mut split, &op, &ins, tol, &format!("{ctx} split"));
+            // Without a window the 300 keys of the first sequence split (the combine is a
+            // pipeline of its own); a window of 7 is one chunk.
+            let pipelines = split.stats().pipelines;
+            assert_eq!(pipelines >= 2, window == 0, "{ctx}: {:?}", split.stats());
         }
     }
 }
