@@ -93,13 +93,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for &n in &args.sessions {
         let n = n.max(1);
         let l0 = load();
-        let per_seq = (args.prompt_tokens + args.tokens + 2) as u32;
+        // A sequence whose prompt ends early decodes while the others read theirs: it may
+        // generate that many tokens more, and must not finish inside the timed steps.
+        let step_tokens = (n as u32).max(128);
+        let early = (n * args.prompt_tokens).div_ceil(step_tokens as usize) + 1;
+        let params = GenerateParams {
+            max_tokens: args.tokens + early + 1,
+            ..params
+        };
+        let per_seq = (args.prompt_tokens + params.max_tokens + 1) as u32;
         let mut batch = BatchEngine::new(
             &model,
             BatchOptions {
                 page_size: args.page_size,
                 pool_tokens: per_seq.div_ceil(args.page_size) * args.page_size * n as u32,
-                step_tokens: (n as u32).max(128),
+                step_tokens,
                 max_batch: n,
                 run,
                 ..BatchOptions::default()
@@ -108,8 +116,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for k in 0..n {
             batch.add(&prompt(k, args.prompt_tokens, vocab), params)?;
         }
-        // Prompts first (not timed), then decode steps of all n sequences.
-        while batch.stats().decode_rows == 0 {
+        // Every prompt first (not timed: until then a step mixes prompt chunks into the
+        // decode rows), then decode steps of all n sequences.
+        let prompts = (n * args.prompt_tokens) as u64;
+        while batch.stats().prompt_rows < prompts && !batch.is_idle() {
             batch.step_blocking()?;
         }
         let t = Instant::now();
