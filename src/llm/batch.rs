@@ -622,6 +622,16 @@ impl BatchEngine {
         }
     }
 
+    /// Sequence `i` gives every page it holds back.
+    fn give_back_pages(&mut self, i: usize) {
+        let q = &mut self.seqs[i];
+        let (pages, swa_pages) = (
+            std::mem::take(&mut q.pages),
+            std::mem::take(&mut q.swa_pages),
+        );
+        self.free_pages(pages, swa_pages);
+    }
+
     /// Gives pages back: `pages` to the pools, `swa_pages` to the sliding-window pools.
     fn free_pages(&mut self, pages: Vec<u32>, swa_pages: Vec<Option<u32>>) {
         for p in pages {
@@ -772,10 +782,15 @@ impl BatchEngine {
     }
 
     /// Copies the rows sequence `i` wrote to host memory and gives its pages back; `false`
-    /// (nothing changed) when the host memory cannot be had.
+    /// (nothing changed) when the host memory cannot be had. A sequence whose rows are in
+    /// host memory already (its restore failed) only gives its pages back.
     fn offload(&mut self, i: usize) -> bool {
         let ps = self.options.page_size as usize;
         let q = &self.seqs[i];
+        if q.offloaded.is_some() {
+            self.give_back_pages(i);
+            return true;
+        }
         let written = |k: usize| q.done.saturating_sub(k * ps).min(ps) as u64;
         let global = (0..q.pages.len()).map(|k| (k, false));
         let local = (q.swa_pages.iter().enumerate())
@@ -796,13 +811,8 @@ impl BatchEngine {
         let Ok(host) = self.request.rows_to_host(&ranges) else {
             return false;
         };
-        let q = &mut self.seqs[i];
-        let (held, held_swa) = (
-            std::mem::take(&mut q.pages),
-            std::mem::take(&mut q.swa_pages),
-        );
-        q.offloaded = Some(Offloaded { pages, host });
-        self.free_pages(held, held_swa);
+        self.seqs[i].offloaded = Some(Offloaded { pages, host });
+        self.give_back_pages(i);
         self.stats.offloads += 1;
         let bytes = self.stats().offloaded_bytes;
         self.stats.offloaded_peak_bytes = self.stats.offloaded_peak_bytes.max(bytes);
@@ -830,15 +840,26 @@ impl BatchEngine {
 
     /// Picks this step's rows: `(sequence index, first position, rows)` for each sequence
     /// that runs, decode rows first, then prompt chunks while rows are left. Sequences that
-    /// cannot get their pages wait; if none could run, the last admitted one is preempted
-    /// and the choice is made again.
+    /// cannot get their pages wait (taking other sequences' spare pages first); if none
+    /// could run, the one run least recently gives its pages back (offloaded, or to be
+    /// recomputed) and the choice is made again.
     fn plan(&mut self) -> Vec<(usize, usize, usize)> {
         // Sequences that gave their pages back in this call sit this step out.
         let mut given_back: Vec<usize> = Vec::new();
+        // The pages ahead each decoding sequence's policy asks for (recorded once a step).
+        let running = self.seqs.len().min(self.options.max_batch);
+        let ahead: Vec<usize> = (0..running)
+            .map(|i| {
+                let q = &self.seqs[i];
+                match q.tokens.len() - q.done {
+                    1 => self.look_ahead(i, q.done + 1),
+                    _ => 0,
+                }
+            })
+            .collect();
         for _ in 0..=self.seqs.len() {
             let mut left = self.options.step_tokens as usize;
             let mut plan = Vec::new();
-            let running = self.seqs.len().min(self.options.max_batch);
             let runs = |i: &usize| !given_back.contains(i);
             // Prompts not started take the full pages another sequence already computed.
             for i in 0..running {
@@ -854,8 +875,7 @@ impl BatchEngine {
             for i in (0..running).filter(runs) {
                 let q = &self.seqs[i];
                 if q.tokens.len() - q.done == 1 && left > 0 {
-                    let at = q.done;
-                    let ahead = self.look_ahead(i, at + 1);
+                    let (at, ahead) = (q.done, ahead[i]);
                     if self.reserve_or_trim(i, at + 1, &plan) {
                         // Pages ahead only from those nobody else is owed, and only in the
                         // pools without a window (sized for the window, not for spares).
@@ -898,11 +918,8 @@ impl BatchEngine {
             }
             let q = &mut self.seqs[last];
             q.done = 0;
-            let (pages, swa_pages) = (
-                std::mem::take(&mut q.pages),
-                std::mem::take(&mut q.swa_pages),
-            );
-            self.free_pages(pages, swa_pages);
+            q.offloaded = None;
+            self.give_back_pages(last);
             self.stats.preemptions += 1;
         }
         Vec::new()

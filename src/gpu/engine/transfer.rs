@@ -137,36 +137,12 @@ impl Engine {
         dst_offset_bytes: u64,
         size_bytes: u64,
     ) -> Result<(), AllocError> {
-        check_copy_aligned(src_offset_bytes, size_bytes)?;
-        check_copy_aligned(dst_offset_bytes, size_bytes)?;
-        check_range(src, src_offset_bytes, size_bytes)?;
-        check_range(dst, dst_offset_bytes, size_bytes)?;
-        if !dst.usages().contains(wgpu::BufferUsages::COPY_DST) || dst.readback {
-            return Err(AllocError::Unsupported {
-                kind: dst.kind,
-                reason: "not a copy destination: write it with Engine::write_mapped",
-            });
-        }
-        // Each `Buffer` owns its wgpu buffer alone, so identity of the handles is identity of
-        // the buffers.
-        if std::ptr::eq(src, dst) {
-            return Err(AllocError::SameBufferCopy {
-                label: src.label.clone(),
-            });
-        }
-        if size_bytes == 0 {
-            return Ok(());
-        }
-        submit_checked(&self.inner.gpu, "dynrt copy", |enc| {
-            enc.copy_buffer_to_buffer(
-                src.raw(),
-                src_offset_bytes,
-                dst.raw(),
-                dst_offset_bytes,
-                size_bytes,
-            )
-        })?;
-        Ok(())
+        self.submit_copies(
+            src,
+            dst,
+            &[(src_offset_bytes, dst_offset_bytes, size_bytes)],
+        )
+        .map(drop)
     }
 
     /// Copies `ranges` (`(source offset, destination offset, bytes)`) from `src` to `dst` in
@@ -181,6 +157,20 @@ impl Engine {
         dst: &Buffer,
         ranges: &[(u64, u64, u64)],
     ) -> Result<(), AllocError> {
+        if let Some(index) = self.submit_copies(src, dst, ranges)? {
+            self.inner.gpu.wait_for(index);
+        }
+        Ok(())
+    }
+
+    /// Checks every range, then submits their copies in one command buffer (none when all
+    /// are empty).
+    fn submit_copies(
+        &self,
+        src: &Buffer,
+        dst: &Buffer,
+        ranges: &[(u64, u64, u64)],
+    ) -> Result<Option<wgpu::SubmissionIndex>, AllocError> {
         for &(from, to, len) in ranges {
             check_copy_aligned(from, len)?;
             check_copy_aligned(to, len)?;
@@ -193,18 +183,22 @@ impl Engine {
                 reason: "not a copy destination: write it with Engine::write_mapped",
             });
         }
+        // Each `Buffer` owns its wgpu buffer alone, so identity of the handles is identity of
+        // the buffers.
         if std::ptr::eq(src, dst) {
             return Err(AllocError::SameBufferCopy {
                 label: src.label.clone(),
             });
         }
-        let index = submit_checked(&self.inner.gpu, "dynrt state growth", |enc| {
+        if ranges.iter().all(|r| r.2 == 0) {
+            return Ok(None);
+        }
+        let index = submit_checked(&self.inner.gpu, "dynrt copy", |enc| {
             for &(from, to, len) in ranges.iter().filter(|r| r.2 > 0) {
                 enc.copy_buffer_to_buffer(src.raw(), from, dst.raw(), to, len);
             }
         })?;
-        self.inner.gpu.wait_for(index);
-        Ok(())
+        Ok(Some(index))
     }
 
     /// Maps a host-mappable buffer (`usm_host`, `usm_shared`) for writing and copies `data` in.

@@ -129,25 +129,30 @@ fn batched_sequences_match_each_one_alone() {
     eprintln!("{test}: {s:?}");
 }
 
+/// Three prompts of 14 tokens whose sequences reach 34 positions (5 pages of 8) and pools of
+/// six pages: they cannot all run at once.
+fn small_pool(offload: bool) -> (Vec<Vec<u32>>, BatchOptions) {
+    let prompts = (0..3)
+        .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
+        .collect();
+    let options = BatchOptions {
+        page_size: 8,
+        pool_tokens: 48,
+        step_tokens: 32,
+        max_batch: 3,
+        offload,
+        ..BatchOptions::default()
+    };
+    (prompts, options)
+}
+
 #[test]
 fn a_small_pool_preempts_and_recomputes_with_the_same_tokens() {
     let test = "a_small_pool_preempts_and_recomputes_with_the_same_tokens";
     let Some(engine) = engine(test) else { return };
     let model = tiny(&engine);
     let params = greedy(20);
-    let prompts: Vec<Vec<u32>> = (0..3)
-        .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
-        .collect();
-    // Six pages of 8: one sequence needs up to 34 positions (5 pages), three cannot run at
-    // once.
-    let options = BatchOptions {
-        page_size: 8,
-        pool_tokens: 48,
-        step_tokens: 32,
-        max_batch: 3,
-        offload: false,
-        ..BatchOptions::default()
-    };
+    let (prompts, options) = small_pool(false);
     let mut batch = batched_equals_alone(&model, &prompts, &params, options);
     let s = batch.stats();
     assert!(s.preemptions > 0, "{s:?}");
@@ -188,17 +193,7 @@ fn a_small_pool_offloads_pages_to_the_host_and_restores_them() {
     let test = "a_small_pool_offloads_pages_to_the_host_and_restores_them";
     let Some(engine) = engine(test) else { return };
     let model = tiny(&engine);
-    let prompts: Vec<Vec<u32>> = (0..3)
-        .map(|k| (0..14).map(|i| (i * 11 + k * 29 + 1) % 250).collect())
-        .collect();
-    // As in the test above: three sequences of up to 34 positions, six pages of 8.
-    let options = BatchOptions {
-        page_size: 8,
-        pool_tokens: 48,
-        step_tokens: 32,
-        max_batch: 3,
-        ..BatchOptions::default()
-    };
+    let (prompts, options) = small_pool(true);
     offloads_and_restores(&model, &prompts, options);
 }
 
