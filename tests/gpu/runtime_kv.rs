@@ -8,6 +8,7 @@ use dynrt::memory::predictor::Policy;
 use dynrt::rng::SplitMix64;
 use dynrt::runtime::{
     HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions, StateBinding,
+    StateRows,
 };
 use dynrt::shape::{DType, Shape};
 
@@ -86,6 +87,58 @@ fn the_state_reads_back_as_every_row_appended_for_every_memory_option() {
             _ => assert!(g < 20, "{policy}: {g} growths in 60 steps"),
         }
     }
+}
+
+/// Rows of a state copied to host memory come back into other rows of it before the next
+/// step (what a paged KV cache's offload does); ranges the state does not hold, and host rows
+/// of another size, are typed errors that change nothing.
+#[test]
+fn state_rows_go_to_host_memory_and_back_into_other_rows() {
+    let Some(gpu) = testing::gpu_or_skip("runtime_kv") else {
+        return;
+    };
+    let engine = Engine::new(gpu);
+    let net = network(&engine).unwrap();
+    let mut req = InferRequest::new(&net, RunOptions::new(Policy::None)).unwrap();
+    let rows = |first: u64, rows: u64| StateRows {
+        state: 0,
+        first,
+        rows,
+    };
+    // No rows yet: no buffer to copy from.
+    assert!(matches!(
+        req.rows_to_host(&[rows(0, 1)]),
+        Err(RunError::BadState { .. })
+    ));
+    let values: Vec<f32> = (0..8 * WIDTH).map(|i| i as f32).collect();
+    let x = HostTensor::f32(Shape::new(vec![8, WIDTH]), &values);
+    req.infer_blocking(&[("x", &x)], &[]).unwrap();
+    let host = req.rows_to_host(&[rows(1, 2), rows(6, 1)]).unwrap();
+    assert_eq!(host.size_bytes(), 3 * WIDTH * 4);
+    for bad in [
+        vec![StateRows {
+            state: 1,
+            ..rows(0, 1)
+        }],
+        vec![rows(7, 2)],
+        vec![rows(u64::MAX, 2)],
+    ] {
+        let e = req.rows_to_host(&bad).unwrap_err();
+        assert!(matches!(e, RunError::BadState { .. }), "{bad:?}: {e}");
+    }
+    let e = pollster::block_on(req.rows_from_host(&host, &[rows(0, 2)])).unwrap_err();
+    assert!(matches!(e, RunError::BadInput { .. }), "{e}");
+    // Rows 1, 2 and 6 into rows 3, 4 and 0; the next step sees them there.
+    pollster::block_on(req.rows_from_host(&host, &[rows(3, 2), rows(0, 1)])).unwrap();
+    let one = HostTensor::f32(Shape::new(vec![1, WIDTH]), &[0.5; WIDTH as usize]);
+    let out = req.infer_blocking(&[("x", &one)], &["present"]).unwrap();
+    let row = |r: usize| values[r * WIDTH as usize..(r + 1) * WIDTH as usize].to_vec();
+    let mut expected: Vec<f32> = [6, 1, 2, 1, 2, 5, 6, 7]
+        .iter()
+        .flat_map(|&r| row(r))
+        .collect();
+    expected.extend([0.5; WIDTH as usize]);
+    assert_eq!(out[0].to_f32(), expected);
 }
 
 #[test]
