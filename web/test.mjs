@@ -26,7 +26,11 @@
 //     ?model=: loads at WebGPU's default limits (its 170 MiB embedding in row pieces), weights
 //     within 1.03x of the file's, the chat box off (a base model), and 8 greedy tokens of a
 //     raw prompt equal the native run's;
-// and saves screenshots to $CARGO_TARGET_DIR/web-llm.png and web-demo.png (default target/).
+//   - the live charts of `dynrt serve` (the native server on SmolLM2, its page at /): while
+//     three chats run on 6 MiB of KV pools the page lists the active requests, then shows
+//     none active, with no console errors;
+// and saves screenshots to $CARGO_TARGET_DIR/web-llm.png, web-demo.png and
+// web-serve-dashboard.png (default target/).
 // Environment: DYNRT_WEB_STEPS (default 24), DYNRT_WEB_SEED (default 7) for the demo;
 // DYNRT_WEB_PROMPT (default "What is the capital of France?", in the chat template),
 // DYNRT_WEB_TOKENS (default 16), DYNRT_WEB_POLICY (default adaptive) for SmolLM2;
@@ -34,7 +38,7 @@
 // skipped, unless DYNRT_REQUIRE_MODEL=1 or DYNRT_REQUIRE_GPU=1 (then they fail).
 // Exits non-zero when any check fails.
 import { chromium } from 'playwright-core';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -159,10 +163,66 @@ async function main() {
     if (gemmaPath) await testGemma(context, url, gemmaPath);
     else if (requireModel) check(`the fetched ${GEMMA.name} for the Gemma checks`, false, `run \`cargo run --release -- fetch ${GEMMA.name}\``);
     else console.log(`     (Gemma checks skipped: ${GEMMA.name} is not fetched)`);
+    if (modelPath) await testServeDashboard(context, modelPath);
   } finally {
     await context.close();
     server.close();
     rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+// The page at / of `dynrt serve` (the native binary, SmolLM2) while requests run.
+async function testServeDashboard(context, modelPath) {
+  const args = ['serve', '--port', '0', '--model', modelPath, '--budget-mib', '6', '--page-size', '8'];
+  const server = spawn(nativeBin, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+  try {
+    const address = await new Promise((resolveAddr, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error('dynrt serve printed no address in 120 s')), 120_000);
+      server.stdout.on('data', (d) => {
+        out += d;
+        const m = /listening on http:\/\/(\S+)/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolveAddr(m[1]);
+        }
+      });
+      server.on('exit', (code) => reject(new Error(`dynrt serve exited with ${code}`)));
+    });
+    const base = `http://localhost:${address.split(':').pop()}`;
+    const page = await context.newPage();
+    const errors = [];
+    page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.goto(`${base}/`);
+    const ask = (i) => fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: `Tell me about the number ${i}.` }], temperature: 0, max_tokens: 40 }),
+    }).then((r) => r.json());
+    const answers = Promise.all([1, 2, 3].map(ask));
+    let rows = 0;
+    const until = Date.now() + 120_000;
+    while (rows === 0 && Date.now() < until) {
+      rows = await page.locator('#requests tbody tr').count();
+      await page.waitForTimeout(200);
+    }
+    const done = await answers;
+    check('serve dashboard: the page lists the active requests while they run', rows > 0, `rows ${rows}`);
+    check('serve dashboard: every request answered', done.every((a) => (a.choices?.[0]?.message?.content ?? '').length > 0), JSON.stringify(done).slice(0, 300));
+    let status = '';
+    for (let i = 0; i < 50 && !/^0 active, 0 queued/.test(status); i++) {
+      await page.waitForTimeout(200);
+      status = (await page.locator('#status').textContent()) ?? '';
+    }
+    check('serve dashboard: then none active', /^0 active, 0 queued/.test(status), status);
+    await page.screenshot({ path: join(targetDir, 'web-serve-dashboard.png') });
+    check('serve dashboard: no console errors', errors.length === 0, errors.join('; '));
+    await page.close();
+  } catch (e) {
+    check('serve dashboard', false, String(e));
+  } finally {
+    server.kill();
   }
 }
 
