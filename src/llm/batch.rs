@@ -113,6 +113,11 @@ pub struct BatchStats {
     /// Positions the used pages hold (a shared page's once): `pages_used * page_size` minus
     /// this is the memory reserved and not yet written.
     pub positions_held: u64,
+    /// Bytes of the pages the sequences hold (a shared page once; all layers).
+    pub held_bytes: u64,
+    /// Bytes the tokens the sequences hold fill: `held_bytes` less the unwritten ends of
+    /// their pages (a sliding-window layer holds at most the window).
+    pub needed_bytes: u64,
     /// Sequences running and waiting.
     pub running: usize,
     /// Forward passes run.
@@ -441,27 +446,6 @@ impl BatchEngine {
         }
     }
 
-    /// Bytes of the pages the sequences hold now (a shared page once).
-    pub fn held_bytes(&self) -> u64 {
-        let s = self.stats();
-        let [global, local] = self.page_bytes();
-        global * u64::from(s.pages_used) + local * u64::from(s.swa_pages_used)
-    }
-
-    /// Bytes the tokens the sequences hold fill: `held_bytes` less the unwritten ends of
-    /// their last pages (a shared page's positions once; a sliding-window layer holds at
-    /// most the window).
-    pub fn needed_bytes(&self) -> u64 {
-        let ps = u64::from(self.options.page_size);
-        let [global, local] = self.page_bytes();
-        let window = self.swa.as_ref().map_or(0, |(_, w)| *w as u64);
-        let in_window: u64 = (self.seqs.iter())
-            .filter(|q| q.offloaded.is_none() && !q.pages.is_empty())
-            .map(|q| (q.done as u64).min(window))
-            .sum();
-        (self.stats().positions_held * global + in_window * local) / ps
-    }
-
     /// Positions the pools hold per layer without a window: the longest a sequence may grow.
     pub fn pool_positions(&self) -> u64 {
         u64::from(self.stats.pages_total) * u64::from(self.options.page_size)
@@ -489,20 +473,25 @@ impl BatchEngine {
         });
         s.shared_pages = holders.iter().filter(|&&h| h > 1).count() as u32;
         s.running = self.seqs.len();
-        // Positions written: each sequence's, a shared page counted once (by its first
-        // holder, which filled it).
+        // Positions written: each sequence's pages of its own, and every shared page once
+        // (pages are shared only once full).
         let ps = self.options.page_size as u64;
-        let mut seen = std::collections::HashSet::new();
-        let mut held = 0u64;
-        for q in &self.seqs {
-            for (i, &p) in q.pages.iter().enumerate() {
-                if seen.insert(p) {
-                    let start = i as u64 * ps;
-                    held += (q.done as u64).saturating_sub(start).min(ps);
-                }
-            }
-        }
-        s.positions_held = held;
+        let own: u64 = (self.seqs.iter())
+            .flat_map(|q| {
+                (q.pages.iter().enumerate())
+                    .filter(|(_, &p)| holders[p as usize] == 1)
+                    .map(|(k, _)| (q.done as u64).saturating_sub(k as u64 * ps).min(ps))
+            })
+            .sum();
+        s.positions_held = own + u64::from(s.shared_pages) * ps;
+        let [global, local] = self.page_bytes();
+        s.held_bytes = global * u64::from(s.pages_used) + local * u64::from(s.swa_pages_used);
+        let window = self.swa.as_ref().map_or(0, |(_, w)| *w as u64);
+        let in_window: u64 = (self.seqs.iter())
+            .filter(|q| q.offloaded.is_none() && !q.pages.is_empty())
+            .map(|q| (q.done as u64).min(window))
+            .sum();
+        s.needed_bytes = (s.positions_held * global + in_window * local) / ps;
         s.spare_pages = self.seqs.iter().map(|q| self.spare(q) as u32).sum();
         let offloaded = self.seqs.iter().filter_map(|q| q.offloaded.as_ref());
         (s.offloaded_sequences, s.offloaded_bytes) =

@@ -545,9 +545,9 @@ impl Scheduler {
         s.kv_offloaded_peak_bytes = e.offloaded_peak_bytes;
         s.tokens_shared = e.tokens_shared;
         s.batch_sequences = e.last_sequences;
-        s.kv_reserved_bytes = self.engine.held_bytes();
+        s.kv_reserved_bytes = e.held_bytes;
         s.kv_allocated_bytes = self.engine.allocated_bytes();
-        s.kv_needed_bytes = self.engine.needed_bytes();
+        s.kv_needed_bytes = e.needed_bytes;
         let engine = self.model.engine().stats();
         s.device_bytes = engine.device_current_bytes();
         s.device_peak_bytes = crate::memory::AllocKind::ALL
@@ -597,7 +597,7 @@ impl Scheduler {
                 first_token_ms: 0.0,
             });
         }
-        let reserved = self.engine.held_bytes();
+        let reserved = self.engine.stats().held_bytes;
         self.stats.kv_reserved_peak_bytes = self.stats.kv_reserved_peak_bytes.max(reserved);
     }
 

@@ -238,31 +238,11 @@ impl Kernel for Attention {
             window: self.window,
             span,
         };
-        let (mut p, bound, items) = gqa.bind(e, [q, k, v], out)?;
-        let [bq, bk, bv, bo] = bound;
-        let splits = p.splits;
+        let (mut p, [bq, bk, bv, bo], items) = gqa.bind(e, [q, k, v], out)?;
         p.t = u32_of("keys", t)?;
         let (pad5, pad6) = (e.unused(), e.unused());
-        let entry = gqa.entry(&p);
-        if splits == 1 {
-            e.dispatch(FAMILY.key(entry), &p, &[bq, bk, bv, bo, pad5, pad6], items)?;
-            return Ok(1);
-        }
-        // One record of head_dim + 2 floats per (query row, head, split).
-        let rows = u64::from(p.s) * u64::from(self.num_heads);
-        let (splits, head_dim) = (u64::from(splits), u64::from(p.head_dim));
-        let records = rows * splits * (head_dim + 2) * 4;
-        let part = e.workspace("output", records)?;
-        let (pad5, pad6) = (e.unused(), e.unused());
-        e.dispatch(
-            FAMILY.key(entry),
-            &p,
-            &[bq, bk, bv, part, pad5, pad6],
-            items * splits,
-        )?;
-        let part = e.workspace("partial softmaxes", records)?;
-        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], rows)?;
-        Ok(2)
+        let key = FAMILY.key(gqa.entry(&p));
+        gqa.dispatch(e, key, &p, [bq, bk, bv, bo, pad5, pad6], items)
     }
 }
 
@@ -327,6 +307,32 @@ impl Gqa {
         Ok((p, [bq, bk, bv, bo], items))
     }
 
+    /// The pass of `key` over `items` workgroups with `[q, k, v, out, slot 5, slot 6]`: into
+    /// the output, or, when the keys are split, the partial softmaxes into the workspace and
+    /// `attention_combine` into the output. Returns the dispatches recorded.
+    fn dispatch(
+        &self,
+        e: &mut Encoder<'_, '_>,
+        key: super::PipelineKey,
+        p: &GqaParams,
+        [bq, bk, bv, bo, b5, b6]: [super::Bound<'_>; 6],
+        items: u64,
+    ) -> Result<usize, KernelError> {
+        if p.splits == 1 {
+            e.dispatch(key, p, &[bq, bk, bv, bo, b5, b6], items)?;
+            return Ok(1);
+        }
+        // One record of head_dim + 2 floats per (query row, head, split).
+        let rows = u64::from(p.s) * u64::from(self.heads);
+        let splits = u64::from(p.splits);
+        let records = rows * splits * (u64::from(p.head_dim) + 2) * 4;
+        let part = e.workspace("output", records)?;
+        e.dispatch(key, p, &[bq, bk, bv, part, b5, b6], items * splits)?;
+        let part = e.workspace("partial softmaxes", records)?;
+        e.dispatch(FAMILY.key("attention_combine"), p, &[part, bo], rows)?;
+        Ok(2)
+    }
+
     /// vec4 loads where head and offsets allow (the usual case: arena offsets are aligned,
     /// heads are multiples of 4).
     fn entry(&self, p: &GqaParams) -> &'static str {
@@ -389,21 +395,11 @@ impl Kernel for PagedAttention {
         p.page_size = self.page_size;
         p.seqs = u32_of("pages", pages.shape.dims()[0])?;
         p.pages_per_seq = pages_per_seq;
-        let key = FAMILY.key(gqa.entry(&p)).with("PAGED", 1);
         if p.splits == 1 {
             p.chunk_keys = most;
-            e.dispatch(key, &p, &[bq, bk, bv, bo, br, bp], items)?;
-            return Ok(1);
         }
-        // One record of head_dim + 2 floats per (query row, head, split).
-        let heads_rows = u64::from(p.s) * u64::from(self.num_heads);
-        let records = heads_rows * u64::from(p.splits) * (u64::from(p.head_dim) + 2) * 4;
-        let part = e.workspace("output", records)?;
-        let splits = u64::from(p.splits);
-        e.dispatch(key, &p, &[bq, bk, bv, part, br, bp], items * splits)?;
-        let part = e.workspace("partial softmaxes", records)?;
-        e.dispatch(FAMILY.key("attention_combine"), &p, &[part, bo], heads_rows)?;
-        Ok(2)
+        let key = FAMILY.key(gqa.entry(&p)).with("PAGED", 1);
+        gqa.dispatch(e, key, &p, [bq, bk, bv, bo, br, bp], items)
     }
 }
 

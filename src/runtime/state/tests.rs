@@ -175,3 +175,47 @@ fn a_failed_step_leaves_the_states_as_they_were() {
     s.commit();
     assert!(s.state_shapes().iter().all(|sh| sh.dims() == [5, 8]));
 }
+
+#[test]
+fn past_the_growth_bound_each_state_frees_its_old_buffer_before_the_next_grows() {
+    // Bytes in use once a step that grows every state is prepared (before its submit).
+    let prepared_growth = |bound: u64| {
+        let (graph, states) = decoder();
+        let options = NetworkOptions {
+            states,
+            ..NetworkOptions::default()
+        };
+        let target = Target {
+            align_bytes: 256,
+            io_kind: AllocKind::UsmDevice,
+            reads_strided: |_, _| false,
+        };
+        let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
+        let storage = HostStorage::new();
+        let run = RunOptions {
+            growth_transient_bytes: bound,
+            ..RunOptions::new(Policy::None)
+        };
+        let mut s = host_state(compiled, run, storage.clone());
+        let (ids, pos) = step_inputs(4, 0);
+        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
+            .unwrap();
+        s.commit();
+        let old: u64 = s.state_buffer_bytes().iter().sum();
+        let (ids, pos) = step_inputs(1, 4);
+        s.prepare(&[(labels::TOKENS, &ids), (labels::POSITIONS, &pos)])
+            .unwrap();
+        let moved_now = s.states.iter().all(|st| st.grown.is_none());
+        let in_use = storage.bytes_in_use();
+        s.commit();
+        assert!(s.state_shapes().iter().all(|sh| sh.dims() == [5, 8]));
+        (in_use, old, moved_now)
+    };
+    // No bound: every state moved alone, its old buffer gone before the submit.
+    let (alone, old, moved) = prepared_growth(0);
+    assert!(moved && old > 0);
+    // Unbounded: the step's work copies them, every old buffer held until then.
+    let (together, _, moved) = prepared_growth(u64::MAX);
+    assert!(!moved);
+    assert_eq!(together - alone, old);
+}

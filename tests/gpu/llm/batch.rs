@@ -53,7 +53,13 @@ fn run(
     }
 }
 
-fn assert_same(what: &str, got: &(Vec<u32>, Vec<Vec<f32>>), want: &(Vec<u32>, Vec<Vec<f32>>)) {
+/// The same tokens, and logits within `atol` at every step.
+fn assert_same_within(
+    what: &str,
+    got: &(Vec<u32>, Vec<Vec<f32>>),
+    want: &(Vec<u32>, Vec<Vec<f32>>),
+    atol: f32,
+) {
     assert_eq!(got.0, want.0, "{what}: tokens");
     for (i, (a, b)) in got.1.iter().zip(&want.1).enumerate() {
         let worst = a
@@ -61,8 +67,13 @@ fn assert_same(what: &str, got: &(Vec<u32>, Vec<Vec<f32>>), want: &(Vec<u32>, Ve
             .zip(b)
             .map(|(x, y)| (x - y).abs())
             .fold(0f32, f32::max);
-        assert!(worst < 1e-4, "{what}: step {i}: max |logit diff| {worst}");
+        assert!(worst < atol, "{what}: step {i}: max |logit diff| {worst}");
     }
+}
+
+/// [`assert_same_within`] the tiny models' 1e-4.
+fn assert_same(what: &str, got: &(Vec<u32>, Vec<Vec<f32>>), want: &(Vec<u32>, Vec<Vec<f32>>)) {
+    assert_same_within(what, got, want, 1e-4);
 }
 
 /// Runs `prompts` together from the first step with `options` and checks each against the
@@ -241,16 +252,7 @@ fn batched_sliding_window_layers_match_alone() {
     let test = "batched_sliding_window_layers_match_alone";
     let Some(engine) = engine(test) else { return };
     // Gemma 3's layout with a window of 4: layers 0-4 local, 5 global, 6 local.
-    let t = TinyLlama {
-        architecture: "gemma3",
-        num_layers: 7,
-        num_heads: 2,
-        num_kv_heads: 1,
-        head_dim: 32,
-        projection_type: dynrt::gguf::GgmlType::F32,
-        sliding_window: 4,
-        ..TinyLlama::default()
-    };
+    let t = super::tiny_gemma3(4);
     let backing: dynrt::tensor::Backing = Arc::new(t.build(11).unwrap());
     let model = Model::from_backing(&engine, backing, ModelOptions::default()).unwrap();
     let params = greedy(24);
@@ -320,16 +322,7 @@ fn smollm2_batched_answers_equal_the_answers_alone() {
     let later: Vec<_> = prompts.iter().map(|p| (0, p.clone())).collect();
     let (out, ids) = run(&mut batch, &later, &params);
     for (k, id) in ids.iter().enumerate() {
-        let (got, want) = (&out[id], &want[k]);
-        assert_eq!(got.0, want.0, "{}: tokens", texts[k]);
-        for (i, (a, b)) in got.1.iter().zip(&want.1).enumerate() {
-            let worst = a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            assert!(worst < 1e-3, "{}: step {i}: {worst}", texts[k]);
-        }
+        assert_same_within(texts[k], &out[id], &want[k], 1e-3);
     }
     eprintln!("{test}: {:?}", batch.stats());
 }

@@ -141,6 +141,21 @@ fn compare(ctx: &str, ours: &dynrt::llm::Generation, r: &Reference, atol: f32) -
 /// embedding), plain multi-head attention with an untied F16 head and F32 projections,
 /// heads wider than width / heads, and one model per other weight format of
 /// `dynrt::formats` (as projections, and as embeddings and heads).
+/// Gemma 3's layout with a sliding window of `window` keys: layers 0-4 local, 5 global, 6
+/// local; f32 projections.
+fn tiny_gemma3(window: u32) -> TinyLlama {
+    TinyLlama {
+        architecture: "gemma3",
+        num_layers: 7,
+        num_heads: 2,
+        num_kv_heads: 1,
+        head_dim: 32,
+        projection_type: GgmlType::F32,
+        sliding_window: window,
+        ..TinyLlama::default()
+    }
+}
+
 fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
     let mut models = vec![
         ("gqa-q4_1-tied", TinyLlama::default()),

@@ -3,7 +3,6 @@
 //! tokens computes (where nothing was dropped yet).
 
 use super::{engine, greedy};
-use dynrt::gguf::{GgmlType, TinyLlama};
 use dynrt::llm::{Model, ModelOptions, WeightFormat};
 use dynrt::memory::predictor::Policy;
 use dynrt::runtime::RunOptions;
@@ -15,16 +14,7 @@ fn sliding_window_caches_stay_bounded_and_keep_the_logits() {
     let Some(engine) = engine(test) else { return };
     // A window of 4 keys: layers 0-4 local, 5 global, 6 local.
     let window = 4u64;
-    let t = TinyLlama {
-        architecture: "gemma3",
-        num_layers: 7,
-        num_heads: 2,
-        num_kv_heads: 1,
-        head_dim: 32,
-        projection_type: GgmlType::F32,
-        sliding_window: window as u32,
-        ..TinyLlama::default()
-    };
+    let t = super::tiny_gemma3(window as u32);
     let backing: dynrt::tensor::Backing = Arc::new(t.build(11).unwrap());
     let options = ModelOptions {
         format: WeightFormat::F32,
