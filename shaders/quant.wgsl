@@ -21,12 +21,17 @@
 // scale return dequantized values with d = 1, m = 0).
 //
 // Entry points (linear):
-//   quant_matvec_wg8, quant_matvec_wg64  decode (a few rows of x): each invocation owns
+//   quant_matvec_wg8  decode on software adapters (a few rows of x): each invocation owns
 //       `rows` consecutive output rows (uniform, <= 64) of one x row and walks K one block at
 //       a time: the 32 values of x are loaded once per block into registers and used for all
-//       its rows, each weight word is loaded once. The same body with 8 invocations per
-//       workgroup (software adapters: one SIMD group per workgroup, so the host picks `rows`
-//       to give every CPU thread a full group) or 64 (hardware GPUs).
+//       its rows, each weight word is loaded once. 8 invocations per workgroup (one SIMD group
+//       each), the host picks `rows` to give every CPU thread a full group.
+//   quant_matvec_coop  decode on hardware GPUs: a workgroup of 64 owns `rows` output rows
+//       (a power of two, 2..32) of one x row; the 64 / rows invocations of each row (its
+//       lanes) take every (64 / rows)-th block of K, so neighbouring lanes read neighbouring
+//       blocks of the row, and their sums meet in workgroup memory (a tree). Every output
+//       row gets 64 / rows invocations instead of a quarter of one, which is what a GPU
+//       needs to hide the latency of its loads.
 //   quant_regtile  prefill on software adapters: each invocation computes an 8 x `rows`
 //       block of the output (8 rows of x held in registers, `rows` <= 64 weight rows walked
 //       one at a time), reading x and the packed weights straight from storage: per 32-element
@@ -428,13 +433,65 @@ fn quant_matvec_wg8(
     matvec(workgroup_index(wid, nwg) * 8u + lidx);
 }
 
+// Partial sums of quant_matvec_coop: the product (red) and, with a fused RMSNorm, the sum of
+// squares of x (red_ss), one per invocation.
+var<workgroup> red: array<f32, 64>;
+var<workgroup> red_ss: array<f32, 64>;
+
 @compute @workgroup_size(64, 1, 1)
-fn quant_matvec_wg64(
+fn quant_matvec_coop(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lidx: u32,
 ) {
-    matvec(workgroup_index(wid, nwg) * 64u + lidx);
+    let rows = p.rows;
+    let lanes = 64u / rows;
+    let per_m = (p.n + rows - 1u) / rows;
+    let g = workgroup_index(wid, nwg);
+    let m = g / per_m;
+    if m >= p.m {
+        return;
+    }
+    let r = lidx / lanes;
+    let lane = lidx % lanes;
+    let v = (g % per_m) * rows + r;
+    // Rows past N repeat the last row (not stored).
+    let vr = min(v, p.n - 1u);
+    var acc = 0.0;
+    var ss = 0.0;
+    for (var b = lane; b < p.blocks; b += lanes) {
+        var xs = load_x(m, b);
+        if has_norm() {
+            ss += fold_norm(&xs, load_gamma(b));
+        }
+        var dm: vec2<f32>;
+        let wv = weight_raw(vr, b, &dm);
+        acc += dm.x * dot8(xs, wv) + dm.y * sum8(xs);
+    }
+    // f32 / f16 rows whose K is not a multiple of 32: the rest element by element.
+    for (var k = p.blocks * 32u + lane; k < p.k; k += lanes) {
+        let xv = xg_at(m, k);
+        acc += xv * weight_at(vr, k);
+        if has_norm() {
+            let raw = x_at(m, k);
+            ss += raw * raw;
+        }
+    }
+    red[lidx] = acc;
+    red_ss[lidx] = ss;
+    workgroupBarrier();
+    for (var s = lanes / 2u; s > 0u; s >>= 1u) {
+        if lane < s {
+            red[lidx] += red[lidx + s];
+            red_ss[lidx] += red_ss[lidx + s];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && stores(v) {
+        // The sum of squares covers all of K already: nothing is left for row_scale_from.
+        let sc = row_scale_from(m, p.k, red_ss[lidx]);
+        finish(m, v, red[lidx], red[min(lidx + lanes, 63u)], sc);
+    }
 }
 
 // Prefill without workgroup memory: invocation gi computes rows m0 .. m0 + 8 of x against

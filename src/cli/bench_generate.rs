@@ -184,8 +184,13 @@ fn prefill_rows(args: &Args) -> anyhow::Result<Vec<PrefillRow>> {
     let engine = new_engine()?;
     let model = load(&engine, &args.model)?;
     let run = run_options(Policy::Adaptive, &args.model)?;
-    // Warm-up: compiles the prefill pipelines.
-    model.session(run).forward_blocking(&prompt_of(&model, 8))?;
+    // Warm-up: compiles the prefill pipelines. 32 rows of x are past every adapter's
+    // matrix-vector bound, so the prompts below find the prefill kernels compiled (8 rows
+    // warmed only the matrix-vector ones on a GPU: its first prompt then paid for compiling
+    // the tiled kernels, 0.7 s of prefill_16 on an H200).
+    model
+        .session(run)
+        .forward_blocking(&prompt_of(&model, 32))?;
     let mut rows = Vec::new();
     for &n in args.prefill.iter().filter(|&&n| n > 0) {
         let mut session = model.session(run);

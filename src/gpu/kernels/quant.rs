@@ -106,8 +106,15 @@ pub const FAMILY: Family = Family {
 /// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).
 pub const ROWS_MAX: u64 = 64;
 
-/// Output rows per invocation of the matrix-vector kernel on hardware GPUs.
-const GPU_MATVEC_ROWS: u64 = 4;
+/// Invocations (lanes) per output row of `quant_matvec_coop` for rows of `blocks` 32-element
+/// blocks: about two blocks per lane, a power of two from 2 to 32, so that a workgroup of 64
+/// holds 64 / lanes rows (an even number: gated and rotated projections keep their pairs of
+/// rows together).
+fn coop_lanes(blocks: u64) -> u64 {
+    let half = (blocks / 2).max(1);
+    // The largest power of two not above `half`.
+    (1u64 << (63 - half.leading_zeros())).clamp(2, 32)
+}
 
 /// How the `quant` kernels spread their work, by the kind of adapter ([`Kernels::new`] picks
 /// it from the adapter's device type; [`Kernels::set_quant_layout`] overrides it, as the tests
@@ -124,8 +131,8 @@ pub enum QuantLayout {
         /// Threads the adapter runs workgroups on (the host's available parallelism).
         threads: u32,
     },
-    /// A hardware GPU: 64-invocation workgroups, 4 output rows per invocation for decode, and
-    /// the workgroup-memory tiled kernel for prefill.
+    /// A hardware GPU: 64-invocation workgroups that share each output row among 2 to 32
+    /// invocations for decode, and the workgroup-memory tiled kernel for prefill.
     Gpu,
 }
 
@@ -434,11 +441,9 @@ fn encode_linear(
             ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
         }
         (true, QuantLayout::Gpu) => {
-            p.rows = GPU_MATVEC_ROWS as u32;
-            (
-                "quant_matvec_wg64",
-                (m * n.div_ceil(GPU_MATVEC_ROWS)).div_ceil(64),
-            )
+            let rows = 64 / coop_lanes(k / 32);
+            p.rows = rows as u32;
+            ("quant_matvec_coop", m * n.div_ceil(rows))
         }
         (false, QuantLayout::Cpu { threads }) => {
             // Invocations of 8 x rows each; enough weight-row groups to give every thread
@@ -556,6 +561,23 @@ mod tests {
             let r = rows_per_lane(n, 16);
             assert!((1..=ROWS_MAX).contains(&r), "{n}");
             assert!(n.div_ceil(r) >= 16.min(n), "{n}: {r}");
+        }
+    }
+
+    #[test]
+    fn coop_lanes_give_about_two_blocks_each_and_even_rows() {
+        // SmolLM2-135M: K = 576 (18 blocks), 1536 (48); Qwen2.5-1.5B's down projection 8960.
+        assert_eq!(coop_lanes(18), 8);
+        assert_eq!(coop_lanes(48), 16);
+        assert_eq!(coop_lanes(280), 32);
+        assert_eq!(coop_lanes(0), 2);
+        for blocks in 0..1000 {
+            let lanes = coop_lanes(blocks);
+            assert!(
+                lanes.is_power_of_two() && (2..=32).contains(&lanes),
+                "{blocks}"
+            );
+            assert_eq!((64 / lanes) % 2, 0, "{blocks}");
         }
     }
 
