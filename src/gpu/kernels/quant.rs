@@ -5,9 +5,11 @@
 //! pipeline's specialisation constant, the index of its row in the table; the shader is the
 //! file plus every format's WGSL decoder and a dispatch on that index ([`wgsl`]).
 //!
-//! The `linear` op (`y = x · wᵀ`) has a matrix-vector kernel for decode (M <=
-//! [`QuantLayout::matvec_max_m`] rows of x: each invocation owns several output rows, so every loaded x
-//! value serves all of them and every weight word is loaded once) and two prefill kernels,
+//! The `linear` op (`y = x · wᵀ`) has two matrix-vector kernels for decode (M <=
+//! [`QuantLayout::matvec_max_m`] rows of x): on software adapters each invocation owns several
+//! output rows, so every loaded x value serves all of them and every weight word is loaded
+//! once; on hardware GPUs the invocations of a workgroup share each output row, neighbouring
+//! ones reading neighbouring blocks, and sum in workgroup memory. Two prefill kernels,
 //! picked by [`QuantLayout`]: on software adapters a register-tiled kernel without workgroup
 //! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
 //! that dequantizes weight blocks into workgroup memory. Why two: on llvmpipe a
