@@ -452,6 +452,7 @@ fn host_per_dispatch(gpu: &Gpu, engine: &Engine) -> anyhow::Result<()> {
             shape,
             dtype: DType::F32,
             strides: None,
+            layout: dynrt::gpu::kernels::WeightLayout::File,
         }
     }
     let ins = [operand(&bufs[0], &shape), operand(&bufs[1], &shape)];

@@ -86,6 +86,9 @@
 // binding's start. Workgroups are linearised over a 2-D grid (workgroup_index of the prelude).
 
 override WEIGHT_FORMAT: u32 = 0u;
+// 0: the weight in its file layout; 1: in the grouped planes of its format (src/formats,
+// `Grouped`), which the runtime reorders it into once (quant_regroup).
+override WEIGHT_LAYOUT: u32 = 0u;
 override EPILOGUE: u32 = 0u;
 
 struct LinearParams {
@@ -829,4 +832,28 @@ fn quant_gather(
         }
         dst[gp.out_offset + i] = v;
     }
+}
+
+// Reorders a weight from its file layout (w, from word gp.table_offset) into the grouped
+// planes of its format (ids, from word gp.out_offset): one invocation per word of the result,
+// gp.num_ids words in all (whole groups), each gathered byte by byte from its place in the
+// same group of the file. Run once per weight (the runtime's weight layouts), so simple.
+@compute @workgroup_size(64, 1, 1)
+fn quant_regroup(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = workgroup_index(wid, nwg) * 64u + lidx;
+    if i >= gp.num_ids {
+        return;
+    }
+    let gb = group_bytes();
+    let group = (i * 4u) / gb;
+    let within = (i * 4u) % gb;
+    var word = 0u;
+    for (var b = 0u; b < 4u; b++) {
+        word |= byte_at(gp.table_offset, group * gb + grouped_source(within + b)) << (8u * b);
+    }
+    ids[gp.out_offset + i] = word;
 }

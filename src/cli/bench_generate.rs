@@ -137,6 +137,7 @@ struct Report {
     backend: String,
     weights_device_bytes: u64,
     weights_file_bytes: u64,
+    weights_grouped_bytes: u64,
     kv_bytes_per_token: u64,
     prefill: Vec<PrefillRow>,
     decode: Vec<DecodeRun>,
@@ -164,6 +165,7 @@ fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
         ModelOptions {
             planner: !args.no_planner,
             fuse: !args.no_fuse,
+            regroup_weights: !args.no_regroup,
             ..ModelOptions::default()
         },
     )
@@ -544,6 +546,7 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
                         shape,
                         dtype: *dtype,
                         strides: None,
+                        layout: dynrt::gpu::kernels::WeightLayout::File,
                     })
                     .collect();
                 let output = Operand {
@@ -555,6 +558,7 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
                     shape: &case.out,
                     dtype: DType::F32,
                     strides: None,
+                    layout: dynrt::gpu::kernels::WeightLayout::File,
                 };
                 for _ in 0..reps {
                     kernels.encode(&mut pass, &mut uniforms, &case.op, &operands, &output)?;
@@ -632,6 +636,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         backend: format!("{:?}", info.backend).to_lowercase(),
         weights_device_bytes: model.weight_bytes(),
         weights_file_bytes: model.file_tensor_bytes(),
+        weights_grouped_bytes: model.grouped_weight_bytes(),
         kv_bytes_per_token: model.kv_bytes_per_token(),
         prefill,
         decode,
@@ -643,9 +648,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     println!("adapter: {} ({})", report.adapter, report.backend);
     println!(
-        "weights: {} on the device for {} of tensors in the file; KV cache {} per token",
+        "weights: {} on the device for {} of tensors in the file ({} of them reordered into grouped planes); KV cache {} per token",
         human_bytes(report.weights_device_bytes),
         human_bytes(report.weights_file_bytes),
+        human_bytes(report.weights_grouped_bytes),
         human_bytes(report.kv_bytes_per_token)
     );
     println!("\n| prompt tokens | prefill ms | tokens/s |\n|---:|---:|---:|");

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
+use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena, WeightLayout};
 use dynrt::gpu::{wgpu, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::{ops, BinaryOp, Op};
 use dynrt::memory::AllocKind;
@@ -197,7 +197,7 @@ fn time_op(
             Ok(HostTensor::f32(s.clone(), &v))
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(time_typed(b, op, &inputs, out, reps)?.0)
+    Ok(time_typed(b, op, &inputs, &[], out, reps)?.0)
 }
 
 /// Runs `op` `reps` times per submit on `inputs` (any types) into an f32 output of shape
@@ -207,6 +207,7 @@ pub(super) fn time_typed(
     b: &mut Bench,
     op: &Op,
     inputs: &[HostTensor],
+    layouts: &[WeightLayout],
     out: &Shape,
     reps: u32,
 ) -> anyhow::Result<(Timing, Vec<f32>)> {
@@ -239,7 +240,8 @@ pub(super) fn time_typed(
             let operands: Vec<Operand<'_>> = bufs
                 .iter()
                 .zip(inputs)
-                .map(|(b, t)| Operand {
+                .zip(layouts.iter().chain(std::iter::repeat(&WeightLayout::File)))
+                .map(|((b, t), &layout)| Operand {
                     tensor: TensorRef {
                         buffer: b,
                         offset_bytes: 0,
@@ -248,6 +250,7 @@ pub(super) fn time_typed(
                     shape: &t.shape,
                     dtype: t.dtype,
                     strides: None,
+                    layout,
                 })
                 .collect();
             let output = Operand {
@@ -259,6 +262,7 @@ pub(super) fn time_typed(
                 shape: out,
                 dtype: DType::F32,
                 strides: None,
+                layout: WeightLayout::File,
             };
             for _ in 0..reps {
                 kernels.encode(&mut pass, &mut uniforms, op, &operands, &output)?;

@@ -12,6 +12,7 @@
 //! once per prompt, for the last position only).
 
 use super::bench_kernels::{time_typed, Bench};
+use dynrt::gpu::kernels::WeightLayout;
 use dynrt::graph::ops::Linear;
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
@@ -24,19 +25,26 @@ struct Proj {
     k: u64,
     n: u64,
     dtype: DType,
-    /// Calls per token (30 layers; q and o, k and v, gate and up share a shape).
+    /// Calls per token (30 layers; q and o, k and v, gate and up share a shape); 0 for the
+    /// rows that compare layouts, which no SmolLM2 token runs.
     per_token: u32,
+    /// Whether the kernel reads the weight in its format's grouped planes (what the runtime
+    /// reorders q4_0 and q5_0 weights into), not the file's blocks.
+    grouped: bool,
 }
 
 /// SmolLM2-135M's projections: `576→576` (q, o), `576→192` (k, v), `576→1536` (gate, up),
-/// `1536→576` (down), 30 layers, and the tied head `576→49152`.
-const SHAPES: [Proj; 5] = [
+/// `1536→576` (down), 30 layers, and the tied head `576→49152` (q8_0); then the head in the
+/// grouped layout and a q5_0 shape in both layouts, which compare the layouts (not counted
+/// per token; the runtime reorders q4_0 and q5_0 weights, not q8_0).
+const SHAPES: [Proj; 8] = [
     Proj {
         name: "q,o",
         k: 576,
         n: 576,
         dtype: DType::Q4_1,
         per_token: 60,
+        grouped: false,
     },
     Proj {
         name: "k,v",
@@ -44,6 +52,7 @@ const SHAPES: [Proj; 5] = [
         n: 192,
         dtype: DType::Q4_1,
         per_token: 60,
+        grouped: false,
     },
     Proj {
         name: "gate,up",
@@ -51,6 +60,7 @@ const SHAPES: [Proj; 5] = [
         n: 1536,
         dtype: DType::Q4_1,
         per_token: 60,
+        grouped: false,
     },
     Proj {
         name: "down",
@@ -58,6 +68,7 @@ const SHAPES: [Proj; 5] = [
         n: 576,
         dtype: DType::Q4_1,
         per_token: 30,
+        grouped: false,
     },
     Proj {
         name: "head",
@@ -65,6 +76,32 @@ const SHAPES: [Proj; 5] = [
         n: 49152,
         dtype: DType::Q8_0,
         per_token: 1,
+        grouped: false,
+    },
+    Proj {
+        name: "head (grouped)",
+        k: 576,
+        n: 49152,
+        dtype: DType::Q8_0,
+        per_token: 0,
+        grouped: true,
+    },
+    // Qwen2.5-0.5B's q and o projections are q5_0 [896, 896]: 22-byte blocks.
+    Proj {
+        name: "q5_0 896x896",
+        k: 896,
+        n: 896,
+        dtype: DType::Q5_0,
+        per_token: 0,
+        grouped: false,
+    },
+    Proj {
+        name: "q5_0 896x896 (grouped)",
+        k: 896,
+        n: 896,
+        dtype: DType::Q5_0,
+        per_token: 0,
+        grouped: true,
     },
 ];
 
@@ -156,11 +193,19 @@ pub(super) fn run(b: &mut Bench, ms: &[u64], head_prefill: bool) -> anyhow::Resu
     let mut rng = SplitMix64::new(11);
     let mut shapes = Vec::new();
     for p in &SHAPES {
-        let (w, wv) = weight(&mut rng, p)?;
+        let (mut w, wv) = weight(&mut rng, p)?;
         let weight_bytes = w.bytes.len() as u64;
+        let mut layouts = vec![WeightLayout::File; 2];
+        if p.grouped {
+            let f = dynrt::formats::of_dtype(p.dtype)
+                .ok_or_else(|| anyhow::anyhow!("{}: no weight format {}", p.name, p.dtype))?;
+            w.bytes = dynrt::formats::regroup(f, &w.bytes)
+                .ok_or_else(|| anyhow::anyhow!("{}: no grouped layout of {}", p.name, p.dtype))?;
+            layouts[1] = WeightLayout::Grouped;
+        }
         let mut points = Vec::new();
         for &m in ms.iter().filter(|&&m| m > 0) {
-            if p.name == "head" && m > 1 && !head_prefill {
+            if p.name.starts_with("head") && m > 1 && !head_prefill {
                 continue;
             }
             let xv: Vec<f32> = (0..m * p.k).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -169,7 +214,14 @@ pub(super) fn run(b: &mut Bench, ms: &[u64], head_prefill: bool) -> anyhow::Resu
             // Several calls per submit where one is short, so the submit's own cost does not
             // count for much.
             let reps = if m == 1 { 20 } else { 1 };
-            let (t, got) = time_typed(b, &Op::Linear(Linear), &[x, w.clone()], &out, reps)?;
+            let (t, got) = time_typed(
+                b,
+                &Op::Linear(Linear),
+                &[x, w.clone()],
+                &layouts,
+                &out,
+                reps,
+            )?;
             spot_check(p, &xv, &wv, m, &got)?;
             points.push(Point {
                 m,
@@ -210,7 +262,7 @@ pub(super) fn run(b: &mut Bench, ms: &[u64], head_prefill: bool) -> anyhow::Resu
         .filter_map(|&m| {
             shapes
                 .iter()
-                .filter(|s| s.name != "head")
+                .filter(|s| !s.name.starts_with("head"))
                 .map(|s| at(s, m).map(|p| p.ms * f64::from(s.per_token) / m as f64))
                 .sum::<Option<f64>>()
                 .map(|t| (m, t))

@@ -35,6 +35,10 @@ pub struct ModelArgs {
     /// residual then run as dispatches of their own).
     #[arg(long = "no-fuse")]
     pub no_fuse: bool,
+    /// Keep the q4_0 and q5_0 weights in their file layout on the device (by default
+    /// they are reordered once into word-aligned grouped planes when the model loads).
+    #[arg(long = "no-regroup")]
+    pub no_regroup: bool,
 }
 
 /// How tokens are chosen and how many.
@@ -146,6 +150,7 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
         ModelOptions {
             planner: !args.no_planner,
             fuse: !args.no_fuse,
+            regroup_weights: !args.no_regroup,
             ..ModelOptions::default()
         },
     )

@@ -70,6 +70,8 @@ struct App {
     engine: dynrt::gpu::Engine,
     /// The name requests give in `model` (the `--model` argument, or the file's stem).
     model_id: String,
+    /// The weights on the device, in the file, and reordered into grouped planes (bytes).
+    weights: serde_json::Value,
     /// Other names accepted for it (the file's name and stem).
     aliases: Vec<String>,
     context: usize,
@@ -121,6 +123,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     options.page_size = args.page_size;
     options.offload = !args.no_offload;
     let per_token = model.kv_bytes_per_token();
+    let weights = json!({
+        "device_bytes": model.weight_bytes(),
+        "file_bytes": model.file_tensor_bytes(),
+        "grouped_bytes": model.grouped_weight_bytes(),
+    });
     let scheduler = Scheduler::new(model, options).context("laying out the KV pools")?;
     // What the pools hold: whole pages, at most one binding per layer.
     let budget_bytes = scheduler.engine().pool_bytes();
@@ -129,6 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         handle,
         engine: engine.clone(),
         model_id,
+        weights,
         aliases,
         context,
         created: unix_now(),
@@ -207,7 +215,8 @@ async fn dashboard() -> Response {
 }
 
 /// The memory report: the scheduler's gauges, what each active request holds (pages,
-/// shared pages, bytes offloaded to the host) and the engine's bytes per allocation kind.
+/// shared pages, bytes offloaded to the host), the engine's bytes per allocation kind and the
+/// weights' bytes (on the device, in the file, reordered into grouped planes).
 async fn memory(State(app): State<Shared>) -> Json<serde_json::Value> {
     let live = app.handle.stats();
     let stats = app.engine.stats();
@@ -224,6 +233,7 @@ async fn memory(State(app): State<Shared>) -> Json<serde_json::Value> {
         "scheduler": live.scheduler,
         "requests": app.handle.request_memory(),
         "kinds": kinds,
+        "weights": app.weights,
     }))
 }
 

@@ -13,6 +13,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 2,
     decode: |b, o| o[0] = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16),
     quantize: |x, out| out.extend(half::bf16::from_f32(x[0]).to_le_bytes()),
+    grouped: None,
     wgsl: r#"
 fn bf16_element(wo: u32, e: u32) -> f32 {
     let u = w[wo + e / 2u];

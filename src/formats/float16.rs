@@ -13,6 +13,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 2,
     decode: |b, o| o[0] = f16_at(b, 0),
     quantize: |x, out| out.extend(f16_bytes(x[0])),
+    grouped: None,
     wgsl: r#"
 fn f16_element(wo: u32, e: u32) -> f32 {
     let h = unpack2x16float(w[wo + e / 2u]);

@@ -13,6 +13,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 4,
     decode: |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
     quantize: |x, out| out.extend(x[0].to_le_bytes()),
+    grouped: None,
     wgsl: r#"
 fn f32_element(wo: u32, e: u32) -> f32 {
     return bitcast<f32>(w[wo + e]);

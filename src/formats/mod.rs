@@ -56,6 +56,80 @@ pub struct Format {
     pub quantize: fn(values: &[f32], out: &mut Vec<u8>),
     /// The WGSL decoder (see the module docs for its contract).
     pub wgsl: &'static str,
+    /// The grouped-planes layout the kernels may read this format in instead of the file's
+    /// (see [`Grouped`]); `None` where the file's blocks are already word-aligned or a block
+    /// spans several chunks.
+    pub grouped: Option<Grouped>,
+}
+
+/// A second device layout of a block format, "grouped planes": the blocks of a tensor in
+/// groups of [`GROUP_BLOCKS`], each group holding the first field of its blocks one after
+/// another, then the second field of each, and so on. A group has exactly the bytes of its
+/// blocks in the file, and every field of a block starts on a word (q8_0's 34-byte blocks,
+/// q4_0's 18 and q5_0's 22 start 2 bytes off a word every other block in the file, so their
+/// decoders read two words and shift for every word of quants). The runtime reorders a
+/// weight into it on the device once, when every kernel reading that weight takes it
+/// (`crate::runtime`'s weight layouts); the kernels read it through the `wgsl` decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct Grouped {
+    /// The fields of one block in the file, as `(byte offset, bytes)`, in block order; each
+    /// a multiple of 2 bytes, so that 8 of them fill whole words.
+    pub fields: &'static [(u32, u32)],
+    /// `fn <name>_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) ->
+    /// array<vec4<f32>, 8>`: block `blk` of a grouped tensor starting at word `wo`, with the
+    /// contract of the file decoder.
+    pub wgsl: &'static str,
+}
+
+/// Blocks per group of the [`Grouped`] layout.
+pub const GROUP_BLOCKS: usize = 8;
+
+/// Where the byte at `at` of a group in the [`Grouped`] layout of `format` comes from: its
+/// offset in the same group's blocks in the file.
+pub fn grouped_source(format: &Format, grouped: &Grouped, at: usize) -> usize {
+    let mut plane = 0;
+    for &(offset, bytes) in grouped.fields {
+        let (offset, bytes) = (offset as usize, bytes as usize);
+        if at < plane + GROUP_BLOCKS * bytes {
+            let (block, byte) = ((at - plane) / bytes, (at - plane) % bytes);
+            return block * format.block_bytes as usize + offset + byte;
+        }
+        plane += GROUP_BLOCKS * bytes;
+    }
+    at
+}
+
+/// A tensor's bytes in `format`'s file layout rearranged into its [`Grouped`] layout (the
+/// CPU reference of the device's reorder kernel); `None` when the format has no such layout
+/// or the bytes are not a whole number of groups.
+pub fn regroup(format: &Format, bytes: &[u8]) -> Option<Vec<u8>> {
+    permute_groups(format, bytes, true)
+}
+
+/// The inverse of [`regroup`]: grouped bytes back in the file layout.
+pub fn ungroup(format: &Format, bytes: &[u8]) -> Option<Vec<u8>> {
+    permute_groups(format, bytes, false)
+}
+
+/// Moves every byte of every group between the file layout and the grouped one.
+fn permute_groups(format: &Format, bytes: &[u8], to_grouped: bool) -> Option<Vec<u8>> {
+    let grouped = format.grouped.as_ref()?;
+    let group = GROUP_BLOCKS * format.block_bytes as usize;
+    if bytes.is_empty() || bytes.len() % group != 0 {
+        return None;
+    }
+    let mut out = vec![0u8; bytes.len()];
+    for (src, dst) in bytes.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
+        for at in 0..group {
+            let file = grouped_source(format, grouped, at);
+            if to_grouped {
+                dst[at] = src[file];
+            } else {
+                dst[file] = src[at];
+            }
+        }
+    }
+    Some(out)
 }
 
 impl Format {
@@ -243,6 +317,45 @@ fn quantize_scales(values: impl Iterator<Item = f32> + Clone, max: u8) -> (f32, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_layouts_cover_their_blocks_and_go_back() {
+        let mut with = Vec::new();
+        for f in FORMATS {
+            let Some(g) = f.grouped.as_ref() else {
+                continue;
+            };
+            with.push(f.name);
+            // The fields tile the block, each whole words over a group.
+            let mut next = 0;
+            for &(offset, bytes) in g.fields {
+                assert_eq!(offset, next, "{}", f.name);
+                assert_eq!(bytes % 2, 0, "{}", f.name);
+                next += bytes;
+            }
+            assert_eq!(next, f.block_bytes, "{}", f.name);
+            assert!(
+                g.wgsl.contains(&format!("fn {}_block_g8(", f.name)),
+                "{}",
+                f.name
+            );
+            // Two groups of distinct bytes: a permutation, undone by ungroup.
+            let n = 2 * GROUP_BLOCKS * f.block_bytes as usize;
+            let file: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+            let grouped = regroup(f, &file).unwrap();
+            assert_ne!(grouped, file, "{}", f.name);
+            assert_eq!(ungroup(f, &grouped).unwrap(), file, "{}", f.name);
+            // Block j's scale is the j-th f16 of its group.
+            let group = GROUP_BLOCKS * f.block_bytes as usize;
+            for j in 0..GROUP_BLOCKS {
+                let at = group + j * f.block_bytes as usize;
+                assert_eq!(grouped[group + 2 * j..group + 2 * j + 2], file[at..at + 2]);
+            }
+            assert!(regroup(f, &file[..n - 2]).is_none(), "{}", f.name);
+        }
+        assert_eq!(with, ["q4_0", "q5_0", "q8_0"]);
+        assert!(regroup(of_dtype(DType::Q4_1).unwrap(), &[0; 160]).is_none());
+    }
 
     #[test]
     fn the_table_is_consistent() {

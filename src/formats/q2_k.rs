@@ -16,6 +16,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 84,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Two 16-element groups per chunk, each with its own scale: values returned dequantized.
 fn q2_k_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

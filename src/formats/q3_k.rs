@@ -18,6 +18,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 110,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Scale k of the Q3_K super-block at byte b, minus its offset of 32.
 fn q3_k_scale(wo: u32, b: u32, k: u32) -> f32 {

@@ -1,7 +1,7 @@
 //! Q4_0, 18 bytes per 32 elements: f16 scale `d`, 16 bytes `qs`; element `j < 16` is
 //! `d * ((qs[j] & 15) - 8)`, element `j + 16` is `d * ((qs[j] >> 4) - 8)`.
 
-use super::{f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
+use super::{Grouped, f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
 use crate::gguf::GgmlType;
 use crate::shape::DType;
 
@@ -14,6 +14,26 @@ pub const FORMAT: Format = Format {
     block_bytes: 18,
     decode,
     quantize,
+    grouped: Some(Grouped {
+        fields: &[(0, 2), (2, 16)],
+        wgsl: r#"
+// Grouped planes (src/formats, `Grouped`): a group of 8 blocks is 36 words, the 8 scales as
+// f16 pairs (words 0..4), then each block's 16 bytes of nibbles (4 aligned words).
+fn q4_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let g = wo + (blk / 8u) * 36u;
+    let j = blk % 8u;
+    *dm = vec2<f32>(unpack2x16float(w[g + j / 2u] >> ((j & 1u) * 16u)).x, 0.0);
+    let qw = g + 4u + j * 4u;
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 4u; i++) {
+        let q = w[qw + i];
+        v[i] = nibbles(q, 0u) - 8.0;
+        v[i + 4u] = nibbles(q, 4u) - 8.0;
+    }
+    return v;
+}
+"#,
+    }),
     wgsl: r#"
 // Blocks start 2 bytes apart mod 4: the nibbles are read through word_at.
 fn q4_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

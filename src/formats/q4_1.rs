@@ -14,6 +14,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 20,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Blocks are word aligned (5 words): word 0 = f16 d | f16 m << 16, words 1..4 the nibbles.
 fn q4_1_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

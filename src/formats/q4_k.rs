@@ -16,6 +16,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 144,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // (scale, minimum) of group j of the Q4_K/Q5_K super-block at byte b (scales at b + 4).
 fn k_scale_min(wo: u32, b: u32, j: u32) -> vec2<f32> {

@@ -19,6 +19,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 24,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Blocks are word aligned (6 words): word 0 the f32 scale, word 1 the f32 zero point, words
 // 2..5 the nibbles, element 2j in the low nibble of byte j.

@@ -2,7 +2,7 @@
 //! 16 bytes `qs` of low nibbles (element `j < 16` in the low nibble of `qs[j]`, `j + 16` in
 //! the high one); element `j` is `d * ((nibble | bit j of qh << 4) - 16)`.
 
-use super::{f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
+use super::{Grouped, f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
 use crate::gguf::GgmlType;
 use crate::shape::DType;
 
@@ -15,6 +15,27 @@ pub const FORMAT: Format = Format {
     block_bytes: 22,
     decode,
     quantize,
+    grouped: Some(Grouped {
+        fields: &[(0, 2), (2, 4), (6, 16)],
+        wgsl: r#"
+// Grouped planes (src/formats, `Grouped`): a group of 8 blocks is 44 words, the 8 scales as
+// f16 pairs (words 0..4), the 8 words of fifth bits, then each block's 16 bytes of nibbles.
+fn q5_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let g = wo + (blk / 8u) * 44u;
+    let j = blk % 8u;
+    *dm = vec2<f32>(unpack2x16float(w[g + j / 2u] >> ((j & 1u) * 16u)).x, 0.0);
+    let qh = w[g + 4u + j];
+    let qw = g + 12u + j * 4u;
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 4u; i++) {
+        let q = w[qw + i];
+        v[i] = nibbles(q, 0u) + 16.0 * bits4(qh, 4u * i) - 16.0;
+        v[i + 4u] = nibbles(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - 16.0;
+    }
+    return v;
+}
+"#,
+    }),
     wgsl: r#"
 fn q5_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
     let b = blk * 22u;

@@ -15,6 +15,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 24,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Blocks are word aligned (6 words): d | m << 16, qh, 4 words of nibbles.
 fn q5_1_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

@@ -17,6 +17,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 176,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // As q4_k_block (k_scale_min is Q4_K's), plus a fifth bit per element.
 fn q5_k_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

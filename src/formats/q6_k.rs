@@ -16,6 +16,7 @@ pub const FORMAT: Format = Format {
     block_bytes: 210,
     decode,
     quantize,
+    grouped: None,
     wgsl: r#"
 // Two 16-element groups per chunk, each with its own scale: values returned dequantized.
 // Super-blocks start 2 bytes apart mod 4: reads go through word_at.

@@ -1,7 +1,7 @@
 //! Q8_0, 34 bytes per 32 elements: f16 scale `d`, 32 `i8` values `q`; element `j` is
 //! `d * q[j]`.
 
-use super::{f16_at, f16_bytes, inverse, Format};
+use super::{Grouped, f16_at, f16_bytes, inverse, Format};
 use crate::gguf::GgmlType;
 use crate::shape::DType;
 
@@ -14,6 +14,24 @@ pub const FORMAT: Format = Format {
     block_bytes: 34,
     decode,
     quantize,
+    grouped: Some(Grouped {
+        fields: &[(0, 2), (2, 32)],
+        wgsl: r#"
+// Grouped planes (src/formats, `Grouped`): a group of 8 blocks is 68 words, the 8 scales as
+// f16 pairs (words 0..4), then each block's 32 quants (8 aligned words).
+fn q8_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let g = wo + (blk / 8u) * 68u;
+    let j = blk % 8u;
+    *dm = vec2<f32>(unpack2x16float(w[g + j / 2u] >> ((j & 1u) * 16u)).x, 0.0);
+    let q = g + 4u + j * 8u;
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = bytes_i8(w[q + i]);
+    }
+    return v;
+}
+"#,
+    }),
     wgsl: r#"
 // A block starts at a byte offset that is 0 or 2 mod 4; both cases read 9 words.
 fn q8_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {

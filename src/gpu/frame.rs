@@ -404,6 +404,29 @@ impl<'k> Frame<'k> {
         Ok(n)
     }
 
+    /// Records the reorder of the weight `src` into the grouped layout of its format in
+    /// `dst` ([`crate::gpu::kernels::quant::encode_regroup`]). Returns the dispatch count.
+    ///
+    /// # Errors
+    /// As [`crate::gpu::kernels::quant::encode_regroup`].
+    pub fn regroup(&mut self, src: &Operand<'_>, dst: &Operand<'_>) -> Result<usize, KernelError> {
+        self.slice_if_due();
+        self.open_pass();
+        let Frame {
+            pass,
+            kernels,
+            uniforms,
+            ..
+        } = self;
+        let Some(open) = pass.as_mut() else {
+            return Ok(0);
+        };
+        open.pipeline = None;
+        let n = kernels.encode_regroup(&mut open.pass, uniforms, src, dst)?;
+        self.since_slice += n as u32;
+        Ok(n)
+    }
+
     /// Records a node: replays `plan` when it matches these operands (one uniform slot,
     /// `set_bind_group`, `dispatch`, and `set_pipeline` only when the pass holds another
     /// pipeline), else encodes afresh and stores the new plan in `plan`.

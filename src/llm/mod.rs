@@ -102,6 +102,10 @@ pub struct ModelOptions {
     /// Fold each projection's RMSNorm, gated activation and residual into it
     /// ([`crate::graph::fuse`], `NetworkOptions::fuse`): fewer dispatches per decode step.
     pub fuse: bool,
+    /// Reorder the q4_0 and q5_0 weights into their formats' grouped planes on the
+    /// device once, when the model is loaded (`NetworkOptions::regroup_weights`): the same
+    /// bytes, every field word-aligned for the kernels.
+    pub regroup_weights: bool,
 }
 
 impl Default for ModelOptions {
@@ -111,6 +115,7 @@ impl Default for ModelOptions {
             planner: true,
             max_binding_bytes: None,
             fuse: true,
+            regroup_weights: true,
         }
     }
 }
@@ -225,6 +230,7 @@ impl Model {
                 fixed: fixed(&[("seq", 1)]),
                 states: lg.states.clone(),
                 fuse: options.fuse,
+                regroup_weights: options.regroup_weights,
                 ..NetworkOptions::default()
             },
         )?;
@@ -302,6 +308,13 @@ impl Model {
     /// rope table included).
     pub fn weight_bytes(&self) -> u64 {
         self.inner.weight_bytes
+    }
+
+    /// Bytes of the weights the device holds reordered into the grouped layout of their
+    /// formats (q4_0 and q5_0 weights; counted in [`Model::weight_bytes`] too: they
+    /// take the place of the file's blocks).
+    pub fn grouped_weight_bytes(&self) -> u64 {
+        self.networks().0.grouped_weight_bytes()
     }
 
     /// Bytes of every tensor in the GGUF file.

@@ -57,6 +57,9 @@ pub struct GenerationReport {
     pub weights_device_bytes: u64,
     /// Bytes of the tensors in the GGUF file.
     pub weights_file_bytes: u64,
+    /// Bytes of the weights reordered into grouped planes on the device (part of
+    /// `weights_device_bytes`).
+    pub weights_grouped_bytes: u64,
 }
 
 impl GenerationReport {
@@ -102,6 +105,7 @@ impl GenerationReport {
             kv_local,
             weights_device_bytes: model.weight_bytes(),
             weights_file_bytes: model.file_tensor_bytes(),
+            weights_grouped_bytes: model.grouped_weight_bytes(),
         }
     }
 }

@@ -88,6 +88,13 @@ pub struct NetworkOptions {
     /// RMSNorm, gated activation and residual folded into one dispatch). A network made by
     /// [`super::Network::specialize`] keeps its parent's graph, rewritten or not.
     pub fuse: bool,
+    /// Reorder the weights that only the quantized kernels read, in the formats they read
+    /// best in grouped planes on this adapter (q4_0 and q5_0), into those planes on the device when the constants are uploaded
+    /// (`update_weights`; see [`crate::formats::Grouped`]): same bytes, every field
+    /// word-aligned. Native only (the web keeps the file layout). A network made by
+    /// [`super::Network::specialize`] or [`super::Network::compile_sharing`] reads its donor's
+    /// weights in the layout they are in.
+    pub regroup_weights: bool,
 }
 
 impl Default for NetworkOptions {
@@ -99,6 +106,7 @@ impl Default for NetworkOptions {
             io_kind: None,
             inflight: 2,
             fuse: true,
+            regroup_weights: true,
         }
     }
 }

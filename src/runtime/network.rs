@@ -5,7 +5,7 @@
 use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
 use super::placeholders::{PlaceholderPool, RegionHighEnd};
 use super::RunError;
-use crate::gpu::kernels::{kernel_of, Kernels};
+use crate::gpu::kernels::{kernel_of, Kernels, WeightLayout};
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, KindRequest};
 use crate::graph::{Graph, NodeId, Op};
 use crate::memory::regions::{BidirectionalAllocator, End, Region};
@@ -51,6 +51,9 @@ pub(crate) struct DataRegion {
     /// The region whose constants this one reads ([`Network::compile_sharing`]): kept alive,
     /// and its bytes stay counted once, by it.
     borrowed_from: Option<Arc<DataRegion>>,
+    /// Per node id: the layout a constant's blocks are in on the device (see
+    /// [`regroup_weights`]); set when the region is built, never changed after.
+    layouts: Vec<WeightLayout>,
 }
 
 impl DataRegion {
@@ -58,6 +61,170 @@ impl DataRegion {
     pub fn constant(&self, id: NodeId) -> Option<(&Buffer, u64, u64)> {
         let (seg, off, size) = (*self.placed.get(id.index())?)?;
         Some((self.segments.get(seg)?, off, size))
+    }
+
+    /// The layout of constant `id`'s blocks on the device.
+    pub fn layout(&self, id: NodeId) -> WeightLayout {
+        self.layouts.get(id.index()).copied().unwrap_or_default()
+    }
+
+    /// Bytes of constants held in the grouped layout.
+    pub fn grouped_bytes(&self) -> u64 {
+        self.placed
+            .iter()
+            .zip(&self.layouts)
+            .filter(|(_, l)| **l == WeightLayout::Grouped)
+            .filter_map(|(p, _)| p.map(|(_, _, size)| size))
+            .sum()
+    }
+}
+
+/// Whether every kernel that reads constant `id` on the device takes the grouped layout:
+/// it is the weight of a `linear` or `fused_linear` or the table of a `gather` (the `quant`
+/// kernels) wherever it is read.
+fn reads_grouped(c: &Compiled, users: &[Vec<NodeId>], id: NodeId) -> bool {
+    users[id.index()].iter().all(|&u| {
+        if c.node(c.pos(u)).role == Role::ShapeOnly {
+            return true;
+        }
+        let node = c.graph.node(u);
+        node.inputs.iter().enumerate().all(|(pos, &i)| {
+            i != id
+                || matches!(
+                    (&node.op, pos),
+                    (Op::Linear(_) | Op::FusedLinear(_), 1) | (Op::Gather(_), 0)
+                )
+        })
+    })
+}
+
+/// Largest piece of a weight reordered at once: the reorder's scratch buffer (its transient
+/// device memory) is at most this, whatever the weight's size.
+#[cfg(not(target_arch = "wasm32"))]
+const REGROUP_CHUNK_BYTES: u64 = 4 << 20;
+
+/// `update_weights` for the data region just uploaded: every constant whose format the
+/// `quant` kernels read best in its grouped layout on this adapter
+/// ([`crate::gpu::kernels::quant::QuantLayout::weight_layout`]: q4_0 and q5_0, whose file
+/// blocks are not word-aligned), that only those kernels read, in whole groups, is
+/// reordered on the device into its format's grouped planes
+/// ([`crate::formats::Grouped`]) by the `quant_regroup` kernel, in pieces of at most
+/// `REGROUP_CHUNK_BYTES` (4 MiB) through one scratch buffer, each piece copied back over the
+/// original: the grouped weight takes the original's place and bytes, so device weight bytes
+/// stay those of the file. Kernels read the layout from each operand
+/// ([`crate::gpu::kernels::Operand::layout`]) and specialise their pipelines on it. Returns
+/// the bytes reordered; nothing changes (and 0 is returned) when the scratch buffer cannot
+/// be had or the reorder fails validation, the weights then read in their file layout.
+/// Native only: the web build keeps the file layout (it cannot wait for the reorder's
+/// validation inside a synchronous compile).
+fn regroup_weights(
+    engine: &Engine,
+    c: &Compiled,
+    data: &mut DataRegion,
+    kernels: &mut Kernels,
+) -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (engine, c, data, kernels);
+        0
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use crate::gpu::kernels::{Operand, TensorRef};
+        use crate::gpu::Frame;
+        let graph = &c.graph;
+        let users = graph.users();
+        let mut todo: Vec<NodeId> = Vec::new();
+        for node in &c.nodes {
+            let Op::Constant(k) = &graph.node(node.id).op else {
+                continue;
+            };
+            let placed = data.placed.get(node.id.index()).copied().flatten();
+            if placed.is_some()
+                && kernels.quant_layout().weight_layout(k.dtype) == WeightLayout::Grouped
+                && crate::gpu::kernels::quant::can_group(k.dtype, k.data.len() as u64)
+                && reads_grouped(c, &users, node.id)
+            {
+                todo.push(node.id);
+            }
+        }
+        // A weight goes in pieces of whole groups, at most REGROUP_CHUNK_BYTES each.
+        let piece = |k: &crate::graph::ops::Constant| -> Option<u64> {
+            let f = crate::formats::of_dtype(k.dtype)?;
+            let group = crate::formats::GROUP_BLOCKS as u64 * u64::from(f.block_bytes);
+            Some(((REGROUP_CHUNK_BYTES / group).max(1) * group).min(k.data.len() as u64))
+        };
+        let largest = todo
+            .iter()
+            .filter_map(|id| match &graph.node(*id).op {
+                Op::Constant(k) => piece(k),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        if largest == 0 {
+            return 0;
+        }
+        let Ok(scratch) = engine.allocate(&BufferDesc {
+            label: "dynrt weight reorder",
+            size_bytes: largest,
+            kind: AllocKind::UsmDevice,
+        }) else {
+            return 0;
+        };
+        let uniforms = crate::gpu::kernels::UniformArena::new(engine);
+        let mut frame = Frame::begin(engine, kernels, uniforms, "dynrt weight reorder");
+        let mut reordered = 0u64;
+        for &id in &todo {
+            let (Op::Constant(k), Some((seg, off, _))) = (
+                &graph.node(id).op,
+                data.placed.get(id.index()).copied().flatten(),
+            ) else {
+                continue;
+            };
+            let bytes = k.data.len() as u64;
+            let (Some(f), Some(chunk)) = (crate::formats::of_dtype(k.dtype), piece(k)) else {
+                continue;
+            };
+            let segment = &data.segments[seg];
+            let mut at = 0;
+            while at < bytes {
+                let len = chunk.min(bytes - at);
+                // A piece as a 1-D tensor of its elements: the kernel only needs its bytes.
+                let shape = crate::shape::Shape::new(vec![
+                    len / u64::from(f.block_bytes) * u64::from(f.block_elements),
+                ]);
+                let operand = |buffer, offset_bytes| Operand {
+                    tensor: TensorRef {
+                        buffer,
+                        offset_bytes,
+                        size_bytes: len,
+                    },
+                    shape: &shape,
+                    dtype: k.dtype,
+                    strides: None,
+                    layout: WeightLayout::File,
+                };
+                if frame
+                    .regroup(&operand(segment, off + at), &operand(&scratch, 0))
+                    .is_err()
+                {
+                    frame.abandon();
+                    return 0;
+                }
+                frame.copy(&scratch, 0, segment, off + at, len);
+                at += len;
+            }
+            reordered += bytes;
+        }
+        let (submitted, _, _) = frame.submit();
+        if pollster::block_on(submitted.check()).is_err() {
+            return 0;
+        }
+        for &id in &todo {
+            data.layouts[id.index()] = WeightLayout::Grouped;
+        }
+        reordered
     }
 }
 
@@ -165,6 +332,7 @@ impl Network {
         let (donor, new) = (&self.inner.compiled.graph, &compiled.graph);
         let users = new.users();
         let mut placed = vec![None; new.len()];
+        let mut layouts = vec![WeightLayout::File; new.len()];
         for node in &compiled.nodes {
             let gn = new.node(node.id);
             let Op::Constant(k) = &gn.op else {
@@ -182,6 +350,7 @@ impl Network {
                     Op::Constant(d)
                         if d.dtype == k.dtype && same_bytes(d.data.bytes(), k.data.bytes()) =>
                     {
+                        layouts[node.id.index()] = self.inner.data.layout(at);
                         self.inner.data.placed.get(at.index()).copied().flatten()
                     }
                     _ => None,
@@ -193,11 +362,26 @@ impl Network {
                 ))
             })?);
         }
+        // The shared weights stay in the layout they were reordered into: a kernel of this
+        // graph that cannot read it would read wrong values, so it is refused.
+        for node in &compiled.nodes {
+            if layouts[node.id.index()] == WeightLayout::Grouped
+                && !reads_grouped(&compiled, &users, node.id)
+            {
+                return Err(RunError::Plan(format!(
+                    "constant `{}` is held in the grouped layout of the network whose weights \
+                     are shared, and a node of this graph reads it with a kernel that takes \
+                     only the file layout (compile the donor with regroup_weights off)",
+                    new.node(node.id).label
+                )));
+            }
+        }
         let data = DataRegion {
             engine: engine.clone(),
             segments: self.inner.data.segments.clone(),
             placed,
             borrowed_from: Some(Arc::clone(&self.inner.data)),
+            layouts,
         };
         Ok(Network {
             inner: Arc::new(Inner {
@@ -240,7 +424,11 @@ impl Network {
         let (data, placeholders, kernels) = match shared {
             Some(shared) => shared,
             None => {
-                let (data, region) = build_data_region(engine, &compiled, options.inflight)?;
+                let (mut data, region) = build_data_region(engine, &compiled, options.inflight)?;
+                let mut kernels = Kernels::new(gpu);
+                if options.regroup_weights {
+                    regroup_weights(engine, &compiled, &mut data, &mut kernels);
+                }
                 let pool = PlaceholderPool::new(
                     region,
                     AllocKind::UsmDevice,
@@ -250,7 +438,7 @@ impl Network {
                 (
                     Arc::new(data),
                     Arc::new(Mutex::new(pool)),
-                    Arc::new(Mutex::new(Kernels::new(gpu))),
+                    Arc::new(Mutex::new(kernels)),
                 )
             }
         };
@@ -263,6 +451,13 @@ impl Network {
                 kernels,
             }),
         })
+    }
+
+    /// Bytes of this network's weights the device holds in the grouped layout of their
+    /// formats ([`NetworkOptions::regroup_weights`]): reordered once, in place of the file's
+    /// blocks.
+    pub fn grouped_weight_bytes(&self) -> u64 {
+        self.inner.data.grouped_bytes()
     }
 
     /// The graph.
@@ -519,6 +714,7 @@ fn build_data_region(
     let data = DataRegion {
         engine: engine.clone(),
         segments,
+        layouts: vec![WeightLayout::File; placed.len()],
         placed,
         borrowed_from: None,
     };

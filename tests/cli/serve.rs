@@ -436,6 +436,11 @@ fn serve_with_a_tiny_budget_queues_requests_and_finishes_them_all() {
                 m["kinds"]["usm_device"]["current"].as_u64().unwrap() > 0,
                 "{m}"
             );
+            // The weights: on the device as in the file (SmolLM2 has no q4_0 or q5_0
+            // weight to reorder).
+            let w = &m["weights"];
+            assert!(w["device_bytes"].as_u64().unwrap() >= w["file_bytes"].as_u64().unwrap());
+            assert_eq!(w["grouped_bytes"].as_u64(), Some(0), "{m}");
             most_request_pages = most_request_pages.max(pages);
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -277,6 +277,24 @@ impl Kernels {
         movement::encode_index_check(&mut e, ids, rows, fault)
     }
 
+    /// Records the reorder of a weight into its grouped layout
+    /// ([`super::quant::encode_regroup`]).
+    pub(crate) fn encode_regroup(
+        &mut self,
+        pass: &mut wgpu::ComputePass<'_>,
+        uniforms: &mut UniformArena,
+        src: &Operand<'_>,
+        dst: &Operand<'_>,
+    ) -> Result<usize, KernelError> {
+        let mut e = Encoder {
+            kernels: self,
+            pass,
+            uniforms,
+            recorder: None,
+        };
+        super::quant::encode_regroup(&mut e, src, dst)
+    }
+
     fn encode_with(
         &mut self,
         pass: &mut wgpu::ComputePass<'_>,

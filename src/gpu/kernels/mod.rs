@@ -190,7 +190,7 @@ pub trait Kernel {
 }
 
 /// Most pipeline-overridable constants one pipeline is specialised by.
-pub const MAX_CONSTANTS: usize = 2;
+pub const MAX_CONSTANTS: usize = 3;
 
 /// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
 /// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,
@@ -268,6 +268,31 @@ pub struct Operand<'a> {
     /// of one); `None` is row-major and contiguous. Only kernels whose
     /// [`Kernel::reads_strided`] says so take a strided input; outputs are always contiguous.
     pub strides: Option<&'a [u64]>,
+    /// How a weight's blocks lie in the buffer: [`WeightLayout::File`] for every operand but
+    /// the weights the runtime reordered (read only by the `quant` kernels).
+    pub layout: WeightLayout,
+}
+
+/// The layout of a block-quantized weight on the device: the file's blocks, or the grouped
+/// planes of its format ([`crate::formats::Grouped`]) that the runtime reorders a weight into
+/// when every kernel reading it takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WeightLayout {
+    /// The blocks as the file stores them.
+    #[default]
+    File,
+    /// Grouped planes: [`crate::formats::GROUP_BLOCKS`] blocks per group, field by field.
+    Grouped,
+}
+
+impl WeightLayout {
+    /// The `WEIGHT_LAYOUT` pipeline constant of `shaders/quant.wgsl`.
+    pub fn code(self) -> u32 {
+        match self {
+            WeightLayout::File => 0,
+            WeightLayout::Grouped => 1,
+        }
+    }
 }
 
 impl<'a> Operand<'a> {
@@ -278,6 +303,7 @@ impl<'a> Operand<'a> {
             shape,
             dtype,
             strides: None,
+            layout: WeightLayout::File,
         }
     }
 

@@ -4,7 +4,7 @@
 
 pub use crate::tensor::HostTensor;
 
-use super::{KernelError, Kernels, Operand, TensorRef, UniformArena};
+use super::{KernelError, Kernels, Operand, TensorRef, UniformArena, WeightLayout};
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, Frame};
 use crate::graph::Op;
 use crate::memory::AllocKind;
@@ -81,6 +81,36 @@ pub fn run_op(
     output_dtype: DType,
     skew_bytes: u64,
 ) -> Result<HostTensor, RunOpError> {
+    let layouts = vec![WeightLayout::File; inputs.len()];
+    run_op_in(
+        engine,
+        kernels,
+        op,
+        inputs,
+        &layouts,
+        output_shape,
+        output_dtype,
+        skew_bytes,
+    )
+}
+
+/// [`run_op`] with the layout of each input's bytes given ([`WeightLayout::Grouped`] for a
+/// weight whose bytes are already in its format's grouped planes, as
+/// [`crate::formats::regroup`] makes them).
+///
+/// # Errors
+/// As [`run_op`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_op_in(
+    engine: &Engine,
+    kernels: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    layouts: &[WeightLayout],
+    output_shape: &Shape,
+    output_dtype: DType,
+    skew_bytes: u64,
+) -> Result<HostTensor, RunOpError> {
     let mut sizes: Vec<u64> = inputs.iter().map(|t| t.bytes.len() as u64).collect();
     let out_size = output_shape.size_bytes(output_dtype).map_err(dev_err)?;
     sizes.push(out_size);
@@ -104,7 +134,8 @@ pub fn run_op(
     let operands: Vec<Operand<'_>> = inputs
         .iter()
         .zip(&offsets)
-        .map(|(t, &off)| Operand {
+        .zip(layouts.iter().chain(std::iter::repeat(&WeightLayout::File)))
+        .map(|((t, &off), &layout)| Operand {
             tensor: TensorRef {
                 buffer: &buf,
                 offset_bytes: off,
@@ -113,6 +144,7 @@ pub fn run_op(
             shape: &t.shape,
             dtype: t.dtype,
             strides: None,
+            layout,
         })
         .collect();
     let out = Operand {
@@ -124,6 +156,7 @@ pub fn run_op(
         shape: output_shape,
         dtype: output_dtype,
         strides: None,
+        layout: WeightLayout::File,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), op.name());
     if let Err(e) = frame.encode(op, &operands, &out) {
@@ -205,6 +238,7 @@ pub fn run_graph(
         shape: &inferred.shapes[id.index()],
         dtype: graph.node(id).dtype,
         strides: None,
+        layout: WeightLayout::File,
     };
     let mut frame = Frame::begin(engine, kernels, UniformArena::new(engine), "run_graph");
     for &id in graph.order() {

@@ -292,6 +292,7 @@ impl InferRequest {
                         shape: self.state.shape(i),
                         dtype: graph.node(i).dtype,
                         strides: None,
+                        layout: crate::gpu::kernels::WeightLayout::File,
                     }),
                     None => Err(kernel_err(format!("input {i} has no buffer"))),
                 };

@@ -82,6 +82,7 @@ impl IndexChecks {
             shape: &self.record,
             dtype: DType::U32,
             strides: None,
+            layout: crate::gpu::kernels::WeightLayout::File,
         })
     }
 }

@@ -145,6 +145,7 @@ fn operand<'a>(v: View<'a, Buffer>) -> Operand<'a> {
         shape: v.shape,
         dtype: v.dtype,
         strides: v.strides,
+        layout: crate::gpu::kernels::WeightLayout::File,
     }
 }
 
@@ -171,6 +172,7 @@ fn tensor_of<'a>(
         shape: state.shape(id),
         dtype: inner.compiled.nodes[k].dtype,
         strides: None,
+        layout: inner.data.layout(id),
     })
 }
 

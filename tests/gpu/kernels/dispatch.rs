@@ -127,6 +127,7 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
             shape,
             dtype: DType::F32,
             strides: None,
+            layout: dynrt::gpu::kernels::WeightLayout::File,
         };
         static XS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
         static BS: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
@@ -374,5 +375,6 @@ fn opnd<'a>(
         shape,
         dtype: DType::F32,
         strides: None,
+        layout: dynrt::gpu::kernels::WeightLayout::File,
     }
 }

@@ -23,8 +23,8 @@
 use dynrt::formats::FORMATS;
 use dynrt::gguf::GgmlType;
 use dynrt::gpu::kernels::quant::QuantLayout;
-use dynrt::gpu::kernels::run::{run_op, RunOpError};
-use dynrt::gpu::kernels::{KernelError, Kernels};
+use dynrt::gpu::kernels::run::{run_op, run_op_in, RunOpError};
+use dynrt::gpu::kernels::{KernelError, Kernels, WeightLayout};
 use dynrt::gpu::{testing, Engine, Gpu};
 use dynrt::graph::ops::{Gather, Linear};
 use dynrt::graph::reference::{self, RefTensor};
@@ -83,6 +83,20 @@ pub(super) fn check(
     tol: Tol,
     ctx: &str,
 ) -> f32 {
+    check_grouped(gpu, k, op, inputs, None, tol, ctx)
+}
+
+/// [`check`], with input `grouped` (when given) handed to the kernel in its format's grouped
+/// layout (`dynrt::formats::regroup` of its bytes) while the reference reads the file's.
+fn check_grouped(
+    gpu: &Gpu,
+    k: &mut Kernels,
+    op: &Op,
+    inputs: &[HostTensor],
+    grouped: Option<usize>,
+    tol: Tol,
+    ctx: &str,
+) -> f32 {
     let shapes: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
     let out_shape = op
         .infer(&shapes, &[])
@@ -98,9 +112,26 @@ pub(super) fn check(
     let want = want.to_f32();
     let engine = Engine::new(gpu.clone());
     let skew = (ctx.len() as u64 % 3) * 4;
-    let got = run_op(&engine, k, op, inputs, &out_shape, DType::F32, skew)
-        .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()))
-        .to_f32();
+    let mut on_device = inputs.to_vec();
+    let mut layouts = vec![WeightLayout::File; inputs.len()];
+    if let Some(i) = grouped {
+        let f = dynrt::formats::of_dtype(inputs[i].dtype).unwrap();
+        on_device[i].bytes = dynrt::formats::regroup(f, &inputs[i].bytes)
+            .unwrap_or_else(|| panic!("{ctx}: no grouped layout"));
+        layouts[i] = WeightLayout::Grouped;
+    }
+    let got = run_op_in(
+        &engine,
+        k,
+        op,
+        &on_device,
+        &layouts,
+        &out_shape,
+        DType::F32,
+        skew,
+    )
+    .unwrap_or_else(|e| panic!("{ctx} on {:?}: {e}", gpu.backend()))
+    .to_f32();
     assert_eq!(got.len(), want.len(), "{ctx}: length");
     let mut worst = 0f32;
     for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
@@ -335,6 +366,71 @@ fn linear_refuses_partial_blocks_and_other_weight_types() {
     assert!(err.to_string().contains("q6_k"), "{err}");
 }
 
+/// Weights in the grouped layout (what the runtime reorders q4_0 and q5_0 weights into, and q8_0's,
+/// `dynrt::formats::Grouped`): linear in every kernel and gather give the reference of the
+/// file's bytes; a grouped weight that is not whole groups is refused.
+#[test]
+fn grouped_weights_match_the_reference_in_every_kernel() {
+    for gpu in testing::gpus_or_skip("grouped_weights_match_the_reference") {
+        let gl = gpu.backend() == dynrt::gpu::wgpu::Backend::Gl;
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(33);
+        for layout in layouts(&k) {
+            k.set_quant_layout(layout);
+            for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0] {
+                // On GL every pipeline compiles under one context lock (see the fused test).
+                if gl && dtype != DType::Q8_0 {
+                    continue;
+                }
+                // N = 24 rows of K = 96: 72 blocks, 9 groups, most spanning two rows.
+                let (n, kd) = (24, 96);
+                let w = weight(&mut rng, dtype, n, kd);
+                for m in [1, 3, 9, 64] {
+                    let x = HostTensor::f32(s(&[m, kd]), &values(&mut rng, m * kd));
+                    check_grouped(
+                        &gpu,
+                        &mut k,
+                        &Op::Linear(Linear),
+                        &[x, w.clone()],
+                        Some(1),
+                        linear_tol(kd),
+                        &format!("grouped linear {layout:?} {dtype} M {m}"),
+                    );
+                }
+                let ids = HostTensor::i32(s(&[5]), &[0, 23, 7, -1, 12]);
+                check_grouped(
+                    &gpu,
+                    &mut k,
+                    &Op::Gather(Gather { axis: 0 }),
+                    &[w.clone(), ids],
+                    Some(0),
+                    GATHER_TOL,
+                    &format!("grouped gather {layout:?} {dtype}"),
+                );
+            }
+        }
+        // 3 rows of 32: 3 blocks, not a whole group.
+        let w = weight(&mut rng, DType::Q8_0, 3, 32);
+        let x = HostTensor::f32(s(&[1, 32]), &values(&mut rng, 32));
+        let engine = Engine::new(gpu.clone());
+        let err = run_op_in(
+            &engine,
+            &mut k,
+            &Op::Linear(Linear),
+            &[x, w],
+            &[WeightLayout::File, WeightLayout::Grouped],
+            &s(&[1, 3]),
+            DType::F32,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, RunOpError::Kernel(KernelError::DType { .. })),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn gather_dequantizes_rows_of_every_table_format() {
     for gpu in testing::gpus_or_skip("gather_dequantizes_rows") {
@@ -397,6 +493,113 @@ fn gather_dequantizes_rows_of_every_table_format() {
     }
 }
 
+/// `t` as a constant of the graph being built.
+fn constant(b: &mut GraphBuilder, label: &str, t: &HostTensor) -> dynrt::graph::NodeId {
+    b.constant_bytes(
+        label,
+        t.shape.clone(),
+        t.dtype,
+        dynrt::tensor::ConstData::from_vec(t.bytes.clone()),
+    )
+}
+
+/// `update_weights` in the runtime: a network's q4_0 table (read by a gather and by a tied
+/// head) and q5_0 projection are reordered into grouped planes when it is compiled, in place,
+/// and its q8_0 projection is not (the kernels read q8_0 best in the file layout): the same
+/// outputs bit for bit as the network compiled without the reorder, the constants region no
+/// larger, the reorder's scratch buffer freed, and a network specialised from it (the same
+/// weights: a cache hit) reorders nothing.
+#[test]
+fn compiled_weights_are_reordered_once_in_place() {
+    use dynrt::memory::accounting::region_index;
+    use dynrt::memory::predictor::Policy;
+    use dynrt::memory::regions::Region;
+    use dynrt::memory::AllocKind;
+    use dynrt::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
+    for gpu in testing::gpus_or_skip("compiled_weights_are_reordered_once") {
+        let mut rng = SplitMix64::new(41);
+        let (vocab, d, hidden) = (64u64, 64u64, 96u64);
+        let table = weight(&mut rng, DType::Q4_0, vocab, d);
+        let w1 = weight(&mut rng, DType::Q8_0, hidden, d);
+        let w2 = weight(&mut rng, DType::Q5_0, d, hidden);
+        let grouped_bytes = (table.bytes.len() + w2.bytes.len()) as u64;
+        let mut b = GraphBuilder::new();
+        let ids = b.input("ids", &[Dim::sym("seq")], DType::I32);
+        let table_c = constant(&mut b, "token_embd", &table);
+        let w1_c = constant(&mut b, "w1", &w1);
+        let w2_c = constant(&mut b, "w2", &w2);
+        let emb = b.gather("emb", table_c, ids);
+        let y1 = b.linear("proj1", emb, w1_c);
+        let y2 = b.linear("proj2", y1, w2_c);
+        let head = b.linear("head", y2, table_c);
+        b.output(head);
+        let g = b.build().unwrap();
+        let mut runs = Vec::new();
+        for regroup_weights in [false, true] {
+            let engine = Engine::new(gpu.clone());
+            let options = NetworkOptions {
+                regroup_weights,
+                ..NetworkOptions::default()
+            };
+            let net = Network::compile(&engine, g.clone(), options.clone()).unwrap();
+            let stats = engine.stats();
+            let constants = stats.regions[region_index(Region::Constants).unwrap()].current_bytes;
+            let device = stats.kind(AllocKind::UsmDevice);
+            assert_eq!(
+                net.grouped_weight_bytes(),
+                if regroup_weights { grouped_bytes } else { 0 }
+            );
+            // The same weights again: nothing reordered, nothing allocated.
+            let sibling = net.specialize(options).unwrap();
+            assert_eq!(sibling.grouped_weight_bytes(), net.grouped_weight_bytes());
+            assert_eq!(
+                engine.stats().kind(AllocKind::UsmDevice).allocations,
+                device.allocations
+            );
+            let mut req = InferRequest::new(&net, RunOptions::new(Policy::Adaptive)).unwrap();
+            let mut outs = Vec::new();
+            for seq in [1u64, 12] {
+                let id_values: Vec<i32> = (0..seq).map(|i| ((i * 17 + 3) % vocab) as i32).collect();
+                let got = req
+                    .infer_blocking(
+                        &[("ids", &HostTensor::i32(s(&[seq]), &id_values))],
+                        &["head"],
+                    )
+                    .unwrap();
+                let want = reference::evaluate(
+                    &g,
+                    &[(
+                        "ids",
+                        s(&[seq]),
+                        id_values.iter().map(|&v| v as f32).collect(),
+                    )],
+                )
+                .unwrap();
+                let got = got[0].to_f32();
+                // Three projections deep: the tolerance of the last, scaled by its inputs.
+                let tol = linear_tol(hidden);
+                let scale = want[0].1.iter().fold(1f32, |a, v| a.max(v.abs()));
+                for (i, (&g, &w)) in got.iter().zip(&want[0].1).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 8.0 * scale * (tol.atol + tol.rtol * w.abs()),
+                        "regroup {regroup_weights} seq {seq} element {i}: {g} vs {w}"
+                    );
+                }
+                outs.push(got);
+            }
+            drop(req);
+            runs.push((outs, constants, device.current_bytes));
+        }
+        let ((plain, c0, d0), (grouped, c1, d1)) = (&runs[0], &runs[1]);
+        assert_eq!(plain, grouped, "the grouped weights give other values");
+        assert_eq!(c0, c1, "the constants region grew");
+        assert_eq!(
+            d0, d1,
+            "device bytes after the compile differ: the scratch is held"
+        );
+    }
+}
+
 #[test]
 fn a_network_keeps_quantized_weights_in_their_file_format_and_matches_the_reference() {
     // An embedding lookup in a q8_0 table, a q4_1 projection and an f16 one, compiled into a
@@ -407,7 +610,6 @@ fn a_network_keeps_quantized_weights_in_their_file_format_and_matches_the_refere
     use dynrt::memory::predictor::Policy;
     use dynrt::memory::regions::Region;
     use dynrt::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
-    use dynrt::tensor::ConstData;
     for gpu in testing::gpus_or_skip("a_network_keeps_quantized_weights") {
         let engine = Engine::new(gpu.clone());
         let mut rng = SplitMix64::new(40);
@@ -419,14 +621,6 @@ fn a_network_keeps_quantized_weights_in_their_file_format_and_matches_the_refere
         let mut b = GraphBuilder::new();
         let ids = b.input("ids", &[Dim::sym("seq")], DType::I32);
         let x = b.input("x", &[Dim::sym("seq"), Dim::Fixed(d)], DType::F32);
-        let constant = |b: &mut GraphBuilder, label: &str, t: &HostTensor| {
-            b.constant_bytes(
-                label,
-                t.shape.clone(),
-                t.dtype,
-                ConstData::from_vec(t.bytes.clone()),
-            )
-        };
         let table_c = constant(&mut b, "token_embd", &table);
         let w1_c = constant(&mut b, "w1", &w1);
         let w2_c = constant(&mut b, "w2", &w2);
