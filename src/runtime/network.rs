@@ -112,21 +112,15 @@ const REGROUP_CHUNK_BYTES: u64 = 4 << 20;
 /// `REGROUP_CHUNK_BYTES` (4 MiB) through one scratch buffer, each piece copied back over the
 /// original: the grouped weight takes the original's place and bytes, so device weight bytes
 /// stay those of the file. Kernels read the layout from each operand
-/// ([`crate::gpu::kernels::Operand::layout`]) and specialise their pipelines on it. Returns
-/// the bytes reordered; nothing changes (and 0 is returned) when the scratch buffer cannot
-/// be had or the reorder fails validation, the weights then read in their file layout.
+/// ([`crate::gpu::kernels::Operand::layout`]) and specialise their pipelines on it. Nothing
+/// changes when the scratch buffer cannot be had or the reorder fails validation: the
+/// weights then stay in their file layout.
 /// Native only: the web build keeps the file layout (it cannot wait for the reorder's
 /// validation inside a synchronous compile).
-fn regroup_weights(
-    engine: &Engine,
-    c: &Compiled,
-    data: &mut DataRegion,
-    kernels: &mut Kernels,
-) -> u64 {
+fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels: &mut Kernels) {
     #[cfg(target_arch = "wasm32")]
     {
         let _ = (engine, c, data, kernels);
-        0
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
@@ -163,18 +157,17 @@ fn regroup_weights(
             .max()
             .unwrap_or(0);
         if largest == 0 {
-            return 0;
+            return;
         }
         let Ok(scratch) = engine.allocate(&BufferDesc {
             label: "dynrt weight reorder",
             size_bytes: largest,
             kind: AllocKind::UsmDevice,
         }) else {
-            return 0;
+            return;
         };
         let uniforms = crate::gpu::kernels::UniformArena::new(engine);
         let mut frame = Frame::begin(engine, kernels, uniforms, "dynrt weight reorder");
-        let mut reordered = 0u64;
         for &id in &todo {
             let (Op::Constant(k), Some((seg, off, _))) = (
                 &graph.node(id).op,
@@ -210,21 +203,19 @@ fn regroup_weights(
                     .is_err()
                 {
                     frame.abandon();
-                    return 0;
+                    return;
                 }
                 frame.copy(&scratch, 0, segment, off + at, len);
                 at += len;
             }
-            reordered += bytes;
         }
         let (submitted, _, _) = frame.submit();
         if pollster::block_on(submitted.check()).is_err() {
-            return 0;
+            return;
         }
         for &id in &todo {
             data.layouts[id.index()] = WeightLayout::Grouped;
         }
-        reordered
     }
 }
 
