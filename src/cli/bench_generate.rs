@@ -43,14 +43,14 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt lengths of the prefill measurement (empty: none).
-    #[arg(long, value_delimiter = ',', default_value = "16,128,512")]
+    /// Prompt lengths of the prefill measurement (`--prefill` with no value: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "16,128,512")]
     prefill: Vec<usize>,
     /// Contexts at which decode speed is reported (the decode runs to the largest).
     #[arg(long, value_delimiter = ',', default_value = "64,256,1024,2048")]
     contexts: Vec<usize>,
-    /// Policies of the decode runs (empty: no decode run).
-    #[arg(long, value_delimiter = ',', default_value = "none,openvino,adaptive")]
+    /// Policies of the decode runs (`--policies` with no value: no decode run).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "none,openvino,adaptive")]
     policies: Vec<String>,
     /// Also time every kernel of a decode step alone and name the slowest per token.
     #[arg(long)]

@@ -168,6 +168,7 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
         };
         let uniforms = crate::gpu::kernels::UniformArena::new(engine);
         let mut frame = Frame::begin(engine, kernels, uniforms, "dynrt weight reorder");
+        let mut done = Vec::with_capacity(todo.len());
         for &id in &todo {
             let (Op::Constant(k), Some((seg, off, _))) = (
                 &graph.node(id).op,
@@ -208,12 +209,13 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
                 frame.copy(&scratch, 0, segment, off + at, len);
                 at += len;
             }
+            done.push(id);
         }
         let (submitted, _, _) = frame.submit();
         if pollster::block_on(submitted.check()).is_err() {
             return;
         }
-        for &id in &todo {
+        for id in done {
             data.layouts[id.index()] = WeightLayout::Grouped;
         }
     }

@@ -504,7 +504,8 @@ fn constant(b: &mut GraphBuilder, label: &str, t: &HostTensor) -> dynrt::graph::
 }
 
 /// `update_weights` in the runtime: a network's q4_0 table (read by a gather and by a tied
-/// head) and q5_0 projection are reordered into grouped planes when it is compiled, in place,
+/// head; 4.7 MB, so reordered in two pieces) and q5_0 projection are reordered into grouped
+/// planes when it is compiled, in place,
 /// and its q8_0 projection is not (the kernels read q8_0 best in the file layout): the same
 /// outputs bit for bit as the network compiled without the reorder, the constants region no
 /// larger, the reorder's scratch buffer freed, and a network specialised from it (the same
@@ -518,7 +519,7 @@ fn compiled_weights_are_reordered_once_in_place() {
     use dynrt::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
     for gpu in testing::gpus_or_skip("compiled_weights_are_reordered_once") {
         let mut rng = SplitMix64::new(41);
-        let (vocab, d, hidden) = (64u64, 64u64, 96u64);
+        let (vocab, d, hidden) = (4096u64, 2048u64, 96u64);
         let table = weight(&mut rng, DType::Q4_0, vocab, d);
         let w1 = weight(&mut rng, DType::Q8_0, hidden, d);
         let w2 = weight(&mut rng, DType::Q5_0, d, hidden);
@@ -576,8 +577,8 @@ fn compiled_weights_are_reordered_once_in_place() {
                 )
                 .unwrap();
                 let got = got[0].to_f32();
-                // Three projections deep: the tolerance of the last, scaled by its inputs.
-                let tol = linear_tol(hidden);
+                // Three projections deep: the tolerance of the longest, scaled by the outputs.
+                let tol = linear_tol(d);
                 let scale = want[0].1.iter().fold(1f32, |a, v| a.max(v.abs()));
                 for (i, (&g, &w)) in got.iter().zip(&want[0].1).enumerate() {
                     assert!(
