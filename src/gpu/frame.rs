@@ -12,7 +12,9 @@
 //! the queue between slices. The slices run in recording order, so results do not change.
 
 use super::kernels::plan::{RecordedDispatch, Recorder};
-use super::kernels::{DispatchPlan, KernelError, Kernels, Operand, UniformArena};
+use super::kernels::{
+    movement, quant, DispatchPlan, Encoder, KernelError, Kernels, Operand, UniformArena,
+};
 use super::{Buffer, Engine};
 use crate::graph::Op;
 
@@ -376,6 +378,24 @@ impl<'k> Frame<'k> {
         rows: u64,
         fault: &Operand<'_>,
     ) -> Result<usize, KernelError> {
+        self.encode_direct(|e| movement::encode_index_check(e, ids, rows, fault))
+    }
+
+    /// Records the reorder of the weight `src` into the grouped layout of its format in
+    /// `dst` ([`crate::gpu::kernels::quant::encode_regroup`]). Returns the dispatch count.
+    ///
+    /// # Errors
+    /// As [`crate::gpu::kernels::quant::encode_regroup`].
+    pub fn regroup(&mut self, src: &Operand<'_>, dst: &Operand<'_>) -> Result<usize, KernelError> {
+        self.encode_direct(|e| quant::encode_regroup(e, src, dst))
+    }
+
+    /// Records what `encode` writes into the open compute pass (opening one if needed): a
+    /// dispatch outside the op table, encoded afresh each time and logged like any other.
+    fn encode_direct(
+        &mut self,
+        encode: impl FnOnce(&mut Encoder<'_, '_>) -> Result<usize, KernelError>,
+    ) -> Result<usize, KernelError> {
         self.slice_if_due();
         self.open_pass();
         let Frame {
@@ -392,37 +412,13 @@ impl<'k> Frame<'k> {
             current: open.pipeline.take(),
             dispatches: Vec::new(),
         };
-        let result =
-            kernels.encode_index_check(&mut open.pass, uniforms, ids, rows, fault, &mut recorder);
+        let result = kernels.encode_direct(&mut open.pass, uniforms, &mut recorder, encode);
         open.pipeline = recorder.current;
         let n = result?;
         if let Some(log) = log {
             log.cmds
                 .extend(recorder.dispatches.into_iter().map(Logged::Dispatch));
         }
-        self.since_slice += n as u32;
-        Ok(n)
-    }
-
-    /// Records the reorder of the weight `src` into the grouped layout of its format in
-    /// `dst` ([`crate::gpu::kernels::quant::encode_regroup`]). Returns the dispatch count.
-    ///
-    /// # Errors
-    /// As [`crate::gpu::kernels::quant::encode_regroup`].
-    pub fn regroup(&mut self, src: &Operand<'_>, dst: &Operand<'_>) -> Result<usize, KernelError> {
-        self.slice_if_due();
-        self.open_pass();
-        let Frame {
-            pass,
-            kernels,
-            uniforms,
-            ..
-        } = self;
-        let Some(open) = pass.as_mut() else {
-            return Ok(0);
-        };
-        open.pipeline = None;
-        let n = kernels.encode_regroup(&mut open.pass, uniforms, src, dst)?;
         self.since_slice += n as u32;
         Ok(n)
     }

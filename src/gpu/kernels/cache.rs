@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use super::encoder::BindKey;
 use super::plan::Recorder;
 use super::{
-    attention, kernel_of, layout, movement, quant, Encoder, KernelError, Operand, PipelineKey,
-    UniformArena,
+    attention, kernel_of, layout, quant, Encoder, KernelError, Operand, PipelineKey, UniformArena,
 };
 use crate::gpu::{BufferUid, Gpu};
 use crate::graph::Op;
@@ -257,16 +256,15 @@ impl Kernels {
         self.encode_with(pass, uniforms, op, inputs, output, Some(recorder))
     }
 
-    /// Records [`movement::encode_index_check`]: the device check of a gather's indices
-    /// `ids` against an axis of `rows` entries, its fault record at `fault`.
-    pub(crate) fn encode_index_check(
+    /// Records what `encode` writes through an encoder of this cache: a dispatch outside the
+    /// op table (the device check of a gather's indices, a weight's reorder), its commands
+    /// kept in `recorder`.
+    pub(crate) fn encode_direct(
         &mut self,
         pass: &mut wgpu::ComputePass<'_>,
         uniforms: &mut UniformArena,
-        ids: &Operand<'_>,
-        rows: u64,
-        fault: &Operand<'_>,
         recorder: &mut Recorder,
+        encode: impl FnOnce(&mut Encoder<'_, '_>) -> Result<usize, KernelError>,
     ) -> Result<usize, KernelError> {
         let mut e = Encoder {
             kernels: self,
@@ -274,25 +272,7 @@ impl Kernels {
             uniforms,
             recorder: Some(recorder),
         };
-        movement::encode_index_check(&mut e, ids, rows, fault)
-    }
-
-    /// Records the reorder of a weight into its grouped layout
-    /// ([`super::quant::encode_regroup`]).
-    pub(crate) fn encode_regroup(
-        &mut self,
-        pass: &mut wgpu::ComputePass<'_>,
-        uniforms: &mut UniformArena,
-        src: &Operand<'_>,
-        dst: &Operand<'_>,
-    ) -> Result<usize, KernelError> {
-        let mut e = Encoder {
-            kernels: self,
-            pass,
-            uniforms,
-            recorder: None,
-        };
-        super::quant::encode_regroup(&mut e, src, dst)
+        encode(&mut e)
     }
 
     fn encode_with(

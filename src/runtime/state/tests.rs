@@ -25,6 +25,21 @@ fn decoder() -> (Graph, Vec<StateBinding>) {
     (g.graph, states)
 }
 
+/// The decoder compiled with its states and the default options (the device-free half).
+fn compiled_decoder() -> Arc<Compiled> {
+    let (graph, states) = decoder();
+    let options = NetworkOptions {
+        states,
+        ..NetworkOptions::default()
+    };
+    let target = Target {
+        align_bytes: 256,
+        io_kind: AllocKind::UsmDevice,
+        reads_strided: |_, _| false,
+    };
+    Arc::new(Compiled::build(graph, &options, target).unwrap())
+}
+
 // Host storage counts through an Rc (single-threaded); production pools hold engine
 // buffers, which are Send and Sync on native targets.
 #[allow(clippy::arc_with_non_send_sync)]
@@ -144,17 +159,7 @@ proptest! {
 
 #[test]
 fn a_failed_step_leaves_the_states_as_they_were() {
-    let (graph, states) = decoder();
-    let options = NetworkOptions {
-        states,
-        ..NetworkOptions::default()
-    };
-    let target = Target {
-        align_bytes: 256,
-        io_kind: AllocKind::UsmDevice,
-        reads_strided: |_, _| false,
-    };
-    let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
+    let compiled = compiled_decoder();
     // A host budget that holds a short prefill but not a long one.
     let storage = HostStorage::with_budget(200_000);
     let mut s = host_state(compiled, RunOptions::new(Policy::OpenVino), storage);
@@ -180,17 +185,7 @@ fn a_failed_step_leaves_the_states_as_they_were() {
 fn past_the_growth_bound_each_state_frees_its_old_buffer_before_the_next_grows() {
     // Bytes in use once a step that grows every state is prepared (before its submit).
     let prepared_growth = |bound: u64| {
-        let (graph, states) = decoder();
-        let options = NetworkOptions {
-            states,
-            ..NetworkOptions::default()
-        };
-        let target = Target {
-            align_bytes: 256,
-            io_kind: AllocKind::UsmDevice,
-            reads_strided: |_, _| false,
-        };
-        let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
+        let compiled = compiled_decoder();
         let storage = HostStorage::new();
         let run = RunOptions {
             growth_transient_bytes: bound,
