@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The repository root.
 pub fn repo() -> &'static Path {
@@ -17,6 +17,15 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
     d
+}
+
+/// Held while a test checks and writes a reference cached under the target directory, so
+/// that two tests of one binary wanting the same cache entry on a fresh clone do not both
+/// write it (one removing or truncating files the other is reading). A test that panicked
+/// holding it leaves the cache as a later check finds it, so poisoning is ignored.
+pub fn cache_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The variable that marks a child process of [`run_alone`]: the name of the test it runs.

@@ -81,6 +81,8 @@ fn run_python(python: &Path, script: &str, args: &[&str]) {
 
 /// `dir/model.onnx`, written first by `scripts/SCRIPT ARGS` into an emptied `dir` unless the
 /// stamp file `dir/STAMP` holds `key` (the cache of the export and of its quantization).
+/// Both tests want the export: [`common::cache_lock`] makes the second wait for the first's
+/// instead of emptying `dir` under it.
 fn cached_model(
     python: &Path,
     dir: &Path,
@@ -89,6 +91,7 @@ fn cached_model(
     script: &str,
     args: &[&str],
 ) -> PathBuf {
+    let _cache = common::cache_lock();
     let stamp = dir.join(stamp);
     let model = dir.join("model.onnx");
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(key) && model.exists() {

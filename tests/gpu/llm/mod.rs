@@ -83,6 +83,8 @@ fn reference(py: &Path, model: &Path, args: &[&str], cache: bool) -> Reference {
         .map(|b| format!("{b:02x}"))
         .collect();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llm-reference");
+    // Two tests ask for the same reference run: the second waits and reads the first's files.
+    let _cache = common::cache_lock();
     std::fs::create_dir_all(&dir).unwrap();
     let (out, npy) = (
         dir.join(format!("{key}.json")),
