@@ -10,12 +10,13 @@
 //                   and block + hi (two levels), for the first rope_dim elements of each
 //                   head; later elements pass through; a position outside the table writes
 //                   zeros. Invocation index: linear_index of the prelude.
-//   attention_gqa   workgroup size 64, one workgroup per (query row s, head h): the
-//                   prelude's workgroup_index = s * heads + h. Query s sees keys
-//                   0..=past + s (past = t - s) of KV head h / (heads / kv_heads). Each
-//                   invocation takes keys lid, lid + 64, ... and keeps its own online softmax
-//                   (running max m, sum l, accumulator acc[head_dim]) so any number of keys
-//                   works with registers of one head; the 64 partial results are then merged
+//   attention_gqa   workgroup size WG (64, or 16 on software adapters), one workgroup per
+//                   (query row s, head h): the prelude's workgroup_index = s * heads + h.
+//                   Query s sees keys 0..=past + s (past = t - s) of KV head
+//                   h / (heads / kv_heads). Each invocation takes keys lid, lid + WG, ... and
+//                   keeps its own online softmax (running max m, sum l, accumulator
+//                   acc[head_dim]) so any number of keys works with registers of one head;
+//                   the WG partial results are then merged
 //                   in workgroup memory (max, rescaled sums, then the accumulators 32 dims at a
 //                   time). head_dim <= 512 (MAX_D), CHUNK = 128 output dims per workgroup
 //                   (a head of D dims takes ceil(D / CHUNK) workgroups per row).
@@ -193,7 +194,14 @@ fn attention_rope(
     dst[ob] = x0 * sn + x1 * c;
 }
 
-const WG: u32 = 64u;
+// Invocations of a workgroup of attention_gqa(4), a power of two from 16 to 64 (the host's
+// choice per adapter, `workgroup_size` in src/gpu/kernels/attention.rs): 64 on GPUs, 16 on
+// software adapters, whose merge of the partial softmaxes through workgroup memory and
+// barriers then costs a fraction of 64's (on lavapipe that merge was half of a decode step's
+// attention at short contexts).
+override WG: u32 = 64u;
+// attention_combine's workgroup (it is not specialised on WG).
+const COMBINE_WG: u32 = 64u;
 // Output dims one workgroup accumulates (its registers): a head of D dims takes
 // ceil(D / CHUNK) workgroups, each computing every score and its own CHUNK dims of the sum.
 const CHUNK: u32 = 128u;
@@ -206,7 +214,7 @@ var<workgroup> acc_sh: array<f32, 2048>;
 var<workgroup> q_sh: array<f32, MAX_D>;
 var<workgroup> q4_sh: array<vec4<f32>, 128>;
 
-// Merges the 64 partial softmaxes of a workgroup (each invocation's running max m and sum
+// Merges the WG partial softmaxes of a workgroup (each invocation's running max m and sum
 // l): returns this invocation's rescale factor exp(m - max) and 1 / (the rescaled total).
 // Called by every invocation in uniform control flow.
 fn merge_softmax(lid: u32, m: f32, l: f32) -> vec2<f32> {
@@ -231,15 +239,15 @@ fn merge_softmax(lid: u32, m: f32, l: f32) -> vec2<f32> {
 }
 
 // After every invocation wrote its rescaled accumulators of dims c..c+32 to acc_sh: sums
-// each dim over the 64 invocations into the output row at ob, scaled by inv.
+// each dim over the WG invocations into the output row at ob, scaled by inv.
 fn store_dims(lid: u32, c: u32, hd: u32, ob: u32, inv: f32) {
     workgroupBarrier();
-    if lid < 32u && c + lid < hd {
+    for (var d = lid; d < 32u && c + d < hd; d += WG) {
         var sum = 0.0;
         for (var i = 0u; i < WG; i++) {
-            sum += acc_sh[i * 32u + lid];
+            sum += acc_sh[i * 32u + d];
         }
-        dst[ob + c + lid] = sum * inv;
+        dst[ob + c + d] = sum * inv;
     }
     workgroupBarrier();
 }
@@ -327,7 +335,7 @@ fn finish_item(lid: u32, it: GqaItem, inv: f32) -> f32 {
     return 1.0;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn attention_gqa(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -397,7 +405,7 @@ fn attention_gqa(
 
 // attention_gqa with vec4 loads and registers: head_dim and the q/k/v element offsets are
 // multiples of 4 (offsets in the uniform are still in f32 elements).
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn attention_gqa4(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -470,7 +478,7 @@ fn attention_gqa4(
 
 // The reduction of split-key attention: out[s, h, d] = sum_i exp(m_i - M) * acc_i[d] /
 // sum_i exp(m_i - M) * l_i over the row's records i (M = max_i m_i; empty chunks weigh 0).
-@compute @workgroup_size(64)
+@compute @workgroup_size(COMBINE_WG)
 fn attention_combine(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -493,7 +501,7 @@ fn attention_combine(
         l += part[r + 1u] * exp(part[r] - mx);
     }
     let ob = gp.out_offset + sh * hd;
-    for (var d = lid; d < hd; d += WG) {
+    for (var d = lid; d < hd; d += COMBINE_WG) {
         var sum = 0.0;
         for (var i = 0u; i < gp.splits; i++) {
             let r = base + i * stride;

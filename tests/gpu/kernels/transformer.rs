@@ -3,6 +3,7 @@
 //! attention over a growing cache (`shaders/attention.wgsl`).
 
 use super::*;
+use dynrt::gpu::kernels::quant::QuantLayout;
 
 #[test]
 fn softmax_layer_norm_rms_norm() {
@@ -240,13 +241,19 @@ fn grouped_query_attention_over_a_growing_cache() {
             (2, 1500, 2, 1, 256, 1.0, 0),
             (200, 400, 1, 1, 8, 1.0, 0),
         ];
-        // The adapter's own choice (one pass on software adapters with fewer threads than
-        // rows x heads), then every case split wherever it has keys enough.
-        let mut k = Kernels::new(&gpu);
-        check_attention(&gpu, &mut k, &mut rng, &short, "default");
-        check_attention(&gpu, &mut k, &mut rng, &long, "default");
-        // Both entry points ran.
-        assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
+        // The adapter's own choice of splits (one pass on software adapters with fewer
+        // threads than rows x heads), in workgroups of both sizes (`WG`: a software adapter's
+        // and a GPU's, from the quantized kernels' layout) whatever the adapter; then every
+        // case split wherever it has keys enough.
+        for layout in [QuantLayout::Cpu { threads: 2 }, QuantLayout::Gpu] {
+            let mut k = Kernels::new(&gpu);
+            k.set_quant_layout(layout);
+            let label = format!("{layout:?}");
+            check_attention(&gpu, &mut k, &mut rng, &short, &label);
+            check_attention(&gpu, &mut k, &mut rng, &long, &label);
+            // Both entry points ran.
+            assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
+        }
         let mut k = Kernels::new(&gpu);
         k.set_attention_workgroups(1 << 20);
         check_attention(&gpu, &mut k, &mut rng, &short, "split");
