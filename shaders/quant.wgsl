@@ -65,7 +65,7 @@
 //
 // Bindings (group 0):
 //   0 uniform  LinearParams | GatherParams (dynamic offset)
-//   1 storage read_write  x    f32 [M, K]                    (linear)
+//   1 storage read_write  x    f32 [M, K]                    (linear; vec4s in `quantx4`)
 //   2 storage read_write  w    u32 words of the weight/table
 //   3 storage read_write  out  f32
 //   4 storage read_write  ids  i32/u32                        (gather)
@@ -115,7 +115,8 @@ struct LinearParams {
 }
 
 @group(0) @binding(0) var<uniform> p: LinearParams;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+// Binding 1, x, is declared by src/gpu/kernels/quant.rs with x_elem and x_block, the only
+// functions that read it: as f32s (family `quant`) or as vec4s (family `quantx4`).
 @group(0) @binding(2) var<storage, read_write> w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(5) var<storage, read_write> gamma: array<f32>;
@@ -245,7 +246,7 @@ fn row_scale_from(row: u32, k0: u32, ss_before: f32) -> f32 {
     let j = p.x_offset + min(row, p.m - 1u) * p.k;
     var ss = ss_before;
     for (var k = k0; k < p.k; k++) {
-        let v = x[j + k];
+        let v = x_elem(j + k);
         ss = fma(v, v, ss);
     }
     return inverseSqrt(ss / f32(p.k) + p.eps);
@@ -369,22 +370,12 @@ fn sum8(a: array<vec4<f32>, 8>) -> f32 {
 
 // Block b of x row `row` (clamped to the last row: rows past M compute a copy, never stored).
 fn load_x(row: u32, b: u32) -> array<vec4<f32>, 8> {
-    let j = p.x_offset + min(row, p.m - 1u) * p.k + b * 32u;
-    return array<vec4<f32>, 8>(
-        vec4<f32>(x[j], x[j + 1u], x[j + 2u], x[j + 3u]),
-        vec4<f32>(x[j + 4u], x[j + 5u], x[j + 6u], x[j + 7u]),
-        vec4<f32>(x[j + 8u], x[j + 9u], x[j + 10u], x[j + 11u]),
-        vec4<f32>(x[j + 12u], x[j + 13u], x[j + 14u], x[j + 15u]),
-        vec4<f32>(x[j + 16u], x[j + 17u], x[j + 18u], x[j + 19u]),
-        vec4<f32>(x[j + 20u], x[j + 21u], x[j + 22u], x[j + 23u]),
-        vec4<f32>(x[j + 24u], x[j + 25u], x[j + 26u], x[j + 27u]),
-        vec4<f32>(x[j + 28u], x[j + 29u], x[j + 30u], x[j + 31u]),
-    );
+    return x_block(p.x_offset + min(row, p.m - 1u) * p.k + b * 32u);
 }
 
 // x[row, k], clamped like load_x.
 fn x_at(row: u32, k: u32) -> f32 {
-    return x[p.x_offset + min(row, p.m - 1u) * p.k + k];
+    return x_elem(p.x_offset + min(row, p.m - 1u) * p.k + k);
 }
 
 // The matrix-vector kernel's invocation gi: output rows n0 .. n0 + rows of x row m.
@@ -686,7 +677,7 @@ fn quant_tiled(
             let gk = k0 + ak;
             var av = 0.0;
             if gm < p.m && gk < p.k {
-                av = x[p.x_offset + gm * p.k + gk];
+                av = x_elem(p.x_offset + gm * p.k + gk);
                 if has_norm() {
                     av *= gamma[p.gamma_offset + gk];
                 }

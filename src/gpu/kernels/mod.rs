@@ -92,11 +92,12 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 11] = [
+pub const FAMILIES: [&Family; 12] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
+    &quant::FAMILY_X4,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,

@@ -16,6 +16,12 @@
 //! workgroup-memory load costs as much as a storage load, and the register-tiled kernel is
 //! about 5x faster there (`dynrt bench kernels`). The embedding `gather` from an f16 or
 //! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
+//!
+//! The software adapters' linear kernels read x as vec4s where its element offset and K are
+//! multiples of 4 ([`FAMILY_X4`], the same source with x bound as `array<vec4<f32>>`): on
+//! lavapipe a load whose address differs between invocations is a loop over the SIMD lanes,
+//! about as dear for a vec4 as for one f32, and 8 loads per block of x instead of 32 made
+//! the register-tiled prefill kernel 1.2x faster.
 
 use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand, WeightLayout};
@@ -30,17 +36,65 @@ use bytemuck::{Pod, Zeroable};
 /// `shaders/quant.wgsl` after the prelude: the kernels, without the format decoders.
 pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 
-/// The family's source: [`WGSL`] (the prelude and `shaders/quant.wgsl`), every format's
-/// decoder, and `element_at`, `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT`
-/// (composed once).
+/// The family's source: [`WGSL`] (the prelude and `shaders/quant.wgsl`), x as f32s
+/// (`X_F32`), every format's decoder, and `element_at`, `raw_block` and `weight_is_block`
+/// switching on `WEIGHT_FORMAT` (composed once).
 pub fn wgsl() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(compose)
+    SOURCE.get_or_init(|| compose(X_F32))
 }
 
-fn compose() -> String {
+/// The source of [`FAMILY_X4`]: [`wgsl`] with x read as vec4s (`X_VEC4`) and its entry
+/// points renamed `quantx4_*`.
+pub fn wgsl_x4() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| compose(X_VEC4).replace("fn quant_", "fn quantx4_"))
+}
+
+/// Binding 1 (x) of [`FAMILY`] and the two functions that read it: `x_elem(i)`, element i,
+/// and `x_block(j)`, the 32 elements from j as 8 vec4s (32 loads).
+const X_F32: &str = "
+// ---- x as f32s (src/gpu/kernels/quant.rs, X_F32)
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+
+fn x_elem(i: u32) -> f32 {
+    return x[i];
+}
+
+fn x_block(j: u32) -> array<vec4<f32>, 8> {
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        let at = j + 4u * i;
+        v[i] = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+    }
+    return v;
+}
+";
+
+/// x of [`FAMILY_X4`]: the same functions over vec4s, for an x whose element offset and row
+/// length are multiples of 4 (so every block starts on a vec4 and the binding holds whole
+/// vec4s). A block is 8 loads instead of 32: on lavapipe, where a load whose address differs
+/// per invocation costs about as much for a vec4 as for one f32, that made the register-tiled
+/// prefill kernel 1.2x faster (`dynrt bench kernels`).
+const X_VEC4: &str = "
+// ---- x as vec4s (src/gpu/kernels/quant.rs, X_VEC4)
+@group(0) @binding(1) var<storage, read_write> x4: array<vec4<f32>>;
+
+fn x_elem(i: u32) -> f32 {
+    return x4[i / 4u][i % 4u];
+}
+
+fn x_block(j: u32) -> array<vec4<f32>, 8> {
+    let v = j / 4u;
+    return array<vec4<f32>, 8>(x4[v], x4[v + 1u], x4[v + 2u], x4[v + 3u], x4[v + 4u],
+        x4[v + 5u], x4[v + 6u], x4[v + 7u]);
+}
+";
+
+fn compose(x_binding: &str) -> String {
     use std::fmt::Write;
     let mut s = String::from(WGSL);
+    s.push_str(x_binding);
     let mut elements = String::new();
     let mut blocks = String::new();
     let mut grouped = String::new();
@@ -148,13 +202,31 @@ fn weight_is_block() -> bool {{
 pub const FAMILY: Family = Family {
     name: "quant",
     source: wgsl,
-    bindings: |entry| match entry {
-        "quant_gather" => &[2, 3, 4],
-        "quant_regroup" => &[2, 4],
-        _ => &[1, 2, 3, 5, 6, 7, 8],
-    },
+    bindings,
     unchecked: &[],
 };
+
+/// The same kernels reading x as vec4s ([`wgsl_x4`]), which the linear kernels use when x's
+/// element offset and K are multiples of 4. A second family rather than a pipeline constant:
+/// an entry point may not read two variables of one binding, and the f32 x must stay for
+/// the rest.
+pub const FAMILY_X4: Family = Family {
+    name: "quantx4",
+    source: wgsl_x4,
+    bindings,
+    unchecked: &[],
+};
+
+/// Storage bindings of an entry point of [`FAMILY`] or [`FAMILY_X4`].
+fn bindings(entry: &str) -> &'static [u32] {
+    if entry.ends_with("_gather") {
+        &[2, 3, 4]
+    } else if entry.ends_with("_regroup") {
+        &[2, 4]
+    } else {
+        &[1, 2, 3, 5, 6, 7, 8]
+    }
+}
 
 /// Most output rows one invocation owns (`ROWS_MAX` in the WGSL).
 pub const ROWS_MAX: u64 = 64;
@@ -501,16 +573,20 @@ fn encode_linear(
     // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
     // each weight block across many rows of x.
     let layout = e.kernels.quant_layout;
-    let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
+    // Each kernel's entry in FAMILY and in FAMILY_X4 (the GPU kernels take only FAMILY's).
+    let (entries, workgroups) = match (m <= layout.matvec_max_m(), layout) {
         (true, QuantLayout::Cpu { threads }) => {
             let rows = pairs(rows_per_lane(n, 8 * u64::from(threads)));
             p.rows = rows as u32;
-            ("quant_matvec_wg8", (m * n.div_ceil(rows)).div_ceil(8))
+            (
+                ["quant_matvec_wg8", "quantx4_matvec_wg8"],
+                (m * n.div_ceil(rows)).div_ceil(8),
+            )
         }
         (true, QuantLayout::Gpu) => {
             let rows = 64 / coop_lanes(k / 32);
             p.rows = rows as u32;
-            ("quant_matvec_coop", m * n.div_ceil(rows))
+            (["quant_matvec_coop"; 2], m * n.div_ceil(rows))
         }
         (false, QuantLayout::Cpu { threads }) => {
             // Invocations of 8 x rows each; enough weight-row groups to give every thread
@@ -519,13 +595,21 @@ fn encode_linear(
             let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
             let rows = pairs(n.div_ceil(groups).clamp(1, ROWS_MAX));
             p.rows = rows as u32;
-            ("quant_regtile", (row_blocks * n.div_ceil(rows)).div_ceil(8))
+            (
+                ["quant_regtile", "quantx4_regtile"],
+                (row_blocks * n.div_ceil(rows)).div_ceil(8),
+            )
         }
-        (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
+        (false, QuantLayout::Gpu) => (["quant_tiled"; 2], m.div_ceil(64) * n.div_ceil(64)),
     };
     check_layout(name, w)?;
-    let key = FAMILY
-        .key(entry)
+    // x as vec4s where every block of it starts on one (and the binding is whole vec4s), for
+    // the software adapters' kernels, where it was measured (the GPU kernels read x element
+    // by element, which vec4s would make dearer).
+    let x4 = matches!(layout, QuantLayout::Cpu { .. }) && ox % 4 == 0 && k % 4 == 0;
+    let family = if x4 { &FAMILY_X4 } else { &FAMILY };
+    let key = family
+        .key(entries[usize::from(x4)])
         .with("WEIGHT_FORMAT", format)
         .with("WEIGHT_LAYOUT", w.layout.code())
         .with("EPILOGUE", epilogue(op));

@@ -97,6 +97,8 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         ),
         ("quant", "LinearParams", size_of::<quant::LinearParams>()),
         ("quant", "GatherParams", size_of::<quant::GatherParams>()),
+        ("quantx4", "LinearParams", size_of::<quant::LinearParams>()),
+        ("quantx4", "GatherParams", size_of::<quant::GatherParams>()),
         ("reduce", "RowParams", size_of::<reduce::RowParams>()),
         ("reduce", "AxesParams", size_of::<reduce::AxesParams>()),
         ("reduce", "CumParams", size_of::<reduce::CumParams>()),

@@ -207,13 +207,19 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
                     let xv = values(&mut rng, s(xd).num_elements().unwrap());
                     let x = HostTensor::f32(s(xd), &xv);
                     let w = weight(&mut rng, dtype, n, kd);
+                    // Shapes 0, 3 and 6 (matrix-vector and prefill) place x on a vec4 (the
+                    // kernels read it as vec4s), the others 1 or 2 elements past one.
+                    let mut ctx = format!("linear {layout:?} {dtype} #{i} x {xd:?} N {n}");
+                    while ctx.len() % 3 != i % 3 {
+                        ctx.push(' ');
+                    }
                     check(
                         &gpu,
                         &mut k,
                         &Op::Linear(Linear),
                         &[x, w],
                         linear_tol(kd),
-                        &format!("linear {layout:?} {dtype} #{i} x {xd:?} N {n}"),
+                        &ctx,
                     );
                     cases += 1;
                 }
@@ -267,9 +273,10 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
             cases >= 3 * (FORMATS.len() * 9 + 12) + 6 * FORMATS.len(),
             "{cases}"
         );
-        // One pipeline per (entry point, format) at most, every later dispatch a cache hit.
+        // One pipeline per (entry point, format, x as f32s or vec4s) at most, every later
+        // dispatch a cache hit.
         let st = k.stats();
-        assert!(st.misses <= 4 * FORMATS.len() as u64, "{st:?}");
+        assert!(st.misses <= 2 * 4 * FORMATS.len() as u64, "{st:?}");
     }
 }
 
