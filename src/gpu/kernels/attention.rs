@@ -256,9 +256,7 @@ impl Kernel for Attention {
         let (mut p, [bq, bk, bv, bo], items) = gqa.bind(e, [q, k, v], out)?;
         p.t = u32_of("keys", t)?;
         let (pad5, pad6) = (e.unused(), e.unused());
-        let key = FAMILY
-            .key(gqa.entry(&p))
-            .with("WG", workgroup_size(e.kernels.quant_layout));
+        let key = gqa.key(e, &p);
         gqa.dispatch(e, key, &p, [bq, bk, bv, bo, pad5, pad6], items)
     }
 }
@@ -350,18 +348,22 @@ impl Gqa {
         Ok(2)
     }
 
-    /// vec4 loads where head and offsets allow (the usual case: arena offsets are aligned,
-    /// heads are multiples of 4).
-    fn entry(&self, p: &GqaParams) -> &'static str {
+    /// The pipeline of the pass: vec4 loads where head and offsets allow (the usual case:
+    /// arena offsets are aligned, heads are multiples of 4), in workgroups of the adapter's
+    /// size ([`workgroup_size`]).
+    fn key(&self, e: &Encoder<'_, '_>, p: &GqaParams) -> super::PipelineKey {
         let vec4 = p.head_dim % 4 == 0
             && [p.q_offset, p.k_offset, p.v_offset]
                 .iter()
                 .all(|o| o % 4 == 0);
-        if vec4 {
+        let entry = if vec4 {
             "attention_gqa4"
         } else {
             "attention_gqa"
-        }
+        };
+        FAMILY
+            .key(entry)
+            .with("WG", workgroup_size(e.kernels.quant_layout))
     }
 }
 
@@ -415,10 +417,7 @@ impl Kernel for PagedAttention {
         if p.splits == 1 {
             p.chunk_keys = most;
         }
-        let key = FAMILY
-            .key(gqa.entry(&p))
-            .with("WG", workgroup_size(e.kernels.quant_layout))
-            .with("PAGED", 1);
+        let key = gqa.key(e, &p).with("PAGED", 1);
         gqa.dispatch(e, key, &p, [bq, bk, bv, bo, br, bp], items)
     }
 }
