@@ -22,7 +22,7 @@ pub const FORMAT: Format = Format {
 fn q8_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
     let g = wo + (blk / 8u) * 68u;
     let j = blk % 8u;
-    *dm = vec2<f32>(unpack2x16float(w[g + j / 2u] >> ((j & 1u) * 16u)).x, 0.0);
+    *dm = vec2<f32>(f16_at(g, 2u * j), 0.0);
     let q = g + 4u + j * 8u;
     var v: array<vec4<f32>, 8>;
     for (var i = 0u; i < 8u; i++) {

@@ -573,20 +573,25 @@ fn encode_linear(
     // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
     // each weight block across many rows of x.
     let layout = e.kernels.quant_layout;
-    // Each kernel's entry in FAMILY and in FAMILY_X4 (the GPU kernels take only FAMILY's).
-    let (entries, workgroups) = match (m <= layout.matvec_max_m(), layout) {
+    // x as vec4s (FAMILY_X4) where every block of it starts on one (and the binding is
+    // whole vec4s), for the software adapters' kernels, where it was measured (the GPU
+    // kernels read x element by element, which vec4s would make dearer).
+    let x4 = matches!(layout, QuantLayout::Cpu { .. }) && ox % 4 == 0 && k % 4 == 0;
+    let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
         (true, QuantLayout::Cpu { threads }) => {
             let rows = pairs(rows_per_lane(n, 8 * u64::from(threads)));
             p.rows = rows as u32;
-            (
-                ["quant_matvec_wg8", "quantx4_matvec_wg8"],
-                (m * n.div_ceil(rows)).div_ceil(8),
-            )
+            let entry = if x4 {
+                "quantx4_matvec_wg8"
+            } else {
+                "quant_matvec_wg8"
+            };
+            (entry, (m * n.div_ceil(rows)).div_ceil(8))
         }
         (true, QuantLayout::Gpu) => {
             let rows = 64 / coop_lanes(k / 32);
             p.rows = rows as u32;
-            (["quant_matvec_coop"; 2], m * n.div_ceil(rows))
+            ("quant_matvec_coop", m * n.div_ceil(rows))
         }
         (false, QuantLayout::Cpu { threads }) => {
             // Invocations of 8 x rows each; enough weight-row groups to give every thread
@@ -595,21 +600,19 @@ fn encode_linear(
             let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
             let rows = pairs(n.div_ceil(groups).clamp(1, ROWS_MAX));
             p.rows = rows as u32;
-            (
-                ["quant_regtile", "quantx4_regtile"],
-                (row_blocks * n.div_ceil(rows)).div_ceil(8),
-            )
+            let entry = if x4 {
+                "quantx4_regtile"
+            } else {
+                "quant_regtile"
+            };
+            (entry, (row_blocks * n.div_ceil(rows)).div_ceil(8))
         }
-        (false, QuantLayout::Gpu) => (["quant_tiled"; 2], m.div_ceil(64) * n.div_ceil(64)),
+        (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
     };
     check_layout(name, w)?;
-    // x as vec4s where every block of it starts on one (and the binding is whole vec4s), for
-    // the software adapters' kernels, where it was measured (the GPU kernels read x element
-    // by element, which vec4s would make dearer).
-    let x4 = matches!(layout, QuantLayout::Cpu { .. }) && ox % 4 == 0 && k % 4 == 0;
     let family = if x4 { &FAMILY_X4 } else { &FAMILY };
     let key = family
-        .key(entries[usize::from(x4)])
+        .key(entry)
         .with("WEIGHT_FORMAT", format)
         .with("WEIGHT_LAYOUT", w.layout.code())
         .with("EPILOGUE", epilogue(op));
