@@ -390,6 +390,15 @@ impl Engine {
             .record_region(region, size_bytes, placed);
     }
 
+    /// A `usm_host` buffer the host maps for reading (`MAP_READ | COPY_DST`), a copy
+    /// destination only: the buffers of [`super::ReadbackRing`].
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub(crate) fn allocate_readback(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        self.allocate_inner(desc, super::usage::readback_usages(), true, None)
+    }
+
     /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
     /// staging buffer, no queue write). The rest is zero.
     ///

@@ -31,6 +31,7 @@ mod frame;
 pub mod kernels;
 mod pipeline;
 pub mod pool_storage;
+mod readback;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
@@ -46,6 +47,7 @@ pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
 pub use pipeline::{
     shader_sources, validate_wgsl, FillParams, FillPipeline, FILL_WGSL, PRELUDE_WGSL,
 };
+pub use readback::{ReadTicket, ReadbackRing};
 pub use usage::{
     kind_support, kind_support_on, kind_usages, preferred_kind, AdapterClass, KindSupport,
 };
