@@ -11,8 +11,9 @@
 #   --dynrt PATH   the dynrt binary (default target/release/dynrt, built when missing)
 #
 # The folder holds:
-#   dynrt.xz, llama-bench.xz, llama-batched-bench.xz   the binaries, stripped and xz'd (each
-#       under 6 MB). llama.cpp is the source PyPI's llama-cpp-python 0.3.36 sdist carries
+#   dynrt.xz, llama.tar.xz   the binaries, stripped and xz'd: dynrt under 6 MB, llama-bench
+#       and llama-batched-bench in one archive (each alone is 6.2 MB; together, sharing their
+#       embedded Vulkan shaders, 7 MB). llama.cpp is the source PyPI's llama-cpp-python 0.3.36 sdist carries
 #       (as scripts/bench_llamacpp.sh takes it), built for Vulkan for any x86-64 with AVX2
 #       (-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...), static but for glibc and the Vulkan loader,
 #       against Vulkan headers 1.4 (Debian trixie's libvulkan-dev, unpacked with dpkg-deb)
@@ -22,8 +23,10 @@
 #       (everything before the tensor data), and the file's size. The runner extends the
 #       header with zeros to that size (`truncate`): the same kernels and bytes as the real
 #       model, meaningless tokens.
-#   libvulkan1_*.deb   Debian's Vulkan loader, for a machine whose `ldconfig -p` lacks
-#       libvulkan.so.1 (unpacked into a temporary folder, never into /).
+#   *.deb   Debian's Vulkan loader (libvulkan1) and libglvnd (libglvnd0, libegl1, libgl1,
+#       libglx0, libopengl0, libgles2: the NVIDIA driver's ICD needs its dispatch library), for
+#       a machine whose `ldconfig -p` lacks libvulkan.so.1 (unpacked into a temporary folder,
+#       never into /).
 #   run.sh   the runner (scripts/gpu_check_run.sh): `DIR/run.sh [--quick] [--out FILE.tgz]`.
 #
 # Needs: cargo, xz, python3, apt-get (for the loader's .deb) and, for the llama.cpp build,
@@ -111,8 +114,17 @@ pack() { # pack SRC NAME: stripped and xz'd, at most 6 MB
   [ "$bytes" -le 6000000 ] || { echo "error: $2.xz is $bytes bytes, above 6 MB" >&2; exit 1; }
 }
 pack "$dynrt" dynrt
-pack "$build/bin/llama-bench" llama-bench
-pack "$build/bin/llama-batched-bench" llama-batched-bench
+# Both llama.cpp tools in one archive (kept beside the build: xz -9e takes minutes).
+llama_xz="$work/llama-vulkan.tar.xz"
+if [ ! -f "$llama_xz" ] || [ "$build/bin/llama-bench" -nt "$llama_xz" ] \
+  || [ "$build/bin/llama-batched-bench" -nt "$llama_xz" ]; then
+  mkdir -p "$tmp/llama"
+  strip -o "$tmp/llama/llama-bench" "$build/bin/llama-bench"
+  strip -o "$tmp/llama/llama-batched-bench" "$build/bin/llama-batched-bench"
+  tar cf - -C "$tmp/llama" llama-bench llama-batched-bench | xz -9e -T1 >"$llama_xz"
+fi
+cp "$llama_xz" "$out/llama.tar.xz"
+say "llama.tar.xz: $(stat -c %s "$out/llama.tar.xz") bytes"
 
 IFS=',' read -r -a names <<<"$models"
 for name in "${names[@]}"; do
@@ -163,10 +175,12 @@ EOF
   say "$name: header and tensor table $head_bytes of $size bytes"
 done
 
-if (cd "$out" && apt-get download libvulkan1 >/dev/null 2>&1); then
-  say "$(cd "$out" && ls libvulkan1_*.deb)"
+# The Vulkan loader, and libglvnd's libraries that the NVIDIA driver's ICD loads beside it.
+if (cd "$out" && apt-get download libvulkan1 libglvnd0 libegl1 libgl1 libglx0 libopengl0 \
+  libgles2 >/dev/null 2>&1); then
+  say "$(cd "$out" && ls ./*.deb | tr '\n' ' ')"
 else
-  say "warning: apt-get download libvulkan1 failed: the folder has no Vulkan loader"
+  say "warning: apt-get download of the loader failed: the folder has no Vulkan loader"
 fi
 cp "$root/scripts/gpu_check_run.sh" "$out/run.sh"
 chmod +x "$out/run.sh"

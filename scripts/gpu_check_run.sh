@@ -8,7 +8,7 @@
 #             tokens), with 8 times the time limits: the end to end test on a software
 #             adapter (there, GGML_VK_VISIBLE_DEVICES=0 lets llama.cpp use lavapipe)
 #   --out     the tarball (default ./gpu_check_results.tgz)
-#   --models  the models to run, of those in models/ (default: all; --quick: the first)
+#   --models  the models to run, of those in models/ (default: all; --quick: SmolLM2)
 #
 # The tarball holds results/results.jsonl, one JSON line per (model, workload, runtime):
 # {"model","workload","runtime","adapter","tok_s"} with workloads prefill_16/128/512 (a
@@ -46,28 +46,35 @@ t_start="$(date +%s)"
 
 # ---- the Vulkan loader and driver ----
 if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; then
-  deb="$(ls "$here"/libvulkan1_*.deb 2>/dev/null | head -n 1)"
-  if [ -n "$deb" ]; then
-    dpkg-deb -x "$deb" "$work/vk"
+  # The loader and libglvnd (the NVIDIA driver's GLX/EGL libraries, which its Vulkan ICD is,
+  # need libGLdispatch): unpacked into the work folder, never into /.
+  found=0
+  for deb in "$here"/*.deb; do
+    [ -f "$deb" ] || continue
+    dpkg-deb -x "$deb" "$work/vk" && found=1
+  done
+  if [ "$found" = 1 ]; then
     export LD_LIBRARY_PATH="$work/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    log "no libvulkan.so.1 here: using $(basename "$deb")"
+    log "no libvulkan.so.1 here: using $(cd "$here" && ls ./*.deb | tr '\n' ' ')"
   else
     log "no libvulkan.so.1 and no loader .deb: Vulkan will not start"
   fi
 fi
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+# A container with the NVIDIA driver mounted at /usr/local/nvidia registers no ICD where the
+# loader looks: name it.
 if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] \
-  && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] \
-  && ! ls /usr/share/vulkan/icd.d/*nvidia* >/dev/null 2>&1 \
-  && ! ls /etc/vulkan/icd.d/*nvidia* >/dev/null 2>&1; then
+  && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   log "using the NVIDIA ICD at $VK_DRIVER_FILES"
 fi
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 
 # ---- binaries and speed twins ----
-for b in dynrt llama-bench llama-batched-bench; do
-  xz -dc "$here/$b.xz" >"$work/bin/$b" && chmod +x "$work/bin/$b"
-done
+xz -dc "$here/dynrt.xz" >"$work/bin/dynrt" && chmod +x "$work/bin/dynrt"
+xz -dc "$here/llama.tar.xz" | tar xf - -C "$work/bin"
 all=()
 for size in "$here"/models/*.size; do
   name="$(basename "$size" .size)"
@@ -77,6 +84,9 @@ if [ -n "$models" ]; then
   IFS=',' read -r -a chosen <<<"$models"
 elif [ "$quick" = 1 ]; then
   chosen=("${all[0]}")
+  for name in "${all[@]}"; do
+    case "$name" in smollm2*) chosen=("$name") ;; esac
+  done
 else
   chosen=("${all[@]}")
 fi
@@ -90,10 +100,18 @@ dynrt="$work/bin/dynrt"
 # run LIMIT_S FILE CMD...: stdout to FILE, stderr to the log, killed after LIMIT_S seconds.
 scale=1
 [ "$quick" = 1 ] && scale=8
+# A command that would start after the deadline (330 s; --quick: none) is skipped, so the
+# tarball always comes back within the 6 minutes.
+deadline=330
+[ "$quick" = 1 ] && deadline=1000000
 run() {
   local limit=$(($1 * scale)) file="$2" t0 rc=0
   shift 2
   t0="$(date +%s)"
+  if [ $((t0 - t_start)) -gt "$deadline" ]; then
+    log "$(basename "$file"): skipped, past the deadline"
+    return
+  fi
   timeout -k 5 "$limit" "$@" >"$file" 2>>"$res/stderr.txt" || rc=$?
   log "$(basename "$file"): exit $rc in $(($(date +%s) - t0)) s"
 }
@@ -113,15 +131,15 @@ else
 fi
 for name in "${chosen[@]}"; do
   f="$work/models/$name.gguf"
-  run 150 "$res/$name.dynrt-generate.json" "$dynrt" bench generate --json --model "$f" \
+  run 100 "$res/$name.dynrt-generate.json" "$dynrt" bench generate --json --model "$f" \
     --prefill "$prefill" --contexts "$contexts" --policies adaptive
-  run 90 "$res/$name.dynrt-batch.jsonl" "$dynrt" bench batch --json --model "$f" \
+  run 60 "$res/$name.dynrt-batch.jsonl" "$dynrt" bench batch --json --model "$f" \
     --sessions "$sessions" --prompt-tokens "$npp" --tokens "$ntg"
-  run 60 "$res/$name.llama-prefill.jsonl" "$work/bin/llama-bench" -m "$f" -ngl 99 -r 1 \
+  run 30 "$res/$name.llama-prefill.jsonl" "$work/bin/llama-bench" -m "$f" -ngl 99 -r 1 \
     -o jsonl -p "$llama_p" -n 0
-  run 90 "$res/$name.llama-decode.jsonl" "$work/bin/llama-bench" -m "$f" -ngl 99 -r 1 \
+  run 45 "$res/$name.llama-decode.jsonl" "$work/bin/llama-bench" -m "$f" -ngl 99 -r 1 \
     -o jsonl -p 0 -n "$llama_n" -d "$llama_d"
-  run 60 "$res/$name.llama-batch.jsonl" "$work/bin/llama-batched-bench" -m "$f" -ngl 99 \
+  run 45 "$res/$name.llama-batch.jsonl" "$work/bin/llama-batched-bench" -m "$f" -ngl 99 \
     -c 4608 -npp "$npp" -ntg "$ntg" -npl "$npl" --output-format jsonl
 done
 
@@ -175,7 +193,9 @@ for name in names:
                 w = "prefill_%d" % r["n_prompt"]
             else:
                 w = "decode_d%d" % r.get("n_depth", 0)
-            rows.append((w, "llama.cpp-vulkan", adapter, r["avg_ts"]))
+            # llama.cpp falls back to its CPU backend when Vulkan finds no device.
+            rt = "llama.cpp-vulkan" if "Vulkan" in r.get("backends", "") else "llama.cpp-cpu"
+            rows.append((w, rt, adapter, r["avg_ts"]))
     for r in lines(os.path.join(res, f"{name}.llama-batch.jsonl")):
         rows.append(("batch_%d" % r["pl"], "llama.cpp-vulkan", "", r["speed_tg"]))
     for w, rt, adapter, tok_s in rows:

@@ -475,8 +475,16 @@ impl InferRequest {
         inputs: &[(&str, &HostTensor)],
         read: &[&str],
     ) -> Result<Vec<HostTensor>, RunError> {
-        let pending = self.submit(inputs, &DeviceIo::default(), read).await?;
-        self.collect(pending).await
+        // The outputs are read where they are once the iteration has run (mapped, or copied
+        // through a readback buffer freed at once): a request that waits for each iteration
+        // keeps no readback ring.
+        let pending = self.submit(inputs, &DeviceIo::default(), &[]).await?;
+        self.release(pending);
+        let mut out = Vec::with_capacity(read.len());
+        for label in read {
+            out.push(self.read_output(label).await?);
+        }
+        Ok(out)
     }
 
     /// Runs one iteration as [`InferRequest::infer`] does, without waiting for the device:
