@@ -7,7 +7,8 @@
 //!   policy's own): a 16-token prompt, then greedy decode steps until the largest context
 //!   through the session's own loop (the token chosen on the device, the next step
 //!   submitted before a token is read), every step timed from one token's delivery to the
-//!   next's; host time is the mean over the steps. KV bytes are the session's at the end
+//!   next's; host time is the mean over the iterations (a warm-up generation on another
+//!   session compiles the pipelines first). KV bytes are the session's at the end
 //!   (the pipelined loop reports no per-step KV: the curve's KV columns and the step-up
 //!   check below see none). Reported: ms per token around
 //!   each context (the median of the 16 steps ending there: medians, because other jobs on
@@ -246,6 +247,18 @@ fn decode_run(
         stop_at_eos: false,
         keep_logits: false,
     };
+    // A short generation on another session first: the decode pipelines are compiled by the
+    // first decode step, whose host time would otherwise swamp the mean below.
+    model
+        .session(run_options(policy, &args.model)?)
+        .generate_ids_blocking(
+            &prompt,
+            &GenerateParams {
+                max_tokens: 3,
+                ..params
+            },
+            &mut |_| {},
+        )?;
     let mut times: Vec<Instant> = Vec::new();
     let bar = std::io::stderr().is_terminal() && !args.json;
     let host0 = session.host_time();
@@ -263,7 +276,7 @@ fn decode_run(
         }))?;
     let host = session.host_time();
     let decode_steps = generation.decode_ms.len().max(1) as f64;
-    // Host time of the decode steps: everything after the prefill's single iteration.
+    // Host time per iteration: the prefill's and the decode steps' (no pipeline compiled).
     let host_per_step = (host.total_ns() - host0.total_ns()) as f64
         / 1e6
         / (host.iterations - host0.iterations).max(1) as f64;
