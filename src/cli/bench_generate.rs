@@ -4,8 +4,13 @@
 //!   the prefill network, its logits readback included), after a warm-up prefill that
 //!   compiles the pipelines.
 //! * **Decode**, once per preallocation policy, each on a fresh engine (so peaks are the
-//!   policy's own): a 16-token prompt, then greedy decode steps until the largest context,
-//!   every step timed (the forward pass, readback and argmax). Reported: ms per token around
+//!   policy's own): a 16-token prompt, then greedy decode steps until the largest context
+//!   through the session's own loop (the token chosen on the device, the next step
+//!   submitted before a token is read), every step timed from one token's delivery to the
+//!   next's; host time is the mean over the iterations (a warm-up generation on another
+//!   session compiles the pipelines first). KV bytes are the session's at the end
+//!   (the pipelined loop reports no per-step KV: the curve's KV columns and the step-up
+//!   check below see none). Reported: ms per token around
 //!   each context (the median of the 16 steps ending there: medians, because other jobs on
 //!   a shared machine add spikes of seconds), reallocations, KV growths, peak device bytes by
 //!   kind and region against weights + the KV cache needed, and the **step-up check**: for
@@ -25,7 +30,7 @@ use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
 use dynrt::llm::ModelConfig;
-use dynrt::llm::{sample::argmax, Model, ModelOptions};
+use dynrt::llm::{GenerateParams, Model, ModelOptions, SamplingParams};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
@@ -234,30 +239,62 @@ fn decode_run(
     let mut session = model.session(run_options(policy, &args.model)?);
     let max_context = args.contexts.iter().copied().max().unwrap_or(64);
     let prompt = prompt_of(&model, 16.min(max_context));
-    let mut logits = session.forward_blocking(&prompt)?;
-    let mut steps: Vec<Step> = Vec::new();
+    // The session's own loop (tokens chosen on the device, the next step submitted before
+    // a token is read): each step is timed from one token's delivery to the next's.
+    let params = GenerateParams {
+        max_tokens: max_context.saturating_sub(prompt.len()).max(1),
+        sampling: SamplingParams::default(),
+        stop_at_eos: false,
+        keep_logits: false,
+    };
+    // A short generation on another session first: the decode pipelines are compiled by the
+    // first decode step, whose host time would otherwise swamp the mean below.
+    model
+        .session(run_options(policy, &args.model)?)
+        .generate_ids_blocking(
+            &prompt,
+            &GenerateParams {
+                max_tokens: 3,
+                ..params
+            },
+            &mut |_| {},
+        )?;
+    let mut times: Vec<Instant> = Vec::new();
     let bar = std::io::stderr().is_terminal() && !args.json;
-    while session.cached_tokens().len() < max_context {
-        let t = Instant::now();
-        let host = session.host_time().total_ns();
-        let next = argmax(&logits);
-        logits = session.forward_blocking(&[next])?;
-        steps.push(Step {
-            context: session.cached_tokens().len(),
-            ms: t.elapsed().as_secs_f64() * 1e3,
-            host_ms: (session.host_time().total_ns() - host) as f64 / 1e6,
-            kv_reserved: session.kv_reserved_bytes(),
-            kv_needed: session.kv_needed_bytes(),
-        });
-        if bar && steps.len() % 16 == 0 {
-            eprint!(
-                "\r{policy_name}: context {}/{max_context}, {:.1} ms per token   ",
-                session.cached_tokens().len(),
-                steps.last().map_or(0.0, |s| s.ms)
-            );
-            let _ = std::io::stderr().flush();
-        }
-    }
+    let host0 = session.host_time();
+    let generation =
+        pollster::block_on(session.generate_ids_observed(&prompt, &params, &mut |e| {
+            times.push(Instant::now());
+            if bar && e.index % 16 == 15 {
+                eprint!(
+                    "\r{policy_name}: context {}/{max_context}, {:.1} ms per token   ",
+                    prompt.len() + e.index + 1,
+                    e.forward_ms
+                );
+                let _ = std::io::stderr().flush();
+            }
+        }))?;
+    let host = session.host_time();
+    let decode_steps = generation.decode_ms.len().max(1) as f64;
+    // Host time per iteration: the prefill's and the decode steps' (no pipeline compiled).
+    let host_per_step = (host.total_ns() - host0.total_ns()) as f64
+        / 1e6
+        / (host.iterations - host0.iterations).max(1) as f64;
+    let _ = decode_steps;
+    let kv_reserved = session.kv_reserved_bytes();
+    let kv_needed_final = session.kv_needed_bytes();
+    let steps: Vec<Step> = times
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| Step {
+            // The token delivered at w[1] was chosen by the step whose context ends there.
+            context: prompt.len() + i + 1,
+            ms: w[1].duration_since(w[0]).as_secs_f64() * 1e3,
+            host_ms: host_per_step,
+            kv_reserved,
+            kv_needed: kv_needed_final,
+        })
+        .collect();
     if bar {
         eprintln!();
     }

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use dynrt::gpu::wgpu;
-use dynrt::gpu::{enumerate_adapters, kind_support, Engine, Gpu, GpuOptions};
+use dynrt::gpu::{enumerate_adapters, Engine, Gpu, GpuOptions};
 use dynrt::memory::AllocKind;
 use serde_json::json;
 use std::process::ExitCode;
@@ -89,13 +89,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     ]);
     let kinds: Vec<_> = AllocKind::ALL
         .iter()
-        .map(|k| kind_support(*k, gpu.supports_shared()))
+        .map(|k| gpu.kind_support(*k))
         .collect();
 
     if args.json {
         let v = json!({
             "adapters": adapters.iter().map(adapter_json).collect::<Vec<_>>(),
             "chosen": adapter_json(info),
+            "adapter_class": gpu.adapter_class().name(),
+            "io_rule": gpu.adapter_class().io_rule(),
             "features": {
                 "mappable_primary_buffers": gpu.supports_shared(),
                 "shader_f16": gpu.features().contains(wgpu::Features::SHADER_F16),
@@ -131,6 +133,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!(
         "chosen: {} on {:?} ({:?})",
         info.name, info.backend, info.device_type
+    );
+    println!(
+        "memory: {} ({})",
+        gpu.adapter_class().name(),
+        gpu.adapter_class().io_rule()
     );
     println!(
         "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={}",

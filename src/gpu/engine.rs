@@ -1,7 +1,7 @@
 //! The engine: every real allocation and its accounting; the data paths (uploads, copies,
 //! readbacks) are in `transfer`.
 
-use super::usage::{kind_support, kind_usages};
+use super::usage::kind_usages;
 use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
 use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
 use crate::memory::regions::Region;
@@ -149,20 +149,7 @@ pub enum AllocError {
     Map(String),
 }
 
-/// What a request for memory needs, for [`Engine::preferred_kind`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KindRequest {
-    /// The host must lock (map) this memory: network inputs and outputs the user touches.
-    pub host_access: bool,
-    /// A kernel binds this memory. On wgpu `usm_host` is not bindable (unlike the reference's
-    /// USM host memory), so bindable memory the host reaches is `usm_shared` or, where that
-    /// is unsupported, `usm_device` with staging.
-    pub kernel_access: bool,
-    /// Bytes of all inputs and outputs of the kernel that uses this memory (0 when not known);
-    /// the reference puts the memory on the host when they would not fit in what the device
-    /// has left.
-    pub kernel_io_bytes: u64,
-}
+pub use super::usage::KindRequest;
 
 pub(crate) struct EngineInner {
     gpu: Gpu,
@@ -403,6 +390,15 @@ impl Engine {
             .record_region(region, size_bytes, placed);
     }
 
+    /// A `usm_host` buffer the host maps for reading (`MAP_READ | COPY_DST`), a copy
+    /// destination only: the buffers of [`super::ReadbackRing`].
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub(crate) fn allocate_readback(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        self.allocate_inner(desc, super::usage::readback_usages(), true, None)
+    }
+
     /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
     /// staging buffer, no queue write). The rest is zero.
     ///
@@ -447,7 +443,7 @@ impl Engine {
         desc: &BufferDesc,
         usage: wgpu::BufferUsages,
     ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
-        let support = kind_support(desc.kind, self.inner.gpu.supports_shared());
+        let support = self.inner.gpu.kind_support(desc.kind);
         if !support.supported {
             return Err(AllocError::Unsupported {
                 kind: desc.kind,
@@ -609,31 +605,15 @@ impl Engine {
         )
     }
 
-    /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
-    /// or `usm_host` where shared is unsupported; memory for a kernel whose inputs and outputs
-    /// would not fit in what the device has left goes to host-reachable memory the same way;
-    /// everything else to `usm_device`. wgpu adds one rule: memory a kernel binds
-    /// ([`KindRequest::kernel_access`]) cannot be `usm_host`, so there the fallback is
-    /// `usm_device` (reached by staged copies).
+    /// The kind the reference would choose for `req` on this device
+    /// ([`super::usage::preferred_kind`], the one home of the rule): `usm_shared` only where
+    /// the adapter's memory is the host's and the device maps storage buffers.
     pub fn preferred_kind(&self, req: &KindRequest) -> AllocKind {
-        let host_kind = if self.inner.gpu.supports_shared() {
-            AllocKind::UsmShared
-        } else if req.kernel_access {
-            AllocKind::UsmDevice
-        } else {
-            AllocKind::UsmHost
-        };
-        if req.host_access {
-            return host_kind;
-        }
         let left = self
             .inner
             .budget_bytes
             .saturating_sub(self.device_bytes_in_use());
-        if req.kernel_io_bytes > left {
-            return host_kind;
-        }
-        AllocKind::UsmDevice
+        super::usage::preferred_kind(req, self.inner.gpu.supports_shared(), left)
     }
 }
 

@@ -174,9 +174,15 @@ pub struct Planned {
 /// A submitted frame whose error scope is still to be read.
 pub struct Submitted {
     scope: wgpu::ErrorScopeGuard,
+    index: wgpu::SubmissionIndex,
 }
 
 impl Submitted {
+    /// The queue's index of the submit (what a readback waits for).
+    pub(crate) fn index(&self) -> wgpu::SubmissionIndex {
+        self.index.clone()
+    }
+
     /// Waits for the validation scope of the submit.
     ///
     /// # Errors
@@ -547,11 +553,19 @@ impl<'k> Frame<'k> {
     pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
         let head = self.pack_writes();
-        self.engine
+        let index = self
+            .engine
             .gpu()
             .queue()
             .submit(head.into_iter().chain([self.encoder.finish()]));
-        (Submitted { scope: self.scope }, self.uniforms, self.log)
+        (
+            Submitted {
+                scope: self.scope,
+                index,
+            },
+            self.uniforms,
+            self.log,
+        )
     }
 
     /// Gets the changed uniform slots and the scheduled writes onto the device before the

@@ -31,6 +31,7 @@ mod frame;
 pub mod kernels;
 mod pipeline;
 pub mod pool_storage;
+mod readback;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
@@ -46,7 +47,10 @@ pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
 pub use pipeline::{
     shader_sources, validate_wgsl, FillParams, FillPipeline, FILL_WGSL, PRELUDE_WGSL,
 };
-pub use usage::{kind_support, kind_usages, KindSupport};
+pub use readback::{ReadTicket, ReadbackRing};
+pub use usage::{
+    kind_support, kind_support_on, kind_usages, preferred_kind, AdapterClass, KindSupport,
+};
 
 use crate::memory::AllocKind;
 use std::sync::Arc;
@@ -145,7 +149,8 @@ pub struct GpuOptions {
     /// Device memory budget in bytes for the [`Engine`] (`DYNRT_MEMORY_BUDGET`); `None` uses
     /// [`DEFAULT_MEMORY_BUDGET_BYTES`].
     pub memory_budget_bytes: Option<u64>,
-    /// Request `MAPPABLE_PRIMARY_BUFFERS` when the adapter offers it (default true). Turning it
+    /// Request `MAPPABLE_PRIMARY_BUFFERS` when the adapter offers it and its memory is the
+    /// host's ([`AdapterClass::Unified`]; never on a discrete GPU) (default true). Turning it
     /// off makes `usm_shared` unsupported, as on GL and the web.
     pub mappable_primary_buffers: bool,
     /// Print the allocation history to stderr (`DYNRT_VERBOSE=2`).
@@ -285,7 +290,8 @@ impl Gpu {
     /// enabled backends whose name contains it (case-insensitive); otherwise wgpu's choice for
     /// the power preference, then a fallback (software) adapter. The device gets the adapter's
     /// full limits (max buffer size and max storage binding size matter to dynrt) and
-    /// `MAPPABLE_PRIMARY_BUFFERS` when offered and wanted. An uncaptured-error handler logs
+    /// `MAPPABLE_PRIMARY_BUFFERS` when offered, wanted and the adapter's memory is unified
+    /// ([`AdapterClass`]). An uncaptured-error handler logs
     /// errors instead of wgpu's default panic; the engine wraps its own calls in error scopes.
     ///
     /// # Errors
@@ -294,7 +300,9 @@ impl Gpu {
         let (instance, adapter) = instance_and_adapter(&opts).await?;
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
+        // Only where the host shares the adapter's memory (usage::AdapterClass).
         if opts.mappable_primary_buffers
+            && AdapterClass::of(&info).maps_device_memory()
             && adapter
                 .features()
                 .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
@@ -390,12 +398,32 @@ impl Gpu {
     pub fn options(&self) -> &GpuOptions {
         &self.inner.options
     }
-    /// Whether `MAPPABLE_PRIMARY_BUFFERS` is enabled, so `usm_shared` buffers are real
-    /// bindable-and-mappable buffers. False on GL (llvmpipe) and on the web.
+    /// Whether `usm_shared` buffers are real bindable-and-mappable buffers here:
+    /// `MAPPABLE_PRIMARY_BUFFERS` is enabled and the adapter's memory is the host's
+    /// ([`AdapterClass`]). False on GL (llvmpipe), on the web and on every discrete GPU.
     pub fn supports_shared(&self) -> bool {
         self.inner
             .features
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            && self.adapter_class().maps_device_memory()
+    }
+
+    /// Whether the adapter's memory is the host's ([`AdapterClass::of`] its info): what
+    /// decides if the CPU may map buffers that kernels use.
+    pub fn adapter_class(&self) -> AdapterClass {
+        AdapterClass::of(&self.inner.info)
+    }
+
+    /// Whether and how buffers of `kind` can be allocated on this device, with the reason
+    /// when not ([`kind_support_on`]).
+    pub fn kind_support(&self, kind: AllocKind) -> KindSupport {
+        kind_support_on(
+            kind,
+            self.adapter_class(),
+            self.inner
+                .features
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+        )
     }
     /// wgpu errors that no error scope caught (logged at `error` level when they happened),
     /// oldest first, at most 32. dynrt scopes everything it does, so a non-empty list means a
@@ -411,7 +439,7 @@ impl Gpu {
 
     /// Whether buffers of `kind` can be allocated on this device (see [`kind_support`]).
     pub fn supports_kind(&self, kind: AllocKind) -> bool {
-        kind_support(kind, self.supports_shared()).supported
+        self.kind_support(kind).supported
     }
 
     /// Resolves when all work submitted so far is done: the queue's `onSubmittedWorkDone`

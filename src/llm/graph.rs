@@ -43,6 +43,11 @@ pub mod labels {
     pub const POSITIONS: &str = "positions";
     /// Logits of the step's last token, `[1, vocab]` f32.
     pub const LOGITS: &str = "logits";
+    /// How the next token is chosen from the logits, `[1, 8]` u32: a row of the `sample` op
+    /// ([`crate::graph::ops::SampleRow::to_words`]).
+    pub const SAMPLE_PARAMS: &str = "sample_params";
+    /// The token chosen from the logits on the device, `[1]` i32.
+    pub const NEXT_TOKEN: &str = "next_token";
 
     /// Layer `l`'s past keys input, `[past, kv_heads * head_dim]`.
     pub fn past_k(l: u32) -> String {
@@ -106,8 +111,9 @@ pub enum WeightFormat {
 /// The graph of a model and the KV-cache states the runtime carries between steps.
 #[derive(Debug, Clone)]
 pub struct ModelGraph {
-    /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v`; outputs `logits`, then per
-    /// layer `present_k`/`present_v`.
+    /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v` (and, but in the paged graph,
+    /// `sample_params`); outputs `logits`, then per layer `present_k`/`present_v` (and, but
+    /// in the paged graph, `next_token`).
     pub graph: Graph,
     /// `(past, present)` of each cache tensor, layer by layer, keys before values.
     pub states: Vec<StateBinding>,
@@ -368,6 +374,20 @@ pub fn build_paged_graph(
     )
 }
 
+/// The `sample` op after the head: input [`labels::SAMPLE_PARAMS`], output
+/// [`labels::NEXT_TOKEN`], so a step's token is chosen on the device and only its id comes
+/// back (the logits stay on the device unless a caller reads them).
+fn append_sampling(b: &mut GraphBuilder, logits: NodeId) {
+    let words = crate::graph::ops::sample::PARAM_WORDS as u64;
+    let params = b.input(
+        labels::SAMPLE_PARAMS,
+        &[Dim::Fixed(1), Dim::Fixed(words)],
+        DType::U32,
+    );
+    let next = b.sample(labels::NEXT_TOKEN, logits, params);
+    b.output(next);
+}
+
 /// The paged graph's inputs shared by every layer (`*_swa`: those of the sliding-window
 /// layers, the global ones' where the model has none).
 #[derive(Clone, Copy)]
@@ -613,6 +633,9 @@ fn build(
     b.output(logits);
     for pr in presents {
         b.output(pr);
+    }
+    if paged.is_none() {
+        append_sampling(&mut b, logits);
     }
     Ok(ModelGraph {
         graph: b.build()?,

@@ -2,6 +2,7 @@
 //! temperature, top-k and top-p (nucleus), seeded so a run can be repeated. Device-free.
 
 use super::LlmError;
+use crate::graph::ops::SampleRow;
 use crate::rng::SplitMix64;
 
 /// How the next token is chosen.
@@ -58,6 +59,30 @@ impl SamplingParams {
     /// Whether tokens are chosen greedily.
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+
+    /// The row of the device's `sample` op ([`crate::graph::ops::sample`]) that draws the
+    /// token at position `step` as these parameters ask, or `None` where the op does not
+    /// (top-k 0 with top-p below 1, top-k above 64): then only this CPU sampler can, and
+    /// it needs the logits. Greedy rows give the same tokens on both; sampled ones the same
+    /// distribution from other random numbers (the device's depend on the seed and the
+    /// position only). A parameter that only the CPU sampler applies must make this `None`.
+    pub fn device_row(&self, step: u32) -> Option<SampleRow> {
+        let row = SampleRow {
+            temperature: self.temperature,
+            top_k: u32::try_from(self.top_k).unwrap_or(u32::MAX),
+            top_p: self.top_p,
+            min_p: 0.0,
+            seed: self.seed,
+            step,
+        };
+        row.covered().then_some(row)
+    }
+
+    /// Whether choosing a token needs the logits on the host ([`SamplingParams::device_row`]
+    /// is `None`).
+    pub fn needs_logits(&self) -> bool {
+        self.device_row(0).is_none()
     }
 }
 

@@ -168,4 +168,4 @@ pub use compile::{find_states, NetworkOptions, StateBinding};
 pub use error::RunError;
 pub use network::Network;
 pub use options::{HostTime, RunOptions, RunStats};
-pub use request::{HostRows, InferRequest, KvStates, StateRows};
+pub use request::{DeviceIo, HostRows, InferRequest, KvStates, Pending, StateRows};

@@ -39,6 +39,10 @@ fn info_json_reports_adapter_limits_and_kind_table() {
             gpu.supports_shared()
         );
         assert_eq!(kinds[1]["bindable"], false);
+        // The software adapters here share the host's memory.
+        assert_eq!(v["adapter_class"], gpu.adapter_class().name());
+        assert_eq!(v["adapter_class"], "unified");
+        assert!(v["io_rule"].as_str().is_some_and(|r| !r.is_empty()));
         assert_eq!(kinds[0]["usages"], "COPY_SRC | COPY_DST | STORAGE");
     }
 }

@@ -26,7 +26,7 @@
 //! and gather on quantized weights), [`reduce`] (row normalisations, reductions over any
 //! axes, cumulative sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`]
 //! (pooling, batch norm), [`rotary`] (ONNX's RotaryEmbedding), [`attention`] (RoPE,
-//! grouped-query attention); [`layout`] (the kernels' own index arithmetic), [`encoder`],
+//! grouped-query attention), [`sample`] (the next token from rows of logits); [`layout`] (the kernels' own index arithmetic), [`encoder`],
 //! [`plan`] (dispatch plans), [`uniforms`]; `cache` ([`Kernels`]).
 
 pub mod attention;
@@ -46,6 +46,7 @@ pub mod reduce;
 pub mod rotary;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
+pub mod sample;
 pub mod uniforms;
 
 use std::hash::{Hash, Hasher};
@@ -92,7 +93,7 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 12] = [
+pub const FAMILIES: [&Family; 13] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
@@ -105,6 +106,7 @@ pub const FAMILIES: [&Family; 12] = [
     &cnn::FAMILY,
     &rotary::FAMILY,
     &attention::FAMILY,
+    &sample::FAMILY,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -155,6 +157,7 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Not(o) => o,
         Op::Cast(o) => o,
         Op::Identity(o) => o,
+        Op::Sample(o) => o,
     })
 }
 

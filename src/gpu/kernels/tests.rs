@@ -103,6 +103,7 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         ("reduce", "AxesParams", size_of::<reduce::AxesParams>()),
         ("reduce", "CumParams", size_of::<reduce::CumParams>()),
         ("rotary", "RotaryParams", size_of::<rotary::RotaryParams>()),
+        ("sample", "SampleParams", size_of::<sample::SampleParams>()),
         (
             "fill",
             "FillParams",

@@ -17,6 +17,7 @@
 mod batch;
 mod errors;
 mod growth;
+mod pipelined;
 mod window;
 
 use crate::common;
