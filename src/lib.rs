@@ -104,6 +104,8 @@ pub mod npy;
 pub mod onnx;
 pub mod rng;
 pub mod runtime;
+pub mod safetensors;
+pub mod sentence;
 pub mod shape;
 pub mod tensor;
 pub mod tokenizer;

