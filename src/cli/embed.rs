@@ -167,3 +167,77 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     w.flush()?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `dynrt fetch NAME` for an embedding model: its folder in the cache `dir`.
+pub(crate) fn fetch_model(
+    spec: &fetch::EmbeddingSpec,
+    dir: PathBuf,
+    check: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let opts = fetch::FetchOptions::new(dir);
+    let folder = if check {
+        let folder = fetch::embedding_dir(spec, &opts.dir);
+        fetch::verify_embedding(spec, &folder)?;
+        folder
+    } else {
+        fetch::fetch_embedding(spec, &opts, &mut super::fetch::print_event)?
+    };
+    if json {
+        let out = serde_json::json!({
+            "path": folder,
+            "bytes": spec.size_bytes(),
+            "name": spec.name,
+            "license": spec.license,
+            "requirements": [spec.requirement],
+            "files": spec.files.iter().map(|f| serde_json::json!({
+                "path": f.path, "bytes": f.size_bytes, "sha256": f.sha256,
+            })).collect::<Vec<_>>(),
+            "pooling": spec.pooling,
+            "normalize": spec.normalize,
+            "max_seq_length": spec.max_seq_length,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{}", folder.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dynrt fetch --list`: the embedding models after the language models.
+pub(crate) fn list_models(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    for m in fetch::EMBEDDING_MODELS {
+        let folder = fetch::embedding_dir(m, dir);
+        let cached = m.files.iter().all(|f| {
+            folder
+                .join(f.path)
+                .metadata()
+                .is_ok_and(|md| md.len() == f.size_bytes)
+        });
+        if json {
+            let row = serde_json::json!({
+                "name": m.name,
+                "summary": m.summary,
+                "architecture": "bert",
+                "kind": "embedding",
+                "license": m.license,
+                "bytes": m.size_bytes(),
+                "download_bytes": m.wheel_bytes,
+                "cached": cached,
+                "default": false,
+            });
+            println!("{row}");
+        } else {
+            println!(
+                "{:<30} {:>7.1} MB  {:<6} {}\n    {}\n    license: {}",
+                m.name,
+                m.size_bytes() as f64 / 1e6,
+                "bert",
+                if cached { "cached" } else { "not fetched" },
+                m.summary,
+                m.license,
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
