@@ -74,9 +74,11 @@ def layer_norm(x, g, b, eps):
     return (x - mu) / np.sqrt(var + eps) * g + b
 
 
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
 def gelu_erf(x):
-    erf = np.vectorize(math.erf)
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)).astype(np.float64))
 
 
 def gelu_tanh(x):

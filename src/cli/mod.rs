@@ -6,6 +6,7 @@ use std::process::ExitCode;
 mod bench;
 mod bench_batch;
 mod bench_decode;
+mod bench_embed;
 mod bench_generate;
 mod bench_kernels;
 mod bench_linear;
@@ -22,6 +23,7 @@ mod predict;
 mod run;
 mod serve;
 mod serve_api;
+mod serve_embed;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]

@@ -77,9 +77,19 @@ pub(super) fn gather_nd(ctx: &mut Ctx<'_>, node: &OnnxNode) -> Result<(), Import
             steps: vec![1],
         };
         let d = ctx.helper(node, &format!("extent{axis}"), dim, &[shape])?;
-        let negative = ctx.helper(node, &format!("negative{axis}"), CompareOp::Less, &[i, zero])?;
+        let negative = ctx.helper(
+            node,
+            &format!("negative{axis}"),
+            CompareOp::Less,
+            &[i, zero],
+        )?;
         let wrapped = ctx.helper(node, &format!("wrapped{axis}"), BinaryOp::Add, &[i, d])?;
-        let i = ctx.helper(node, &format!("position{axis}"), Where, &[negative, wrapped, i])?;
+        let i = ctx.helper(
+            node,
+            &format!("position{axis}"),
+            Where,
+            &[negative, wrapped, i],
+        )?;
         linear = Some(match linear {
             None => i,
             Some(l) => {
