@@ -71,7 +71,9 @@ impl Embeddings {
 /// Batches over sentences of `lengths` tokens: the indices of each batch, longest sentences
 /// first, so a batch pads to its first sentence's length and its others are at most that
 /// long. A batch holds at most `max_batch` sentences and `max_batch_tokens` padded tokens
-/// (a sentence longer than that alone is a batch of one).
+/// (a sentence longer than that alone is a batch of one), and only sentences shorter than its
+/// first by at most that length over [`PAD_FRACTION`] (or [`PAD_SLACK`] tokens): a length
+/// bucket, so the padding stays a small part of the tokens.
 pub fn plan_batches(
     lengths: &[usize],
     max_batch: usize,
@@ -84,7 +86,9 @@ pub fn plan_batches(
         match batches.last_mut() {
             Some(batch)
                 if batch.len() < max_batch.max(1)
-                    && (batch.len() + 1) * lengths[batch[0]] <= max_batch_tokens =>
+                    && (batch.len() + 1) * lengths[batch[0]] <= max_batch_tokens
+                    && lengths[batch[0]] - lengths[i]
+                        <= (lengths[batch[0]] / PAD_FRACTION).max(PAD_SLACK) =>
             {
                 batch.push(i)
             }
@@ -93,6 +97,13 @@ pub fn plan_batches(
     }
     batches
 }
+
+/// A sentence joins a batch when it is at most `1 / PAD_FRACTION` of the batch's longest
+/// shorter: at most about a sixth of a batch is padding.
+pub const PAD_FRACTION: usize = 6;
+
+/// ... or at most this many tokens shorter (short sentences: fewer, fuller batches).
+pub const PAD_SLACK: usize = 8;
 
 /// How the network's inputs are fed.
 #[derive(Debug, Clone)]
@@ -294,7 +305,7 @@ impl SentenceModel {
                 ..NetworkOptions::default()
             },
         )?;
-        let request = InferRequest::new(&network, options.run.clone())?;
+        let request = InferRequest::new(&network, options.run)?;
         Ok(SentenceModel {
             tokenizer,
             network,
@@ -512,4 +523,30 @@ fn probe_with(graph: &Graph, batch: u64, seq: u64) -> Option<Vec<Shape>> {
     }
     let shapes = graph.infer_shapes(&bindings).ok()?;
     Some(shapes.shapes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_length_buckets_in_order() {
+        let lengths = [3, 256, 40, 41, 255, 8, 12, 100, 90, 5];
+        let b = plan_batches(&lengths, 3, 10_000);
+        assert_eq!(
+            b,
+            vec![vec![1, 4], vec![7, 8], vec![3, 2], vec![6, 5, 9], vec![0]]
+        );
+        // Every sentence once.
+        let mut all: Vec<usize> = b.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..lengths.len()).collect::<Vec<_>>());
+        // The token bound splits a bucket; a sentence over it is a batch of its own.
+        assert_eq!(
+            plan_batches(&[10, 10, 10], 8, 20),
+            vec![vec![0, 1], vec![2]]
+        );
+        assert_eq!(plan_batches(&[50, 10], 8, 20), vec![vec![0], vec![1]]);
+        assert!(plan_batches(&[], 8, 20).is_empty());
+    }
 }

