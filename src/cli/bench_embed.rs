@@ -9,20 +9,26 @@
 //!   `--repeat` passes; batches of at most `batch` sentences, sorted by length
 //!   (`sentence::plan_batches`). The time covers tokenizing, every iteration and reading the
 //!   vectors back.
-//! * Trace (`--trace CALLS`): CALLS iterations with `batch` uniform in `1..=--max-batch` and
-//!   `seq` in `2..=--max-seq` (seeded; random token ids, no padding), on a fresh engine per
-//!   policy (none, openvino, adaptive): the request's reallocations (buffers replaced after
-//!   the first call because they were too small) and the peak of device bytes beside the
-//!   weights, against the need of the largest call alone (a fresh request with exact
-//!   allocation running only `[max-batch, max-seq]`).
+//! * Trace (`--trace CALLS`, a sentence-transformers folder): CALLS iterations with `batch`
+//!   uniform in `1..=--max-batch` and `seq` in `2..=--max-seq` (seeded; random token ids),
+//!   replayed per policy (none, openvino, adaptive) through a request's memory decisions on
+//!   host memory ([`dynrt::runtime::replay_on_host`]: the same sizing, pool and placeholder
+//!   code as on a device, no kernel run): the reallocations (buffers replaced after the first
+//!   call because they were too small), the output shapes that changed (what an allocator
+//!   that sizes every output exactly would reallocate) and the peak bytes the request held,
+//!   against the largest call alone with exact sizes (`[max-batch, max-seq]`, policy none).
 
 use super::embed::{open_model, ModelArgs};
 use super::run::{engine, provider};
 use anyhow::Context;
+use dynrt::fetch;
 use dynrt::gpu::Engine;
 use dynrt::memory::accounting::region_index;
+use dynrt::memory::predictor::Policy;
 use dynrt::memory::regions::Region;
 use dynrt::rng::SplitMix64;
+use dynrt::runtime::{replay_on_host, NetworkOptions, RunOptions};
+use dynrt::sentence::{bert_inputs, folder_graph, Envelope};
 use std::process::ExitCode;
 
 /// Arguments of `dynrt bench embed`.
@@ -200,65 +206,125 @@ fn random_rows(rng: &mut SplitMix64, batch: usize, seq: usize, vocab: u64) -> Ve
         .collect()
 }
 
+/// The `[batch, seq]` of each call of the trace (seeded).
+pub(crate) fn trace_shapes(calls: usize, max_batch: usize, max_seq: usize) -> Vec<(usize, usize)> {
+    let mut rng = SplitMix64::new(34);
+    (0..calls)
+        .map(|_| {
+            let b = rng.range(1, max_batch as u64 + 1) as usize;
+            let s = rng.range(2, max_seq as u64 + 1) as usize;
+            (b, s)
+        })
+        .collect()
+}
+
 fn trace(args: &Args, calls: usize) -> anyhow::Result<ExitCode> {
     let (max_batch, max_seq) = (args.max_batch.max(1), args.max_seq.max(2));
-    // The need of the largest call alone, allocated exactly.
-    let need = {
-        let engine = engine()?;
-        let mut margs = args.run.clone();
-        margs.policy = "none".into();
-        let mut model = open_model(&engine, &args.model, &margs)?;
-        let vocab = model.tokenizer().vocab_size() as u64;
-        let rows = random_rows(&mut SplitMix64::new(1), max_batch, max_seq, vocab);
-        let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
-        pollster::block_on(model.run_batch(&refs))?;
-        activation_peak(&engine)
+    let folder = match fetch::find_embedding_model(&args.model) {
+        Some(spec) => {
+            anyhow::ensure!(
+                matches!(spec.format, fetch::EmbeddingFormat::SentenceTransformers),
+                "--trace replays a sentence-transformers folder, and {} is an ONNX export",
+                spec.name
+            );
+            fetch::resolve_embedding(&args.model)?
+        }
+        None => std::path::PathBuf::from(&args.model),
     };
-    for policy in ["none", "openvino", "adaptive"] {
-        let engine = engine()?;
-        let mut margs = args.run.clone();
-        margs.policy = policy.into();
-        let mut model = open_model(&engine, &args.model, &margs)?;
-        let vocab = model.tokenizer().vocab_size() as u64;
-        let mut rng = SplitMix64::new(34);
-        let t = web_time::Instant::now();
-        for _ in 0..calls {
-            let batch = rng.range(1, max_batch as u64 + 1) as usize;
-            let seq = rng.range(2, max_seq as u64 + 1) as usize;
-            let rows = random_rows(&mut rng, batch, seq, vocab);
+    let (graph, vocab, pad) =
+        folder_graph(&folder).context("--trace needs a sentence-transformers folder")?;
+    let shapes = trace_shapes(calls, max_batch, max_seq);
+    let steps = |shapes: Vec<(usize, usize)>| {
+        let mut rng = SplitMix64::new(7);
+        shapes.into_iter().map(move |(b, s)| {
+            let rows = random_rows(&mut rng, b, s, vocab as u64);
             let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
-            pollster::block_on(model.run_batch(&refs))?;
+            bert_inputs(&refs, pad)
+        })
+    };
+    let network = NetworkOptions {
+        inflight: 1,
+        ..NetworkOptions::default()
+    };
+    let need = replay_on_host(
+        graph.clone(),
+        &network,
+        RunOptions::new(Policy::None),
+        steps(vec![(max_batch, max_seq)]),
+    )?
+    .peak_bytes;
+    // As `SentenceModel` runs them: a fresh request at each envelope growth, its first call
+    // padded to the envelope.
+    let mut segments: Vec<Vec<(usize, usize)>> = Vec::new();
+    let mut envelope = Envelope::new(max_batch, max_seq);
+    for &(b, s) in &shapes {
+        match envelope.fit(b, s) {
+            Some(grown) => segments.push(vec![grown]),
+            None => segments
+                .last_mut()
+                .context("the first call grows the envelope")?
+                .push((b, s)),
+        }
+    }
+    for policy in [Policy::None, Policy::OpenVino, Policy::Adaptive] {
+        let name = format!("{policy:?}").to_lowercase();
+        let t = web_time::Instant::now();
+        let one = replay_on_host(
+            graph.clone(),
+            &network,
+            RunOptions::new(policy),
+            steps(shapes.clone()),
+        )?;
+        let (mut peak, mut reallocations, mut allocations) = (0u64, 0u64, 0u64);
+        for (i, seg) in segments.iter().enumerate() {
+            let r = replay_on_host(
+                graph.clone(),
+                &network,
+                RunOptions::new(policy),
+                steps(seg.clone()),
+            )?;
+            peak = peak.max(r.peak_bytes);
+            allocations += r.stats.allocations;
+            reallocations += r.stats.reallocations;
+            if i > 0 {
+                reallocations += r.stats.allocations.saturating_sub(r.stats.reallocations);
+            }
         }
         let secs = t.elapsed().as_secs_f64();
-        let stats = model.stats();
-        let sizing = model.sizing();
-        let peak = activation_peak(&engine);
         if args.json {
             let line = serde_json::json!({
-                "provider": provider(&engine),
                 "model": args.model,
-                "policy": policy,
+                "policy": name,
                 "calls": calls,
                 "max_batch": max_batch,
                 "max_seq": max_seq,
-                "reallocations": stats.reallocations,
-                "allocations": stats.allocations,
-                "reuses": stats.reuses,
-                "bytes_allocated_total": stats.bytes_allocated_total,
-                "activation_peak_bytes": peak,
                 "largest_call_need_bytes": need,
-                "peak_over_need": peak as f64 / need.max(1) as f64,
-                "sizer_peak_reserved_bytes": sizing.peak_reserved_bytes,
-                "sizer_peak_needed_bytes": sizing.peak_needed_bytes,
+                "exact_reallocations": one.stats.shape_updates,
+                "one_request": {
+                    "reallocations": one.stats.reallocations,
+                    "allocations": one.stats.allocations,
+                    "peak_bytes": one.peak_bytes,
+                    "peak_over_need": one.peak_bytes as f64 / need.max(1) as f64,
+                },
+                "envelope": {
+                    "growths": segments.len(),
+                    "reallocations": reallocations,
+                    "allocations": allocations,
+                    "peak_bytes": peak,
+                    "peak_over_need": peak as f64 / need.max(1) as f64,
+                },
                 "seconds": secs,
             });
             println!("{line}");
         } else {
             println!(
-                "{policy:>9}: {} reallocations over {calls} calls, peak {:.1} MB beside the weights = {:.2}x the largest call's {:.1} MB ({secs:.1} s)",
-                stats.reallocations,
+                "{name:>9}: by envelope ({} growths) {reallocations} reallocations, peak {:.1} MB = {:.2}x; one request growing buffer by buffer {} reallocations, peak {:.2}x; exact allocation {} (outputs whose shape changed); the largest call alone needs {:.1} MB",
+                segments.len(),
                 peak as f64 / 1e6,
                 peak as f64 / need.max(1) as f64,
+                one.stats.reallocations,
+                one.peak_bytes as f64 / need.max(1) as f64,
+                one.stats.shape_updates,
                 need as f64 / 1e6
             );
         }

@@ -35,10 +35,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub use crate::models::{
-    find_embedding_model, find_model, model_names, EmbeddingSpec, ModelSpec, WheelPart,
-    ALL_MINILM_L6_V2, ALL_MINILM_L6_V2_INT8, DEFAULT_MODEL, EMBEDDING_MODELS, GEMMA3_270M, MODELS,
-    PARAPHRASE_MINILM_L3_V2, QWEN25_CODER_05B_INSTRUCT, QWEN25_CODER_15B_INSTRUCT,
-    SMOLLM2_135M_INSTRUCT,
+    find_embedding_model, find_model, model_names, EmbeddingFormat, EmbeddingSpec, ModelSpec,
+    WheelPart, ALL_MINILM_L6_V2, ALL_MINILM_L6_V2_INT8, DEFAULT_MODEL, EMBEDDING_MODELS,
+    GEMMA3_270M, MODELS, PARAPHRASE_MINILM_L3_V2, QWEN25_CODER_05B_INSTRUCT,
+    QWEN25_CODER_15B_INSTRUCT, SMOLLM2_135M_INSTRUCT,
 };
 
 /// Errors of finding, fetching and checking a model file.

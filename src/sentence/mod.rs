@@ -30,9 +30,12 @@ mod model;
 mod open;
 
 pub use config::{BertConfig, Pipeline, Pooling};
-pub use model::{plan_batches, EmbedOptions, Embeddings, FolderTexts, SentenceModel};
+pub use model::{
+    bert_inputs, bert_inputs_at, plan_batches, EmbedOptions, Embeddings, Envelope, FolderTexts,
+    SentenceModel, ENVELOPE_BATCH, ENVELOPE_SEQ, PAD_FRACTION, PAD_SLACK,
+};
 #[cfg(not(target_arch = "wasm32"))]
-pub use open::{spec_pipeline, OnnxParts};
+pub use open::{folder_graph, spec_pipeline, OnnxParts};
 
 /// Why a sentence model could not be loaded or run. Every variant names the file or field.
 #[derive(Debug, thiserror::Error)]

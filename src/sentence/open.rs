@@ -174,3 +174,30 @@ fn pooling_path(modules: &str) -> Result<String, SentenceError> {
     }
     Ok(path.to_string())
 }
+
+/// The graph of a sentence-transformers folder (as [`SentenceModel::open_folder`] builds it,
+/// over the memory-mapped weights), its tokenizer's vocabulary size and padding id, without
+/// a device: for [`crate::runtime::replay_on_host`].
+///
+/// # Errors
+/// As [`SentenceModel::open_folder`].
+pub fn folder_graph(folder: &Path) -> Result<(crate::graph::Graph, usize, u32), SentenceError> {
+    let modules = text(folder, "modules.json")?;
+    let pooling = text(folder, &format!("{}/config.json", pooling_path(&modules)?))?;
+    let sentence_bert = text(folder, "sentence_bert_config.json").ok();
+    let config = super::BertConfig::from_json(&text(folder, "config.json")?)?;
+    let pipeline = Pipeline::from_folder(
+        &modules,
+        &pooling,
+        sentence_bert.as_deref(),
+        config.max_positions,
+    )?;
+    let tokenizer = WordPiece::from_json(&text(folder, "tokenizer.json")?)?;
+    let weights = MappedSafeTensors::open(folder.join("model.safetensors"))?;
+    let graph = super::graph::build_bert(
+        &config,
+        &super::graph::BertWeights::new(weights.index(), weights.backing()),
+        &pipeline,
+    )?;
+    Ok((graph, tokenizer.vocab_size(), tokenizer.pad_id()))
+}
