@@ -546,7 +546,7 @@ mod tests {
                 "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
                                    "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
             "model": {"type": "WordPiece", "unk_token": "[UNK]",
-                "continuing_subword_prefix": "##", "max_input_chars_per_word": 8,
+                "continuing_subword_prefix": "##", "max_input_chars_per_word": 10,
                 "vocab": entries},
         });
         WordPiece::from_json(&json.to_string()).unwrap()

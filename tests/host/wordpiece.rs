@@ -123,7 +123,7 @@ fn wordpiece_equals_the_tokenizers_package() {
         mismatches.join("\n")
     );
     assert!(
-        unknowns >= 50 && truncated >= 3,
+        unknowns >= 50 && truncated >= 2,
         "{unknowns} unknowns, {truncated} truncated"
     );
     assert!(
