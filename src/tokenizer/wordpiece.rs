@@ -559,11 +559,12 @@ mod tests {
         assert_eq!(wp.encode("Hello, WORLD!"), vec![2, 7, 9, 8, 10, 3]);
         // A piece missing: the whole word is [UNK]; too long a word too.
         assert_eq!(wp.encode("unx hello"), vec![2, 1, 7, 3]);
-        assert_eq!(wp.encode("abbbbbbbb"), vec![2, 1, 3]);
-        assert_eq!(
-            wp.encode("abbbbbbb"),
-            vec![2, 11, 12, 12, 12, 12, 12, 12, 12, 3]
-        );
+        // At most 10 characters a word (the toy's max_input_chars_per_word).
+        assert_eq!(wp.encode(&format!("a{}", "b".repeat(10))), vec![2, 1, 3]);
+        let mut ten = vec![2, 11];
+        ten.extend([12; 9]);
+        ten.push(3);
+        assert_eq!(wp.encode(&format!("a{}", "b".repeat(9))), ten);
         // Accents stripped, CJK split off, controls dropped.
         assert_eq!(wp.encode("Café中a\u{0}b"), vec![2, 13, 14, 11, 12, 3]);
         // A control token typed as text is text.
