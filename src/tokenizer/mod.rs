@@ -59,12 +59,14 @@ mod error;
 mod pretokenize;
 mod spm;
 mod stream;
+pub mod wordpiece;
 
 pub use chat::{ChatMessage, ChatTemplate, RenderedChat, TEMPLATE_FUEL};
 pub use error::TokenizerError;
 pub use pretokenize::PreTokenizer;
 pub use spm::SpmParts;
 pub use stream::StreamDecoder;
+pub use wordpiece::WordPiece;
 
 use crate::gguf::Gguf;
 use aho_corasick::{AhoCorasick, MatchKind};

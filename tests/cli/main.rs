@@ -12,3 +12,4 @@ mod onnx;
 mod plan;
 mod predict;
 mod serve;
+mod serve_embed;
