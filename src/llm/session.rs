@@ -808,6 +808,9 @@ impl Session {
             }
         }
         let mut y = out.first().map_or(0, token_of);
+        // The memory sample of the step that chose `y` (steps are sampled as they are
+        // submitted, and one is submitted ahead of the token being shown).
+        let mut y_sample = self.trace.samples.len().checked_sub(1);
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let model = self.model.clone();
         let context = model.context_len() as usize;
@@ -815,8 +818,9 @@ impl Session {
         let mut tokens = Vec::new();
         let mut text = String::new();
         let mut decode_ms: Vec<f64> = Vec::new();
-        // The step submitted that feeds `y` (its KV row appended, `y` not yet in `cached`).
-        let mut inflight: Option<Pending> = None;
+        // The step submitted that feeds `y` (its KV row appended, `y` not yet in `cached`),
+        // with the index of its memory sample.
+        let mut inflight: Option<(Pending, usize)> = None;
         let mut t = Instant::now();
         let stop = loop {
             tokens.push(y);
@@ -838,23 +842,25 @@ impl Session {
                 token: y,
                 text: &piece,
                 forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
-                memory: self.trace.samples.last(),
+                memory: y_sample.and_then(|i| self.trace.samples.get(i)),
             });
             text.push_str(&piece);
             if let Some(stop) = stop {
-                if let Some(p) = inflight.take() {
+                if let Some((p, _)) = inflight.take() {
                     self.give_up(p, 1)?;
                 }
                 self.pending = Some(y);
                 break stop;
             }
             // The step that feeds y: submitted ahead already, except after the prefill.
-            let feeding = match inflight.take() {
+            let (feeding, feeding_sample) = match inflight.take() {
                 Some(p) => p,
                 None => {
                     let at = self.cached.len();
-                    self.submit_step(Feed::Device, at, row(at + 1), &[labels::NEXT_TOKEN])
-                        .await?
+                    let p = self
+                        .submit_step(Feed::Device, at, row(at + 1), &[labels::NEXT_TOKEN])
+                        .await?;
+                    (p, self.trace.samples.len() - 1)
                 }
             };
             self.cached.push(y);
@@ -866,7 +872,7 @@ impl Session {
                     .submit_step(Feed::Device, at, row(at + 1), &[labels::NEXT_TOKEN])
                     .await
                 {
-                    Ok(p) => Some(p),
+                    Ok(p) => Some((p, self.trace.samples.len() - 1)),
                     Err(e) => {
                         self.abandon(feeding);
                         return Err(e);
@@ -878,7 +884,7 @@ impl Session {
             let out = match self.collect_step(feeding).await {
                 Ok(out) => out,
                 Err(e) => {
-                    if let Some(p) = ahead {
+                    if let Some((p, _)) = ahead {
                         self.give_up(p, 1)?;
                     }
                     self.pending = None;
@@ -886,6 +892,7 @@ impl Session {
                 }
             };
             y = out.first().map_or(0, token_of);
+            y_sample = Some(feeding_sample);
             inflight = ahead;
             decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
             t = Instant::now();
