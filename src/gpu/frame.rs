@@ -241,7 +241,10 @@ impl<'k> Frame<'k> {
                 label: Some("dynrt iteration slice"),
             });
         let done = std::mem::replace(&mut self.encoder, next);
-        let index = gpu.queue().submit(head.into_iter().chain([done.finish()]));
+        let index = {
+            let _device = gpu.lock_device();
+            gpu.queue().submit(head.into_iter().chain([done.finish()]))
+        };
         let slice = (index, web_time::Instant::now(), self.since_slice);
         self.since_slice = 0;
         if let Some((prev, at, n)) = self.in_flight.replace(slice) {
@@ -518,7 +521,7 @@ impl<'k> Frame<'k> {
             let (chunk, offset) = self
                 .uniforms
                 .push_bytes(&d.params)
-                .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+                .map_err(KernelError::Uniforms)?;
             if chunk.uid() != d.uniform_chunk {
                 return Ok(false);
             }
@@ -547,10 +550,14 @@ impl<'k> Frame<'k> {
     pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
         let head = self.pack_writes();
-        self.engine
-            .gpu()
-            .queue()
-            .submit(head.into_iter().chain([self.encoder.finish()]));
+        let gpu = self.engine.gpu();
+        {
+            // On llvmpipe the submit runs the frame's kernels before it returns, holding the
+            // GL context all along (see `Gpu::lock_device`).
+            let _device = gpu.lock_device();
+            gpu.queue()
+                .submit(head.into_iter().chain([self.encoder.finish()]));
+        }
         (Submitted { scope: self.scope }, self.uniforms, self.log)
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn bench_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/planner")
+    crate::common::repo().join("fixtures/planner")
 }
 
 fn instances() -> Vec<PathBuf> {
@@ -25,7 +25,7 @@ fn instances() -> Vec<PathBuf> {
 }
 
 fn plan(args: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("plan")
         .args(args)
         .output()
