@@ -300,10 +300,12 @@ impl GpuInner {
 /// How long one wait on a GL device's fence may hold the GL context
 /// ([`Gpu::poll_wait`]): other threads' short calls (an unmap, a buffer's creation) get the
 /// context between two waits.
+#[cfg(not(target_arch = "wasm32"))]
 const GL_POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How a poll of [`Gpu::poll_until`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub(crate) enum Polled {
     /// The caller's condition held.
     Done,
