@@ -2,7 +2,7 @@
 //! time limit and the height reached is asserted (a regression in any strategy fails here),
 //! plus the error paths (malformed rows, a capacity that cannot be met) and the output files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn bench_dir() -> PathBuf {

@@ -2,7 +2,7 @@
 //! malformed input, and the shipped fixture traces.
 
 use dynrt::memory::predictor::{replay, Policy, PredictorOptions, ReplayConfig, Trace};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Writes `text` to a fresh file under the test scratch folder.

@@ -21,7 +21,6 @@ use dynrt::onnx::external::BytesResolver;
 use dynrt::onnx::{testdata, LoadOptions, OnnxFile};
 use dynrt::rng::SplitMix64;
 use std::cell::Cell;
-use std::path::Path;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,6 @@
 
 use crate::common;
 
-use std::path::Path;
-
 #[test]
 fn every_shader_validates() {
     let dir = crate::common::repo().join("shaders");

@@ -6,8 +6,6 @@
 
 use crate::common;
 
-use std::path::Path;
-
 /// `bitcast<f32>(0x...u)` literals with an all-ones exponent, as `file:line: text`.
 fn non_finite_literals(name: &str, src: &str) -> Vec<String> {
     let mut found = Vec::new();

@@ -48,8 +48,8 @@ fn bytes_after_a_step_of(gpu: &Gpu, k: usize) -> u64 {
     let engine = Engine::new(gpu.clone());
     let model = tiny(&engine);
     let mut batch = BatchEngine::new(&model, options()).unwrap();
-    for i in 0..k {
-        batch.add(&prompt(i), greedy(MAX_TOKENS[i])).unwrap();
+    for (i, &max_tokens) in MAX_TOKENS.iter().enumerate().take(k) {
+        batch.add(&prompt(i), greedy(max_tokens)).unwrap();
     }
     assert_eq!(batch.step_blocking().unwrap().len(), k);
     engine.device_bytes_in_use()
