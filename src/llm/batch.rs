@@ -35,6 +35,8 @@
 //! written into fresh pages when the sequence runs again (*offload*); without it, or when
 //! the host memory cannot be had, the sequence computes its tokens again later (*recompute*).
 //! A request never fails for lack of KV memory as long as one sequence fits in the pool.
+//! When the device memory cannot hold a step's activations, the step runs smaller instead
+//! (see [`BatchEngine::step`]; docs/design.md, "Out of memory in a batched step").
 
 use super::graph::labels;
 use super::sample::Sampler;
