@@ -14,8 +14,23 @@
 # Like the GPU tests, the browser test is skipped with a message when its tools are missing
 # (chromium, node, wasm-bindgen-cli, the wasm32 target, web/node_modules), and fails instead
 # when DYNRT_REQUIRE_GPU=1, which .ci/run sets after installing all of them.
+#
+# scripts/test.sh --under-load N runs all of it beside N busy processes
+# (scripts/under_load.sh) and prints the time: the suite must pass on a busy machine too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -gt 0 ]; then
+  case "$1" in
+    --under-load)
+      [ $# -eq 2 ] || { echo "usage: scripts/test.sh [--under-load N]" >&2; exit 2; }
+      exec scripts/under_load.sh "$2" scripts/test.sh
+      ;;
+    *)
+      echo "usage: scripts/test.sh [--under-load N]" >&2
+      exit 2
+      ;;
+  esac
+fi
 scripts/lint.sh
 # The model (fetched once, with pip) and the Python reference's venv: with both, the model
 # tests must run (DYNRT_REQUIRE_MODEL=1); without, they skip, unless CI (DYNRT_REQUIRE_GPU=1).

@@ -144,9 +144,19 @@ pub enum AllocError {
         /// The buffer's label.
         label: String,
     },
-    /// Mapping failed (device lost, or the buffer was already mapped).
+    /// Mapping failed (the buffer was already mapped, or wgpu refused the map).
     #[error("buffer mapping failed: {0}")]
     Map(String),
+    /// The device is lost ([`Gpu::is_lost`]): nothing more can be done on it.
+    #[error(transparent)]
+    DeviceLost(#[from] super::DeviceLost),
+}
+
+impl AllocError {
+    /// Whether this is [`AllocError::DeviceLost`].
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, AllocError::DeviceLost(_))
+    }
 }
 
 pub use super::usage::KindRequest;
@@ -294,7 +304,12 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.raw.destroy();
+        {
+            // Destroying takes the GL context; the wgpu handle dropped after this holds no
+            // device memory any more, so its own drop does not.
+            let _device = self.engine.gpu.lock_device();
+            self.raw.destroy();
+        }
         let mut acc = self.engine.accounting();
         acc.record_free(self.kind, self.size_bytes);
         if let Some(r) = self.region {
@@ -418,20 +433,24 @@ impl Engine {
         // The budget check is not atomic with the allocation here (a lock cannot be held
         // across the await); concurrent allocations may overshoot the budget by one buffer.
         self.check_budget(&self.inner.accounting(), desc, size, false)?;
-        let device = self.inner.gpu.device();
-        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let raw = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(desc.label),
-            size,
-            usage,
-            mapped_at_creation: false,
-        });
-        let v = val.pop();
-        let o = oom.pop();
+        let gpu = &self.inner.gpu;
+        let device = gpu.device();
+        let (v, o, raw) = {
+            let _device = gpu.lock_device();
+            let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let raw = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(desc.label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            });
+            (val.pop(), oom.pop(), raw)
+        };
         if let Some(e) = v.await.or(o.await) {
+            let _device = gpu.lock_device();
             raw.destroy();
-            return Err(scope_error(e, desc.size_bytes));
+            return Err(self.lost_or(scope_error(e, desc.size_bytes)));
         }
         self.inner.accounting().record_allocate(desc.kind, size);
         Ok(self.wrap(raw, desc, size, false))
@@ -443,6 +462,7 @@ impl Engine {
         desc: &BufferDesc,
         usage: wgpu::BufferUsages,
     ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
+        self.inner.gpu.check_alive()?;
         let support = self.inner.gpu.kind_support(desc.kind);
         if !support.supported {
             return Err(AllocError::Unsupported {
@@ -517,11 +537,15 @@ impl Engine {
                 });
             }
         }
+        let gpu = &self.inner.gpu;
+        // The device lock is taken before the accounting lock, here as everywhere: a buffer
+        // dropped while its thread holds the device records its free under both.
+        let _device = gpu.lock_device();
         let raw = {
             let mut acc = self.inner.accounting();
             self.check_budget(&acc, desc, size, readback)?;
             let raw = create_buffer_checked(
-                self.inner.gpu.device(),
+                gpu,
                 &wgpu::BufferDescriptor {
                     label: Some(desc.label),
                     size,
@@ -529,7 +553,7 @@ impl Engine {
                     mapped_at_creation: contents.is_some(),
                 },
             )
-            .map_err(|e| scope_error(e, desc.size_bytes))?;
+            .map_err(|e| self.lost_or(scope_error(e, desc.size_bytes)))?;
             acc.record_allocate(desc.kind, size);
             raw
         };
@@ -537,17 +561,27 @@ impl Engine {
         // free of what was really allocated.
         let buffer = self.wrap(raw, desc, size, readback);
         if let Some(c) = contents {
-            {
-                let mut view = buffer
-                    .raw
-                    .slice(..)
-                    .get_mapped_range_mut()
-                    .map_err(|e| AllocError::Map(e.to_string()))?;
-                view.slice(..c.len()).copy_from_slice(c);
+            let filled = buffer
+                .raw
+                .slice(..)
+                .get_mapped_range_mut()
+                .map(|mut view| view.slice(..c.len()).copy_from_slice(c));
+            if filled.is_ok() {
+                buffer.raw.unmap();
             }
-            buffer.raw.unmap();
+            filled.map_err(|e| self.lost_or(AllocError::Map(e.to_string())))?;
         }
         Ok(buffer)
+    }
+
+    /// `e`, or [`AllocError::DeviceLost`] when the device is lost (wgpu reports the errors
+    /// of calls on a lost device only through the device-lost callback, and dynrt's own
+    /// checks then fail in their own words).
+    pub(crate) fn lost_or(&self, e: AllocError) -> AllocError {
+        match self.inner.gpu.lost() {
+            Some(lost) => AllocError::DeviceLost(lost),
+            None => e,
+        }
     }
 
     /// Per-kind bytes in use, peak bytes, allocation and free counts.
@@ -621,9 +655,13 @@ impl Engine {
 /// scopes resolve immediately; on the web they resolve later, so the check is skipped there
 /// and errors reach the uncaptured-error handler (use [`Engine::allocate_async`]).
 fn create_buffer_checked(
-    device: &wgpu::Device,
+    gpu: &Gpu,
     desc: &wgpu::BufferDescriptor,
 ) -> Result<wgpu::Buffer, wgpu::Error> {
+    let device = gpu.device();
+    // Reentrant: the caller holds it already, so that the budget check and the allocation
+    // are one step for other threads too.
+    let _device = gpu.lock_device();
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let raw = device.create_buffer(desc);

@@ -247,7 +247,10 @@ impl<'k> Frame<'k> {
                 label: Some("dynrt iteration slice"),
             });
         let done = std::mem::replace(&mut self.encoder, next);
-        let index = gpu.queue().submit(head.into_iter().chain([done.finish()]));
+        let index = {
+            let _device = gpu.lock_device();
+            gpu.queue().submit(head.into_iter().chain([done.finish()]))
+        };
         let slice = (index, web_time::Instant::now(), self.since_slice);
         self.since_slice = 0;
         if let Some((prev, at, n)) = self.in_flight.replace(slice) {
@@ -524,7 +527,7 @@ impl<'k> Frame<'k> {
             let (chunk, offset) = self
                 .uniforms
                 .push_bytes(&d.params)
-                .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+                .map_err(KernelError::Uniforms)?;
             if chunk.uid() != d.uniform_chunk {
                 return Ok(false);
             }
@@ -553,11 +556,14 @@ impl<'k> Frame<'k> {
     pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
         let head = self.pack_writes();
-        let index = self
-            .engine
-            .gpu()
-            .queue()
-            .submit(head.into_iter().chain([self.encoder.finish()]));
+        let gpu = self.engine.gpu();
+        let index = {
+            // On llvmpipe the submit runs the frame's kernels before it returns, holding the
+            // GL context all along (see `Gpu::lock_device`).
+            let _device = gpu.lock_device();
+            gpu.queue()
+                .submit(head.into_iter().chain([self.encoder.finish()]))
+        };
         (
             Submitted {
                 scope: self.scope,

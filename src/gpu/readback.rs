@@ -173,10 +173,17 @@ impl ReadbackRing {
         let (tx, rx) = futures::channel::oneshot::channel();
         let mapped = Arc::new(AtomicBool::new(false));
         let flag = mapped.clone();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            flag.store(true, Ordering::Release);
-            let _ = tx.send(r);
-        });
+        let gpu = self.engine.gpu();
+        gpu.check_alive()?;
+        {
+            // On GL every call that reaches the context holds the device lock
+            // (`Gpu::lock_device`).
+            let _device = gpu.lock_device();
+            slice.map_async(wgpu::MapMode::Read, move |r| {
+                flag.store(true, Ordering::Release);
+                let _ = tx.send(r);
+            });
+        }
         // Natively: poll until this map resolves (its callback runs in the poll that sees
         // the copy's submission done), without waiting for what was submitted after it. A
         // blocking wait for one submission index trips an assertion of wgpu-core when other
@@ -187,7 +194,14 @@ impl ReadbackRing {
         {
             let mut pause = std::time::Duration::from_micros(20);
             while !mapped.load(Ordering::Acquire) {
-                if let Err(e) = self.engine.gpu().device().poll(wgpu::PollType::Poll) {
+                if gpu.is_lost() {
+                    break;
+                }
+                let polled = {
+                    let _device = gpu.lock_device();
+                    gpu.device().poll(wgpu::PollType::Poll)
+                };
+                if let Err(e) = polled {
                     log::warn!("device poll failed: {e}");
                     break;
                 }
@@ -200,13 +214,19 @@ impl ReadbackRing {
         }
         match rx.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(AllocError::Map(e.to_string())),
+            Ok(Err(e)) => {
+                return Err(gpu
+                    .lost()
+                    .map_or(AllocError::Map(e.to_string()), Into::into))
+            }
             Err(_) => {
-                return Err(AllocError::Map(
-                    "map callback dropped (device lost?)".into(),
+                return Err(gpu.lost().map_or(
+                    AllocError::Map("map callback dropped (device lost?)".into()),
+                    Into::into,
                 ))
             }
         }
+        let _device = gpu.lock_device();
         let out = {
             let view = slice
                 .get_mapped_range()

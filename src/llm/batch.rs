@@ -35,6 +35,8 @@
 //! written into fresh pages when the sequence runs again (*offload*); without it, or when
 //! the host memory cannot be had, the sequence computes its tokens again later (*recompute*).
 //! A request never fails for lack of KV memory as long as one sequence fits in the pool.
+//! When the device memory cannot hold a step's activations, the step runs smaller instead
+//! (see [`BatchEngine::step`]; docs/design.md, "Out of memory in a batched step").
 
 use super::graph::labels;
 use super::sample::Sampler;
@@ -155,6 +157,23 @@ pub struct BatchStats {
     pub offloaded_bytes: u64,
     /// Largest `offloaded_bytes` seen.
     pub offloaded_peak_bytes: u64,
+    /// Forward passes tried again with fewer rows because the device memory could not hold
+    /// the step's activations ([`BatchEngine::step`]).
+    pub steps_shrunk: u64,
+    /// Sequences failed because even one row of theirs alone did not fit in the device
+    /// memory ([`BatchEngine::take_failures`]).
+    pub out_of_memory_failures: u64,
+}
+
+/// A sequence a [`BatchEngine::step`] had to give up: it is gone from the engine and its
+/// pages are free ([`BatchEngine::take_failures`]).
+#[derive(Debug)]
+pub struct FailedSeq {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Why: [`LlmError::Run`] with the runtime's out-of-memory error naming what could not
+    /// be allocated.
+    pub error: LlmError,
 }
 
 /// What one sequence of a [`BatchEngine`] holds ([`BatchEngine::sequence_memory`]).
@@ -303,6 +322,8 @@ pub struct BatchEngine {
     predictor: ShapePredictor,
     next_id: SeqId,
     stats: BatchStats,
+    /// Sequences given up since the last [`BatchEngine::take_failures`].
+    failed: Vec<FailedSeq>,
 }
 
 impl std::fmt::Debug for BatchEngine {
@@ -407,6 +428,7 @@ impl BatchEngine {
             seqs: Vec::new(),
             predictor: ShapePredictor::new(options.run.policy, options.run.predictor),
             next_id: 1,
+            failed: Vec::new(),
             stats: BatchStats {
                 pages_total: total,
                 swa_pages_total: swa_total.unwrap_or(0),
@@ -560,6 +582,7 @@ impl BatchEngine {
     /// the prompt and `max_tokens` exceed the context or the whole pool; the sampler's
     /// parameter errors.
     pub fn add(&mut self, prompt: &[u32], params: GenerateParams) -> Result<SeqId, LlmError> {
+        self.model.engine().gpu().check_alive()?;
         let config = self.model.config();
         if prompt.is_empty() {
             return Err(LlmError::EmptyPrompt);
@@ -918,10 +941,71 @@ impl BatchEngine {
     /// each sequence that reached the end of its prompt or decoded produced; finished
     /// sequences are removed and their pages freed. Empty when no sequence is waiting.
     ///
+    /// When the device memory cannot hold the step's activations (the budget, or the
+    /// driver), the step is tried again with fewer rows: prompt chunks are halved first,
+    /// then the sequences admitted last sit the step out, one at a time. A sequence whose
+    /// one row does not fit even alone is given up: it leaves the engine with its pages
+    /// freed and its typed error goes to [`BatchEngine::take_failures`]; the step returns
+    /// without tokens and the others run at the next one ([`BatchStats::steps_shrunk`],
+    /// [`BatchStats::out_of_memory_failures`]).
+    ///
     /// # Errors
-    /// [`LlmError::Run`] from the device; a sequence in the pool cannot otherwise fail.
+    /// [`LlmError::Run`] from the device for anything but a lack of memory;
+    /// [`LlmError::DeviceLost`] (or [`LlmError::Run`] carrying it) once the device is lost,
+    /// at once on every later call.
     pub async fn step(&mut self) -> Result<Vec<SeqToken>, LlmError> {
-        let plan = self.plan();
+        self.model.engine().gpu().check_alive()?;
+        let mut plan = self.plan();
+        loop {
+            match self.run_plan(plan.clone()).await {
+                Err(e) if is_out_of_memory(&e) => match smaller_plan(&plan) {
+                    Some(fewer) => {
+                        // The buffers sized for the rows that did not fit go first.
+                        self.request.release_outputs();
+                        log::info!(
+                            "dynrt: a batched step of {} rows did not fit in device memory; trying {} ({e})",
+                            rows_of(&plan),
+                            rows_of(&fewer)
+                        );
+                        self.stats.steps_shrunk += 1;
+                        plan = fewer;
+                    }
+                    None => {
+                        self.request.release_outputs();
+                        self.give_up(&plan, e);
+                        return Ok(Vec::new());
+                    }
+                },
+                result => return result,
+            }
+        }
+    }
+
+    /// The sequences given up since the last call, oldest first: each is gone from the
+    /// engine, its pages free, with the error that made the step give it up (see
+    /// [`BatchEngine::step`]). A caller serving requests fails theirs with it.
+    pub fn take_failures(&mut self) -> Vec<FailedSeq> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Gives up the one sequence of `plan` (one row that did not fit alone), with `error`.
+    fn give_up(&mut self, plan: &[(usize, usize, usize)], error: LlmError) {
+        let Some(&(i, _, _)) = plan.first() else {
+            return;
+        };
+        let seq = self.seqs[i].id;
+        log::warn!("dynrt: sequence {seq} cannot run in the device memory left: {error}");
+        self.cancel(seq);
+        self.stats.out_of_memory_failures += 1;
+        self.failed.push(FailedSeq { seq, error });
+    }
+
+    /// Runs `plan` (from [`BatchEngine::plan`]) as one forward pass: see
+    /// [`BatchEngine::step`].
+    async fn run_plan(
+        &mut self,
+        plan: Vec<(usize, usize, usize)>,
+    ) -> Result<Vec<SeqToken>, LlmError> {
         if plan.is_empty() {
             return Ok(Vec::new());
         }
@@ -1064,9 +1148,68 @@ impl BatchEngine {
     }
 }
 
+/// Rows of a plan.
+fn rows_of(plan: &[(usize, usize, usize)]) -> usize {
+    plan.iter().map(|p| p.2).sum()
+}
+
+/// Whether `e` says the device memory (the engine's budget or the driver) could not hold an
+/// allocation: the failures a smaller step may avoid.
+fn is_out_of_memory(e: &LlmError) -> bool {
+    use crate::gpu::AllocError;
+    use crate::runtime::RunError;
+    match e {
+        LlmError::Run(RunError::OutOfMemory { .. }) => true,
+        LlmError::Run(RunError::Alloc { cause, .. }) => matches!(
+            cause,
+            AllocError::OverBudget { .. } | AllocError::OutOfMemory { .. }
+        ),
+        _ => false,
+    }
+}
+
+/// A plan of fewer rows than `plan`: the rows of prompt chunks beyond one per sequence
+/// halved, or when every sequence has one row, without the one admitted last (plans are in
+/// admission order). `None` for one sequence with one row.
+fn smaller_plan(plan: &[(usize, usize, usize)]) -> Option<Vec<(usize, usize, usize)>> {
+    let rows = rows_of(plan);
+    if rows > plan.len() {
+        let mut extra = (rows - plan.len()) / 2;
+        let fewer = plan
+            .iter()
+            .map(|&(i, at, n)| {
+                let keep = (n - 1).min(extra);
+                extra -= keep;
+                (i, at, 1 + keep)
+            })
+            .collect();
+        return Some(fewer);
+    }
+    (plan.len() > 1).then(|| plan[..plan.len() - 1].to_vec())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Pages;
+    use super::{smaller_plan, Pages};
+
+    #[test]
+    fn smaller_plans_halve_prompt_chunks_then_leave_the_last_admitted_out() {
+        // Two decode rows and a 30-row chunk: 29 rows beyond one each, 14 kept.
+        let plan = vec![(0, 40, 1), (1, 9, 1), (2, 0, 30)];
+        let p = smaller_plan(&plan).unwrap();
+        assert_eq!(p, vec![(0, 40, 1), (1, 9, 1), (2, 0, 15)]);
+        let mut p = p;
+        let mut rows = vec![super::rows_of(&p)];
+        while let Some(q) = smaller_plan(&p) {
+            p = q;
+            rows.push(super::rows_of(&p));
+        }
+        // 17 -> 10 -> 6 -> 4 -> 3 rows (one each), then the last admitted leaves, then the next.
+        assert_eq!(rows, [17, 10, 6, 4, 3, 2, 1]);
+        assert_eq!(p, vec![(0, 40, 1)]);
+        // Every plan keeps each chunk's start: rows are cut from the end of a chunk.
+        assert_eq!(smaller_plan(&[(3, 5, 1)]), None);
+    }
 
     #[test]
     fn full_pages_are_shared_and_freed_with_their_last_holder() {

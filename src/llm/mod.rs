@@ -48,7 +48,7 @@ mod scheduler_thread;
 mod session;
 
 pub use arch::{ModelConfig, RopeScaling};
-pub use batch::{BatchEngine, BatchOptions, BatchStats, SeqId, SeqMemory, SeqToken};
+pub use batch::{BatchEngine, BatchOptions, BatchStats, FailedSeq, SeqId, SeqMemory, SeqToken};
 pub use error::LlmError;
 pub use graph::{build_graph, build_paged_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;

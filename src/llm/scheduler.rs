@@ -616,20 +616,34 @@ impl Scheduler {
             Err(e) => {
                 let reason = e.to_string();
                 let sequences = self.active.len();
+                // A lost device stays typed: the caller must build a new device and model.
+                let lost = e.device_lost().cloned();
                 for a in std::mem::take(&mut self.active) {
                     self.engine.cancel(a.seq);
                     self.stats.failed += 1;
-                    events.push(SchedulerEvent::Failed {
-                        id: a.id,
-                        error: LlmError::BatchFailed {
+                    let error = match &lost {
+                        Some(lost) => LlmError::DeviceLost(lost.clone()),
+                        None => LlmError::BatchFailed {
                             sequences,
                             reason: reason.clone(),
                         },
-                    });
+                    };
+                    events.push(SchedulerEvent::Failed { id: a.id, error });
                 }
                 return events;
             }
         };
+        // Sequences the step gave up (out of device memory even alone): their pages are free.
+        for f in self.engine.take_failures() {
+            if let Some(i) = self.active.iter().position(|a| a.seq == f.seq) {
+                let a = self.active.remove(i);
+                self.stats.failed += 1;
+                events.push(SchedulerEvent::Failed {
+                    id: a.id,
+                    error: f.error,
+                });
+            }
+        }
         let after = self.engine.stats();
         if after.prompt_rows > before.prompt_rows {
             self.stats.prefill_steps += 1;

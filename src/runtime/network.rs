@@ -274,7 +274,9 @@ impl Network {
         graph: Graph,
         options: NetworkOptions,
     ) -> Result<Network, RunError> {
-        Self::compile_inner(engine, graph, options, None)
+        let gpu = engine.gpu();
+        gpu.check_alive()?;
+        Self::compile_inner(engine, graph, options, None).map_err(|e| e.or_lost(gpu))
     }
 
     /// The same graph compiled again with other options (typically other fixed symbols: a
@@ -287,6 +289,7 @@ impl Network {
     /// # Errors
     /// As [`Network::compile`].
     pub fn specialize(&self, options: NetworkOptions) -> Result<Network, RunError> {
+        self.inner.engine.gpu().check_alive()?;
         let shared = (
             Arc::clone(&self.inner.data),
             Arc::clone(&self.inner.placeholders),
@@ -316,6 +319,7 @@ impl Network {
         options: NetworkOptions,
     ) -> Result<Network, RunError> {
         let engine = &self.inner.engine;
+        engine.gpu().check_alive()?;
         let target = target(
             engine,
             options.io_kind.unwrap_or(self.inner.compiled.io_kind),

@@ -11,7 +11,7 @@ fn info_json_reports_adapter_limits_and_kind_table() {
             dynrt::gpu::wgpu::Backend::Gl => "gl",
             other => panic!("no WGPU_BACKEND name for {other:?} in this test"),
         };
-        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        let out = Command::new(crate::common::dynrt_bin())
             .args(["info", "--json"])
             .env("WGPU_BACKEND", backend)
             .env("DYNRT_MEMORY_BUDGET", "123456789")
@@ -49,7 +49,7 @@ fn info_json_reports_adapter_limits_and_kind_table() {
 
 #[test]
 fn info_without_a_matching_adapter_fails_with_the_reason() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("info")
         .env("WGPU_ADAPTER_NAME", "no-such-adapter-xyz")
         .output()

@@ -33,7 +33,7 @@ impl Drop for Server {
 
 impl Server {
     fn start(model: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        let mut child = Command::new(crate::common::dynrt_bin())
             .args(["serve", "--port", "0", "--model"])
             .arg(model)
             .args(extra)

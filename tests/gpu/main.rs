@@ -11,9 +11,11 @@
 mod common;
 
 mod demo;
+mod device_lost;
 mod embed;
 mod engine;
 mod env;
+mod gl_threads;
 mod history;
 mod kernels;
 mod llm;

@@ -454,10 +454,11 @@ pub enum KernelError {
         /// Elements per block.
         block: u32,
     },
-    /// A uniform chunk, the unused-slot pad or the scratch of aliased operands could not be
-    /// allocated.
+    /// A uniform chunk, the unused-slot pad, the scratch of aliased operands or a workspace
+    /// could not be allocated (the engine's error: over the budget, the driver out of
+    /// memory, the device lost).
     #[error("uniform slots: {0}")]
-    Uniforms(String),
+    Uniforms(crate::gpu::AllocError),
     /// Two storage bindings of one dispatch overlap: two outputs, or (a bug in the encoder)
     /// bindings left overlapping. WebGPU rejects writable storage bindings that alias, and
     /// every binding is `read_write` ([`Encoder::dispatch`]).

@@ -110,6 +110,7 @@ impl InferRequest {
             op: node.op.name(),
             reason,
         };
+        let encode_err = |e| RunError::from_kernel(&node.label, node.op.name(), e);
         let poison = self.state.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
@@ -169,7 +170,7 @@ impl InferRequest {
                 let ins = [out, operand(rows)?, operand(slots)?];
                 let planned = frame
                     .encode_planned(&node.op, &ins, &out, &mut self.plans[k])
-                    .map_err(|e| kernel_err(e.to_string()))?;
+                    .map_err(encode_err)?;
                 stats.dispatches += planned.dispatches as u64;
                 if planned.replayed {
                     stats.dispatches_replayed += planned.dispatches as u64;
@@ -219,9 +220,7 @@ impl InferRequest {
                         let op = Op::Reshape(ops::Reshape {
                             target: out.shape.dims().iter().map(|&d| d as i64).collect(),
                         });
-                        let n = frame
-                            .encode(&op, &[src], &out)
-                            .map_err(|e| kernel_err(e.to_string()))?;
+                        let n = frame.encode(&op, &[src], &out).map_err(encode_err)?;
                         stats.dispatches += n as u64;
                     } else {
                         frame.copy(
@@ -254,9 +253,7 @@ impl InferRequest {
                     .iter()
                     .any(|t| t.tensor.buffer.uid() == out.tensor.buffer.uid());
                 if !aligned || shares {
-                    let n = frame
-                        .encode(&node.op, &ins, &out)
-                        .map_err(|e| kernel_err(e.to_string()))?;
+                    let n = frame.encode(&node.op, &ins, &out).map_err(encode_err)?;
                     stats.dispatches += n as u64;
                 } else {
                     let mut at = out.tensor.offset_bytes;
@@ -329,12 +326,11 @@ impl InferRequest {
                         .map_err(|e| kernel_err(e.to_string()))?;
                     stats.dispatches += frame
                         .check_indices(&ins[1], table.dims()[axis], &record)
-                        .map_err(|e| kernel_err(e.to_string()))?
-                        as u64;
+                        .map_err(encode_err)? as u64;
                 }
                 let planned = frame
                     .encode_planned(&node.op, ins, &out, &mut self.plans[k])
-                    .map_err(|e| kernel_err(e.to_string()))?;
+                    .map_err(encode_err)?;
                 stats.dispatches += planned.dispatches as u64;
                 if planned.replayed {
                     stats.dispatches_replayed += planned.dispatches as u64;

@@ -165,9 +165,9 @@ impl std::fmt::Debug for InferRequest {
 
 fn alloc_err(what: impl Into<String>) -> impl FnOnce(AllocError) -> RunError {
     let what = what.into();
-    move |source| RunError::Alloc {
-        what,
-        cause: source,
+    move |source| match source {
+        AllocError::DeviceLost(lost) => RunError::DeviceLost(lost),
+        cause => RunError::Alloc { what, cause },
     }
 }
 
@@ -222,6 +222,7 @@ impl InferRequest {
     pub fn new(network: &Network, options: RunOptions) -> Result<InferRequest, RunError> {
         let inner = &network.inner;
         let engine = &inner.engine;
+        engine.gpu().check_alive()?;
         let state = RequestState::new(
             Arc::clone(&inner.compiled),
             options,
@@ -395,6 +396,18 @@ impl InferRequest {
             .map_err(alloc_err("restoring KV rows from the host"))
     }
 
+    /// Frees the buffer of every node output (the states, the constants and the static arena
+    /// stay): after an iteration failed for lack of memory ([`RunError::OutOfMemory`]), so
+    /// that the next one, smaller, allocates for its own shapes only instead of keeping
+    /// those sized for the one that failed. The next iteration infers every node again.
+    pub fn release_outputs(&mut self) {
+        self.state.release_outputs();
+        for plan in &mut self.plans {
+            *plan = None;
+        }
+        self.forget_freed();
+    }
+
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         self.state.reset_states();
@@ -469,8 +482,21 @@ impl InferRequest {
     /// [`RunError::BadInput`] / [`RunError::Graph`] for inputs that do not fit the graph;
     /// [`RunError::OutOfMemory`] naming the node whose output cannot be allocated (the request
     /// stays usable: states are unchanged and nothing was submitted);
-    /// [`RunError::UnknownOutput`]; [`RunError::Alloc`] for readback failures.
+    /// [`RunError::UnknownOutput`]; [`RunError::Alloc`] for readback failures;
+    /// [`RunError::DeviceLost`] once the device is lost (at once, without touching it).
     pub async fn infer(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        read: &[&str],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        let gpu = self.engine().gpu().clone();
+        gpu.check_alive()?;
+        self.infer_inner(inputs, read)
+            .await
+            .map_err(|e| e.or_lost(&gpu))
+    }
+
+    async fn infer_inner(
         &mut self,
         inputs: &[(&str, &HostTensor)],
         read: &[&str],
@@ -509,6 +535,8 @@ impl InferRequest {
         io: &DeviceIo<'_>,
         read: &[&str],
     ) -> Result<Pending, RunError> {
+        let gpu = self.engine().gpu().clone();
+        gpu.check_alive()?;
         // Device inputs take a shape for the shape pass and no host bytes.
         let mut fed: Vec<(&str, HostTensor)> = Vec::with_capacity(io.inputs.len());
         for &(label, ref shape, _, _) in &io.inputs {
@@ -569,7 +597,9 @@ impl InferRequest {
             }
         }
         self.forget_freed();
-        result.map(|(_, pending)| pending)
+        result
+            .map(|(_, pending)| pending)
+            .map_err(|e| e.or_lost(&gpu))
     }
 
     /// The outputs of a submitted iteration ([`InferRequest::submit`]), in the order they

@@ -17,6 +17,7 @@
 mod batch;
 mod errors;
 mod growth;
+mod oom;
 mod pipelined;
 mod window;
 
@@ -83,7 +84,7 @@ fn reference(py: &Path, model: &Path, args: &[&str], cache: bool) -> Reference {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llm-reference");
+    let dir = crate::common::tmpdir().join("llm-reference");
     // Two tests ask for the same reference run: the second waits and reads the first's files.
     let _cache = common::cache_lock();
     std::fs::create_dir_all(&dir).unwrap();
