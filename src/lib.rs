@@ -105,6 +105,7 @@ pub mod onnx;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
+pub mod structured;
 pub mod tensor;
 pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]
