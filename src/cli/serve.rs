@@ -14,9 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dynrt::llm::{
-    RequestId, Scheduler, SchedulerEvent, SchedulerHandle, SchedulerOptions,
-};
+use dynrt::llm::{RequestId, Scheduler, SchedulerEvent, SchedulerHandle, SchedulerOptions};
 use dynrt::runtime::report::human_bytes;
 use dynrt::structured::{TokenTrie, ToolFormat};
 use dynrt::tokenizer::Tokenizer;
@@ -351,7 +349,7 @@ async fn generate_response(app: Shared, plan: Plan) -> Result<Response, ApiError
         },
         created: unix_now(),
         model: app.model_id.clone(),
-        tools: plan.tools,
+        tools: plan.tools.clone(),
         logprobs: plan.logprobs,
     };
     if plan.stream {
@@ -537,7 +535,7 @@ fn stream(
                         st.all.push_str(&t);
                         st.logprobs.extend(lp);
                         st.held.push_str(&t);
-                        let keep = serve_api::held_for_tools(st.header.tools, &st.held);
+                        let keep = serve_api::held_for_tools(&st.header.tools, &st.all, &st.held);
                         let out: String = st.held.drain(..st.held.len() - keep).collect();
                         if !out.is_empty() || st.first_chunk {
                             let first = std::mem::replace(&mut st.first_chunk, false);
@@ -570,7 +568,9 @@ fn stream(
                                 }
                             }
                             // Held text that was no call after all.
-                            None if !st.held.is_empty() => text = Some(std::mem::take(&mut st.held)),
+                            None if !st.held.is_empty() => {
+                                text = Some(std::mem::take(&mut st.held))
+                            }
                             None => {}
                         }
                         let end = st.header.chunk(

@@ -205,8 +205,7 @@ pub fn check_fields(
         }
     };
     for (k, value) in fields {
-        if !value.is_null() && !own.contains(&k.as_str()) && !COMMON_FIELDS.contains(&k.as_str())
-        {
+        if !value.is_null() && !own.contains(&k.as_str()) && !COMMON_FIELDS.contains(&k.as_str()) {
             unknown(k.clone())?;
         }
     }
@@ -452,12 +451,17 @@ pub struct Server<'a> {
 }
 
 /// How a chat's answer is read for tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tools {
     /// No tools: the answer is text.
     Off,
-    /// The answer may call tools (`format` says how); `parallel`: more than one call.
-    On { format: ToolFormat, parallel: bool },
+    /// The answer may call the tools `names` (`format` says how); `parallel`: more than one
+    /// call.
+    On {
+        format: ToolFormat,
+        parallel: bool,
+        names: Arc<[String]>,
+    },
 }
 
 /// Log-probabilities a request asked for.
@@ -781,7 +785,10 @@ impl ChatBody {
         for (i, t) in tools.iter().enumerate() {
             if t.kind != "function" {
                 return Err(ApiError::bad(
-                    format!("tools of type `{}` are not supported: only functions", truncated(&t.kind)),
+                    format!(
+                        "tools of type `{}` are not supported: only functions",
+                        truncated(&t.kind)
+                    ),
                     Some(&format!("tools[{i}].type")),
                 ));
             }
@@ -806,28 +813,30 @@ impl ChatBody {
                 ("function".into(), Json::Object(function)),
             ]));
         }
-        let choice = match &self.tool_choice {
-            None => "auto".to_string(),
-            Some(ToolChoice::Mode(m)) if matches!(m.as_str(), "none" | "auto" | "required") => {
-                m.clone()
-            }
-            Some(ToolChoice::Function { kind, function }) if kind == "function" => {
-                if !tools.iter().any(|t| t.function.name == function.name) {
-                    return Err(ApiError::bad(
-                        format!("tool_choice names `{}`, which is not among the tools", truncated(&function.name)),
-                        Some("tool_choice"),
-                    ));
+        let choice =
+            match &self.tool_choice {
+                None => "auto".to_string(),
+                Some(ToolChoice::Mode(m)) if matches!(m.as_str(), "none" | "auto" | "required") => {
+                    m.clone()
                 }
-                format!("function:{}", function.name)
-            }
-            Some(_) => {
-                return Err(ApiError::bad(
+                Some(ToolChoice::Function { kind, function }) if kind == "function" => {
+                    if !tools.iter().any(|t| t.function.name == function.name) {
+                        return Err(ApiError::bad(
+                            format!(
+                                "tool_choice names `{}`, which is not among the tools",
+                                truncated(&function.name)
+                            ),
+                            Some("tool_choice"),
+                        ));
+                    }
+                    format!("function:{}", function.name)
+                }
+                Some(_) => return Err(ApiError::bad(
                     "tool_choice is \"none\", \"auto\", \"required\" or {\"type\": \"function\", \
                      \"function\": {\"name\": ...}}",
                     Some("tool_choice"),
-                ))
-            }
-        };
+                )),
+            };
         let use_tools = !defs.is_empty() && choice != "none";
         let prompt = if use_tools {
             Prompt::ChatWithTools {
@@ -847,7 +856,12 @@ impl ChatBody {
                 )
             })?;
             let parallel = self.parallel_tool_calls.unwrap_or(true);
-            plan.tools = Tools::On { format, parallel };
+            let names = tools.iter().map(|t| t.function.name.clone()).collect();
+            plan.tools = Tools::On {
+                format,
+                parallel,
+                names,
+            };
             if choice != "auto" {
                 if plan.grammar.is_some() {
                     return Err(ApiError::bad(
@@ -1002,7 +1016,12 @@ fn finite(lp: f32) -> f32 {
 impl ShownLogprob {
     /// The token's and its alternatives' texts from `tokenizer`.
     pub fn new(tokenizer: &Tokenizer, token: u32, lp: &TokenLogprobs) -> ShownLogprob {
-        let bytes_of = |t: u32| tokenizer.token_bytes(t).map(<[u8]>::to_vec).unwrap_or_default();
+        let bytes_of = |t: u32| {
+            tokenizer
+                .token_bytes(t)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default()
+        };
         let text_of = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let bytes = bytes_of(token);
         ShownLogprob {
@@ -1120,12 +1139,12 @@ impl Header {
 
     /// `text` read for tool calls: the answer's text and calls (none without tools).
     pub fn answer(&self, text: &str) -> Answer {
-        match self.tools {
+        match &self.tools {
             Tools::Off => Answer {
                 content: Some(text.to_string()),
                 tool_calls: Vec::new(),
             },
-            Tools::On { format, .. } => format.parse(text),
+            Tools::On { format, names, .. } => format.parse(text, names),
         }
     }
 
@@ -1138,9 +1157,9 @@ impl Header {
                     let mut message = json!({"role": "assistant", "content": answer.content});
                     let mut finish = c.finish;
                     if let (false, Tools::On { parallel, .. }) =
-                        (answer.tool_calls.is_empty(), self.tools)
+                        (answer.tool_calls.is_empty(), &self.tools)
                     {
-                        message["tool_calls"] = json!(tool_calls_json(&answer, parallel, false));
+                        message["tool_calls"] = json!(tool_calls_json(&answer, *parallel, false));
                         if finish == "stop" {
                             finish = "tool_calls";
                         }
@@ -1239,15 +1258,23 @@ impl Header {
     }
 }
 
-/// Text held back from a stream so that no piece of a tool call's opening goes out as text:
-/// the bytes at the end of `pending` that may start it, or everything from an opening on.
-pub fn held_for_tools(tools: Tools, pending: &str) -> usize {
+/// Text held back from a stream so that no piece of a tool call goes out as text: of
+/// `pending` (the end of the answer `all` not sent yet), everything while the answer may be
+/// a bare call (it starts with `{`), else everything from a call's opening on, or the bytes
+/// at the end that may start one.
+pub fn held_for_tools(tools: &Tools, all: &str, pending: &str) -> usize {
     match tools {
         Tools::Off => 0,
-        Tools::On { format, .. } => match pending.find(format.open()) {
-            Some(at) => pending.len() - at,
-            None => format.held(pending),
-        },
+        Tools::On { format, .. } => {
+            let start = all.trim_start();
+            if start.is_empty() || start.starts_with('{') {
+                return pending.len();
+            }
+            match pending.find(format.open()) {
+                Some(at) => pending.len() - at,
+                None => format.held(pending),
+            }
+        }
     }
 }
 
@@ -1513,10 +1540,14 @@ mod tests {
         assert_eq!(param(e).as_deref(), Some("messages[0].audio"));
         // Echoed names are cut short.
         let long = "x".repeat(100_000);
-        let e = chat(json!({"messages": msg, long.clone(): 1})).err().unwrap();
+        let e = chat(json!({"messages": msg, long.clone(): 1}))
+            .err()
+            .unwrap();
         assert!(e.message.len() < 400, "{}", e.message.len());
         // Lenient: ignored and listed.
-        let bytes = json!({"messages": msg, "mirostat": 2}).to_string().into_bytes();
+        let bytes = json!({"messages": msg, "mirostat": 2})
+            .to_string()
+            .into_bytes();
         assert_eq!(
             check_fields(&bytes, Endpoint::Chat, true).unwrap(),
             ["mirostat"]
@@ -1536,7 +1567,7 @@ mod tests {
         );
         assert_eq!(s.penalties, Penalties::default());
         assert_eq!(p.params.max_tokens, usize::MAX);
-        assert_eq!((p.n, p.logprobs, p.tools), (1, Logprobs::Off, Tools::Off));
+        assert_eq!((p.n, p.logprobs, &p.tools), (1, Logprobs::Off, &Tools::Off));
         let d = Defaults::new(Recommended {
             temperature: Some(0.6),
             top_k: Some(20),
@@ -1564,7 +1595,10 @@ mod tests {
         .unwrap();
         let s = p.params.sampling;
         assert_eq!(p.params.max_tokens, 7);
-        assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p, s.seed), (0.0, 0, 0.5, 0.1, 3));
+        assert_eq!(
+            (s.temperature, s.top_k, s.top_p, s.min_p, s.seed),
+            (0.0, 0, 0.5, 0.1, 3)
+        );
         assert_eq!(
             s.penalties,
             Penalties {
@@ -1596,34 +1630,57 @@ mod tests {
             (json!({"n": 0}), "n"),
             (json!({"n": 99}), "n"),
             (json!({"max_tokens": 0}), "max_tokens"),
-            (json!({"max_completion_tokens": 5000}), "max_completion_tokens"),
+            (
+                json!({"max_completion_tokens": 5000}),
+                "max_completion_tokens",
+            ),
             (json!({"min_p": 2}), "min_p"),
             (json!({"presence_penalty": 3}), "presence_penalty"),
-            (json!({"repeat_penalty": 1.1, "repetition_penalty": 1.2}), "repetition_penalty"),
+            (
+                json!({"repeat_penalty": 1.1, "repetition_penalty": 1.2}),
+                "repetition_penalty",
+            ),
             (json!({"logit_bias": {"x": 1}}), "logit_bias"),
             (json!({"logit_bias": {"1": 101}}), "logit_bias"),
             (json!({"top_logprobs": 2}), "top_logprobs"),
-            (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
-            (json!({"response_format": {"type": "yaml"}}), "response_format"),
+            (
+                json!({"logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
+            (
+                json!({"response_format": {"type": "yaml"}}),
+                "response_format",
+            ),
             (
                 json!({"response_format": {"type": "json_schema", "json_schema": {
                     "name": "x", "schema": {"type": "string", "format": "email"}}}}),
                 "response_format",
             ),
-            (json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}), "tools[0].function.name"),
-            (json!({"tools": [{"type": "code", "function": {"name": "a"}}]}), "tools[0].type"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"tools": [{"type": "code", "function": {"name": "a"}}]}),
+                "tools[0].type",
+            ),
             (
                 json!({"tools": [{"type": "function", "function": {"name": "a"}}],
                        "tool_choice": {"type": "function", "function": {"name": "b"}}}),
                 "tool_choice",
             ),
-            (json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), "messages[0].content"),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "messages[0].content",
+            ),
         ] {
             let mut body = json!({"messages": m});
             if let (Some(b), Value::Object(e)) = (body.as_object_mut(), extra) {
                 b.extend(e);
             }
-            let e = chat(body.clone()).err().unwrap_or_else(|| panic!("accepted {body}"));
+            let e = chat(body.clone())
+                .err()
+                .unwrap_or_else(|| panic!("accepted {body}"));
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert_eq!(param(e).as_deref(), Some(field), "{body}");
         }
@@ -1636,13 +1693,10 @@ mod tests {
         let m = json!([{"role": "user", "content": "weather?"}]);
         let p = chat(json!({"messages": m, "tools": tools})).unwrap();
         assert!(matches!(p.prompt, Prompt::ChatWithTools { .. }));
-        assert_eq!(
-            p.tools,
-            Tools::On {
-                format: ToolFormat::Hermes,
-                parallel: true
-            }
-        );
+        assert!(matches!(
+            &p.tools,
+            Tools::On { format: ToolFormat::Hermes, parallel: true, names } if names[..] == ["get_weather".to_string()]
+        ));
         assert!(p.grammar.is_none());
         let p = chat(json!({"messages": m, "tools": tools, "tool_choice": "required"})).unwrap();
         assert!(p.grammar.is_some());
@@ -1667,7 +1721,7 @@ mod tests {
             id: "x".into(),
             created: 0,
             model: "m".into(),
-            tools: p.tools,
+            tools: p.tools.clone(),
             logprobs: Logprobs::Off,
         };
         let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
@@ -1682,13 +1736,21 @@ mod tests {
         let c = &v["choices"][0];
         assert_eq!(c["finish_reason"], "tool_calls");
         assert_eq!(c["message"]["content"], Value::Null);
-        assert_eq!(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+        assert_eq!(
+            c["message"]["tool_calls"][0]["function"]["name"],
+            "get_weather"
+        );
         assert_eq!(
             c["message"]["tool_calls"][0]["function"]["arguments"],
             r#"{"city":"Oslo"}"#
         );
-        assert_eq!(held_for_tools(p.tools, "It is <tool"), 5);
-        assert_eq!(held_for_tools(p.tools, "a <tool_call>\n{"), 13);
+        assert_eq!(held_for_tools(&p.tools, "It is <tool", "It is <tool"), 5);
+        assert_eq!(
+            held_for_tools(&p.tools, "a <tool_call>\n{", "a <tool_call>\n{"),
+            13
+        );
+        assert_eq!(held_for_tools(&p.tools, " {\"na", "me\""), 3);
+        assert_eq!(held_for_tools(&Tools::Off, "<tool_call>", "<tool_call>"), 0);
     }
 
     #[test]
@@ -1721,7 +1783,10 @@ mod tests {
             text: "Hi".into(),
             bytes: b"Hi".to_vec(),
             logprob: -0.5,
-            top: vec![("Hi".into(), b"Hi".to_vec(), -0.5), ("Yo".into(), b"Yo".to_vec(), f32::NEG_INFINITY)],
+            top: vec![
+                ("Hi".into(), b"Hi".to_vec(), -0.5),
+                ("Yo".into(), b"Yo".to_vec(), f32::NEG_INFINITY),
+            ],
         }];
         let chat = logprobs_json(Logprobs::Chat(2), &shown, 0);
         assert_eq!(chat["content"][0]["token"], "Hi");

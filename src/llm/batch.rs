@@ -1327,7 +1327,10 @@ mod tests {
         for &p in held.iter().rev() {
             pages.release(p);
         }
-        assert_eq!((pages.free.len(), pages.cached(), pages.available()), (3, 3, 6));
+        assert_eq!(
+            (pages.free.len(), pages.cached(), pages.available()),
+            (3, 3, 6)
+        );
         // The next turn starts with the whole first turn: it gets its three pages back.
         let mut next = turn.clone();
         next.extend([1, 2, 3]);
@@ -1377,7 +1380,9 @@ mod tests {
             let ps = 16;
             let n = tokens / ps;
             let mut pages = Pages::new(n as u32, ps, true);
-            let prompt: Vec<u32> = (0..tokens as u32).map(|t| t.wrapping_mul(2654435761) % 49152).collect();
+            let prompt: Vec<u32> = (0..tokens as u32)
+                .map(|t| t.wrapping_mul(2654435761) % 49152)
+                .collect();
             let held = take(&mut pages, n);
             let mut hashes = Vec::new();
             // As the engine publishes: after every chunk of 128 tokens.
@@ -1393,6 +1398,9 @@ mod tests {
         let per_token = large as f64 / 32768.0;
         assert!(per_token < 16.0, "{large} bytes for 32768 tokens");
         let ratio = large as f64 / small as f64;
-        assert!((3.5..4.6).contains(&ratio), "4x the tokens, {ratio}x the bytes");
+        assert!(
+            (3.5..4.6).contains(&ratio),
+            "4x the tokens, {ratio}x the bytes"
+        );
     }
 }

@@ -126,7 +126,11 @@ impl SamplingParams {
             ));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(bad("min_p", self.min_p, "must be in [0, 1] (0 keeps every token)"));
+            return Err(bad(
+                "min_p",
+                self.min_p,
+                "must be in [0, 1] (0 keeps every token)",
+            ));
         }
         let p = &self.penalties;
         if !(p.repeat.is_finite() && p.repeat > 0.0) {
@@ -379,7 +383,8 @@ impl Sampler {
     /// The next token from `logits` (one row, vocabulary-long); on an error (an empty row,
     /// a constraint that allows no token) the row's largest.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        self.next(logits).map_or_else(|_| argmax(logits), |s| s.token)
+        self.next(logits)
+            .map_or_else(|_| argmax(logits), |s| s.token)
     }
 
     /// The next token from `logits` (one row, vocabulary-long) and its log-probabilities
@@ -756,7 +761,9 @@ mod tests {
 
     #[test]
     fn a_constraint_masks_the_row_in_every_mode() {
-        let g = Arc::new(Grammar::json_schema(&serde_json::from_str("{\"enum\":[1]}").unwrap()).unwrap());
+        let g = Arc::new(
+            Grammar::json_schema(&serde_json::from_str("{\"enum\":[1]}").unwrap()).unwrap(),
+        );
         let row = [5.0, 4.0, 3.0, 2.0, 0.0, 1.0];
         for (temperature, top_k) in [(0.0, 0), (1.0, 0), (1.0, 2), (0.7, 1)] {
             for seed in 0..10 {
@@ -764,8 +771,8 @@ mod tests {
                     bias: Vec::new(),
                     constraint: Some(Constraint::new(g.clone(), trie())),
                 };
-                let mut s = Sampler::with_rules(params(temperature, top_k, 1.0, seed), rules)
-                    .unwrap();
+                let mut s =
+                    Sampler::with_rules(params(temperature, top_k, 1.0, seed), rules).unwrap();
                 assert_eq!(s.next(&row).unwrap().token, 4, "{temperature} {top_k}");
                 // Then only the stop token.
                 assert_eq!(s.next(&row).unwrap().token, 5);

@@ -47,7 +47,12 @@ pub(crate) enum Frame {
     Value(NodeId),
     /// Inside the literals `lo..hi` of a literal node (sorted: they share the first `at`
     /// bytes).
-    Lit { node: NodeId, lo: u16, hi: u16, at: u16 },
+    Lit {
+        node: NodeId,
+        lo: u16,
+        hi: u16,
+        at: u16,
+    },
     /// Inside the key of property `prop` of an object node, `at` bytes read.
     Key { node: NodeId, prop: u16, at: u16 },
     /// Inside a string: characters so far (counted only for a bounded node), an escape in
@@ -61,7 +66,11 @@ pub(crate) enum Frame {
         lo: u8,
     },
     /// Inside a number.
-    Num { integer: bool, phase: u8, digits: u8 },
+    Num {
+        integer: bool,
+        phase: u8,
+        digits: u8,
+    },
     /// Inside an object: properties from `next` on are still to come.
     Obj {
         node: NodeId,
@@ -169,12 +178,7 @@ impl Grammar {
                 esc: 0,
                 utf8: 0,
                 ..
-            }) => {
-                (0x20..0x80).contains(&b)
-                    && b != b'"'
-                    && b != b'\\'
-                    && !self.counts_chars(node)
-            }
+            }) => (0x20..0x80).contains(&b) && b != b'"' && b != b'\\' && !self.counts_chars(node),
             _ => false,
         }
     }
@@ -622,7 +626,9 @@ impl Grammar {
                 };
                 out.push(stack);
             }
-            (Phase::First | Phase::Next, _) if count < max && !(phase == Phase::First && b == b']') => {
+            (Phase::First | Phase::Next, _)
+                if count < max && !(phase == Phase::First && b == b']') =>
+            {
                 item(&mut stack, count + 1);
                 self.begin(stack, items, b, out);
             }
@@ -671,18 +677,18 @@ mod tests {
             assert!(accepts(&g, good), "{good}");
         }
         for bad in [
-            r#"{"ok":true}"#,                          // name is required
-            r#"{"age":1,"name":"a","ok":true}"#,       // out of order
-            r#"{"name":"toolong","ok":true}"#,         // maxLength
+            r#"{"ok":true}"#,                                 // name is required
+            r#"{"age":1,"name":"a","ok":true}"#,              // out of order
+            r#"{"name":"toolong","ok":true}"#,                // maxLength
             r#"{"name":"a","tags":["a","b","a"],"ok":true}"#, // maxItems
-            r#"{"name":"a","tags":["c"],"ok":true}"#,  // enum
-            r#"{"name":"a","age":1.5,"ok":true}"#,     // integer
-            r#"{"name":"a","ok":true,}"#,              // trailing comma
-            r#" {"name":"a","ok":true}"#,              // leading whitespace
-            r#"{"name":"a","ok":true} "#,              // trailing whitespace
+            r#"{"name":"a","tags":["c"],"ok":true}"#,         // enum
+            r#"{"name":"a","age":1.5,"ok":true}"#,            // integer
+            r#"{"name":"a","ok":true,}"#,                     // trailing comma
+            r#" {"name":"a","ok":true}"#,                     // leading whitespace
+            r#"{"name":"a","ok":true} "#,                     // trailing whitespace
             r#"{"name":"a","ok":tru}"#,
-            r#"{"name":"\ud800","ok":true}"#,          // a lone surrogate
-            "{\"name\":\"a\u{1}\",\"ok\":true}",      // a raw control character
+            r#"{"name":"\ud800","ok":true}"#,    // a lone surrogate
+            "{\"name\":\"a\u{1}\",\"ok\":true}", // a raw control character
         ] {
             assert!(!accepts(&g, bad), "{bad}");
         }
@@ -696,11 +702,11 @@ mod tests {
         let g = grammar(r#"{"type":"string"}"#);
         assert!(accepts(&g, "\"日本語 🎉\""));
         for bad in [
-            &b"\"\xC0\xAF\""[..], // overlong
-            b"\"\xED\xA0\x80\"",  // a surrogate
+            &b"\"\xC0\xAF\""[..],    // overlong
+            b"\"\xED\xA0\x80\"",     // a surrogate
             b"\"\xF4\x90\x80\x80\"", // above U+10FFFF
-            b"\"\x80\"",          // a lone continuation byte
-            b"\"\xE6\x97\"",      // a character cut short
+            b"\"\x80\"",             // a lone continuation byte
+            b"\"\xE6\x97\"",         // a character cut short
         ] {
             assert!(
                 !g.walk(&g.start(), bad).is_some_and(|s| g.is_complete(&s)),

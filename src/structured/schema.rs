@@ -319,7 +319,10 @@ impl<'s> Builder<'s> {
     /// The schema a local `$ref` (`#/$defs/Name`, `#/definitions/Name`, `#`) points at.
     fn resolve(&self, pointer: &str) -> Result<&'s Json, SchemaError> {
         let Some(rest) = pointer.strip_prefix('#') else {
-            return Err(invalid(pointer, "only local references (`#/...`) are supported"));
+            return Err(invalid(
+                pointer,
+                "only local references (`#/...`) are supported",
+            ));
         };
         let mut at = self.root;
         for part in rest.split('/').skip(1) {
@@ -387,7 +390,10 @@ impl<'s> Builder<'s> {
         }
         if let Some(alts) = s.get("anyOf") {
             if constraining.len() > 1 {
-                return Err(invalid(at, "`anyOf` beside other keywords is not supported"));
+                return Err(invalid(
+                    at,
+                    "`anyOf` beside other keywords is not supported",
+                ));
             }
             let alts = alts
                 .as_array()
@@ -551,7 +557,10 @@ mod tests {
         );
         let e = schema(r#"{"type":"object","properties":{"a":{"type":"integer","minimum":0}}}"#)
             .unwrap_err();
-        assert!(e.to_string().contains("`minimum` (at /properties/a)"), "{e}");
+        assert!(
+            e.to_string().contains("`minimum` (at /properties/a)"),
+            "{e}"
+        );
         for bad in [
             r#"{"type":"object","required":["x"],"properties":{"a":{}}}"#,
             r#"{"type":"nope"}"#,

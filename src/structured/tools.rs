@@ -57,8 +57,10 @@ impl ToolFormat {
 
     /// Splits `text` into the answer's text and its calls. A block that does not hold a
     /// call (`{"name": "...", "arguments": {...}}`, arguments as an object or as a JSON
-    /// object's text) leaves the whole answer as text, as llama-server does.
-    pub fn parse(self, text: &str) -> Answer {
+    /// object's text) leaves the whole answer as text, as llama-server does. An answer that
+    /// is nothing but such a call without the block's tags (small models write that) is a
+    /// call too when it names one of `names`.
+    pub fn parse(self, text: &str, names: &[String]) -> Answer {
         let plain = || Answer {
             content: Some(text.to_string()).filter(|t| !t.trim().is_empty()),
             tool_calls: Vec::new(),
@@ -81,7 +83,13 @@ impl ToolFormat {
             rest = after;
         }
         if calls.is_empty() {
-            return plain();
+            return match parse_call(text) {
+                Some(call) if names.contains(&call.name) => Answer {
+                    content: None,
+                    tool_calls: vec![call],
+                },
+                _ => plain(),
+            };
         }
         content.push_str(rest);
         let content = content.trim();
@@ -97,7 +105,9 @@ impl ToolFormat {
         let open = self.open();
         (1..open.len().min(text.len() + 1))
             .rev()
-            .find(|&n| text.is_char_boundary(text.len() - n) && open.starts_with(&text[text.len() - n..]))
+            .find(|&n| {
+                text.is_char_boundary(text.len() - n) && open.starts_with(&text[text.len() - n..])
+            })
             .unwrap_or(0)
     }
 }
@@ -124,8 +134,10 @@ mod tests {
     #[test]
     fn hermes_calls_are_split_from_the_text() {
         let f = ToolFormat::of_template("{% if tools %}<tool_call>{% endif %}").unwrap();
+        let names = ["get_weather".to_string()];
         let a = f.parse(
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            &names,
         );
         assert_eq!(a.content, None);
         assert_eq!(
@@ -138,15 +150,20 @@ mod tests {
         let two = f.parse(
             "Let me look.\n<tool_call>{\"name\":\"a\",\"arguments\":\"{\\\"x\\\":1}\"}</tool_call>\
              <tool_call>{\"name\":\"b\",\"arguments\":{}}",
+            &names,
         );
         assert_eq!(two.content.as_deref(), Some("Let me look."));
         assert_eq!(two.tool_calls.len(), 2);
         assert_eq!(two.tool_calls[0].arguments, r#"{"x":1}"#);
         // A block that holds no call leaves the text as it is.
         let broken = "<tool_call>{\"name\": oops}</tool_call>";
-        assert_eq!(f.parse(broken).content.as_deref(), Some(broken));
-        assert!(f.parse(broken).tool_calls.is_empty());
-        assert_eq!(f.parse("Paris.").content.as_deref(), Some("Paris."));
+        assert_eq!(f.parse(broken, &names).content.as_deref(), Some(broken));
+        assert!(f.parse(broken, &names).tool_calls.is_empty());
+        assert_eq!(f.parse("Paris.", &names).content.as_deref(), Some("Paris."));
+        // A bare call of a known tool is a call; of another name it is text.
+        let bare = " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n";
+        assert_eq!(f.parse(bare, &names).tool_calls.len(), 1);
+        assert!(f.parse(bare, &["other".into()]).tool_calls.is_empty());
         assert_eq!(ToolFormat::of_template("{{ messages }}"), None);
     }
 

@@ -9,7 +9,7 @@
 
 use super::TokenizerError;
 use crate::structured::Json;
-use minijinja::value::{Enumerator, Object};
+use minijinja::value::{Enumerator, Kwargs, Object, ValueKind};
 use minijinja::{syntax::SyntaxConfig, Environment, Error, ErrorKind, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -130,6 +130,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
+        env.add_filter("tojson", tojson);
         Ok(env)
     }
 
@@ -172,7 +173,10 @@ impl ChatTemplate {
             ("eos_token", Value::from(self.eos_token.as_str())),
         ]);
         if !tools.is_empty() {
-            ctx.insert("tools", Value::from(tools.iter().map(json_value).collect::<Vec<_>>()));
+            ctx.insert(
+                "tools",
+                Value::from(tools.iter().map(json_value).collect::<Vec<_>>()),
+            );
         }
         template.render(Value::from(ctx)).map_err(template_error)
     }
@@ -225,7 +229,13 @@ impl ChatTemplate {
             .iter()
             .enumerate()
             .map(|(i, m)| ChatMessage {
-                content: marker(nonce, i),
+                // An empty content stays empty: templates test it (`{% if message.content %}`,
+                // an assistant turn that only calls tools), and it holds no text to keep apart.
+                content: if m.content.is_empty() {
+                    String::new()
+                } else {
+                    marker(nonce, i)
+                },
                 ..m.clone()
             })
             .collect();
@@ -261,7 +271,11 @@ const MARK_CLOSE: char = '\u{2E29}';
 /// message full of would-be markers costs its length, not its length times their number.
 fn marker_nonce(messages: &[ChatMessage], others: &[&str]) -> u64 {
     let mut taken = std::collections::HashSet::new();
-    for text in others.iter().copied().chain(messages.iter().map(|m| m.content.as_str())) {
+    for text in others
+        .iter()
+        .copied()
+        .chain(messages.iter().map(|m| m.content.as_str()))
+    {
         for (at, _) in text.match_indices(MARK_OPEN) {
             let rest = &text[at + MARK_OPEN.len()..];
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
@@ -278,6 +292,125 @@ fn marker_nonce(messages: &[ChatMessage], others: &[&str]) -> u64 {
         .unwrap_or(0)
 }
 
+/// `tojson` as Hugging Face `transformers` defines it for chat templates (Python's
+/// `json.dumps` with `ensure_ascii=False`: `", "` and `": "` between items, keys in their
+/// order, no HTML escaping; `indent=N` puts each item on a line of its own), so a tool's
+/// definition reads to the model as it did in training. minijinja's own filter escapes
+/// `<`, `>`, `&` and `'` for HTML. Tool definitions that spell a control token are refused
+/// before rendering ([`crate::tokenizer::Tokenizer::render_chat_with_tools`]).
+fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent = match indent.or(kwargs.get::<Option<Value>>("indent")?) {
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(usize::try_from(v)?),
+        None => None,
+    };
+    let ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(value, indent, ascii, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_json_str(s: &str, ascii: bool, out: &mut String) {
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    if !ascii {
+        out.push_str(&quoted);
+        return;
+    }
+    for c in quoted.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+}
+
+fn write_json(
+    v: &Value,
+    indent: Option<usize>,
+    ascii: bool,
+    depth: usize,
+    out: &mut String,
+) -> Result<(), Error> {
+    if depth > 64 {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: nested too deeply",
+        ));
+    }
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                let f = f64::try_from(v.clone())?;
+                match serde_json::Number::from_f64(f) {
+                    Some(n) => out.push_str(&n.to_string()),
+                    None => out.push_str(if f.is_nan() {
+                        "NaN"
+                    } else if f > 0.0 {
+                        "Infinity"
+                    } else {
+                        "-Infinity"
+                    }),
+                }
+            }
+        }
+        ValueKind::String => write_json_str(v.as_str().unwrap_or_default(), ascii, out),
+        ValueKind::Map => {
+            let keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                write_json_str(&k.to_string(), ascii, out);
+                out.push_str(": ");
+                write_json(&v.get_item(k)?, indent, ascii, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                write_json(item, indent, ascii, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        _ => write_json_str(&v.to_string(), ascii, out),
+    }
+    Ok(())
+}
+
 /// An object whose keys keep their order (a JSON object from a request: a tool's definition
 /// is shown to the model as the client wrote it).
 #[derive(Debug)]
@@ -286,11 +419,19 @@ struct OrderedMap(Vec<(String, Value)>);
 impl Object for OrderedMap {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         let key = key.as_str()?;
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Values(self.0.iter().map(|(k, _)| Value::from(k.as_str())).collect())
+        Enumerator::Values(
+            self.0
+                .iter()
+                .map(|(k, _)| Value::from(k.as_str()))
+                .collect(),
+        )
     }
 }
 
@@ -503,6 +644,41 @@ mod tests {
             .render_spans(&[ChatMessage::user("42")], false)
             .unwrap();
         assert_eq!(r.content, vec![3..5]);
+    }
+
+    #[test]
+    fn tojson_prints_as_transformers_does_and_tools_render_in_order() {
+        let t = ChatTemplate::new(
+            "{% for tool in tools %}{{ tool | tojson }}|{{ tool | tojson(indent=2) }}{% endfor %}\
+             {% for m in messages %}{% for c in m.tool_calls %}{{ c.function.name }}\
+             {{ c.function.arguments | tojson }}{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let tool: Json =
+            serde_json::from_str(r#"{"name":"f","b":[1,2.5,true,null,"<é>"],"a":{}}"#).unwrap();
+        let mut call = ChatMessage::new("assistant", "");
+        call.tool_calls.push(ChatToolCall {
+            id: "c".into(),
+            name: "f".into(),
+            arguments: r#"{"z":1,"y":"q"}"#.into(),
+        });
+        let text = t.render_with_tools(&[call], &[tool], false).unwrap();
+        assert_eq!(
+            text,
+            "{\"name\": \"f\", \"b\": [1, 2.5, true, null, \"<é>\"], \"a\": {}}|{\n  \"name\": \
+             \"f\",\n  \"b\": [\n    1,\n    2.5,\n    true,\n    null,\n    \"<é>\"\n  ],\n  \
+             \"a\": {}\n}f{\"z\": 1, \"y\": \"q\"}"
+        );
+        // Without tools the variable is undefined, as Hugging Face leaves it.
+        let probe = ChatTemplate::new(
+            "{% if tools is defined %}yes{% else %}no{% endif %}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(probe.render(&[], false).unwrap(), "no");
     }
 
     #[test]
