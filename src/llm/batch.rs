@@ -48,7 +48,7 @@ use crate::shape::Shape;
 use crate::tensor::HostTensor;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 
 /// How a [`BatchEngine`] is laid out.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -297,17 +297,12 @@ impl Pages {
 
     /// The chained hash of a page holding `tokens` after a page whose hash is `parent`.
     fn chain(&self, parent: u64, tokens: &[u32]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        parent.hash(&mut h);
-        tokens.hash(&mut h);
-        h.finish()
+        self.hasher.hash_one((parent, tokens))
     }
 
     /// The chain's start for partition `salt`.
     fn root(&self, salt: u64) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        ("dynrt prefix", salt).hash(&mut h);
-        h.finish()
+        self.hasher.hash_one(("dynrt prefix", salt))
     }
 
     /// Pages that can be had now: free, or idle in the cache.

@@ -537,7 +537,8 @@ fn keep_top_allowed(row: &mut [f32], k: usize, c: &Constraint) -> bool {
     order.sort_by(by);
     let mut kept = Vec::with_capacity(k);
     for &t in &order {
-        if !(row[t as usize] > f32::NEG_INFINITY) {
+        // Minus infinity and NaN: nothing further down is allowed either.
+        if row[t as usize].is_nan() || row[t as usize] == f32::NEG_INFINITY {
             break;
         }
         if c.allows(t) {

@@ -517,7 +517,7 @@ impl Grammar {
             }
             (Phase::First | Phase::Next, b'"') => match self.node(node) {
                 Node::Object(props) => {
-                    for j in next as usize..props.len() {
+                    for (j, p) in props.iter().enumerate().skip(next as usize) {
                         let mut s = stack.clone();
                         s[i] = set(Phase::Colon, j as u16 + 1, 0);
                         s.push(Frame::Key {
@@ -526,7 +526,7 @@ impl Grammar {
                             at: 1,
                         });
                         out.push(s);
-                        if props[j].required {
+                        if p.required {
                             break;
                         }
                     }

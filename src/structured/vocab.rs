@@ -46,7 +46,7 @@ impl TokenTrie {
                 _ => None,
             }
         };
-        Self::from_tokens(vocab, |id| text(id), stop_ids)
+        Self::from_tokens(vocab, text, stop_ids)
     }
 
     /// The trie of the tokens `0..vocab_size` whose bytes `bytes_of` gives (`None`: a token

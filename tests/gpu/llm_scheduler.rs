@@ -123,7 +123,7 @@ fn scheduled_greedy_answers_equal_each_request_run_alone() {
         let g = match &r.prompt {
             Prompt::Chat(m) => session.chat_blocking(&m[0].content, &r.params, &mut |_| {}),
             Prompt::Text(t) => session.generate_blocking(t, &r.params, &mut |_| {}),
-            Prompt::Ids(_) => unreachable!("no ids here"),
+            Prompt::Ids(_) | Prompt::ChatWithTools { .. } => unreachable!("no ids or tools here"),
         }
         .unwrap();
         assert_eq!(
