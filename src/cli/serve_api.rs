@@ -1266,8 +1266,9 @@ pub fn held_for_tools(tools: &Tools, all: &str, pending: &str) -> usize {
     match tools {
         Tools::Off => 0,
         Tools::On { format, .. } => {
+            // A bare call, maybe in a Markdown fence.
             let start = all.trim_start();
-            if start.is_empty() || start.starts_with('{') {
+            if start.is_empty() || start.starts_with('{') || start.starts_with('`') {
                 return pending.len();
             }
             match pending.find(format.open()) {

@@ -315,12 +315,14 @@ impl Pages {
         self.idle.len()
     }
 
-    /// Bytes of host memory the index holds (its entries, the hash map, the idle lists).
+    /// Bytes of host memory the index holds: its slots, the tokens its entries hold, the hash
+    /// map and the idle lists.
     fn index_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<Indexed>() + self.page_size * 4;
-        let indexed = self.by_hash.len();
+        let tokens: usize = (self.index.iter().flatten())
+            .map(|e| std::mem::size_of_val(&*e.tokens))
+            .sum();
         self.index.len() * std::mem::size_of::<Option<Indexed>>()
-            + indexed * (entry - std::mem::size_of::<Indexed>())
+            + tokens
             + self.by_hash.capacity() * 16
             + (self.idle.len() + self.idle_at.capacity()) * 24
     }
@@ -1033,7 +1035,13 @@ impl BatchEngine {
             // Prompts not started take the full pages another sequence already computed.
             for i in 0..running {
                 // Not with sliding-window layers: their pages of a shared start may be gone.
-                if self.swa.is_none() && self.seqs[i].done == 0 && self.seqs[i].pages.is_empty() {
+                // Not a sequence that gave its pages back in this call either: it would take
+                // them back from the cache at once.
+                if self.swa.is_none()
+                    && !given_back.contains(&i)
+                    && self.seqs[i].done == 0
+                    && self.seqs[i].pages.is_empty()
+                {
                     let q = &self.seqs[i];
                     let (shared, hashes, idle) = self.pages.share(&q.tokens, q.salt);
                     let ps = self.options.page_size as usize;

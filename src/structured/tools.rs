@@ -83,7 +83,7 @@ impl ToolFormat {
             rest = after;
         }
         if calls.is_empty() {
-            return match parse_call(text) {
+            return match parse_call(unfenced(text)) {
                 Some(call) if names.contains(&call.name) => Answer {
                     content: None,
                     tool_calls: vec![call],
@@ -110,6 +110,17 @@ impl ToolFormat {
             })
             .unwrap_or(0)
     }
+}
+
+/// `text` without a Markdown code fence around it (`` ```json `` ... `` ``` ``), which
+/// small models put around a bare call.
+fn unfenced(text: &str) -> &str {
+    let t = text.trim();
+    let Some(rest) = t.strip_prefix("```") else {
+        return t;
+    };
+    let body = rest.split_once('\n').map_or("", |(_, b)| b);
+    body.trim_end().strip_suffix("```").unwrap_or(body)
 }
 
 fn parse_call(body: &str) -> Option<ToolCall> {
@@ -164,6 +175,13 @@ mod tests {
         let bare = " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n";
         assert_eq!(f.parse(bare, &names).tool_calls.len(), 1);
         assert!(f.parse(bare, &["other".into()]).tool_calls.is_empty());
+        let fenced =
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```";
+        assert_eq!(
+            f.parse(fenced, &names).tool_calls[0].arguments,
+            r#"{"city":"Rome"}"#
+        );
+        assert!(f.parse("```\nnot json\n```", &names).tool_calls.is_empty());
         assert_eq!(ToolFormat::of_template("{{ messages }}"), None);
     }
 

@@ -584,26 +584,46 @@ fn serve_honours_every_request_field_or_refuses_it() {
         "{v}"
     );
 
-    // Penalties: repetition is punished.
-    let count = |penalty: &str| {
-        let mut body = json!({"prompt": "1, 1, 1, 1, 1, 1,", "max_tokens": 8, "temperature": 0});
-        if !penalty.is_empty() {
-            body[penalty] = json!(if penalty == "repeat_penalty" {
-                1.8
-            } else {
-                2.0
-            });
+    // Penalties: repetition is punished, over the window of repeat_last_n tokens (0: none).
+    let count = |penalty: &[(&str, Value)]| {
+        let mut body = json!({"prompt": "The cat and the cat and the cat and the",
+                              "max_tokens": 8, "temperature": 0});
+        for (name, value) in penalty {
+            body[*name] = value.clone();
         }
         let v = post(&server, "/v1/completions", &body);
         let text = v["choices"][0]["text"].as_str().unwrap().to_string();
-        (text.matches('1').count(), text)
+        (text.matches(" cat").count(), text)
     };
-    let (plain, plain_text) = count("");
-    assert!(plain >= 3, "{plain_text:?}");
+    let (plain, plain_text) = count(&[]);
+    assert!(plain >= 2, "{plain_text:?}");
     for penalty in ["presence_penalty", "frequency_penalty", "repeat_penalty"] {
-        let (n, text) = count(penalty);
+        let strength = json!(if penalty == "repeat_penalty" {
+            1.8
+        } else {
+            2.0
+        });
+        let (n, text) = count(&[(penalty, strength)]);
         assert!(n < plain, "{penalty}: {text:?} against {plain_text:?}");
     }
+    assert_eq!(
+        count(&[
+            ("presence_penalty", json!(2.0)),
+            ("repeat_last_n", json!(0))
+        ])
+        .1,
+        plain_text
+    );
+    // Any JSON object.
+    let object = json!({"messages": [{"role": "user",
+        "content": "Reply with the JSON object {\"ok\": true} and nothing else."}],
+        "max_tokens": 30, "temperature": 0, "response_format": {"type": "json_object"}});
+    let v = post(&server, chat, &object);
+    let text = answer(&v);
+    assert!(
+        serde_json::from_str::<Value>(&text).is_ok_and(|o| o.is_object()),
+        "{text}"
+    );
 
     // n answers, seeded: the same seed gives the same answers; the stream indexes them.
     let mut body = chat_body("Tell me a word.", 6, false);
@@ -693,8 +713,9 @@ fn serve_honours_every_request_field_or_refuses_it() {
     eprintln!("{test}: {out}");
 }
 
-/// 100 answers held to five JSON schemas, sampled (llama-server's defaults, each with its own
-/// seed): every one parses and the `jsonschema` package validates it against its schema.
+/// 100 answers held to five JSON schemas (strings bounded, so that every answer ends well
+/// within `max_tokens`), sampled (llama-server's defaults, each with its own seed): every one
+/// parses and the `jsonschema` package validates it against its schema.
 #[test]
 fn serve_structured_output_validates_against_its_schema() {
     let test = "serve_structured_output_validates_against_its_schema";
@@ -733,7 +754,16 @@ fn serve_structured_output_validates_against_its_schema() {
                      "label": {"const": "point"}},
                    "required": ["lat", "lon", "label"], "additionalProperties": false}),
         ),
-        ("Answer with any JSON object.", json!(null)),
+        (
+            "Plan a short trip.",
+            json!({"type": "object", "properties": {
+                "stops": {"type": "array", "maxItems": 2, "items": {"type": "object",
+                  "properties": {"city": {"type": "string", "maxLength": 16},
+                                 "nights": {"type": "integer"}},
+                  "required": ["city", "nights"]}},
+                "by_train": {"type": "boolean"}},
+              "required": ["stops", "by_train"]}),
+        ),
     ];
     let mut cases = Vec::new();
     std::thread::scope(|scope| {
@@ -742,12 +772,8 @@ fn serve_structured_output_validates_against_its_schema() {
                 let (server, schemas) = (&server, &schemas);
                 scope.spawn(move || {
                     let (question, schema) = &schemas[round % schemas.len()];
-                    let format = if schema.is_null() {
-                        json!({"type": "json_object"})
-                    } else {
-                        json!({"type": "json_schema",
-                               "json_schema": {"name": "answer", "schema": schema}})
-                    };
+                    let format = json!({"type": "json_schema",
+                                        "json_schema": {"name": "answer", "schema": schema}});
                     let body = json!({
                         "messages": [{"role": "user", "content": question}],
                         "max_tokens": 120, "n": 10, "seed": round * 100,
