@@ -1,7 +1,8 @@
 //! The byte automaton of a [`Grammar`]: a set of stacks of frames (a pushdown automaton,
 //! nondeterministic where `anyOf`, optional properties or literals sharing a start leave the
 //! choice open), advanced one byte at a time. Everything it accepts is valid UTF-8 JSON of
-//! the grammar with whitespace only between tokens (at most [`MAX_WS`] bytes in a row), no
+//! the grammar with whitespace only between tokens (nothing, one space, or one newline and at
+//! most [`MAX_WS`] spaces or tabs of indentation: llama.cpp's JSON grammar has the same), no
 //! leading or trailing whitespace, numbers of at most [`MAX_DIGITS`] digits per part and
 //! nesting at most [`MAX_DEPTH`] deep, so a generation cannot pad forever.
 
@@ -10,8 +11,9 @@ use super::schema::{ANY, ANY_STRING, UNBOUNDED};
 
 /// Deepest nesting of frames (objects, arrays, strings inside them).
 pub const MAX_DEPTH: usize = 48;
-/// Most whitespace bytes in a row between two tokens of JSON.
-pub const MAX_WS: u8 = 24;
+/// Most spaces or tabs of indentation after the one newline allowed between two tokens of
+/// JSON.
+pub const MAX_WS: u8 = 20;
 /// Most digits of an integer part or a fraction.
 pub const MAX_DIGITS: u8 = 16;
 
@@ -97,6 +99,18 @@ pub(crate) struct State(Vec<Stack>);
 
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\t' | b'\r')
+}
+
+/// The whitespace state after byte `b` (`ws`: 0 none yet, 1 one space, 2 + n a newline and
+/// n spaces or tabs), `None` when `b` may not come: a gap holds nothing, one space, or one
+/// newline and at most [`MAX_WS`] spaces or tabs.
+fn ws_step(ws: u8, b: u8) -> Option<u8> {
+    match (ws, b) {
+        (0, b' ') => Some(1),
+        (0, b'\n') => Some(2),
+        (2.., b' ' | b'\t') if ws - 2 < MAX_WS => Some(ws + 1),
+        _ => None,
+    }
 }
 
 /// Whether `b` may be the first continuation byte after a lead byte of class `lo` (UTF-8
@@ -504,8 +518,8 @@ impl Grammar {
             ws,
         };
         if is_ws(b) {
-            if ws < MAX_WS {
-                stack[i] = set(phase, next, ws + 1);
+            if let Some(ws) = ws_step(ws, b) {
+                stack[i] = set(phase, next, ws);
                 out.push(stack);
             }
             return;
@@ -589,12 +603,12 @@ impl Grammar {
             _ => return,
         };
         if is_ws(b) {
-            if ws < MAX_WS {
+            if let Some(ws) = ws_step(ws, b) {
                 stack[i] = Frame::Arr {
                     node,
                     count,
                     phase,
-                    ws: ws + 1,
+                    ws,
                 };
                 out.push(stack);
             }
@@ -731,11 +745,21 @@ mod tests {
         ));
         assert!(!accepts(&any, "[1]"));
         assert!(!accepts(&any, r#"{"a":01}"#));
-        // Whitespace runs are bounded.
-        let padded = format!("{{{}}}", " ".repeat(MAX_WS as usize));
-        assert!(accepts(&any, &padded));
-        let too_much = format!("{{{}}}", " ".repeat(MAX_WS as usize + 1));
-        assert!(!prefix(&any, &too_much));
+        // Whitespace between tokens: nothing, a space, or a newline and an indentation.
+        let indented = format!(
+            "{{\n{}\"a\": [\n{}1\n]\n}}",
+            " ".repeat(MAX_WS as usize),
+            "\t"
+        );
+        assert!(accepts(&any, &indented));
+        for bad in [
+            format!("{{\n{}}}", " ".repeat(MAX_WS as usize + 1)),
+            "{  }".to_string(),
+            "{\n\n}".to_string(),
+            "{ \n}".to_string(),
+        ] {
+            assert!(!prefix(&any, &bad), "{bad:?}");
+        }
         // Nesting is bounded.
         let deep = "[".repeat(MAX_DEPTH + 1);
         let any_value = grammar("{}");
