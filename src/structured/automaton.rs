@@ -2,7 +2,8 @@
 //! nondeterministic where `anyOf`, optional properties or literals sharing a start leave the
 //! choice open), advanced one byte at a time. Everything it accepts is valid UTF-8 JSON of
 //! the grammar with whitespace only between tokens (nothing, one space, or one newline and at
-//! most [`MAX_WS`] spaces or tabs of indentation: llama.cpp's JSON grammar has the same), no
+//! most [`MAX_WS`] spaces of indentation, as in llama.cpp's JSON grammar but without tabs: a
+//! sampled small model spends a token per tab), no
 //! leading or trailing whitespace, numbers of at most [`MAX_DIGITS`] digits per part and
 //! nesting at most [`MAX_DEPTH`] deep, so a generation cannot pad forever.
 
@@ -11,8 +12,7 @@ use super::schema::{ANY, ANY_STRING, UNBOUNDED};
 
 /// Deepest nesting of frames (objects, arrays, strings inside them).
 pub const MAX_DEPTH: usize = 48;
-/// Most spaces or tabs of indentation after the one newline allowed between two tokens of
-/// JSON.
+/// Most spaces of indentation after the one newline allowed between two tokens of JSON.
 pub const MAX_WS: u8 = 20;
 /// Most digits of an integer part or a fraction.
 pub const MAX_DIGITS: u8 = 16;
@@ -102,13 +102,13 @@ fn is_ws(b: u8) -> bool {
 }
 
 /// The whitespace state after byte `b` (`ws`: 0 none yet, 1 one space, 2 + n a newline and
-/// n spaces or tabs), `None` when `b` may not come: a gap holds nothing, one space, or one
-/// newline and at most [`MAX_WS`] spaces or tabs.
+/// n spaces), `None` when `b` may not come: a gap holds nothing, one space, or one newline
+/// and at most [`MAX_WS`] spaces.
 fn ws_step(ws: u8, b: u8) -> Option<u8> {
     match (ws, b) {
         (0, b' ') => Some(1),
         (0, b'\n') => Some(2),
-        (2.., b' ' | b'\t') if ws - 2 < MAX_WS => Some(ws + 1),
+        (2.., b' ') if ws - 2 < MAX_WS => Some(ws + 1),
         _ => None,
     }
 }
@@ -746,17 +746,14 @@ mod tests {
         assert!(!accepts(&any, "[1]"));
         assert!(!accepts(&any, r#"{"a":01}"#));
         // Whitespace between tokens: nothing, a space, or a newline and an indentation.
-        let indented = format!(
-            "{{\n{}\"a\": [\n{}1\n]\n}}",
-            " ".repeat(MAX_WS as usize),
-            "\t"
-        );
+        let indented = format!("{{\n{}\"a\": [\n  1\n]\n}}", " ".repeat(MAX_WS as usize));
         assert!(accepts(&any, &indented));
         for bad in [
             format!("{{\n{}}}", " ".repeat(MAX_WS as usize + 1)),
             "{  }".to_string(),
             "{\n\n}".to_string(),
             "{ \n}".to_string(),
+            "{\n\t}".to_string(),
         ] {
             assert!(!prefix(&any, &bad), "{bad:?}");
         }
