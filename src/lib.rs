@@ -110,6 +110,7 @@ pub mod runtime;
 pub mod safetensors;
 pub mod sentence;
 pub mod shape;
+pub mod structured;
 pub mod tensor;
 pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]

@@ -73,6 +73,7 @@ impl SamplingArgs {
                 top_k: self.top_k,
                 top_p: self.top_p,
                 seed: self.seed,
+                ..SamplingParams::default()
             },
             stop_at_eos: !self.ignore_eos,
             keep_logits: false,

@@ -4,7 +4,8 @@
 //! events when the client streams. A client that goes away cancels its request.
 
 use super::generate::{self, ModelArgs};
-use super::serve_api::{self, ApiError, ChatBody, Common, CompletionBody, Endpoint, Header};
+use super::serve_api::{self, ApiError, ChatBody, Choice, CompletionBody, Endpoint, Header};
+use super::serve_api::{Defaults, Plan, ShownLogprob, Usage};
 use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -13,10 +14,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dynrt::llm::{
-    Prompt, Request, RequestId, Scheduler, SchedulerEvent, SchedulerHandle, SchedulerOptions,
-};
+use dynrt::llm::{RequestId, Scheduler, SchedulerEvent, SchedulerHandle, SchedulerOptions};
 use dynrt::runtime::report::human_bytes;
+use dynrt::structured::{TokenTrie, ToolFormat};
+use dynrt::tokenizer::Tokenizer;
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::VecDeque;
@@ -58,6 +59,14 @@ pub struct Args {
     /// copying its pages to host memory and back.
     #[arg(long = "no-offload")]
     pub no_offload: bool,
+    /// The model's name in responses and `/v1/models` (default: the file's stem). Requests
+    /// may name any model: this server has one.
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Ignore request fields this server does not implement (logged) instead of answering
+    /// 400.
+    #[arg(long = "lenient-fields")]
+    pub lenient_fields: bool,
     #[command(flatten)]
     pub embedding: super::serve_embed::Args,
 }
@@ -70,13 +79,21 @@ struct App {
     handle: SchedulerHandle,
     /// The model's engine: device memory per kind for `/v1/memory`.
     engine: dynrt::gpu::Engine,
-    /// The name requests give in `model` (the `--model` argument, or the file's stem).
+    /// The name responses give in `model` (`--alias`, or the file's stem).
     model_id: String,
     /// The weights on the device, in the file, and reordered into grouped planes (bytes).
     weights: serde_json::Value,
-    /// Other names accepted for it (the file's name and stem).
-    aliases: Vec<String>,
     context: usize,
+    /// The model's tokenizer: token texts for log-probabilities.
+    tokenizer: Arc<Tokenizer>,
+    /// The vocabulary as a trie, for structured output.
+    trie: Arc<TokenTrie>,
+    /// How the model's chat template writes tool calls.
+    tool_format: Option<ToolFormat>,
+    /// The sampling of fields a request leaves out.
+    defaults: Defaults,
+    /// `--lenient-fields`.
+    lenient: bool,
     created: u64,
     next: AtomicU64,
     ttft: Mutex<serve_api::Histogram>,
@@ -99,17 +116,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let model_id = match &args.model.model {
-        Some(m) if !m.exists() => m.display().to_string(),
-        _ => stem.clone(),
+    let model_id = match (&args.alias, &args.model.model) {
+        (Some(alias), _) => alias.clone(),
+        (None, Some(m)) if !m.exists() => m.display().to_string(),
+        _ => stem,
     };
-    let aliases = vec![
-        stem,
-        path.file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        path.display().to_string(),
-    ];
     let budget_bytes = match args.budget_mib {
         Some(m) => m.saturating_mul(1 << 20),
         None => {
@@ -126,6 +137,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     options.page_size = args.page_size;
     options.offload = !args.no_offload;
     let per_token = model.kv_bytes_per_token();
+    let tokenizer = Arc::new(model.tokenizer().clone());
+    let trie = Arc::new(TokenTrie::new(&tokenizer, model.stop_ids()));
+    let tool_format = tokenizer
+        .chat_template()
+        .and_then(|t| ToolFormat::of_template(t.source()));
+    let defaults = Defaults::new(model.recommended_sampling());
     let weights = json!({
         "device_bytes": model.weight_bytes(),
         "file_bytes": model.file_tensor_bytes(),
@@ -140,8 +157,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         engine: engine.clone(),
         model_id,
         weights,
-        aliases,
         context,
+        tokenizer,
+        trie,
+        tool_format,
+        defaults,
+        lenient: args.lenient_fields,
         created: unix_now(),
         next: AtomicU64::new(1),
         ttft: Mutex::new(serve_api::Histogram::default()),
@@ -158,6 +179,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let addr = listener.local_addr()?;
         println!("dynrt serve: listening on http://{addr}");
         std::io::stdout().flush()?;
+        let d = &app.defaults;
+        eprintln!(
+            "defaults: temperature {}, top_k {}, top_p {}, min_p {}, repeat_penalty {} over {} tokens; tools: {}",
+            d.temperature,
+            d.top_k,
+            d.top_p,
+            d.min_p,
+            d.repeat_penalty,
+            d.repeat_last_n,
+            if app.tool_format.is_some() { "<tool_call> blocks" } else { "none" },
+        );
         eprintln!(
             "serving {} (context {context} tokens) on {}: KV budget {} ({} tokens), {} requests at once, prompts in chunks of {}",
             app.model_id,
@@ -258,72 +290,75 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| ApiError::unreadable(e.status(), e.body_text()))
 }
 
+impl App {
+    fn server(&self) -> serve_api::Server<'_> {
+        serve_api::Server {
+            context: self.context,
+            defaults: &self.defaults,
+            tool_format: self.tool_format,
+        }
+    }
+}
+
 async fn chat(
     State(app): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: ChatBody = serve_api::parse(&read_body(body)?)?;
-    let prompt = body.prompt()?;
-    generate_response(app, prompt, &body.common, Endpoint::Chat, 256).await
+    let body = read_body(body)?;
+    let ignored = serve_api::check_fields(&body, Endpoint::Chat, app.lenient)?;
+    let mut plan = serve_api::parse::<ChatBody>(&body)?.plan(&app.server())?;
+    plan.ignored = ignored;
+    generate_response(app, plan).await
 }
 
 async fn completions(
     State(app): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: CompletionBody = serve_api::parse(&read_body(body)?)?;
-    let prompt = body.prompt()?;
-    // OpenAI's default for completions is 16 tokens.
-    generate_response(app, prompt, &body.common, Endpoint::Completion, 16).await
+    let body = read_body(body)?;
+    let ignored = serve_api::check_fields(&body, Endpoint::Completion, app.lenient)?;
+    let mut plan = serve_api::parse::<CompletionBody>(&body)?.plan(&app.server())?;
+    plan.ignored = ignored;
+    generate_response(app, plan).await
 }
 
-/// Submits the request and answers with the whole text or a stream of chunks.
-async fn generate_response(
-    app: Shared,
-    prompt: Prompt,
-    common: &Common,
-    endpoint: Endpoint,
-    default_max: usize,
-) -> Result<Response, ApiError> {
+/// Submits the request's answers and responds with them whole or as a stream of chunks.
+async fn generate_response(app: Shared, plan: Plan) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    if let Some(m) = &common.model {
-        if *m != app.model_id && !app.aliases.contains(m) {
-            return Err(ApiError::unknown_model(m, &app.model_id));
-        }
+    if !plan.ignored.is_empty() {
+        log::info!("ignored request fields: {}", plan.ignored.join(", "));
     }
     let n = app.next.fetch_add(1, Ordering::Relaxed);
-    let (params, stop) = common.params(app.context, default_max, n)?;
-    let submitted = app
-        .handle
-        .submit(Request {
-            prompt,
-            params,
-            stop,
-        })
-        .await?;
+    let mut runs = Vec::with_capacity(plan.n);
+    for request in plan.requests(&app.trie) {
+        // An error drops the answers submitted before it, which cancels them.
+        let submitted = app.handle.submit(request).await?;
+        runs.push(Running {
+            guard: CancelOnDrop {
+                app: app.clone(),
+                id: submitted.id,
+                armed: true,
+            },
+            events: submitted.events,
+            arrived,
+            first: true,
+        });
+    }
     let header = Header {
-        endpoint,
-        id: match endpoint {
+        endpoint: plan.endpoint,
+        id: match plan.endpoint {
             Endpoint::Chat => format!("chatcmpl-{n}"),
             Endpoint::Completion => format!("cmpl-{n}"),
         },
         created: unix_now(),
         model: app.model_id.clone(),
+        tools: plan.tools.clone(),
+        logprobs: plan.logprobs,
     };
-    let run = Running {
-        guard: CancelOnDrop {
-            app: app.clone(),
-            id: submitted.id,
-            armed: true,
-        },
-        events: submitted.events,
-        arrived,
-        first: true,
-    };
-    if common.stream {
-        Ok(stream(run, header, common.include_usage()).into_response())
+    if plan.stream {
+        Ok(stream(runs, header, plan.include_usage).into_response())
     } else {
-        whole(run, header).await.map(IntoResponse::into_response)
+        whole(runs, header).await.map(IntoResponse::into_response)
     }
 }
 
@@ -352,11 +387,12 @@ struct Running {
 
 /// What a request's next event means to its response.
 enum Next {
-    Text(String),
+    /// Text that is now final, and the log-probabilities of the token that came (when
+    /// asked for; none for control tokens).
+    Text(String, Option<ShownLogprob>),
     End {
         finish: &'static str,
-        prompt_tokens: usize,
-        completion_tokens: usize,
+        usage: Usage,
     },
     Failed(String),
 }
@@ -367,7 +403,12 @@ impl Running {
         loop {
             match self.events.next().await? {
                 SchedulerEvent::Started { .. } => {}
-                SchedulerEvent::Token { text, .. } => {
+                SchedulerEvent::Token {
+                    text,
+                    token,
+                    logprobs,
+                    ..
+                } => {
                     if self.first {
                         self.first = false;
                         let seconds = self.arrived.elapsed().as_secs_f64();
@@ -377,19 +418,27 @@ impl Running {
                             .unwrap_or_else(|e| e.into_inner())
                             .observe(seconds);
                     }
-                    return Some(Next::Text(text));
+                    let tokenizer = &self.guard.app.tokenizer;
+                    let shown = logprobs
+                        .filter(|_| !tokenizer.is_control(token))
+                        .map(|lp| ShownLogprob::new(tokenizer, token, &lp));
+                    return Some(Next::Text(text, shown));
                 }
                 SchedulerEvent::Finished {
                     reason,
                     prompt_tokens,
                     completion_tokens,
+                    cached_tokens,
                     ..
                 } => {
                     self.guard.armed = false;
                     return Some(Next::End {
                         finish: serve_api::finish_reason(reason),
-                        prompt_tokens,
-                        completion_tokens,
+                        usage: Usage {
+                            prompt_tokens,
+                            completion_tokens,
+                            cached_tokens,
+                        },
                     });
                 }
                 SchedulerEvent::Failed { error, .. } => {
@@ -401,23 +450,18 @@ impl Running {
     }
 }
 
-/// The answer as one JSON object (`stream: false`).
-async fn whole(mut run: Running, header: Header) -> Result<Json<serde_json::Value>, ApiError> {
-    let mut text = String::new();
+/// One answer, whole.
+async fn collect(mut run: Running) -> Result<(Choice, Usage), ApiError> {
+    let mut choice = Choice::default();
     loop {
         match run.next().await {
-            Some(Next::Text(t)) => text.push_str(&t),
-            Some(Next::End {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-            }) => {
-                return Ok(Json(header.response(
-                    &text,
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                )))
+            Some(Next::Text(t, lp)) => {
+                choice.text.push_str(&t);
+                choice.logprobs.extend(lp);
+            }
+            Some(Next::End { finish, usage }) => {
+                choice.finish = finish;
+                return Ok((choice, usage));
             }
             Some(Next::Failed(e)) => return Err(ApiError::server(e)),
             None => return Err(ApiError::server("the request was dropped before it ended")),
@@ -425,69 +469,153 @@ async fn whole(mut run: Running, header: Header) -> Result<Json<serde_json::Valu
     }
 }
 
-/// The answer as server-sent events: OpenAI's chunks, then `data: [DONE]`.
+/// The counts of a request's answers: the prompt once, the answers' tokens summed.
+fn total(usages: impl IntoIterator<Item = Usage>) -> Usage {
+    usages.into_iter().fold(Usage::default(), |t, u| Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: t.completion_tokens + u.completion_tokens,
+        cached_tokens: t.cached_tokens.max(u.cached_tokens),
+    })
+}
+
+/// The answers as one JSON object (`stream: false`).
+async fn whole(runs: Vec<Running>, header: Header) -> Result<Json<serde_json::Value>, ApiError> {
+    let answers = futures::future::try_join_all(runs.into_iter().map(collect)).await?;
+    let usage = total(answers.iter().map(|(_, u)| *u));
+    let choices: Vec<Choice> = answers.into_iter().map(|(c, _)| c).collect();
+    Ok(Json(header.response(&choices, usage)))
+}
+
+/// The answers as server-sent events: OpenAI's chunks of every answer as they come (each
+/// names its answer's `index`), the usage chunk when asked, then `data: [DONE]`.
 fn stream(
-    run: Running,
+    runs: Vec<Running>,
     header: Header,
     include_usage: bool,
 ) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
     struct St {
         run: Running,
         header: Header,
-        include_usage: bool,
+        index: usize,
         pending: VecDeque<String>,
         first_chunk: bool,
         done: bool,
+        /// The whole text so far (tool calls are read from it at the end).
+        all: String,
+        /// Text held back: it may be (the start of) a tool call.
+        held: String,
+        /// Log-probabilities of tokens whose text is not out yet.
+        logprobs: Vec<ShownLogprob>,
+        /// Bytes of text sent so far.
+        sent: usize,
+        usages: Arc<Mutex<Vec<Usage>>>,
     }
-    let start = St {
-        run,
-        header,
-        include_usage,
-        pending: VecDeque::new(),
-        first_chunk: true,
-        done: false,
-    };
-    let events = futures::stream::unfold(start, |mut st| async move {
-        loop {
-            if let Some(data) = st.pending.pop_front() {
-                return Some((Ok(Event::default().data(data)), st));
-            }
-            if st.done {
-                return None;
-            }
-            let first = std::mem::replace(&mut st.first_chunk, false);
-            match st.run.next().await {
-                Some(Next::Text(t)) => {
-                    if !t.is_empty() || first {
-                        let chunk = st.header.chunk(Some(&t), first, None);
-                        st.pending.push_back(chunk.to_string());
-                    } else {
-                        st.first_chunk = first;
+    let usages = Arc::new(Mutex::new(Vec::new()));
+    let per_answer = runs.into_iter().enumerate().map(|(index, run)| {
+        let start = St {
+            run,
+            header: header.clone(),
+            index,
+            pending: VecDeque::new(),
+            first_chunk: true,
+            done: false,
+            all: String::new(),
+            held: String::new(),
+            logprobs: Vec::new(),
+            sent: 0,
+            usages: usages.clone(),
+        };
+        futures::stream::unfold(start, |mut st| async move {
+            loop {
+                if let Some(data) = st.pending.pop_front() {
+                    return Some((data, st));
+                }
+                if st.done {
+                    return None;
+                }
+                match st.run.next().await {
+                    Some(Next::Text(t, lp)) => {
+                        st.all.push_str(&t);
+                        st.logprobs.extend(lp);
+                        st.held.push_str(&t);
+                        let keep = serve_api::held_for_tools(&st.header.tools, &st.all, &st.held);
+                        let out: String = st.held.drain(..st.held.len() - keep).collect();
+                        if !out.is_empty() || st.first_chunk {
+                            let first = std::mem::replace(&mut st.first_chunk, false);
+                            let chunk = st.header.chunk(
+                                st.index,
+                                Some(&out),
+                                &st.logprobs,
+                                st.sent,
+                                first,
+                                None,
+                            );
+                            st.sent += out.len();
+                            st.logprobs.clear();
+                            st.pending.push_back(chunk.to_string());
+                        }
                     }
-                }
-                Some(Next::End {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                }) => {
-                    let end = st.header.chunk(None, first, Some(finish));
-                    st.pending.push_back(end.to_string());
-                    if st.include_usage {
-                        let u = st.header.usage_chunk(prompt_tokens, completion_tokens);
-                        st.pending.push_back(u.to_string());
+                    Some(Next::End { mut finish, usage }) => {
+                        let first = std::mem::replace(&mut st.first_chunk, false);
+                        let calls = match st.held.is_empty() {
+                            true => None,
+                            false => st.header.tool_call_chunk(st.index, &st.all, first),
+                        };
+                        let mut text = None;
+                        let role_sent = calls.is_some();
+                        match calls {
+                            Some(chunk) => {
+                                st.pending.push_back(chunk.to_string());
+                                if finish == "stop" {
+                                    finish = "tool_calls";
+                                }
+                            }
+                            // Held text that was no call after all.
+                            None if !st.held.is_empty() => {
+                                text = Some(std::mem::take(&mut st.held))
+                            }
+                            None => {}
+                        }
+                        let end = st.header.chunk(
+                            st.index,
+                            text.as_deref(),
+                            &st.logprobs,
+                            st.sent,
+                            first && !role_sent,
+                            Some(finish),
+                        );
+                        st.pending.push_back(end.to_string());
+                        st.usages
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(usage);
+                        st.done = true;
                     }
-                    st.pending.push_back("[DONE]".into());
-                    st.done = true;
+                    Some(Next::Failed(e)) => {
+                        st.pending.push_back(ApiError::server(e).body().to_string());
+                        st.done = true;
+                    }
+                    None => return None,
                 }
-                Some(Next::Failed(e)) => {
-                    st.pending.push_back(ApiError::server(e).body().to_string());
-                    st.pending.push_back("[DONE]".into());
-                    st.done = true;
-                }
-                None => return None,
             }
-        }
+        })
+        .boxed()
     });
+    let per_answer: Vec<_> = per_answer.collect();
+    let tail_header = header;
+    let tail = futures::stream::once(async move {
+        let mut out = Vec::new();
+        if include_usage {
+            let usages = std::mem::take(&mut *usages.lock().unwrap_or_else(|e| e.into_inner()));
+            out.push(tail_header.usage_chunk(total(usages)).to_string());
+        }
+        out.push("[DONE]".to_string());
+        futures::stream::iter(out)
+    })
+    .flatten();
+    let events = futures::stream::select_all(per_answer)
+        .chain(tail)
+        .map(|data| Ok(Event::default().data(data)));
     // A comment now and then while a request waits in the queue: a client that went away
     // is noticed (the write fails) and its request cancelled.
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(2)))

@@ -74,6 +74,13 @@ pub enum LlmError {
         /// Tokens in the vocabulary.
         vocab_size: u32,
     },
+    /// No next token could be chosen: the row of logits came back empty or short, or every
+    /// token was excluded (a structured-output constraint that allows none of them).
+    #[error("no next token could be chosen: {reason}")]
+    NoToken {
+        /// Why.
+        reason: &'static str,
+    },
     /// A batched forward pass failed: every sequence it computed for fails with it.
     #[error("the batched forward pass of {sequences} sequences failed: {reason}")]
     BatchFailed {

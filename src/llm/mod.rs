@@ -52,7 +52,10 @@ pub use batch::{BatchEngine, BatchOptions, BatchStats, FailedSeq, SeqId, SeqMemo
 pub use error::LlmError;
 pub use graph::{build_graph, build_paged_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
-pub use sample::{Sampler, SamplingParams};
+pub use sample::{
+    LogitRules, Penalties, Recommended, Sampled, Sampler, SamplingParams, TokenLogprobs,
+    MAX_TOP_LOGPROBS,
+};
 pub use scheduler::{
     FinishReason, Prompt, Request, RequestId, RequestMemory, ScheduleError, Scheduler,
     SchedulerEvent, SchedulerOptions, SchedulerStats,
@@ -302,6 +305,14 @@ impl Model {
     /// vocabulary has them as control tokens).
     pub fn stop_ids(&self) -> &[u32] {
         &self.inner.stop_ids
+    }
+
+    /// The sampling settings the file recommends ([`Recommended::from_gguf`]; all `None`
+    /// when the file cannot be read again, which a loaded model's can).
+    pub fn recommended_sampling(&self) -> Recommended {
+        Gguf::parse((*self.inner.backing).as_ref())
+            .map(|g| Recommended::from_gguf(&g))
+            .unwrap_or_default()
     }
 
     /// Bytes of the weights as the graph holds them (the constants region's payload: the

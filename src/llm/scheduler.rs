@@ -16,9 +16,11 @@
 //! time: its pages are free at once (the pools themselves stay allocated).
 
 use super::batch::{BatchEngine, BatchOptions, SeqId, SeqToken};
+use super::sample::{LogitRules, TokenLogprobs};
 use super::session::{GenerateParams, StopReason};
 use super::{LlmError, Model};
 use crate::runtime::RunOptions;
+use crate::structured::Json;
 use crate::tokenizer::{ChatMessage, Special, StreamDecoder};
 use std::collections::VecDeque;
 use web_time::Instant;
@@ -33,18 +35,35 @@ pub enum Prompt {
     Chat(Vec<ChatMessage>),
     /// Token ids as they are.
     Ids(Vec<u32>),
+    /// A chat with the definitions of the tools the model may call (OpenAI's `tools`, each a
+    /// `{"type": "function", "function": {...}}` object), rendered by the model's template
+    /// with them ([`crate::tokenizer::Tokenizer::render_chat_with_tools`]).
+    ChatWithTools {
+        /// The messages (assistant messages may carry tool calls, tool messages answer them).
+        messages: Vec<ChatMessage>,
+        /// The tools, as the client gave them.
+        tools: Vec<Json>,
+    },
 }
 
 /// One generation asked of a [`Scheduler`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// What to continue.
     pub prompt: Prompt,
-    /// Tokens at most, sampling, stopping at the model's stop tokens.
+    /// Tokens at most, sampling, stopping at the model's stop tokens. A `max_tokens` of
+    /// `usize::MAX` generates until the context, or the KV pool, is full (llama-server's
+    /// `-1`).
     pub params: GenerateParams,
     /// Texts that end the generation when they appear in it; they are not part of the
     /// answer (OpenAI's `stop`).
     pub stop: Vec<String>,
+    /// A bias per token and a structured-output constraint on the logits.
+    pub rules: LogitRules,
+    /// The prompt cache's partition: a request reuses the KV pages of earlier or concurrent
+    /// requests of the same partition only (a server gives each API key its own, so that
+    /// timings and reuse never tell one client what another's prompt was).
+    pub cache_salt: u64,
 }
 
 impl Request {
@@ -54,6 +73,8 @@ impl Request {
             prompt,
             params,
             stop: Vec::new(),
+            rules: LogitRules::default(),
+            cache_salt: 0,
         }
     }
 }
@@ -139,6 +160,8 @@ pub enum SchedulerEvent {
         /// that could still turn out to start a stop text (held until it is known), so
         /// often empty.
         text: String,
+        /// The token's log-probabilities, when the request's sampling asks for them.
+        logprobs: Option<TokenLogprobs>,
     },
     /// The request ended normally (its last token came just before).
     Finished {
@@ -150,6 +173,9 @@ pub enum SchedulerEvent {
         prompt_tokens: usize,
         /// Tokens generated (a stop token included).
         completion_tokens: usize,
+        /// Of the prompt's tokens, those read from the prompt cache or from a concurrent
+        /// request's pages instead of computed.
+        cached_tokens: usize,
         /// Milliseconds from the submission to the first token.
         first_token_ms: f64,
     },
@@ -255,8 +281,15 @@ pub struct SchedulerStats {
     pub kv_offloaded_bytes: u64,
     /// Largest `kv_offloaded_bytes` seen.
     pub kv_offloaded_peak_bytes: u64,
-    /// Prompt tokens not computed because their pages were shared.
+    /// Prompt tokens not computed because their pages were shared with a running request.
     pub tokens_shared: u64,
+    /// Prompt tokens not computed because their pages were in the prompt cache (left by
+    /// requests that ended).
+    pub tokens_cached: u64,
+    /// KV pages in the prompt cache, held by no request (given back when needed).
+    pub pages_cached: u32,
+    /// Host bytes of the prefix index (its entries hold each indexed page's tokens once).
+    pub prefix_index_bytes: u64,
     /// Requests the last forward pass computed rows for.
     pub batch_sequences: usize,
 }
@@ -286,6 +319,8 @@ struct Queued {
     ids: Vec<u32>,
     params: GenerateParams,
     stop: Vec<String>,
+    rules: LogitRules,
+    salt: u64,
     submitted: Instant,
 }
 
@@ -301,6 +336,8 @@ struct Active {
     text: String,
     reported: usize,
     generated: usize,
+    /// Prompt tokens read from shared or cached pages.
+    cached_tokens: usize,
     submitted: Instant,
     first_token_ms: f64,
 }
@@ -412,6 +449,10 @@ impl Scheduler {
                 let rendered = tokenizer.render_chat(messages, true)?;
                 tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
             }
+            Prompt::ChatWithTools { messages, tools } => {
+                let rendered = tokenizer.render_chat_with_tools(messages, tools, true)?;
+                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
+            }
             Prompt::Ids(ids) => ids.clone(),
         })
     }
@@ -437,9 +478,22 @@ impl Scheduler {
             prompt,
             params,
             stop,
+            rules,
+            cache_salt,
         } = request;
         let ids = self.encode(&prompt)?;
+        let mut params = params;
+        if params.max_tokens == usize::MAX {
+            // Until the context, or the pool, is full.
+            let limit = (self.model.context_len() as usize)
+                .min(usize::try_from(self.engine.pool_positions()).unwrap_or(usize::MAX));
+            params.max_tokens = limit.saturating_sub(ids.len()).max(1);
+        }
         self.check(&ids, &params)?;
+        let vocab_size = self.model.config().vocab_size;
+        if let Some(&(id, _)) = rules.bias.iter().find(|(t, _)| *t >= vocab_size) {
+            return Err(LlmError::UnknownToken { id, vocab_size }.into());
+        }
         let (tokens, need_bytes) = self.need_bytes(ids.len(), params.max_tokens);
         let budget_bytes = self.engine.pool_bytes();
         // What limits a request is the positions its layers without a window hold.
@@ -458,6 +512,8 @@ impl Scheduler {
             ids,
             params,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            rules,
+            salt: cache_salt,
             submitted: Instant::now(),
         });
         Ok(id)
@@ -544,6 +600,9 @@ impl Scheduler {
         s.kv_offloaded_bytes = e.offloaded_bytes;
         s.kv_offloaded_peak_bytes = e.offloaded_peak_bytes;
         s.tokens_shared = e.tokens_shared;
+        s.tokens_cached = e.tokens_cached;
+        s.pages_cached = e.cached_pages;
+        s.prefix_index_bytes = e.index_bytes;
         s.batch_sequences = e.last_sequences;
         s.kv_reserved_bytes = e.held_bytes;
         s.kv_allocated_bytes = self.engine.allocated_bytes();
@@ -569,7 +628,7 @@ impl Scheduler {
             let Some(q) = self.queue.pop_front() else {
                 break;
             };
-            let seq = match self.engine.add(&q.ids, q.params) {
+            let seq = match self.engine.add_with(&q.ids, q.params, q.rules, q.salt) {
                 Ok(seq) => seq,
                 Err(error) => {
                     // Checked by `submit`; reported rather than trusted.
@@ -593,6 +652,7 @@ impl Scheduler {
                 text: String::new(),
                 reported: 0,
                 generated: 0,
+                cached_tokens: 0,
                 submitted: q.submitted,
                 first_token_ms: 0.0,
             });
@@ -633,7 +693,8 @@ impl Scheduler {
                 return events;
             }
         };
-        // Sequences the step gave up (out of device memory even alone): their pages are free.
+        // Sequences the step gave up (out of device memory even alone, or no token their
+        // constraint allows): their pages are free.
         for f in self.engine.take_failures() {
             if let Some(i) = self.active.iter().position(|a| a.seq == f.seq) {
                 let a = self.active.remove(i);
@@ -670,6 +731,7 @@ impl Scheduler {
                         reason,
                         prompt_tokens: a.prompt_tokens,
                         completion_tokens: a.generated,
+                        cached_tokens: a.cached_tokens,
                         first_token_ms: a.first_token_ms,
                     });
                     None
@@ -707,6 +769,7 @@ impl Scheduler {
         if a.generated == 0 {
             a.first_token_ms = a.submitted.elapsed().as_secs_f64() * 1e3;
         }
+        a.cached_tokens = t.cached_tokens;
         a.generated += 1;
         self.stats.tokens_generated_total += 1;
         let tokenizer = self.model.tokenizer();
@@ -735,6 +798,7 @@ impl Scheduler {
             index: a.generated - 1,
             token: t.token,
             text: a.text[a.reported..end].to_string(),
+            logprobs: t.logprobs.clone(),
         });
         a.reported = end;
         Ok(reason)

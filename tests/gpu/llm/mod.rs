@@ -593,6 +593,7 @@ fn a_chat_keeps_its_cache_across_turns_and_sessions_are_independent() {
                 top_k: 40,
                 top_p: 0.95,
                 seed,
+                ..SamplingParams::default()
             },
             stop_at_eos: false,
             keep_logits: false,

@@ -124,6 +124,7 @@ fn device_sampling_is_seeded() {
                 top_k,
                 top_p: if top_k > 0 { 0.95 } else { 1.0 },
                 seed,
+                ..SamplingParams::default()
             },
             ..params(24, false, false)
         };
