@@ -31,8 +31,26 @@ impl ApiError {
         }
     }
 
-    /// A 404 for a model this server does not have.
+    /// Any error: the HTTP layer's (401, 403, 415, 429, 503 ...) with its `type` and `code`.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        message: impl Into<String>,
+        code: Option<&'static str>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code,
+        }
+    }
+
+    /// A 404 for a model this server does not have (the name given is repeated up to 64
+    /// bytes).
     pub fn unknown_model(asked: &str, served: &str) -> ApiError {
+        let asked = super::serve_guard::truncated(asked, 64);
         ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!(
@@ -53,14 +71,6 @@ impl ApiError {
                  /v1/completions, /v1/models, /health and /metrics",
                 None,
             )
-        }
-    }
-
-    /// A body that could not be read, with the status that says why (413: too large).
-    pub fn unreadable(status: StatusCode, message: String) -> ApiError {
-        ApiError {
-            status,
-            ..ApiError::bad(message, None)
         }
     }
 
@@ -112,6 +122,12 @@ impl From<ScheduleError> for ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 ..ApiError::server(message)
             },
+            ScheduleError::QueueFull { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                message,
+                Some("queue_full"),
+            ),
             _ => ApiError::server(message),
         }
     }

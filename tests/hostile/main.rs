@@ -7,8 +7,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/server.rs"]
+mod server;
 
 mod io;
 mod llm;
 mod onnx;
 mod onnx_nbits;
+mod serve;
