@@ -801,6 +801,7 @@ async fn generate_response(
             Some("stop"),
         ));
     }
+    loaded.prep.check(&prompt)?;
     // Refused before the prompt is read when the queue is full already (the scheduler
     // checks again when the request arrives).
     let queued = loaded.handle.stats().scheduler.queued;

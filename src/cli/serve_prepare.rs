@@ -142,6 +142,18 @@ impl Prep {
             .map_err(|e| ApiError::server(format!("reading the prompt failed: {e}")))
     }
 
+    /// Refuses a chat whose roles the template does not know (cheap: before the queue and
+    /// the pool, so that an invalid request is a 400 whatever the load).
+    ///
+    /// # Errors
+    /// 400 naming the role and the roles known.
+    pub fn check(&self, prompt: &Prompt) -> Result<(), ApiError> {
+        match prompt {
+            Prompt::Chat(messages) => check_roles(&self.tokenizer, messages),
+            _ => Ok(()),
+        }
+    }
+
     /// `prompt` as token ids, in the pool (see the module docs).
     ///
     /// # Errors
@@ -160,16 +172,36 @@ impl Prep {
     }
 }
 
+/// A 400 for the first message whose role `tokenizer`'s template does not know.
+fn check_roles(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<(), ApiError> {
+    let roles = chat_roles(tokenizer);
+    match messages.iter().find(|m| !roles.contains(&m.role.as_str())) {
+        Some(m) => Err(ApiError::bad(
+            format!(
+                "the role {:?} is not one this model's chat template knows: use one of {}",
+                truncated(&m.role, 32),
+                roles.join(", ")
+            ),
+            Some("messages"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The bytes of text a prompt carries (roles and contents; ids count 4 each).
 fn prompt_bytes(prompt: &Prompt) -> usize {
     match prompt {
         Prompt::Text(t) => t.len(),
-        Prompt::Chat(messages) => messages
-            .iter()
-            .map(|m| m.role.len() + m.content.len())
-            .sum(),
+        Prompt::Chat(messages) => chat_bytes(messages),
         Prompt::Ids(ids) => ids.len() * 4,
     }
+}
+
+fn chat_bytes(messages: &[ChatMessage]) -> usize {
+    messages
+        .iter()
+        .map(|m| m.role.len() + m.content.len())
+        .sum()
 }
 
 fn too_long(bytes: usize, context: usize) -> ApiError {
@@ -275,23 +307,9 @@ impl Prep {
         client: Client,
         messages: Vec<ChatMessage>,
     ) -> Result<Value, ApiError> {
-        let bytes = prompt_bytes(&Prompt::Chat(Vec::new()))
-            + messages
-                .iter()
-                .map(|m| m.role.len() + m.content.len())
-                .sum::<usize>();
+        check_roles(&self.tokenizer, &messages)?;
+        let bytes = chat_bytes(&messages);
         self.run(client, bytes, move |t| {
-            let roles = chat_roles(t);
-            if let Some(m) = messages.iter().find(|m| !roles.contains(&m.role.as_str())) {
-                return Err(ApiError::bad(
-                    format!(
-                        "the role {:?} is not one this model's chat template knows: use one of {}",
-                        truncated(&m.role, 32),
-                        roles.join(", ")
-                    ),
-                    Some("messages"),
-                ));
-            }
             t.apply_chat_template(&messages, true)
                 .map(|prompt| json!({ "prompt": prompt }))
                 .map_err(|e| ApiError::bad(e.to_string(), Some("messages")))

@@ -865,3 +865,51 @@ fn serve_ends_a_request_past_the_request_timeout() {
     server.wait_metric("dynrt_active_sessions", 0.0);
     assert_eq!(server.metric("dynrt_kv_reserved_bytes"), 0.0);
 }
+
+/// `scripts/soak.py` against the tiny model: thousands of mixed requests (streams read to
+/// the end and abandoned, requests abandoned before their answer, invalid ones, bursts past
+/// the queue) for `DYNRT_SOAK_MINUTES` (default 3); the script fails on a 5xx, a stream
+/// without its final event and `[DONE]`, memory or device bytes that grew by more than 5 %
+/// between rest after the warm-up and rest at the end, a page held at the end, or a drain
+/// that does not exit 0.
+#[test]
+fn serve_soak_answers_everything_and_stays_flat() {
+    let test = "serve_soak_answers_everything_and_stays_flat";
+    let Some(model) = tiny(test, 4096) else {
+        return;
+    };
+    let minutes = std::env::var("DYNRT_SOAK_MINUTES").unwrap_or_else(|_| "3".into());
+    let out = std::process::Command::new("python3")
+        .arg(crate::common::repo().join("scripts/soak.py"))
+        .args([
+            "--binary",
+            env!("CARGO_BIN_EXE_dynrt"),
+            "--json",
+            "--minutes",
+            &minutes,
+        ])
+        .arg("--model")
+        .arg(&model)
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if !testing::require_gpu() => {
+            eprintln!("SKIP {test}: python3: {e}");
+            return;
+        }
+        Err(e) => panic!("{test}: python3: {e}"),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    assert!(out.status.success(), "{r}\n{stderr}");
+    assert_eq!(r["failed"], json!([]), "{r}");
+    let requests = r["requests"].as_u64().unwrap();
+    assert!(requests >= 1000, "only {requests} requests: {r}");
+    assert!(
+        r["streams_ended"].as_u64().unwrap() > 0 && r["streams_abandoned"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    eprintln!("{test}: {r}");
+}
