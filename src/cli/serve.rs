@@ -742,10 +742,11 @@ async fn tokenize(
     Extension(client): Extension<Client>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let loaded = app.ready()?;
     let body: TokenizeBody = serve_api::parse(&read_body(&app, &headers, body).await?)?;
-    loaded.prep.tokenize(client, body).await.map(Json)
+    let text = loaded.prep.tokenize(client, body).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 
 async fn detokenize(

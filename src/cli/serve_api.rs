@@ -68,7 +68,8 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             ..ApiError::bad(
                 "no such endpoint: this server answers /v1/chat/completions, \
-                 /v1/completions, /v1/models, /health and /metrics",
+                 /v1/completions, /v1/models, /v1/memory, /tokenize, /detokenize, \
+                 /apply-template, /health and /metrics",
                 None,
             )
         }

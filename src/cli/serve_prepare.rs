@@ -236,6 +236,43 @@ fn yes() -> bool {
     true
 }
 
+/// The answer of `/tokenize`.
+#[derive(serde::Serialize)]
+struct Tokens<T: serde::Serialize> {
+    tokens: T,
+}
+
+/// Tokens with their text, serialized one by one: `{"id", "piece"}`, the piece as its
+/// bytes when it is not whole UTF-8.
+struct Pieces<'a> {
+    tokenizer: &'a Tokenizer,
+    ids: &'a [u32],
+}
+
+impl serde::Serialize for Pieces<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.ids.len()))?;
+        for &id in self.ids {
+            struct Piece<'b>(u32, &'b [u8]);
+            impl serde::Serialize for Piece<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let mut m = s.serialize_map(Some(2))?;
+                    m.serialize_entry("id", &self.0)?;
+                    match std::str::from_utf8(self.1) {
+                        Ok(text) => m.serialize_entry("piece", text)?,
+                        Err(_) => m.serialize_entry("piece", self.1)?,
+                    }
+                    m.end()
+                }
+            }
+            let bytes = self.tokenizer.token_bytes(id).unwrap_or_default();
+            seq.serialize_element(&Piece(id, bytes))?;
+        }
+        seq.end()
+    }
+}
+
 /// `POST /detokenize`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -249,7 +286,7 @@ impl Prep {
     ///
     /// # Errors
     /// As [`Prep::run`].
-    pub async fn tokenize(&self, client: Client, body: TokenizeBody) -> Result<Value, ApiError> {
+    pub async fn tokenize(&self, client: Client, body: TokenizeBody) -> Result<String, ApiError> {
         let bytes = body.content.len();
         self.run(client, bytes, move |t| {
             let special = if body.parse_special {
@@ -261,22 +298,21 @@ impl Prep {
             if body.add_special {
                 ids = t.with_bos(ids);
             }
-            if !body.with_pieces {
-                return json!({ "tokens": ids });
-            }
-            let pieces: Vec<Value> = ids
-                .iter()
-                .map(|&id| {
-                    let piece = t.token_bytes(id).unwrap_or_default();
-                    match std::str::from_utf8(piece) {
-                        Ok(s) => json!({"id": id, "piece": s}),
-                        Err(_) => json!({"id": id, "piece": piece}),
-                    }
+            // Written straight into the answer's text: a tree of JSON values would take
+            // tens of bytes per token.
+            let written = if body.with_pieces {
+                serde_json::to_string(&Tokens {
+                    tokens: Pieces {
+                        tokenizer: t,
+                        ids: &ids,
+                    },
                 })
-                .collect();
-            json!({ "tokens": pieces })
+            } else {
+                serde_json::to_string(&Tokens { tokens: &ids })
+            };
+            written.map_err(|e| ApiError::server(format!("writing the tokens: {e}")))
         })
-        .await
+        .await?
     }
 
     /// `/detokenize`: `{"content": text}`.

@@ -193,6 +193,56 @@ fn half_sent_requests_are_cut_and_cannot_exhaust_the_descriptors() {
     assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));
 }
 
+/// A client that asks for a large answer and never reads it: its connection is closed
+/// after `--write-timeout` (an idle socket held for minutes was part of finding 3).
+#[test]
+fn a_client_that_stops_reading_is_cut_after_the_write_timeout() {
+    let test = "a_client_that_stops_reading_is_cut_after_the_write_timeout";
+    let Some(model) = tiny(test, 256) else { return };
+    let server = Server::start(&model, &["--write-timeout", "1"]);
+    let fds = server.open_fds();
+    // About 1.4 million tokens: megabytes of answer, more than the sockets hold.
+    let body = json!({"content": tiny_long_prompt(450_000)}).to_string();
+    let mut s = server.connect();
+    write_request_with(&mut s, &server.addr, "POST", "/tokenize", &[], &body);
+    let t = Instant::now();
+    while server.open_fds() <= fds {
+        assert!(
+            t.elapsed() < REQUEST_DEADLINE,
+            "the connection never opened"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Not reading: the server gives up on the connection.
+    while server.open_fds() > fds {
+        assert!(
+            t.elapsed() < REQUEST_DEADLINE,
+            "the server still holds the stalled connection"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    let (head, got) = text.split_once("\r\n\r\n").expect("a head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let declared: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(
+        got.len() < declared,
+        "the whole answer arrived: {} bytes",
+        got.len()
+    );
+    assert_eq!(server.get("/health").0, 200);
+}
+
 /// A body that trickles in is cut after `--body-timeout` with a 408.
 #[test]
 fn a_body_that_trickles_in_gets_a_408() {
