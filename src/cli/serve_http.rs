@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -76,7 +76,7 @@ pub async fn serve(
             }
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream, total, limits.write_timeout));
+            refuse(stream, total);
             continue;
         };
         let router = router.clone();
@@ -89,8 +89,9 @@ pub async fn serve(
     drop(listener);
 }
 
-/// Answers a connection over the limit with a 503 and closes it.
-async fn refuse(mut stream: TcpStream, max: usize, write_timeout: Duration) {
+/// Answers a connection over the limit with a 503 and closes it, here and now: no task
+/// and no descriptor outlives the call, however many such connections come.
+fn refuse(stream: TcpStream, max: usize) {
     let body = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "server_error",
@@ -104,11 +105,15 @@ async fn refuse(mut stream: TcpStream, max: usize, write_timeout: Duration) {
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
-    let _ = tokio::time::timeout(write_timeout, async {
-        let _ = stream.write_all(answer.as_bytes()).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    // A fresh socket's buffer takes these few hundred bytes at once (the socket is
+    // non-blocking: were it full, the answer would be dropped, never waited for). What the
+    // client sent already is read first, so that the close is a FIN rather than a reset.
+    let _ = std::io::Read::read(&mut stream, &mut [0u8; 4096]);
+    let _ = std::io::Write::write(&mut stream, answer.as_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 async fn connection(
