@@ -1,9 +1,13 @@
 //! `dynrt serve` over real HTTP on 127.0.0.1: the server starts on a free port (it prints
-//! the address it bound), and a small blocking HTTP/1.1 client drives it: chat and
-//! completions with and without streaming, the models list, health, metrics, the OpenAI
-//! error shape for bad requests, a client that disconnects mid-stream, concurrent requests,
-//! and a budget so small that requests wait in the queue. SmolLM2 on the GPU; skips without
-//! them (`DYNRT_REQUIRE_MODEL=1`, `DYNRT_REQUIRE_GPU=1` make that a failure).
+//! the address it bound), and a small blocking HTTP/1.1 client (`tests/common/server.rs`)
+//! drives it: chat and completions with and without streaming, the models list, health,
+//! metrics, the OpenAI error shape for bad requests, a client that disconnects mid-stream,
+//! concurrent requests, a budget so small that requests wait in the queue; and the
+//! operations: API keys, CORS, 503 while loading and after the scheduler thread died, the
+//! SIGTERM drain (8 open streams) and the second signal, the tokenizer endpoints, the
+//! request log and latency histograms, ids across restarts, the request timeout, and a
+//! 3-minute soak. SmolLM2 where answers are checked, a tiny random model elsewhere; skips
+//! without them (`DYNRT_REQUIRE_MODEL=1`, `DYNRT_REQUIRE_GPU=1` make that a failure).
 
 use crate::server::{
     answer, chat_body, sse_data, tiny_long_prompt, tiny_model, wait_reading, write_request_with,
