@@ -10,6 +10,11 @@ tokens per second over the wall time, time to first token and inter-token latenc
 p99, from the client: the arrival of the first content chunk, and the gaps between content
 chunks), tokens per request; and for the chat, each turn's time to first token.
 
+With `--behind-long N`, one more measurement: a short chat (at most 1 token) sent while
+the server reads a prompt of N words (a completion of 1 token sent just before): the
+seconds until each answers. First come, first served, the short chat waits for the whole
+long prompt; with the prompt rows of a step shared, it is answered within a few steps.
+
 The server is started by the script (a free port, `--binary`, `--model`) and stopped at the
 end, or an already running one is used (`--url`). A warm-up request runs first (dynrt
 compiles its batched pipelines at the first request).
@@ -176,10 +181,34 @@ def run_chat(host, port, max_tokens, model):
     return turns
 
 
+def behind_long(host, port, words, model):
+    """A 1-token chat sent 0.5 s after a completion whose prompt has `words` words: the
+    seconds each took from its own start."""
+    out = {}
+
+    def long():
+        t0 = time.perf_counter()
+        c = http.client.HTTPConnection(host, port, timeout=3600)
+        body = {"model": model, "prompt": "word " * words, "max_tokens": 1, "temperature": 0}
+        c.request("POST", "/v1/completions", body=json.dumps(body).encode(),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        out["long_status"] = r.status
+        out["long_s"] = round(time.perf_counter() - t0, 2)
+
+    t = threading.Thread(target=long)
+    t.start()
+    time.sleep(0.5)
+    ttft, _, _, _, total = stream_chat(host, port, [{"role": "user", "content": "Hi!"}], 1, model)
+    out["short_s"] = round(total, 2)
+    t.join()
+    return out
+
+
 def start(kind, binary, model, port, most, args):
     if kind == "dynrt":
-        cmd = [binary, "serve", "--port", str(port), "--model", model,
-               "--max-batch", str(most), "--max-queue", str(max(64, most * 4))]
+        cmd = [binary, "serve", "--port", str(port), "--model", model, "--max-batch", str(most)]
         cmd += args.dynrt_args.split()
     else:
         cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port),
@@ -226,7 +255,9 @@ def bench(kind, binary, args, counts):
         cmd = None
     else:
         host, port = "127.0.0.1", free_port()
-        proc, cmd = start(kind, binary, args.model, port, max(counts), args)
+        # The long prompt and the short chat must be able to run together.
+        most = max(counts + ([2] if args.behind_long else []))
+        proc, cmd = start(kind, binary, args.model, port, most, args)
     try:
         model = served_model(host, port)
         stream_chat(host, port, [{"role": "user", "content": "Hi"}], 4, model)  # warm-up
@@ -238,6 +269,11 @@ def bench(kind, binary, args, counts):
             rows.append(row)
             print(f"[serve_bench] {kind} {n} clients: {row}", file=sys.stderr)
         chat = run_chat(host, port, args.chat_tokens, model) if args.chat_turns else []
+        if args.behind_long:
+            hol = behind_long(host, port, args.behind_long, model)
+            hol["server"] = kind
+            print(f"[serve_bench] {kind} behind a long prompt: {hol}", file=sys.stderr)
+            chat = {"turns": chat, "behind_long": hol}
     finally:
         if proc:
             proc.terminate()
@@ -260,6 +296,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--chat-turns", type=int, default=1, help="0: no 10-turn chat")
     ap.add_argument("--chat-tokens", type=int, default=32)
+    ap.add_argument("--behind-long", type=int, default=0,
+                    help="also time a short chat behind a prompt of this many words")
     ap.add_argument("--threads", type=int, default=2, help="llama-server's -t")
     ap.add_argument("--ctx-per-slot", type=int, default=2048)
     ap.add_argument("--llama-args", default="")
@@ -286,7 +324,7 @@ def main():
         for r in all_rows:
             print(json.dumps(r))
         for kind, chat in chats.items():
-            print(json.dumps({"server": kind, "chat_turns": chat}))
+            print(json.dumps({"server": kind, "chat": chat}))
         return
     print(f"{date}; {args.requests} streamed greedy chats of at most {args.max_tokens} tokens "
           f"per client; times from the client.\n")
@@ -298,14 +336,23 @@ def main():
               f"| {r['tokens_per_request']} | {r['ttft_p50_ms']} / {r['ttft_p99_ms']} "
               f"| {r['itl_p50_ms']} / {r['itl_p99_ms']} | {r['errors']} "
               f"| {r['load'][0]} / {r['load'][1]} |")
-    if any(chats.values()):
+    turns = {k: (c["turns"] if isinstance(c, dict) else c) for k, c in chats.items()}
+    if any(turns.values()):
         print("\nTime to first token of each turn of a 10-turn chat (ms; at most "
               f"{args.chat_tokens} tokens per answer):\n")
         print("| server | " + " | ".join(f"turn {i + 1}" for i in range(len(TURNS))) + " |")
         print("|---|" + "---:|" * len(TURNS))
-        for kind, chat in chats.items():
+        for kind, chat in turns.items():
             if chat:
                 print(f"| {kind} | " + " | ".join(str(t["ttft_ms"]) for t in chat) + " |")
+    hols = [c["behind_long"] for c in chats.values() if isinstance(c, dict)]
+    if hols:
+        print(f"\nA 1-token chat sent 0.5 s after a completion of a {args.behind_long}-word "
+              "prompt (seconds from each one's start to its answer):\n")
+        print("| server | short chat s | long prompt s |")
+        print("|---|---:|---:|")
+        for h in hols:
+            print(f"| {h['server']} | {h['short_s']} | {h['long_s']} |")
     for kind, cmd in cmds.items():
         if cmd:
             print(f"\n{kind}: `{' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}`")
