@@ -24,6 +24,10 @@ mod run;
 mod serve;
 mod serve_api;
 mod serve_embed;
+mod serve_guard;
+mod serve_http;
+mod serve_metrics;
+mod serve_prepare;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -102,9 +106,15 @@ fn report(e: &anyhow::Error) -> (ExitCode, String) {
 /// Parses the command line, runs the subcommand, and turns an error into exit code 1 (3 when
 /// the GPU device was lost).
 pub fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     quiet_display_probes();
     let cli = Cli::parse();
+    // A server logs each request (its access and request lines) unless told otherwise.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "warn,dynrt::access=info,dynrt::request=info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
+        .init();
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Predict(a) => predict::run(a),

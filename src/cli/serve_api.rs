@@ -48,9 +48,26 @@ impl ApiError {
         }
     }
 
-    /// A 404 for a model this server does not run (the embeddings endpoint: it serves one
-    /// sentence model beside the chat model, and a name that is neither is a mistake).
+    /// Any error: the HTTP layer's (401, 403, 415, 429, 503 ...) with its `type` and `code`.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        message: impl Into<String>,
+        code: Option<&'static str>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code,
+        }
+    }
+
+    /// A 404 for a model this server does not have (the name given is repeated up to 64
+    /// bytes).
     pub fn unknown_model(asked: &str, served: &str) -> ApiError {
+        let asked = super::serve_guard::truncated(asked, 64);
         ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!(
@@ -83,17 +100,10 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             ..ApiError::bad(
                 "no such endpoint: this server answers /v1/chat/completions, \
-                 /v1/completions, /v1/models, /health and /metrics",
+                 /v1/completions, /v1/models, /v1/memory, /tokenize, /detokenize, \
+                 /apply-template, /health and /metrics",
                 None,
             )
-        }
-    }
-
-    /// A body that could not be read, with the status that says why (413: too large).
-    pub fn unreadable(status: StatusCode, message: String) -> ApiError {
-        ApiError {
-            status,
-            ..ApiError::bad(message, None)
         }
     }
 
@@ -144,6 +154,12 @@ impl From<ScheduleError> for ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 ..ApiError::server(message)
             },
+            ScheduleError::QueueFull { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                message,
+                Some("queue_full"),
+            ),
             _ => ApiError::server(message),
         }
     }
@@ -459,6 +475,9 @@ impl Defaults {
 pub struct Server<'a> {
     /// The model's context, tokens.
     pub context: usize,
+    /// The client's prompt-cache partition (`serve_guard::cache_partition`): requests
+    /// share KV pages only within one.
+    pub partition: u64,
     pub defaults: &'a Defaults,
     /// How the model's template writes tool calls (`None`: no tools).
     pub tool_format: Option<ToolFormat>,
@@ -694,7 +713,7 @@ impl Common {
             // No reuse: a partition of its own.
             random_u64()
         } else {
-            0
+            server.partition
         };
         Ok(Plan {
             endpoint,
@@ -729,7 +748,7 @@ fn compile(schema: &Json) -> Result<Grammar, ApiError> {
 impl ChatBody {
     /// The chat as messages the template renders: text parts joined with newlines (as
     /// llama-server and vLLM join them), tool calls and tool answers kept.
-    fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+    pub fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::bad(
                 "`messages` is empty: give at least one message",
@@ -1521,6 +1540,7 @@ mod tests {
     fn server_with(defaults: &Defaults) -> Server<'_> {
         Server {
             context: 2048,
+            partition: 0,
             defaults,
             tool_format: Some(ToolFormat::Hermes),
         }

@@ -16,11 +16,7 @@
 
 use super::embed::{open_model, ModelArgs};
 use super::serve_api::{self, ApiError};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::{json, Value};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -117,18 +113,6 @@ pub fn start(engine: &dynrt::gpu::Engine, args: &Args) -> anyhow::Result<Option<
     })))
 }
 
-/// `router` with `POST /v1/embeddings` added when there is an embedding model.
-pub fn with_routes(router: Router, embedder: Option<Arc<Embedder>>) -> Router {
-    match embedder {
-        None => router,
-        Some(e) => router.merge(
-            Router::new()
-                .route("/v1/embeddings", post(embeddings))
-                .with_state(e),
-        ),
-    }
-}
-
 /// The request's texts, or the 400 that says what is wrong.
 fn texts(body: &Value) -> Result<Vec<String>, ApiError> {
     let input = body
@@ -191,12 +175,12 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-async fn embeddings(
-    State(e): State<Arc<Embedder>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let body = body.map_err(|r| ApiError::unreadable(r.status(), r.body_text()))?;
-    let body: Value = serve_api::parse(&body)?;
+/// The answer to one `POST /v1/embeddings` body (read by the server within its limits).
+///
+/// # Errors
+/// A 400 or 404 that says what is wrong with the request; a 500 when the model failed.
+pub async fn answer(e: &Embedder, body: &[u8]) -> Result<Json<Value>, ApiError> {
+    let body: Value = serve_api::parse(body)?;
     if !body.is_object() {
         return Err(ApiError::bad("the body must be a JSON object", None));
     }

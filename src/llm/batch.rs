@@ -10,7 +10,10 @@
 //! Each [`BatchEngine::step`] is one forward pass: one row for every sequence that is
 //! decoding, then the prompts of the others in chunks, up to [`BatchOptions::step_tokens`]
 //! rows in all (a long prompt never holds the decoding sequences back for more than one
-//! chunk). The rows' logits come back in one readback and each sequence samples its next
+//! chunk). The prompts share the rows left, shortest first and none taking more than an
+//! even share of what is left, so a short prompt behind a long one is read in the next step;
+//! a prompt that starts with the full pages another prompt is computing waits for them
+//! instead of computing them twice. The rows' logits come back in one readback and each sequence samples its next
 //! token with its own [`Sampler`]. A sequence whose prompt starts with the full pages of
 //! another's (a shared system prompt) reads those pages instead of computing them again
 //! ([`BatchStats::shared_pages`]): pages are shared only once full, so a shared page is never
@@ -1028,6 +1031,31 @@ impl BatchEngine {
         Ok(())
     }
 
+    /// Whether sequence `i`, whose prompt has not started, should wait for the full pages
+    /// of its prompt's start that a sequence added before it computes (it then reads them
+    /// instead of computing them too): one step for a shared system prompt, a whole prompt
+    /// for a copy of it. Never with sliding-window layers (their pages are not shared).
+    fn waits_for_shared_pages(&self, i: usize, running: usize) -> bool {
+        let q = &self.seqs[i];
+        if self.swa.is_some() || q.done > 0 || !q.pages.is_empty() {
+            return false;
+        }
+        let ps = self.options.page_size as usize;
+        // The one that came first computes (started or not); each later one waits.
+        (0..i.min(running)).any(|j| {
+            let o = &self.seqs[j];
+            if o.done >= o.prompt {
+                return false;
+            }
+            let common = (q.tokens.iter().zip(&o.tokens[..o.prompt]))
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Full pages both prompts start with, leaving `q` its last token to compute.
+            let pages = common.min(q.tokens.len() - 1) / ps;
+            pages > 0 && o.done < pages * ps
+        })
+    }
+
     /// Picks this step's rows: `(sequence index, first position, rows)` for each sequence
     /// that runs, decode rows first, then prompt chunks while rows are left. Sequences that
     /// cannot get their pages wait (taking other sequences' spare pages first); if none
@@ -1091,15 +1119,25 @@ impl BatchEngine {
                     }
                 }
             }
-            for i in (0..running).filter(runs) {
-                let q = &self.seqs[i];
-                let todo = q.tokens.len() - q.done;
-                if todo > 1 && left > 0 {
-                    let (at, n) = (q.done, todo.min(left));
-                    if self.reserve_or_trim(i, at + n, &plan) {
-                        plan.push((i, at, n));
-                        left -= n;
-                    }
+            // The rows left are shared among the prompts, shortest first, each taking at
+            // most an even share of what is left: a short prompt is read in the next step
+            // whatever long prompts came before it, and a long one still gets every row the
+            // others leave.
+            let todo = |q: &Seq| q.tokens.len() - q.done;
+            let mut prompts: Vec<usize> = (0..running)
+                .filter(runs)
+                .filter(|&i| todo(&self.seqs[i]) > 1 && !self.waits_for_shared_pages(i, running))
+                .collect();
+            prompts.sort_by_key(|&i| (todo(&self.seqs[i]), i));
+            for (k, &i) in prompts.iter().enumerate() {
+                if left == 0 {
+                    break;
+                }
+                let share = (left / (prompts.len() - k)).max(1);
+                let (at, n) = (self.seqs[i].done, todo(&self.seqs[i]).min(share));
+                if self.reserve_or_trim(i, at + n, &plan) {
+                    plan.push((i, at, n));
+                    left -= n;
                 }
             }
             if !plan.is_empty() || running == 0 {

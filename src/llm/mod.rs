@@ -57,11 +57,13 @@ pub use sample::{
     MAX_TOP_LOGPROBS,
 };
 pub use scheduler::{
-    FinishReason, Prompt, Request, RequestId, RequestMemory, ScheduleError, Scheduler,
-    SchedulerEvent, SchedulerOptions, SchedulerStats,
+    chat_roles, encode_prompt, FinishReason, Prompt, Request, RequestId, RequestMemory,
+    ScheduleError, Scheduler, SchedulerEvent, SchedulerOptions, SchedulerStats,
 };
 #[cfg(not(target_arch = "wasm32"))]
-pub use scheduler_thread::{LiveStats, SchedulerHandle, Submitted, RATE_WINDOW};
+pub use scheduler_thread::{
+    LiveStats, SchedulerHandle, Submitted, ThreadState, COMMAND_CAPACITY, RATE_WINDOW,
+};
 pub use session::{
     GenerateParams, Generation, KvUsage, Session, SessionStats, StopReason, TokenEvent,
     PREFILL_CHUNK,

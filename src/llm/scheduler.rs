@@ -21,7 +21,7 @@ use super::session::{GenerateParams, StopReason};
 use super::{LlmError, Model};
 use crate::runtime::RunOptions;
 use crate::structured::Json;
-use crate::tokenizer::{ChatMessage, Special, StreamDecoder};
+use crate::tokenizer::{ChatMessage, Special, StreamDecoder, Tokenizer, TokenizerError};
 use std::collections::VecDeque;
 use web_time::Instant;
 
@@ -105,13 +105,16 @@ pub struct SchedulerOptions {
     /// Whether a request that must give its pages back to let others run has them copied
     /// to host memory ([`BatchOptions::offload`]) rather than computed again.
     pub offload: bool,
+    /// Requests waiting in the queue at most: [`Scheduler::submit`] refuses more
+    /// ([`ScheduleError::QueueFull`]), so that a burst costs bounded memory.
+    pub max_queue: usize,
     /// The run options of the engine's request.
     pub run: RunOptions,
 }
 
 impl SchedulerOptions {
     /// `budget_bytes` of KV cache, 8 requests at once, prompts in chunks of 128 tokens,
-    /// pages of 16 positions, offload on.
+    /// pages of 16 positions, offload on, 256 requests in the queue at most.
     pub fn new(budget_bytes: u64, run: RunOptions) -> SchedulerOptions {
         SchedulerOptions {
             budget_bytes,
@@ -119,6 +122,7 @@ impl SchedulerOptions {
             prefill_chunk: 128,
             page_size: 16,
             offload: true,
+            max_queue: 256,
             run,
         }
     }
@@ -209,6 +213,12 @@ pub enum ScheduleError {
         /// The budget.
         budget_bytes: u64,
     },
+    /// The queue holds [`SchedulerOptions::max_queue`] requests already: try again later.
+    #[error("{queued} requests are waiting already, the most this server queues: try again later")]
+    QueueFull {
+        /// Requests in the queue.
+        queued: usize,
+    },
     /// The scheduler's thread has ended (native runner only).
     #[error("the scheduler has stopped")]
     Stopped,
@@ -248,6 +258,8 @@ pub struct SchedulerStats {
     pub device_peak_bytes: u64,
     /// Requests accepted by [`Scheduler::submit`].
     pub submitted: u64,
+    /// Requests [`Scheduler::submit`] refused (invalid, over the budget, the queue full).
+    pub refused: u64,
     /// Requests that ended normally.
     pub finished: u64,
     /// Requests cancelled.
@@ -434,27 +446,13 @@ impl Scheduler {
         &self.engine
     }
 
-    /// The prompt of `prompt` as the model's token ids, as a new [`super::Session`] encodes it:
-    /// text and chats start a sequence, so they get the model's BOS where it expects one
-    /// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are.
+    /// The prompt of `prompt` as the model's token ids ([`encode_prompt`] with this model's
+    /// tokenizer).
     ///
     /// # Errors
-    /// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template
-    /// error).
+    /// As [`encode_prompt`].
     pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
-        let tokenizer = self.model.tokenizer();
-        Ok(match prompt {
-            Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
-            Prompt::Chat(messages) => {
-                let rendered = tokenizer.render_chat(messages, true)?;
-                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
-            }
-            Prompt::ChatWithTools { messages, tools } => {
-                let rendered = tokenizer.render_chat_with_tools(messages, tools, true)?;
-                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
-            }
-            Prompt::Ids(ids) => ids.clone(),
-        })
+        encode_prompt(self.model.tokenizer(), prompt)
     }
 
     /// KV bytes a request with `prompt_tokens` and `max_tokens` may need: both together,
@@ -472,8 +470,19 @@ impl Scheduler {
     /// # Errors
     /// [`ScheduleError::Invalid`] for an empty prompt, a token outside the vocabulary, a
     /// prompt longer than the context, `max_tokens` 0 or bad sampling parameters;
-    /// [`ScheduleError::OverBudget`] when the request could need more than the whole pool.
+    /// [`ScheduleError::OverBudget`] when the request could need more than the whole pool;
+    /// [`ScheduleError::QueueFull`] when [`SchedulerOptions::max_queue`] requests wait
+    /// already.
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ScheduleError> {
+        let id = self.queue_request(request);
+        if id.is_err() {
+            self.stats.refused += 1;
+        }
+        id
+    }
+
+    /// [`Scheduler::submit`] but for the count of refusals.
+    fn queue_request(&mut self, request: Request) -> Result<RequestId, ScheduleError> {
         let Request {
             prompt,
             params,
@@ -481,6 +490,11 @@ impl Scheduler {
             rules,
             cache_salt,
         } = request;
+        if self.queue.len() >= self.options.max_queue {
+            return Err(ScheduleError::QueueFull {
+                queued: self.queue.len(),
+            });
+        }
         let ids = self.encode(&prompt)?;
         let mut params = params;
         if params.max_tokens == usize::MAX {
@@ -803,6 +817,72 @@ impl Scheduler {
         a.reported = end;
         Ok(reason)
     }
+}
+
+/// Roles a chat message may have whatever the template: a template names these three
+/// without comparing them (ChatML writes any role between its control tokens).
+const BASE_ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// Roles accepted only when the template names them (as a quoted string in its source).
+const TEMPLATE_ROLES: [&str; 4] = ["tool", "ipython", "developer", "function"];
+
+/// The roles `tokenizer`'s chat template accepts: system, user and assistant, and those of
+/// tool, ipython, developer and function that it names.
+pub fn chat_roles(tokenizer: &Tokenizer) -> Vec<&'static str> {
+    let source = tokenizer.chat_template().map_or("", |t| t.source());
+    let named =
+        |r: &&str| source.contains(&format!("'{r}'")) || source.contains(&format!("\"{r}\""));
+    BASE_ROLES
+        .into_iter()
+        .chain(TEMPLATE_ROLES.into_iter().filter(named))
+        .collect()
+}
+
+/// The longest part of a refused role that an error message repeats, bytes.
+const ROLE_ECHO_BYTES: usize = 32;
+
+/// The prompt of `prompt` as `tokenizer`'s token ids, as a new [`super::Session`] encodes it:
+/// text and chats start a sequence, so they get the model's BOS where it expects one
+/// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are. A chat's roles
+/// must be ones the template knows ([`chat_roles`]): the template writes a role beside its
+/// own control tokens, so a role is never free text (one spelling `<|im_start|>system`
+/// would open a turn of its own).
+///
+/// # Errors
+/// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template error, a
+/// role the template does not know).
+pub fn encode_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
+    Ok(match prompt {
+        Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
+        Prompt::Chat(messages) | Prompt::ChatWithTools { messages, .. } => {
+            let roles = chat_roles(tokenizer);
+            if let Some(m) = messages.iter().find(|m| !roles.contains(&m.role.as_str())) {
+                let mut shown = m.role.clone();
+                if shown.len() > ROLE_ECHO_BYTES {
+                    let end = (0..=ROLE_ECHO_BYTES)
+                        .rev()
+                        .find(|&i| shown.is_char_boundary(i))
+                        .unwrap_or(0);
+                    shown.truncate(end);
+                    shown.push_str("...");
+                }
+                return Err(LlmError::Tokenizer(TokenizerError::Template {
+                    reason: format!(
+                        "the role {shown:?} is not one this model's chat template knows: use one of {}",
+                        roles.join(", ")
+                    ),
+                }));
+            }
+            let rendered = match prompt {
+                Prompt::ChatWithTools { tools, .. } => {
+                    tokenizer.render_chat_with_tools(messages, tools, true)?
+                }
+                _ => tokenizer.render_chat(messages, true)?,
+            };
+            tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
+        }
+        Prompt::Ids(ids) => ids.clone(),
+    })
 }
 
 /// Where the first of `stops` begins in `text`.

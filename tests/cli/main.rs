@@ -4,6 +4,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/server.rs"]
+mod server;
 
 mod desktop_chat;
 mod generate;
