@@ -33,22 +33,33 @@ use crate::graph::ops::{FusedLinear, GateAct, Linear};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/quant.wgsl` after the prelude: the kernels, without the format decoders.
+/// `shaders/quant.wgsl` after the prelude: what the kernels share, without the kernels
+/// (`shaders/quant/*.wgsl`) and the format decoders.
 pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 
+/// The family's kernels, one file each under `shaders/quant/`, composed after [`WGSL`] (whose
+/// helpers, uniform structs and bindings they share).
+const KERNELS: [&str; 4] = [
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/matvec.wgsl")),
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/regtile.wgsl")),
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/tiled.wgsl")),
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/gather.wgsl")),
+];
+
 /// The family's source: [`WGSL`] (the prelude and `shaders/quant.wgsl`), x as f32s
-/// (`X_F32`), every format's decoder, and `element_at`, `raw_block` and `weight_is_block`
-/// switching on `WEIGHT_FORMAT` (composed once).
+/// (`X_F32`), the kernels (`shaders/quant/*.wgsl`), every format's decoder, and
+/// `element_at`, `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT` (composed
+/// once).
 pub fn wgsl() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| compose(X_F32))
+    SOURCE.get_or_init(|| compose(X_F32, &KERNELS))
 }
 
 /// The source of [`FAMILY_X4`]: [`wgsl`] with x read as vec4s (`X_VEC4`) and its entry
 /// points renamed `quantx4_*`.
 pub fn wgsl_x4() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| compose(X_VEC4).replace("fn quant_", "fn quantx4_"))
+    SOURCE.get_or_init(|| compose(X_VEC4, &KERNELS).replace("fn quant_", "fn quantx4_"))
 }
 
 /// Binding 1 (x) of [`FAMILY`] and the two functions that read it: `x_elem(i)`, element i,
@@ -91,10 +102,15 @@ fn x_block(j: u32) -> array<vec4<f32>, 8> {
 }
 ";
 
-fn compose(x_binding: &str) -> String {
+/// [`WGSL`], then `x_binding` (the declaration of x and the functions that read it), the
+/// `kernels`, and the formats' decoders with the dispatch on `WEIGHT_FORMAT`.
+fn compose(x_binding: &str, kernels: &[&str]) -> String {
     use std::fmt::Write;
     let mut s = String::from(WGSL);
     s.push_str(x_binding);
+    for k in kernels {
+        s.push_str(k);
+    }
     let mut elements = String::new();
     let mut blocks = String::new();
     let mut grouped = String::new();
