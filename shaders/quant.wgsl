@@ -27,33 +27,30 @@
 //       a time: the 32 values of x are loaded once per block into registers and used for all
 //       its rows, each weight word is loaded once. 8 invocations per workgroup (one SIMD group
 //       each), the host picks `rows` to give every CPU thread a full group.
-//   quant_matvec_coop  decode on hardware GPUs: a workgroup of 64 owns `rows` output rows
-//       (a power of two, 2..32) of one x row; the 64 / rows invocations of each row (its
-//       lanes) take every (64 / rows)-th block of K, so neighbouring lanes read neighbouring
-//       blocks of the row, and their sums meet in workgroup memory (a tree). Every output
-//       row gets 64 / rows invocations instead of a quarter of one, which is what a GPU
-//       needs to hide the latency of its loads.
+//   quant_matvec_coop  decode on hardware GPUs without subgroups: a workgroup of 64 owns
+//       `rows` output rows (a power of two, 2..32) of one x row; the 64 / rows invocations of
+//       each row (its lanes) take every (64 / rows)-th block of K, so neighbouring lanes read
+//       neighbouring blocks of the row, and their sums meet in workgroup memory (a tree).
+//   quantsg_matvec  decode on hardware GPUs with subgroups (family quantsg, a module of its
+//       own): the lanes of a subgroup share each output row and meet by shuffles, and every
+//       weight block serves up to 8 rows of x (shaders/quant/matvec_sg.wgsl).
 //   quant_regtile  prefill on software adapters: each invocation computes an 8 x `rows`
 //       block of the output (8 rows of x held in registers, `rows` <= 64 weight rows walked
 //       one at a time), reading x and the packed weights straight from storage: per 32-element
 //       block, 256 loads of x and 5 (q4_1) per weight row feed 256 FMAs per weight row.
-//       8 invocations per workgroup.
-//   quant_tiled  prefill on hardware GPUs: a workgroup of 8x8 invocations computes a 64x64
-//       output tile (64 rows of x, 64 output columns), each invocation an 8x8 register block.
-//       K is walked one 32-element block at a time: the workgroup stages the 64x32 tile of x
-//       and dequantizes the 64 weight blocks (one per invocation) into workgroup memory, then
-//       every invocation does 32 x (8 + 8 loads, 64 FMAs). On llvmpipe those workgroup loads
-//       cost as much as storage loads, which is why quant_regtile exists (about 5x faster
-//       there; `dynrt bench kernels --only-linear`).
+//       8 invocations per workgroup. (On llvmpipe a workgroup-memory load costs as much as a
+//       storage load, so the GPUs' tiles would only add loads there.)
+//   quant_mm  prefill on hardware GPUs: 64 x 64 output tiles of 128 invocations, each an
+//       8 x 4 register block; x and the dequantized weight blocks staged in workgroup memory
+//       one 32-element block of K at a time (shaders/quant/mm.wgsl).
 //   quant_gather  embedding rows from an f16 or block-quantized table (shaders/quant/gather.wgsl).
 //
 // Fused projections (the `fused_linear` op, made by the graph rewrite of src/graph/fuse.rs):
-// the same three linear kernels, specialised by the EPILOGUE constant (0 for a plain linear):
+// every linear kernel, specialised by the EPILOGUE constant (0 for a plain linear):
 //   bit 0  RMSNorm of x folded in: x is multiplied by gamma as it is loaded and every
-//          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (the matvec and register-tiled
-//          kernels sum the squares of the x values they load anyway, gamma loaded once per
-//          block for all their rows; in quant_tiled each invocation first walks one of the
-//          tile's 64 rows of x for its scale, shared through workgroup memory);
+//          accumulator by 1 / sqrt(mean(x^2) + eps) at the end (every kernel sums the
+//          squares of the x values it loads anyway, gamma loaded once per block for all its
+//          rows; the lanes or invocations that share a row of x add their sums at the end);
 //   bit 1  a residual (binding 6, the output's shape) added as the result is stored;
 //   bits 2-3  a gate activation (1 silu, 2 gelu-tanh): the weight holds gate rows 0..N then
 //          up rows N..2N, the kernels walk 2N "virtual" rows with gate and up rows alternating

@@ -1,5 +1,5 @@
-// The embedding gather and the weight reorder of the quant family (quant_gather,
-// quant_regroup; GatherParams and its bindings are in shaders/quant.wgsl).
+// The embedding gather and the weight reorders of the quant family (quant_gather,
+// quant_regroup, quant_ungroup; GatherParams and its bindings are in shaders/quant.wgsl).
 
 // Embedding rows from an f16 or block-quantized table [rows, row]: one invocation per
 // 32-element block of the output for block formats (row % 32 == 0), per element for f16.
@@ -66,6 +66,29 @@ fn quant_regroup(
     var word = 0u;
     for (var b = 0u; b < 4u; b++) {
         word |= byte_at(gp.table_offset, group * gb + grouped_source(within + b)) << (8u * b);
+    }
+    ids[gp.out_offset + i] = word;
+}
+
+// The inverse of quant_regroup: a weight in the grouped planes of its format (w, from word
+// gp.table_offset) back in its file layout (ids, from word gp.out_offset), one invocation per
+// word of the result, gp.num_ids words in all (whole groups).
+@compute @workgroup_size(64, 1, 1)
+fn quant_ungroup(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lidx: u32,
+) {
+    let i = workgroup_index(wid, nwg) * 64u + lidx;
+    if i >= gp.num_ids {
+        return;
+    }
+    let gb = group_bytes();
+    let group = (i * 4u) / gb;
+    let within = (i * 4u) % gb;
+    var word = 0u;
+    for (var b = 0u; b < 4u; b++) {
+        word |= byte_at(gp.table_offset, group * gb + grouped_position(within + b)) << (8u * b);
     }
     ids[gp.out_offset + i] = word;
 }

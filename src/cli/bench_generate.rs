@@ -25,7 +25,7 @@ use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
 use dynrt::llm::ModelConfig;
-use dynrt::llm::{sample::argmax, Model, ModelOptions};
+use dynrt::llm::{sample::argmax, Model};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
@@ -162,12 +162,7 @@ fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
     Model::load(
         engine,
         &path,
-        ModelOptions {
-            planner: !args.no_planner,
-            fuse: !args.no_fuse,
-            regroup_weights: !args.no_regroup,
-            ..ModelOptions::default()
-        },
+        args.model_options(engine.gpu())?,
     )
     .with_context(|| format!("loading {}", path.display()))
 }

@@ -162,6 +162,7 @@ mod placeholders;
 pub mod report;
 mod request;
 mod state;
+mod weights;
 
 pub use crate::tensor::HostTensor;
 pub use compile::{find_states, NetworkOptions, StateBinding};
@@ -169,3 +170,4 @@ pub use error::RunError;
 pub use network::Network;
 pub use options::{HostTime, RunOptions, RunStats};
 pub use request::{HostRows, InferRequest, KvStates, StateRows};
+pub use weights::WeightCacheStats;

@@ -27,3 +27,4 @@ mod onnx_smollm2;
 mod ops;
 mod runtime;
 mod runtime_kv;
+mod runtime_weights;

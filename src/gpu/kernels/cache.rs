@@ -60,7 +60,7 @@ impl Kernels {
     pub fn new(gpu: &Gpu) -> Self {
         let device = gpu.device();
         let limits = device.limits();
-        let quant_layout = quant::QuantLayout::for_device(gpu.adapter_info().device_type);
+        let quant_layout = quant::QuantLayout::of(gpu);
         Kernels {
             device: device.clone(),
             modules: HashMap::new(),

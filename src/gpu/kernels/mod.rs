@@ -92,12 +92,13 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 12] = [
+pub const FAMILIES: [&Family; 14] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
     &quant::FAMILY_X4,
+    &quant::FAMILY_SG,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
@@ -105,6 +106,7 @@ pub const FAMILIES: [&Family; 12] = [
     &cnn::FAMILY,
     &rotary::FAMILY,
     &attention::FAMILY,
+    &attention::FAMILY_GQA,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -191,7 +193,7 @@ pub trait Kernel {
 }
 
 /// Most pipeline-overridable constants one pipeline is specialised by.
-pub const MAX_CONSTANTS: usize = 3;
+pub const MAX_CONSTANTS: usize = 4;
 
 /// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
 /// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,

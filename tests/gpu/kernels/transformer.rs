@@ -245,7 +245,7 @@ fn grouped_query_attention_over_a_growing_cache() {
         // threads than rows x heads), in workgroups of both sizes (`WG`: a software adapter's
         // and a GPU's, from the quantized kernels' layout) whatever the adapter; then every
         // case split wherever it has keys enough.
-        for layout in [QuantLayout::Cpu { threads: 2 }, QuantLayout::Gpu] {
+        for layout in [QuantLayout::Cpu { threads: 2 }, QuantLayout::gpu_class(&gpu)] {
             let mut k = Kernels::new(&gpu);
             k.set_quant_layout(layout);
             let label = format!("{layout:?}");

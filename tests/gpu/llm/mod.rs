@@ -315,7 +315,7 @@ fn tiny_models_match_the_reference_step_by_step() {
                 // `output.weight#0..`), not the whole tensors.
                 let g = dynrt::gguf::Gguf::parse((*backing).as_ref()).unwrap();
                 let c = dynrt::llm::ModelConfig::from_gguf(&g).unwrap();
-                let mg = dynrt::llm::build_graph(&g, &backing, &c, format, 64, cap).unwrap();
+                let mg = dynrt::llm::build_graph(&g, &backing, &c, format, 64, cap, dynrt::shape::DType::F32).unwrap();
                 let has = |label: &str| mg.graph.find(label).is_some();
                 assert!(
                     has("token_embd.weight#1") && !has("token_embd.weight"),
