@@ -124,6 +124,12 @@ impl Kernels {
         self.stats.hits += n;
     }
 
+    /// Whether a pipeline of entry point `entry` was compiled (tests check that the kernel
+    /// they mean to exercise ran).
+    pub fn has_pipeline(&self, entry: &str) -> bool {
+        self.pipelines.keys().any(|k| k.entry == entry)
+    }
+
     /// Pipeline cache counters.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
