@@ -10,8 +10,9 @@
 //                row and position when PAGED, cut to the window, and the item takes chunk
 //                `split` of them (chunk_keys keys from the first). Each subgroup takes every
 //                num_subgroups-th key of the chunk; its lanes split a head's elements in
-//                pairs (lane l holds pairs l, l + subgroup size, ...: UPL of them, a pipeline
-//                constant, ceil(head_dim / 2 / the smallest subgroup, at most 64)), so per key a lane
+//                pairs (lane l holds pairs l, l + lanes, ...: UPL of them, a pipeline constant
+//                sized for half the adapter's smallest subgroup, since a device may run fewer
+//                lanes than it reports; fewer still give NaN), so per key a lane
 //                loads its pairs of k and v once and dots them with the GROUP heads' queries
 //                it holds in registers; a score is a subgroupAdd, and each head keeps its own
 //                online softmax (running max and sum, the same on every lane) and
@@ -76,6 +77,7 @@ const MERGE_PAIRS: u32 = 1024u;
 var<workgroup> m_sg: array<f32, 64>;
 var<workgroup> l_sg: array<f32, 64>;
 var<workgroup> acc_sg: array<vec2<f32>, MERGE_PAIRS>;
+var<workgroup> short_wg: u32;
 
 // Elements e, e + 1 (e even) of k or v from element offset `at`.
 fn pair_k(at: u32) -> vec2<f32> {
@@ -107,10 +109,17 @@ fn gqa_grouped(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
     @builtin(subgroup_id) sg_id: u32,
     @builtin(num_subgroups) num_sg: u32,
 ) {
+    // The lanes the subgroup really has (every invocation is active here: a device may run
+    // fewer than the subgroup size it reports, and a subgroup larger than the workgroup has
+    // only its 64 invocations).
+    let lanes = min(subgroupAdd(1u), 64u);
+    if lid == 0u {
+        short_wg = 0u;
+    }
+    workgroupBarrier();
     // Uniform per workgroup (builtins and uniforms only): the early return keeps every
     // barrier below in uniform control flow.
     let item = workgroup_index(wid, nwg);
@@ -123,8 +132,12 @@ fn gqa_grouped(
     let g = sg_item % gp.kv_heads;
     let hd = gp.head_dim;
     let pairs = hd / 2u;
-    // A subgroup larger than the workgroup has only its 64 invocations.
-    let lanes = min(sg_size, 64u);
+    // Too few lanes for the pairs their registers hold, or subgroups for the merge's
+    // workgroup memory (the host sized both for half the adapter's smallest subgroup): the
+    // results are NaN rather than wrong.
+    if (lanes * UPL < pairs || num_sg * pairs > MERGE_PAIRS) && lane == 0u {
+        short_wg = 1u;
+    }
     // The keys the row sees, then this item's chunk of them.
     var last = gp.t - gp.s + s;
     var seq = 0u;
@@ -230,6 +243,9 @@ fn gqa_grouped(
         let hq = g * GROUP + h;
         var ob = gp.out_offset + s * gp.heads * hd + hq * hd;
         var scale = 1.0 / total;
+        if short_wg != 0u {
+            scale = nan_f32();
+        }
         if gp.splits > 1u {
             let rec = (rec_row + h * gp.splits) * (hd + 2u);
             ob = rec + 2u;

@@ -53,11 +53,13 @@ const MAX_UPL: u64 = 8;
 const MERGE_PAIRS: u64 = 1024;
 
 /// The `(GROUP, UPL)` constants of `gqa_grouped` for `heads` query heads over `kv_heads` of
-/// `head_dim` elements on subgroups of at least `subgroup` invocations, `None` where the
+/// `head_dim` elements on subgroups of `subgroup` invocations at least, `None` where the
 /// kernel does not take the shape (an odd head, a group above [`MAX_GROUP`], a head too
 /// long for its registers or its workgroup memory): the other kernels do.
 pub fn grouped_constants(heads: u64, kv_heads: u64, head_dim: u64, subgroup: u32) -> Option<(u32, u32)> {
-    let lanes = u64::from(subgroup.clamp(1, 64));
+    // Half the smallest subgroup: a device may run fewer lanes than it reports (lavapipe's
+    // widest vectors run 16 of a reported 32).
+    let lanes = u64::from((subgroup / 2).clamp(1, 64));
     let group = heads.checked_div(kv_heads)?;
     let pairs = head_dim / 2;
     let upl = pairs.div_ceil(lanes);
