@@ -28,6 +28,7 @@ mod logic;
 mod matmul;
 mod movement;
 mod quant;
+mod subgroups;
 mod transformer;
 
 use crate::ops::{gpus, s, Tol, EXACT};

@@ -147,7 +147,7 @@ fn check_grouped(
     worst
 }
 
-fn linear_tol(k: u64) -> Tol {
+pub(super) fn linear_tol(k: u64) -> Tol {
     Tol {
         atol: 2e-6 * k as f32 + 1e-5,
         rtol: 1e-5,

@@ -163,11 +163,11 @@ fn rope_on_adjacent_pairs() {
 
 /// The attention cases of [`grouped_query_attention_over_a_growing_cache`]: (queries S, keys
 /// T, heads, kv heads, head_dim, value scale, window).
-type AttentionCase = (u64, u64, u32, u32, u64, f32, u32);
+pub(super) type AttentionCase = (u64, u64, u32, u32, u64, f32, u32);
 
 /// Runs each case against the CPU reference, twice: aligned (the vec4 entry point) and skewed
 /// by one element (the scalar one; `check` skews by the context's length mod 3).
-fn check_attention(
+pub(super) fn check_attention(
     gpu: &Gpu,
     k: &mut Kernels,
     rng: &mut SplitMix64,
