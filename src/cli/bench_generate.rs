@@ -159,12 +159,8 @@ fn prompt_of(model: &Model, n: usize) -> Vec<u32> {
 
 fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
     let path = model_path(args.model.as_deref())?;
-    Model::load(
-        engine,
-        &path,
-        args.model_options(engine.gpu())?,
-    )
-    .with_context(|| format!("loading {}", path.display()))
+    Model::load(engine, &path, args.model_options(engine.gpu())?)
+        .with_context(|| format!("loading {}", path.display()))
 }
 
 fn new_engine() -> anyhow::Result<Engine> {

@@ -16,8 +16,8 @@ use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::WeightLayout;
 use dynrt::gpu::BufferDesc;
 use dynrt::graph::ops::{Linear, MatMul};
-use dynrt::memory::AllocKind;
 use dynrt::graph::Op;
+use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
 use dynrt::tensor::{decode_f32, HostTensor};
@@ -334,7 +334,11 @@ pub(super) fn run(
         .sum::<Option<f64>>();
     let decode_cpu_ms_per_token = shapes
         .iter()
-        .map(|s| at(s, 1).and_then(|(_, c)| c).map(|c| c * f64::from(s.per_token)))
+        .map(|s| {
+            at(s, 1)
+                .and_then(|(_, c)| c)
+                .map(|c| c * f64::from(s.per_token))
+        })
         .sum::<Option<f64>>();
     let prefill_ms_per_token = ms
         .iter()
@@ -385,7 +389,11 @@ fn copy_gbps(b: &Bench) -> anyhow::Result<f64> {
 
 /// The prefill kernel of every class on a q4_1 [size, size] weight at M = size, and the f32
 /// tiled matmul of the same size.
-fn square_report(b: &mut Bench, classes: &[QuantLayout], size: u64) -> anyhow::Result<SquareReport> {
+fn square_report(
+    b: &mut Bench,
+    classes: &[QuantLayout],
+    size: u64,
+) -> anyhow::Result<SquareReport> {
     let mut rng = SplitMix64::new(12);
     let p = Proj {
         name: "square",
@@ -422,7 +430,10 @@ fn square_report(b: &mut Bench, classes: &[QuantLayout], size: u64) -> anyhow::R
     b.kernels.set_quant_layout(own);
     let a: Vec<f32> = (0..size * size).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let s = Shape::new(vec![size, size]);
-    let f32_in = [HostTensor::f32(s.clone(), &a), HostTensor::f32(s.clone(), &a)];
+    let f32_in = [
+        HostTensor::f32(s.clone(), &a),
+        HostTensor::f32(s.clone(), &a),
+    ];
     let (t, _) = time_typed(
         b,
         &Op::MatMul(MatMul { transpose_b: false }),

@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 use dynrt::fetch::{self, FetchError, FetchOptions};
-use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::gpu::kernels::quant::QuantLayout;
+use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::llm::{GenerateParams, GenerationReport, Model, ModelOptions, SamplingParams};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
@@ -174,12 +174,8 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
     let path = model_path(args.model.as_deref())?;
     let engine = Engine::new(Gpu::new_blocking(GpuOptions::from_env()?)?);
     let t = Instant::now();
-    let model = Model::load(
-        &engine,
-        &path,
-        args.model_options(engine.gpu())?,
-    )
-    .with_context(|| format!("loading {}", path.display()))?;
+    let model = Model::load(&engine, &path, args.model_options(engine.gpu())?)
+        .with_context(|| format!("loading {}", path.display()))?;
     log::info!(
         "loaded {} in {:.1} s",
         path.display(),

@@ -3,8 +3,8 @@
 //! allocation-kind table with what this adapter supports.
 
 use anyhow::Context;
-use dynrt::gpu::wgpu;
 use dynrt::gpu::kernels::quant::QuantLayout;
+use dynrt::gpu::wgpu;
 use dynrt::gpu::{enumerate_adapters, kind_support, Engine, Gpu, GpuOptions};
 use dynrt::memory::AllocKind;
 use serde_json::json;

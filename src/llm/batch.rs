@@ -735,10 +735,12 @@ impl BatchEngine {
         let most = (q.prompt + q.params.max_tokens)
             .min(self.model.context_len() as usize)
             .min(self.stats.pages_total as usize * ps);
-        match self
-            .predictor
-            .predict_preallocation_shape(&id, &shape, 8 * self.model.kv_elem_bytes() as u32, fits)
-        {
+        match self.predictor.predict_preallocation_shape(
+            &id,
+            &shape,
+            8 * self.model.kv_elem_bytes() as u32,
+            fits,
+        ) {
             Ok((true, predicted)) => {
                 let ahead = predicted.dims().first().copied().unwrap_or(0) as usize;
                 ahead.min(most).max(need)

@@ -334,7 +334,16 @@ pub fn build_graph(
     max_binding: u64,
     kv: DType,
 ) -> Result<ModelGraph, LlmError> {
-    build(gguf, backing, config, format, context, max_binding, kv, None)
+    build(
+        gguf,
+        backing,
+        config,
+        format,
+        context,
+        max_binding,
+        kv,
+        None,
+    )
 }
 
 /// The forward pass of [`build_graph`] over a **paged KV cache**: the rows of a step may
@@ -351,6 +360,7 @@ pub fn build_graph(
 ///
 /// # Errors
 /// As [`build_graph`].
+#[allow(clippy::too_many_arguments)]
 pub fn build_paged_graph(
     gguf: &Gguf,
     backing: &Backing,
@@ -499,9 +509,8 @@ fn build(
             (None, true) => past_local.clone(),
             (None, false) => past.clone(),
         };
-        let past_k = bl
-            .b
-            .input(labels::past_k(l), &[rows.clone(), Dim::Fixed(kv_len)], kv);
+        let past_k =
+            bl.b.input(labels::past_k(l), &[rows.clone(), Dim::Fixed(kv_len)], kv);
         let past_v =
             bl.b.input(labels::past_v(l), &[rows, Dim::Fixed(kv_len)], kv);
         let attn_norm = bl.weight(&p("attn_norm.weight"))?;

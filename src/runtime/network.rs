@@ -4,8 +4,8 @@
 
 use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
 use super::placeholders::{PlaceholderPool, RegionHighEnd};
-use super::RunError;
 use super::weights::{WeightCache, WeightCacheStats, WeightRef};
+use super::RunError;
 use crate::gpu::kernels::{kernel_of, Kernels, WeightLayout};
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, Frame, KindRequest};
 use crate::graph::{Graph, NodeId, Op};

@@ -230,7 +230,9 @@ impl WeightCache {
                 .min_by_key(|(_, h)| h.used)
                 .map(|(k, _)| *k)?;
             if let Some(h) = self.copies.remove(&oldest) {
-                frame.kernels().forget_bind_groups_binding(&[h.buffer.uid()]);
+                frame
+                    .kernels()
+                    .forget_bind_groups_binding(&[h.buffer.uid()]);
                 self.stats.copy_bytes -= h.buffer.size_bytes();
                 self.stats.releases += 1;
             }

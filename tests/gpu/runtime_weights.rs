@@ -95,7 +95,10 @@ fn decode_prefill_decode_reorders_each_weight_and_layout_at_most_once() {
         assert_eq!(s.copy_bytes, w_bytes, "{s:?}");
         assert_eq!(constants_bytes(&engine), file_bytes + w_bytes);
         // Hits from now on: no reorder, no allocation.
-        let allocations = engine.stats().kind(dynrt::memory::AllocKind::UsmDevice).allocations;
+        let allocations = engine
+            .stats()
+            .kind(dynrt::memory::AllocKind::UsmDevice)
+            .allocations;
         for (i, (prefill_step, seq)) in [(false, 1), (true, 12), (false, 1), (true, 5)]
             .into_iter()
             .enumerate()
@@ -119,7 +122,11 @@ fn decode_prefill_decode_reorders_each_weight_and_layout_at_most_once() {
         // layout, a hit too. No buffer was allocated by the hits (the requests' own buffers
         // for 5 rows may be).
         assert!(
-            engine.stats().kind(dynrt::memory::AllocKind::UsmDevice).allocations - allocations
+            engine
+                .stats()
+                .kind(dynrt::memory::AllocKind::UsmDevice)
+                .allocations
+                - allocations
                 <= 4
         );
     }
@@ -143,7 +150,13 @@ fn a_budget_without_room_keeps_one_layout_and_converts_on_demand() {
         let mut conversions = 0;
         let mut last = WeightCacheStats::default();
         for (i, seq) in [1u64, 12, 12, 1, 1, 12].into_iter().enumerate() {
-            step(&mut req, &g, &mut rng, seq, &format!("step {i}: {seq} rows"));
+            step(
+                &mut req,
+                &g,
+                &mut rng,
+                seq,
+                &format!("step {i}: {seq} rows"),
+            );
             let s = net.weight_cache_stats();
             // A conversion exactly when the layout wanted changes (decode: the file layout,
             // prefill: the grouped one), never a copy.

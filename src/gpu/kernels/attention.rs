@@ -56,7 +56,12 @@ const MERGE_PAIRS: u64 = 1024;
 /// `head_dim` elements on subgroups of `subgroup` invocations at least, `None` where the
 /// kernel does not take the shape (an odd head, a group above [`MAX_GROUP`], a head too
 /// long for its registers or its workgroup memory): the other kernels do.
-pub fn grouped_constants(heads: u64, kv_heads: u64, head_dim: u64, subgroup: u32) -> Option<(u32, u32)> {
+pub fn grouped_constants(
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    subgroup: u32,
+) -> Option<(u32, u32)> {
     // Half the smallest subgroup: a device may run fewer lanes than it reports (lavapipe's
     // widest vectors run 16 of a reported 32).
     let lanes = u64::from((subgroup / 2).clamp(1, 64));
@@ -277,7 +282,11 @@ fn kv_types_ok(k: DType, v: DType) -> bool {
 
 impl Kernel for Attention {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        if inputs.len() == 3 && inputs[0] == DType::F32 && kv_types_ok(inputs[1], inputs[2]) && output == DType::F32 {
+        if inputs.len() == 3
+            && inputs[0] == DType::F32
+            && kv_types_ok(inputs[1], inputs[2])
+            && output == DType::F32
+        {
             Ok(())
         } else {
             Err("f32 queries and output, keys and values both f32 or both f16")
@@ -423,9 +432,7 @@ impl Gqa {
     ) -> Result<(super::PipelineKey, u64), KernelError> {
         let layout = e.kernels.quant_layout;
         let grouped = match layout {
-            QuantLayout::Gpu {
-                subgroup: Some(sg),
-            } => grouped_constants(
+            QuantLayout::Gpu { subgroup: Some(sg) } => grouped_constants(
                 u64::from(self.heads),
                 u64::from(self.kv_heads),
                 u64::from(p.head_dim),

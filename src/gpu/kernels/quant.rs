@@ -48,10 +48,22 @@ pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 /// The family's kernels, one file each under `shaders/quant/`, composed after [`WGSL`] (whose
 /// helpers, uniform structs and bindings they share).
 const KERNELS: [&str; 4] = [
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/matvec.wgsl")),
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/regtile.wgsl")),
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/mm.wgsl")),
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/gather.wgsl")),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/matvec.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/regtile.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/mm.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/gather.wgsl"
+    )),
 ];
 
 /// The subgroup matrix-vector kernel (`shaders/quant/matvec_sg.wgsl`), the one kernel of
@@ -840,7 +852,10 @@ fn encode_linear(
             let groups = (8 * u64::from(threads)).div_ceil(row_blocks);
             let rows = pairs(n.div_ceil(groups).clamp(1, ROWS_MAX));
             p.rows = rows as u32;
-            (kernel.entry(aligned), (row_blocks * n.div_ceil(rows)).div_ceil(8))
+            (
+                kernel.entry(aligned),
+                (row_blocks * n.div_ceil(rows)).div_ceil(8),
+            )
         }
         (LinearKernel::Mm, _) => (kernel.entry(aligned), m.div_ceil(64) * n.div_ceil(64)),
         _ => {

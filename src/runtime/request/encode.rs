@@ -284,13 +284,11 @@ impl InferRequest {
                 // (crate::runtime::weights), reordered into the frame on a miss.
                 let reordered = match (&node.op, node.inputs.get(1)) {
                     (Op::Linear(_) | Op::FusedLinear(_), Some(&w)) => {
-                        let m = crate::gpu::kernels::layout::rows(self.state.shape(node.inputs[0])).0;
+                        let m =
+                            crate::gpu::kernels::layout::rows(self.state.shape(node.inputs[0])).0;
                         let dtype = graph.node(w).dtype;
                         let want = frame.kernels().quant_layout().weight_layout(m, dtype);
-                        inner
-                            .data
-                            .weight(w, dtype, want, frame)?
-                            .map(|r| (w, r))
+                        inner.data.weight(w, dtype, want, frame)?.map(|r| (w, r))
                     }
                     _ => None,
                 };

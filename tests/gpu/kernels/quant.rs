@@ -281,7 +281,10 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
         // The GPU class's kernels ran: the GEMM, and the subgroup kernel where the adapter
         // has subgroups (lavapipe).
         assert!(k.has_pipeline("quantx4_mm") && k.has_pipeline("quant_mm"));
-        let sg = matches!(QuantLayout::gpu_class(&gpu), QuantLayout::Gpu { subgroup: Some(_) });
+        let sg = matches!(
+            QuantLayout::gpu_class(&gpu),
+            QuantLayout::Gpu { subgroup: Some(_) }
+        );
         assert_eq!(k.has_pipeline("quantsg_matvec"), sg);
     }
 }

@@ -10,7 +10,7 @@
 //! SmolLM2 (3:1, heads of 64), Qwen2.5 (7:1) and Gemma 3 (4:1, heads of 256), f32 and f16
 //! keys, in one pass and split. Tolerances as in `quant`, `fused` and `transformer`.
 
-use super::quant::{block_len, check, linear_tol, values, weight, s};
+use super::quant::{block_len, check, linear_tol, s, values, weight};
 use super::transformer::{check_attention, AttentionCase};
 use crate::common;
 use dynrt::gpu::kernels::attention::grouped_constants;
@@ -31,7 +31,12 @@ fn run_cases(want_subgroup: u32) {
     .expect("the child's Vulkan adapter");
     let class = QuantLayout::gpu_class(&gpu);
     // The precondition: the driver took the width (its subgroup size).
-    assert_eq!(class, QuantLayout::Gpu { subgroup: Some(want_subgroup) });
+    assert_eq!(
+        class,
+        QuantLayout::Gpu {
+            subgroup: Some(want_subgroup)
+        }
+    );
     let mut k = Kernels::new(&gpu);
     k.set_quant_layout(class);
     let mut rng = SplitMix64::new(90);
@@ -68,7 +73,10 @@ fn run_cases(want_subgroup: u32) {
                     &op,
                     &ins,
                     tol,
-                    &format!("subgroup {want_subgroup}: {} {dtype} M {m} K {kd}", op.name()),
+                    &format!(
+                        "subgroup {want_subgroup}: {} {dtype} M {m} K {kd}",
+                        op.name()
+                    ),
                 );
             }
         }
@@ -82,9 +90,21 @@ fn run_cases(want_subgroup: u32) {
     ];
     let mut k = Kernels::new(&gpu);
     k.set_quant_layout(class);
-    check_attention(&gpu, &mut k, &mut rng, &cases, &format!("subgroup {want_subgroup}"));
+    check_attention(
+        &gpu,
+        &mut k,
+        &mut rng,
+        &cases,
+        &format!("subgroup {want_subgroup}"),
+    );
     k.set_attention_workgroups(1 << 20);
-    check_attention(&gpu, &mut k, &mut rng, &cases, &format!("subgroup {want_subgroup} split"));
+    check_attention(
+        &gpu,
+        &mut k,
+        &mut rng,
+        &cases,
+        &format!("subgroup {want_subgroup} split"),
+    );
     // The grouped kernel ran where it takes the heads on this subgroup size (at 4 lanes
     // none: their pairs would not fit its registers, the per-head kernel serves them).
     let takes = cases.iter().any(|&(_, _, h, kvh, d, _, _)| {

@@ -260,7 +260,10 @@ fn grouped_query_attention_over_a_growing_cache() {
         // threads than rows x heads), in workgroups of both sizes (`WG`: a software adapter's
         // and a GPU's, from the quantized kernels' layout) whatever the adapter; then every
         // case split wherever it has keys enough.
-        for layout in [QuantLayout::Cpu { threads: 2 }, QuantLayout::gpu_class(&gpu)] {
+        for layout in [
+            QuantLayout::Cpu { threads: 2 },
+            QuantLayout::gpu_class(&gpu),
+        ] {
             let mut k = Kernels::new(&gpu);
             k.set_quant_layout(layout);
             let label = format!("{layout:?}");
@@ -417,7 +420,14 @@ fn paged_attention_reads_keys_through_the_page_table() {
             check(&gpu, &mut gk, &op, &ins, tol, &format!("{ctx} gpu"));
             check(&gpu, &mut gk, &op, &ins16, tol, &format!("{ctx} gpu f16"));
             gk.set_attention_workgroups(1 << 20);
-            check(&gpu, &mut gk, &op, &ins16, tol, &format!("{ctx} gpu f16 split"));
+            check(
+                &gpu,
+                &mut gk,
+                &op,
+                &ins16,
+                tol,
+                &format!("{ctx} gpu f16 split"),
+            );
             // Keys split into chunks wherever they are enough (the path of a hardware GPU
             // with few rows), the rows that see fewer keys leaving their last chunks empty.
             let mut split = Kernels::new(&gpu);

@@ -323,7 +323,16 @@ fn tiny_models_match_the_reference_step_by_step() {
                 // `output.weight#0..`), not the whole tensors.
                 let g = dynrt::gguf::Gguf::parse((*backing).as_ref()).unwrap();
                 let c = dynrt::llm::ModelConfig::from_gguf(&g).unwrap();
-                let mg = dynrt::llm::build_graph(&g, &backing, &c, format, 64, cap, dynrt::shape::DType::F32).unwrap();
+                let mg = dynrt::llm::build_graph(
+                    &g,
+                    &backing,
+                    &c,
+                    format,
+                    64,
+                    cap,
+                    dynrt::shape::DType::F32,
+                )
+                .unwrap();
                 let has = |label: &str| mg.graph.find(label).is_some();
                 assert!(
                     has("token_embd.weight#1") && !has("token_embd.weight"),
@@ -468,7 +477,12 @@ fn smollm2_greedy_tokens_and_logits_match_the_reference() {
     let g = session
         .generate_ids_blocking(&ids, &greedy(STEPS), &mut |_| {})
         .unwrap();
-    let worst = compare(&format!("{name} (gpu kernels, f16 cache)"), &g, &r, F16_KV_LOGIT_ATOL);
+    let worst = compare(
+        &format!("{name} (gpu kernels, f16 cache)"),
+        &g,
+        &r,
+        F16_KV_LOGIT_ATOL,
+    );
     eprintln!("{name} (gpu kernels, f16 cache): tokens identical, max |logit diff| {worst:.2e}");
 }
 
@@ -679,7 +693,13 @@ fn fixtures_match(test: &str, spec: &dynrt::fetch::ModelSpec, keys: &[&str], ato
     };
     let model = Model::load(&engine, &path, options).unwrap();
     assert_eq!(model.kv_dtype(), dynrt::shape::DType::F16);
-    fixtures_match_on(&model, spec, &keys[..1], F16_KV_LOGIT_ATOL, " (gpu kernels, f16 cache)");
+    fixtures_match_on(
+        &model,
+        spec,
+        &keys[..1],
+        F16_KV_LOGIT_ATOL,
+        " (gpu kernels, f16 cache)",
+    );
 }
 
 /// [`fixtures_match`] on a loaded `model`; `label` names its options in messages.
@@ -695,7 +715,7 @@ fn fixtures_match_on(
     for key in keys {
         let r = common::read_json(&dir.join(format!("{key}.json")));
         let chat = r["chat"].as_bool().unwrap();
-        let ids = prompt_ids(&model, chat, r["input"].as_str().unwrap());
+        let ids = prompt_ids(model, chat, r["input"].as_str().unwrap());
         assert_eq!(ids, common::json_ids(&r["prompt_ids"]), "{key}: prompt ids");
         let want = common::json_ids(&r["generated_ids"]);
         let top5 = r["top5"].as_array().unwrap();
@@ -711,7 +731,10 @@ fn fixtures_match_on(
             for entry in top {
                 let id = entry[0].as_u64().unwrap() as usize;
                 let d = (g.logits[step][id] - entry[1].as_f64().unwrap() as f32).abs();
-                assert!(d <= atol, "{key}{label} step {step}: logit of {id} differs by {d}");
+                assert!(
+                    d <= atol,
+                    "{key}{label} step {step}: logit of {id} differs by {d}"
+                );
                 worst = worst.max(d);
             }
             compared += 1;
