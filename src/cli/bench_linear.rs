@@ -38,9 +38,9 @@ struct Proj {
 
 /// SmolLM2-135M's projections: `576→576` (q, o), `576→192` (k, v), `576→1536` (gate, up),
 /// `1536→576` (down), 30 layers, and the tied head `576→49152` (q8_0); then the head in the
-/// grouped layout and a q5_0 shape in both layouts, which compare the layouts (not counted
-/// per token; the runtime reorders q4_0 and q5_0 weights, not q8_0).
-const SHAPES: [Proj; 8] = [
+/// grouped layout and a q5_0 and a q8_0 shape in both layouts, which compare the layouts
+/// (not counted per token; the kernels' choices are `LinearKernel::weight_layout`).
+const SHAPES: [Proj; 10] = [
     Proj {
         name: "q,o",
         k: 576,
@@ -103,6 +103,23 @@ const SHAPES: [Proj; 8] = [
         k: 896,
         n: 896,
         dtype: DType::Q5_0,
+        per_token: 0,
+        grouped: true,
+    },
+    // q8_0 at a projection's size, in both layouts: the prefill kernels' choice.
+    Proj {
+        name: "q8_0 896x896",
+        k: 896,
+        n: 896,
+        dtype: DType::Q8_0,
+        per_token: 0,
+        grouped: false,
+    },
+    Proj {
+        name: "q8_0 896x896 (grouped)",
+        k: 896,
+        n: 896,
+        dtype: DType::Q8_0,
         per_token: 0,
         grouped: true,
     },
