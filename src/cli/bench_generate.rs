@@ -30,7 +30,7 @@ use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
 use dynrt::llm::ModelConfig;
-use dynrt::llm::{GenerateParams, Model, ModelOptions, SamplingParams};
+use dynrt::llm::{GenerateParams, Model, SamplingParams};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
@@ -164,17 +164,8 @@ fn prompt_of(model: &Model, n: usize) -> Vec<u32> {
 
 fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
     let path = model_path(args.model.as_deref())?;
-    Model::load(
-        engine,
-        &path,
-        ModelOptions {
-            planner: !args.no_planner,
-            fuse: !args.no_fuse,
-            regroup_weights: !args.no_regroup,
-            ..ModelOptions::default()
-        },
-    )
-    .with_context(|| format!("loading {}", path.display()))
+    Model::load(engine, &path, args.model_options(engine.gpu())?)
+        .with_context(|| format!("loading {}", path.display()))
 }
 
 fn new_engine() -> anyhow::Result<Engine> {

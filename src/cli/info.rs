@@ -3,6 +3,7 @@
 //! allocation-kind table with what this adapter supports.
 
 use anyhow::Context;
+use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::wgpu;
 use dynrt::gpu::{enumerate_adapters, Engine, Gpu, GpuOptions};
 use dynrt::memory::AllocKind;
@@ -101,7 +102,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "features": {
                 "mappable_primary_buffers": gpu.supports_shared(),
                 "shader_f16": gpu.features().contains(wgpu::Features::SHADER_F16),
+                "subgroup": gpu.features().contains(wgpu::Features::SUBGROUP),
+                "subgroup_min_size": info.subgroup_min_size,
+                "subgroup_max_size": info.subgroup_max_size,
             },
+            "kernel_class": format!("{:?}", QuantLayout::of(&gpu)),
             "limits": limits.iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "memory_budget_bytes": engine.memory_budget_bytes(),
             "memory_budget_source": budget_source,
@@ -140,10 +145,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gpu.adapter_class().io_rule()
     );
     println!(
-        "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={}",
+        "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={} SUBGROUP={} (subgroup size {}..={})",
         gpu.supports_shared(),
-        gpu.features().contains(wgpu::Features::SHADER_F16)
+        gpu.features().contains(wgpu::Features::SHADER_F16),
+        gpu.features().contains(wgpu::Features::SUBGROUP),
+        info.subgroup_min_size,
+        info.subgroup_max_size
     );
+    println!("kernel class: {:?}", QuantLayout::of(&gpu));
     println!("limits:");
     for (n, v) in &limits {
         println!("  {n:<40} {v}");

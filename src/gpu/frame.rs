@@ -506,9 +506,15 @@ impl<'k> Frame<'k> {
             .chain(std::iter::once(out))
             .map(|o| o.strides.map(<[u64]>::to_vec))
             .collect();
+        let layouts = ins
+            .iter()
+            .chain(std::iter::once(out))
+            .map(|o| o.layout)
+            .collect();
         *plan = Some(DispatchPlan {
             operands,
             strides,
+            layouts,
             dispatches: recorder.dispatches,
             generation,
         });

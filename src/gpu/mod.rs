@@ -378,6 +378,9 @@ impl Gpu {
         {
             features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        // Subgroup operations and f16 arithmetic where offered: kernels use them only where
+        // the device has them (crate::gpu::kernels::quant::QuantLayout).
+        features |= adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {

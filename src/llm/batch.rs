@@ -527,7 +527,7 @@ impl BatchEngine {
         let inner = &model.inner;
         let total = options.pool_tokens.div_ceil(options.page_size);
         let pool_rows = u64::from(total) * u64::from(options.page_size);
-        let kv_row = u64::from(inner.config.kv_len()) * 4;
+        let kv_row = u64::from(inner.config.kv_len()) * model.kv_elem_bytes();
         if pool_rows.saturating_mul(kv_row) > inner.max_binding {
             return Err(bad(
                 "pool_tokens",
@@ -543,6 +543,7 @@ impl BatchEngine {
             inner.options.format,
             inner.context,
             inner.max_binding,
+            inner.kv_dtype,
             options.page_size,
         )?;
         // Sliding-window layers hold at most the window and a step's rows per sequence:
@@ -634,7 +635,10 @@ impl BatchEngine {
     /// models), and in those of all sliding-window layers.
     pub fn page_bytes(&self) -> [u64; 2] {
         let c = self.model.config();
-        let per_layer = u64::from(self.options.page_size) * 2 * u64::from(c.kv_len()) * 4;
+        let per_layer = u64::from(self.options.page_size)
+            * 2
+            * u64::from(c.kv_len())
+            * self.model.kv_elem_bytes();
         let local = c.local_layers().count() as u64;
         [
             per_layer * (u64::from(c.num_layers) - local),
@@ -935,10 +939,12 @@ impl BatchEngine {
         let most = (q.prompt + q.params.max_tokens)
             .min(self.model.context_len() as usize)
             .min(self.stats.pages_total as usize * ps);
-        match self
-            .predictor
-            .predict_preallocation_shape(&id, &shape, 32, fits)
-        {
+        match self.predictor.predict_preallocation_shape(
+            &id,
+            &shape,
+            8 * self.model.kv_elem_bytes() as u32,
+            fits,
+        ) {
             Ok((true, predicted)) => {
                 let ahead = predicted.dims().first().copied().unwrap_or(0) as usize;
                 ahead.min(most).max(need)

@@ -27,8 +27,8 @@ use super::LlmError;
 use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
 use crate::graph::ops::{
-    rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, CompareOp,
-    PagedAttention, Rope, UnaryOp, Unsqueeze,
+    rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, Cast,
+    CompareOp, PagedAttention, Rope, UnaryOp, Unsqueeze,
 };
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
@@ -323,7 +323,9 @@ impl Builder<'_> {
 /// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`,
 /// for positions `0..context` (the RoPE table's reach: at most the model's context, see
 /// [`super::context_on_device`]), for a device whose largest storage binding is
-/// `max_binding` bytes (a projection weight above it is used in row pieces).
+/// `max_binding` bytes (a projection weight above it is used in row pieces), with a KV cache
+/// of element type `kv` (f32, or f16: each step's keys and values are cast to it before they
+/// are stored, and attention reads them as f16).
 ///
 /// # Errors
 /// [`LlmError::UnsupportedWeight`] for a tensor type dynrt cannot hold; GGUF errors for a
@@ -336,8 +338,18 @@ pub fn build_graph(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
 ) -> Result<ModelGraph, LlmError> {
-    build(gguf, backing, config, format, context, max_binding, None)
+    build(
+        gguf,
+        backing,
+        config,
+        format,
+        context,
+        max_binding,
+        kv,
+        None,
+    )
 }
 
 /// The forward pass of [`build_graph`] over a **paged KV cache**: the rows of a step may
@@ -354,6 +366,7 @@ pub fn build_graph(
 ///
 /// # Errors
 /// As [`build_graph`].
+#[allow(clippy::too_many_arguments)]
 pub fn build_paged_graph(
     gguf: &Gguf,
     backing: &Backing,
@@ -361,6 +374,7 @@ pub fn build_paged_graph(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
     page_size: u32,
 ) -> Result<ModelGraph, LlmError> {
     build(
@@ -370,6 +384,7 @@ pub fn build_paged_graph(
         format,
         context,
         max_binding,
+        kv,
         Some(page_size),
     )
 }
@@ -400,6 +415,7 @@ struct PagedInputs {
     pages_swa: NodeId,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build(
     gguf: &Gguf,
     backing: &Backing,
@@ -407,9 +423,10 @@ fn build(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
     page_size: Option<u32>,
 ) -> Result<ModelGraph, LlmError> {
-    let kv = u64::from(config.kv_len());
+    let kv_len = u64::from(config.kv_len());
     let d = config.head_dim;
     let (h, kvh) = (config.num_heads, config.num_kv_heads);
     let eps = config.rms_eps;
@@ -512,13 +529,10 @@ fn build(
             (None, true) => past_local.clone(),
             (None, false) => past.clone(),
         };
-        let past_k = bl.b.input(
-            labels::past_k(l),
-            &[rows.clone(), Dim::Fixed(kv)],
-            DType::F32,
-        );
+        let past_k =
+            bl.b.input(labels::past_k(l), &[rows.clone(), Dim::Fixed(kv_len)], kv);
         let past_v =
-            bl.b.input(labels::past_v(l), &[rows, Dim::Fixed(kv)], DType::F32);
+            bl.b.input(labels::past_v(l), &[rows, Dim::Fixed(kv_len)], kv);
         let attn_norm = bl.weight(&p("attn_norm.weight"))?;
         let hn = bl.b.rms_norm(p("attn_norm"), x, attn_norm, eps);
         let wq = bl.weight(&p("attn_q.weight"))?;
@@ -547,6 +561,15 @@ fn build(
         };
         let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
         let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
+        // A cache of another type (f16) stores the step's rows converted.
+        let (k, v) = if kv == DType::F32 {
+            (k, v)
+        } else {
+            (
+                bl.b.node(p("k.cache"), Cast { to: kv }, &[k]),
+                bl.b.node(p("v.cache"), Cast { to: kv }, &[v]),
+            )
+        };
         // A sliding-window layer's own pool, slots and page table.
         let local = paged.map(|pg| match config.is_local(l) {
             true => (pg.slots_swa, pg.pages_swa),

@@ -391,7 +391,7 @@ impl Scheduler {
             ..options
         };
         let per_token = model.kv_bytes_per_token().max(1);
-        let kv_row = u64::from(model.config().kv_len()) * 4;
+        let kv_row = u64::from(model.config().kv_len()) * model.kv_elem_bytes();
         let binding = model.inner.max_binding / kv_row.max(1);
         let ps = u64::from(options.page_size);
         let positions = (options.budget_bytes / per_token).min(binding) / ps * ps;

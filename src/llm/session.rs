@@ -332,7 +332,7 @@ impl Session {
     /// bytes reserved, bytes needed.
     pub fn kv_by_layer_kind(&self) -> [KvUsage; 2] {
         let config = self.model.config();
-        let row = 2 * u64::from(config.kv_len()) * 4;
+        let row = 2 * u64::from(config.kv_len()) * self.model.kv_elem_bytes();
         let buffers = self
             .holder_request()
             .map(InferRequest::state_buffer_bytes)

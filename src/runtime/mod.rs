@@ -163,6 +163,7 @@ mod replay;
 pub mod report;
 mod request;
 mod state;
+mod weights;
 
 pub use crate::tensor::HostTensor;
 pub use compile::{find_states, NetworkOptions, StateBinding};
@@ -171,3 +172,4 @@ pub use network::Network;
 pub use options::{HostTime, RunOptions, RunStats};
 pub use replay::{replay_on_host, HostReplay};
 pub use request::{DeviceIo, HostRows, InferRequest, KvStates, Pending, StateRows};
+pub use weights::WeightCacheStats;

@@ -29,4 +29,5 @@ mod onnx_smollm2;
 mod ops;
 mod runtime;
 mod runtime_kv;
+mod runtime_weights;
 mod sentence;

@@ -66,7 +66,7 @@ impl Kernels {
     pub fn new(gpu: &Gpu) -> Self {
         let device = gpu.device();
         let limits = device.limits();
-        let quant_layout = quant::QuantLayout::for_device(gpu.adapter_info().device_type);
+        let quant_layout = quant::QuantLayout::of(gpu);
         Kernels {
             device: device.clone(),
             gpu: gpu.clone(),
@@ -129,6 +129,12 @@ impl Kernels {
     /// hits (they reuse a cached pipeline without a lookup).
     pub(crate) fn count_replayed(&mut self, n: u64) {
         self.stats.hits += n;
+    }
+
+    /// Whether a pipeline of entry point `entry` was compiled (tests check that the kernel
+    /// they mean to exercise ran).
+    pub fn has_pipeline(&self, entry: &str) -> bool {
+        self.pipelines.keys().any(|k| k.entry == entry)
     }
 
     /// Pipeline cache counters.

@@ -93,12 +93,13 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 13] = [
+pub const FAMILIES: [&Family; 15] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
     &quant::FAMILY_X4,
+    &quant::FAMILY_SG,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
@@ -107,6 +108,7 @@ pub const FAMILIES: [&Family; 13] = [
     &rotary::FAMILY,
     &attention::FAMILY,
     &sample::FAMILY,
+    &attention::FAMILY_GQA,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -194,7 +196,7 @@ pub trait Kernel {
 }
 
 /// Most pipeline-overridable constants one pipeline is specialised by.
-pub const MAX_CONSTANTS: usize = 3;
+pub const MAX_CONSTANTS: usize = 4;
 
 /// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
 /// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,

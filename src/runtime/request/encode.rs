@@ -275,15 +275,39 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
+                let graph = &inner.compiled.graph;
+                // update_impl picks the implementation for these shapes; the weight it reads
+                // comes from update_weights in the layout that implementation reads best
+                // (crate::runtime::weights), reordered into the frame on a miss.
+                let reordered = match (&node.op, node.inputs.get(1)) {
+                    (Op::Linear(_) | Op::FusedLinear(_), Some(&w)) => {
+                        let m =
+                            crate::gpu::kernels::layout::rows(self.state.shape(node.inputs[0])).0;
+                        let dtype = graph.node(w).dtype;
+                        let want = frame.kernels().quant_layout().weight_layout(m, dtype);
+                        inner.data.weight(w, dtype, want, frame)?.map(|r| (w, r))
+                    }
+                    _ => None,
+                };
                 let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let def = node.op.def();
-                let graph = &inner.compiled.graph;
                 // An input the kernel never reads (shape data computed on the host, such as an
                 // expand's target) may have no buffer: it gets a placeholder that names the
                 // output's range with the input's shape and type, which the kernel never binds.
                 let input = |pos: usize, i: NodeId| match tensor_of(&self.state, inner, i) {
-                    Some(o) => Ok(o),
+                    Some(o) => Ok(match &reordered {
+                        Some((w, r)) if pos == 1 && i == *w => Operand {
+                            tensor: crate::gpu::kernels::TensorRef {
+                                buffer: &r.buffer,
+                                offset_bytes: r.offset_bytes,
+                                size_bytes: r.size_bytes,
+                            },
+                            layout: r.layout,
+                            ..o
+                        },
+                        _ => o,
+                    }),
                     None if !def.reads_input(pos) => Ok(Operand {
                         tensor: out.tensor,
                         shape: self.state.shape(i),

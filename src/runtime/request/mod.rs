@@ -695,6 +695,7 @@ impl InferRequest {
         let started = web_time::Instant::now();
         // Phase 1 (device-free): update_shape and realloc_if_needed for every node.
         self.state.prepare(inputs)?;
+        inner.data.weights().begin_iteration();
         let prepared = web_time::Instant::now();
         self.forget_freed();
         for (k, plan) in self.plans.iter_mut().enumerate() {

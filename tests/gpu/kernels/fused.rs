@@ -167,7 +167,7 @@ fn fused_linear_matches_the_reference_in_every_kernel() {
         // (every variant still runs on Vulkan with every format).
         let gl = gpu.backend() == dynrt::gpu::wgpu::Backend::Gl;
         let on_gl = [DType::Q4_1, DType::Q8_0, DType::F32];
-        for layout in layouts(&k) {
+        for layout in layouts(&gpu, &k) {
             k.set_quant_layout(layout);
             for (op, dtype, m, kd, n, rope_dim) in cases() {
                 if gl && !on_gl.contains(&dtype) {

@@ -29,6 +29,7 @@ mod matmul;
 mod movement;
 mod quant;
 mod sample;
+mod subgroups;
 mod transformer;
 
 use crate::ops::{gpus, s, Tol, EXACT};
