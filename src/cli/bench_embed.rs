@@ -55,6 +55,13 @@ pub struct Args {
     /// The longest sequence of the trace.
     #[arg(long, default_value_t = 128)]
     max_seq: usize,
+    /// Instead of timing: every node's kernel time at one `BATCHxSEQ` (`8x32`), slowest
+    /// first.
+    #[arg(long, value_name = "BATCHxSEQ")]
+    profile: Option<String>,
+    /// Dispatches per timed submit of `--profile`.
+    #[arg(long, default_value_t = 4)]
+    profile_reps: u32,
     /// Print JSON lines.
     #[arg(long)]
     json: bool,
@@ -134,6 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(calls) = args.trace {
         return trace(&args, calls);
     }
+    if let Some(at) = &args.profile {
+        return profile_at(&args, at);
+    }
     let texts = bench_sentences(args.sentences, 2026);
     if let Some(out) = &args.texts_out {
         let json = serde_json::json!({ "texts": texts }).to_string();
@@ -181,6 +191,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 texts.len(),
                 warm.padding_tokens,
                 warm.batches
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--profile BATCHxSEQ`: the model's network at one shape, node by node.
+fn profile_at(args: &Args, at: &str) -> anyhow::Result<ExitCode> {
+    let (b, s) = at
+        .split_once('x')
+        .and_then(|(b, s)| Some((b.parse::<usize>().ok()?, s.parse::<usize>().ok()?)))
+        .filter(|&(b, s)| b > 0 && s > 1)
+        .with_context(|| format!("--profile {at}: expected BATCHxSEQ, such as 8x32"))?;
+    let engine = engine()?;
+    let model = open_model(&engine, &args.model, &args.run)?;
+    let mut rng = SplitMix64::new(5);
+    let vocab = model.tokenizer().vocab_size() as u64;
+    let rows = random_rows(&mut rng, b, s, vocab);
+    let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+    let inputs = model.inputs(&refs, s)?;
+    let rows = profile::nodes(&engine, model.network().graph(), &inputs, args.profile_reps, 2)?;
+    let total: f64 = rows.iter().map(|r| r.ms).sum();
+    let total_cpu: f64 = rows.iter().filter_map(|r| r.cpu_ms).sum();
+    if args.json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        println!("{at}: {} dispatched nodes, {total:.1} ms ({total_cpu:.1} ms CPU) in all", rows.len());
+        for r in &rows {
+            println!(
+                "{:>9.3} ms {:>9.3} ms CPU {:>5.1}%  {:<14} {:<24} {}",
+                r.ms,
+                r.cpu_ms.unwrap_or(f64::NAN),
+                100.0 * r.ms / total.max(1e-9),
+                r.op,
+                r.shape,
+                r.node
             );
         }
     }
@@ -330,4 +378,135 @@ fn trace(args: &Args, calls: usize) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Per-node kernel time of one iteration (`--profile BATCHxSEQ`).
+mod profile {
+    use super::super::bench_kernels::timed_rounds;
+    use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena, WeightLayout};
+    use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Frame};
+    use dynrt::graph::{Graph, NodeId, Op};
+    use dynrt::memory::AllocKind;
+    use dynrt::shape::Shape;
+    use dynrt::tensor::HostTensor;
+
+    /// One node's time.
+    #[derive(serde::Serialize)]
+    pub struct Row {
+        pub node: String,
+        pub op: &'static str,
+        pub shape: String,
+        pub ms: f64,
+        /// CPU milliseconds of the process's threads per dispatch (the software adapter's
+        /// included); less sensitive than wall time to other processes.
+        pub cpu_ms: Option<f64>,
+    }
+
+    /// Every dispatched node of `graph` at the shapes of `inputs`, each in a buffer of its
+    /// own: the whole graph runs once (so every node reads real values), then each node is
+    /// encoded `reps` times into one submit, the best of `rounds` submits counting (wall
+    /// clock from the submit until the device is idle). Rows slowest first.
+    pub fn nodes(
+        engine: &Engine,
+        graph: &Graph,
+        inputs: &[(String, HostTensor)],
+        reps: u32,
+        rounds: u32,
+    ) -> anyhow::Result<Vec<Row>> {
+        let given: Vec<(&str, &Shape)> = inputs.iter().map(|(l, t)| (l.as_str(), &t.shape)).collect();
+        let bindings = graph.bind(&given)?;
+        let inferred = graph.infer_shapes(&bindings)?;
+        let mut bufs: Vec<Buffer> = Vec::with_capacity(graph.len());
+        for id in graph.ids() {
+            let node = graph.node(id);
+            let shape = &inferred.shapes[id.index()];
+            let size = shape.size_bytes(node.dtype)?;
+            let buf = engine.allocate(&BufferDesc {
+                label: &node.label,
+                size_bytes: size.div_ceil(4).max(1) * 4,
+                kind: AllocKind::UsmDevice,
+            })?;
+            let bytes = match &node.op {
+                Op::Constant(c) => Some(c.data.bytes().to_vec()),
+                Op::Input(_) => inputs
+                    .iter()
+                    .find(|(l, _)| *l == node.label)
+                    .map(|(_, t)| t.bytes.clone()),
+                _ => match &inferred.values[id.index()] {
+                    Some(v) => Some(dynrt::tensor::encode_i64(node.dtype, v)?),
+                    None => None,
+                },
+            };
+            if let Some(mut b) = bytes {
+                b.resize(buf.size_bytes() as usize, 0);
+                engine.write(&buf, 0, &b)?;
+            }
+            bufs.push(buf);
+        }
+        let operand = |id: NodeId| Operand {
+            tensor: TensorRef {
+                buffer: &bufs[id.index()],
+                offset_bytes: 0,
+                size_bytes: bufs[id.index()].size_bytes(),
+            },
+            shape: &inferred.shapes[id.index()],
+            dtype: graph.node(id).dtype,
+            strides: None,
+            layout: WeightLayout::File,
+        };
+        let dispatched = |id: NodeId| {
+            !matches!(graph.node(id).op, Op::Input(_) | Op::Constant(_))
+                && !graph.is_shape_only(id)
+                && inferred.values[id.index()].is_none()
+        };
+        let gpu = engine.gpu();
+        let mut kernels = Kernels::new(gpu);
+        let mut frame = Frame::begin(engine, &mut kernels, UniformArena::new(engine), "profile");
+        for &id in graph.order() {
+            if !dispatched(id) {
+                continue;
+            }
+            let node = graph.node(id);
+            let ins: Vec<Operand<'_>> = node.inputs.iter().map(|&i| operand(i)).collect();
+            if let Err(e) = frame.encode(&node.op, &ins, &operand(id)) {
+                frame.abandon();
+                anyhow::bail!("node `{}`: {e}", node.label);
+            }
+        }
+        let (submitted, _, _) = frame.submit();
+        pollster::block_on(submitted.check()).map_err(anyhow::Error::msg)?;
+        let mut uniforms = UniformArena::new(engine);
+        let mut rows = Vec::new();
+        for &id in graph.order() {
+            if !dispatched(id) {
+                continue;
+            }
+            let node = graph.node(id);
+            let ins: Vec<Operand<'_>> = node.inputs.iter().map(|&i| operand(i)).collect();
+            let out = operand(id);
+            let t = timed_rounds(gpu, rounds, |enc| {
+                uniforms.reset();
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("profile"),
+                        timestamp_writes: None,
+                    });
+                    for _ in 0..reps {
+                        kernels.encode(&mut pass, &mut uniforms, &node.op, &ins, &out)?;
+                    }
+                }
+                uniforms.flush();
+                Ok(())
+            })?;
+            rows.push(Row {
+                node: node.label.clone(),
+                op: node.op.name(),
+                shape: inferred.shapes[id.index()].to_string(),
+                ms: t.best_s * 1e3 / f64::from(reps.max(1)),
+                cpu_ms: t.cpu_s.map(|c| c * 1e3 / f64::from(reps.max(1))),
+            });
+        }
+        rows.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        Ok(rows)
+    }
 }

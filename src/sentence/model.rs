@@ -540,44 +540,7 @@ impl SentenceModel {
         // Rows beyond the call's repeat its first row (never a row without tokens); their
         // vectors are dropped.
         let rows: Vec<&[u32]> = (0..n).map(|i| rows[if i < real { i } else { 0 }]).collect();
-        let rows = rows.as_slice();
-        let pad = self.tokenizer.pad_id();
-        let mut ids = Vec::with_capacity(n * seq);
-        let mut mask = Vec::with_capacity(n * seq);
-        for r in rows {
-            ids.extend(r.iter().map(|&t| i64::from(t)));
-            ids.extend(std::iter::repeat_n(i64::from(pad), seq - r.len()));
-            mask.extend(std::iter::repeat_n(1i64, r.len()));
-            mask.extend(std::iter::repeat_n(0i64, seq - r.len()));
-        }
-        let shape = Shape::new(vec![n as u64, seq as u64]);
-        let tensors: Vec<(String, HostTensor)> = match &self.feed {
-            Feed::Bert => bert_inputs_at(rows, pad, seq),
-            Feed::Onnx(inputs) => inputs
-                .iter()
-                .map(|(name, role, dtype)| {
-                    let zeros;
-                    let values: &[i64] = match role {
-                        Role::Ids => &ids,
-                        Role::Mask => &mask,
-                        Role::TokenTypes => {
-                            zeros = vec![0i64; n * seq];
-                            &zeros
-                        }
-                    };
-                    let bytes = crate::tensor::encode_i64(*dtype, values)
-                        .map_err(|e| SentenceError::Onnx(format!("input `{name}`: {e}")))?;
-                    Ok((
-                        name.clone(),
-                        HostTensor {
-                            shape: shape.clone(),
-                            dtype: *dtype,
-                            bytes,
-                        },
-                    ))
-                })
-                .collect::<Result<_, SentenceError>>()?,
-        };
+        let tensors = self.inputs(&rows, seq)?;
         let feeds: Vec<(&str, &HostTensor)> =
             tensors.iter().map(|(l, t)| (l.as_str(), t)).collect();
         let out = self.request.infer(&feeds, &[OUTPUT]).await?;
@@ -590,6 +553,56 @@ impl SentenceModel {
             });
         }
         Ok(values)
+    }
+
+    /// The network's inputs for `rows` of token ids padded to `seq` tokens (at least the
+    /// longest row's), named and typed as the network takes them: what one iteration of
+    /// [`SentenceModel::run_batch`] feeds.
+    ///
+    /// # Errors
+    /// [`SentenceError::Onnx`] when an ONNX input's type cannot hold the ids.
+    pub fn inputs(
+        &self,
+        rows: &[&[u32]],
+        seq: usize,
+    ) -> Result<Vec<(String, HostTensor)>, SentenceError> {
+        let pad = self.tokenizer.pad_id();
+        let n = rows.len();
+        let seq = seq.max(rows.iter().map(|r| r.len()).max().unwrap_or(0));
+        let inputs = match &self.feed {
+            Feed::Bert => return Ok(bert_inputs_at(rows, pad, seq)),
+            Feed::Onnx(inputs) => inputs,
+        };
+        let mut ids = Vec::with_capacity(n * seq);
+        let mut mask = Vec::with_capacity(n * seq);
+        for r in rows {
+            ids.extend(r.iter().map(|&t| i64::from(t)));
+            ids.extend(std::iter::repeat_n(i64::from(pad), seq - r.len()));
+            mask.extend(std::iter::repeat_n(1i64, r.len()));
+            mask.extend(std::iter::repeat_n(0i64, seq - r.len()));
+        }
+        let shape = Shape::new(vec![n as u64, seq as u64]);
+        let zeros = vec![0i64; n * seq];
+        inputs
+            .iter()
+            .map(|(name, role, dtype)| {
+                let values: &[i64] = match role {
+                    Role::Ids => &ids,
+                    Role::Mask => &mask,
+                    Role::TokenTypes => &zeros,
+                };
+                let bytes = crate::tensor::encode_i64(*dtype, values)
+                    .map_err(|e| SentenceError::Onnx(format!("input `{name}`: {e}")))?;
+                Ok((
+                    name.clone(),
+                    HostTensor {
+                        shape: shape.clone(),
+                        dtype: *dtype,
+                        bytes,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// A fresh request in place of the current one, whose buffers are freed first (an
