@@ -211,7 +211,13 @@ fn profile_at(args: &Args, at: &str) -> anyhow::Result<ExitCode> {
     let rows = random_rows(&mut rng, b, s, vocab);
     let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
     let inputs = model.inputs(&refs, s)?;
-    let rows = profile::nodes(&engine, model.network().graph(), &inputs, args.profile_reps, 2)?;
+    let rows = profile::nodes(
+        &engine,
+        model.network().graph(),
+        &inputs,
+        args.profile_reps,
+        2,
+    )?;
     let total: f64 = rows.iter().map(|r| r.ms).sum();
     let total_cpu: f64 = rows.iter().filter_map(|r| r.cpu_ms).sum();
     if args.json {
@@ -219,7 +225,10 @@ fn profile_at(args: &Args, at: &str) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string(r)?);
         }
     } else {
-        println!("{at}: {} dispatched nodes, {total:.1} ms ({total_cpu:.1} ms CPU) in all", rows.len());
+        println!(
+            "{at}: {} dispatched nodes, {total:.1} ms ({total_cpu:.1} ms CPU) in all",
+            rows.len()
+        );
         for r in &rows {
             println!(
                 "{:>9.3} ms {:>9.3} ms CPU {:>5.1}%  {:<14} {:<24} {}",
@@ -413,7 +422,8 @@ mod profile {
         reps: u32,
         rounds: u32,
     ) -> anyhow::Result<Vec<Row>> {
-        let given: Vec<(&str, &Shape)> = inputs.iter().map(|(l, t)| (l.as_str(), &t.shape)).collect();
+        let given: Vec<(&str, &Shape)> =
+            inputs.iter().map(|(l, t)| (l.as_str(), &t.shape)).collect();
         let bindings = graph.bind(&given)?;
         let inferred = graph.infer_shapes(&bindings)?;
         let mut bufs: Vec<Buffer> = Vec::with_capacity(graph.len());

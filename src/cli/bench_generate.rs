@@ -86,9 +86,25 @@ struct ContextRow {
     ms_per_token: f64,
     /// Fastest of them: the closest to what the adapter does alone on a shared machine.
     min_ms: f64,
-    /// Median host milliseconds of the same steps (shape updates, sizing, encoding, the
-    /// submit): the part of a step that is not the GPU's work or the readback.
+    /// Median host milliseconds of the same steps before the submit call (shape updates,
+    /// sizing, encoding, wgpu's finish): the host's part of a step besides the submit call.
     host_ms: f64,
+}
+
+/// Host microseconds per decode step by part ([`dynrt::runtime::HostTime`]): the median over
+/// the run's decode steps.
+#[derive(Serialize)]
+struct HostUs {
+    /// Input checks, shape updates and sizing.
+    prepare: f64,
+    /// Input writes, encoding every node, packing the uniforms.
+    encode: f64,
+    /// wgpu's `CommandEncoder::finish`.
+    finish: f64,
+    /// The submit call (on a software adapter it runs the kernels too).
+    submit: f64,
+    /// prepare + encode + finish.
+    before_submit: f64,
 }
 
 #[derive(Serialize)]
@@ -120,10 +136,12 @@ struct DecodeRun {
     kv_max_reserved_over_needed_from_100: f64,
     weights_plus_kv_needed_bytes: u64,
     peak_device_over_weights_plus_kv: f64,
-    /// Host milliseconds over all decode steps, per step.
+    /// Median host milliseconds per decode step before the submit call.
     host_ms_per_step: f64,
-    /// Host time over the decode steps' time.
+    /// That host time over the decode steps' time.
     host_share: f64,
+    /// Host microseconds per decode step by part.
+    host_us_per_step: HostUs,
 }
 
 #[derive(Serialize)]
@@ -251,27 +269,43 @@ fn decode_run(
             &mut |_| {},
         )?;
     let mut times: Vec<Instant> = Vec::new();
+    let mut hosts: Vec<dynrt::runtime::HostTime> = Vec::new();
     let bar = std::io::stderr().is_terminal() && !args.json;
-    let host0 = session.host_time();
-    let generation =
-        pollster::block_on(session.generate_ids_observed(&prompt, &params, &mut |e| {
-            times.push(Instant::now());
-            if bar && e.index % 16 == 15 {
-                eprint!(
-                    "\r{policy_name}: context {}/{max_context}, {:.1} ms per token   ",
-                    prompt.len() + e.index + 1,
-                    e.forward_ms
-                );
-                let _ = std::io::stderr().flush();
-            }
-        }))?;
-    let host = session.host_time();
-    let decode_steps = generation.decode_ms.len().max(1) as f64;
-    // Host time per iteration: the prefill's and the decode steps' (no pipeline compiled).
-    let host_per_step = (host.total_ns() - host0.total_ns()) as f64
-        / 1e6
-        / (host.iterations - host0.iterations).max(1) as f64;
-    let _ = decode_steps;
+    pollster::block_on(session.generate_ids_observed(&prompt, &params, &mut |e| {
+        times.push(Instant::now());
+        hosts.push(e.decode_host);
+        if bar && e.index % 16 == 15 {
+            eprint!(
+                "\r{policy_name}: context {}/{max_context}, {:.1} ms per token   ",
+                prompt.len() + e.index + 1,
+                e.forward_ms
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }))?;
+    // Host time of each decode step (no pipeline compiled: the warm-up did): what the
+    // decode request's grew by between two tokens, one step each in the steady loop. The
+    // median of each part, so that the time a busy machine takes the core away from a few
+    // steps does not count; before the submit call, which on a software adapter runs the
+    // kernels too.
+    let per_step: Vec<dynrt::runtime::HostTime> =
+        hosts.windows(2).map(|w| w[1].since(&w[0])).collect();
+    let part = |f: fn(&dynrt::runtime::HostTime) -> u64| {
+        let v: Vec<f64> = per_step
+            .iter()
+            .filter(|h| h.iterations == 1)
+            .map(|h| f(h) as f64 / 1e3)
+            .collect();
+        median(&v)
+    };
+    let host_us = HostUs {
+        prepare: part(|h| h.prepare_ns),
+        encode: part(|h| h.encode_ns),
+        finish: part(|h| h.finish_ns),
+        submit: part(|h| h.submit_ns),
+        before_submit: part(dynrt::runtime::HostTime::before_submit_ns),
+    };
+    let host_per_step = host_us.before_submit / 1e3;
     let kv_reserved = session.kv_reserved_bytes();
     let kv_needed_final = session.kv_needed_bytes();
     let steps: Vec<Step> = times
@@ -281,7 +315,9 @@ fn decode_run(
             // The token delivered at w[1] was chosen by the step whose context ends there.
             context: prompt.len() + i + 1,
             ms: w[1].duration_since(w[0]).as_secs_f64() * 1e3,
-            host_ms: host_per_step,
+            host_ms: per_step
+                .get(i)
+                .map_or(host_per_step, |h| h.before_submit_ns() as f64 / 1e6),
             kv_reserved,
             kv_needed: kv_needed_final,
         })
@@ -354,8 +390,9 @@ fn decode_run(
         kv_max_reserved_over_needed_from_100: from_100,
         weights_plus_kv_needed_bytes: weights_plus_kv,
         peak_device_over_weights_plus_kv: device_peak as f64 / weights_plus_kv.max(1) as f64,
-        host_ms_per_step: host_ms / steps.len().max(1) as f64,
+        host_ms_per_step: host_per_step,
         host_share: host_ms / step_ms.max(1e-9),
+        host_us_per_step: host_us,
     })
 }
 
@@ -721,6 +758,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             human_bytes(r.peak_bytes.usm_device + r.peak_bytes.usm_shared),
             human_bytes(r.weights_plus_kv_needed_bytes),
             r.kv_peak_reserved_over_needed
+        );
+    }
+    println!(
+        "\n| policy | host µs per decode step: prepare | encode | wgpu finish | before submit | submit call |\n|---|---:|---:|---:|---:|---:|"
+    );
+    for r in &report.decode {
+        let h = &r.host_us_per_step;
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r.policy, h.prepare, h.encode, h.finish, h.before_submit, h.submit
         );
     }
     if !report.kernels_per_token.is_empty() {

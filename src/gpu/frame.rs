@@ -175,12 +175,20 @@ pub struct Planned {
 pub struct Submitted {
     scope: wgpu::ErrorScopeGuard,
     index: wgpu::SubmissionIndex,
+    finish_ns: u64,
+    submit_ns: u64,
 }
 
 impl Submitted {
     /// The queue's index of the submit (what a readback waits for).
     pub(crate) fn index(&self) -> wgpu::SubmissionIndex {
         self.index.clone()
+    }
+
+    /// Nanoseconds of wgpu's `CommandEncoder::finish` (where wgpu validates the recorded
+    /// commands and encodes them for the driver) and of the queue's submit call.
+    pub fn host_ns(&self) -> (u64, u64) {
+        (self.finish_ns, self.submit_ns)
     }
 
     /// Waits for the validation scope of the submit.
@@ -563,17 +571,22 @@ impl<'k> Frame<'k> {
         self.pass = None;
         let head = self.pack_writes();
         let gpu = self.engine.gpu();
+        let started = web_time::Instant::now();
+        let commands = self.encoder.finish();
+        let finished = web_time::Instant::now();
         let index = {
             // On llvmpipe the submit runs the frame's kernels before it returns, holding the
             // GL context all along (see `Gpu::lock_device`).
             let _device = gpu.lock_device();
-            gpu.queue()
-                .submit(head.into_iter().chain([self.encoder.finish()]))
+            gpu.queue().submit(head.into_iter().chain([commands]))
         };
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         (
             Submitted {
                 scope: self.scope,
                 index,
+                finish_ns: nanos(finished.duration_since(started)),
+                submit_ns: nanos(finished.elapsed()),
             },
             self.uniforms,
             self.log,

@@ -68,6 +68,10 @@ pub struct TokenEvent<'a> {
     pub forward_ms: f64,
     /// Memory after that forward pass (the session's [`Session::trace`] sample).
     pub memory: Option<&'a TraceSample>,
+    /// The decode request's host time so far ([`Session::decode_host_time`]): between two
+    /// events it grew by the host time of the decode steps submitted in between (one in a
+    /// steady decode).
+    pub decode_host: HostTime,
 }
 
 /// Adapts a text callback to the token events (pieces that are empty are not passed on).
@@ -313,6 +317,14 @@ impl Session {
         (self.prefill.iter())
             .chain(self.decode.iter())
             .fold(self.dropped_host, |acc, r| acc.merged(&r.host_time()))
+    }
+
+    /// Host time of the decode request alone: its iterations are the one-token steps
+    /// (prefills run on the prefill request).
+    pub fn decode_host_time(&self) -> HostTime {
+        self.decode
+            .as_ref()
+            .map_or_else(HostTime::default, InferRequest::host_time)
     }
 
     /// Bytes the KV cache reserves now (rows held plus room for growth).
@@ -733,6 +745,7 @@ impl Session {
                 text: &piece,
                 forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
                 memory: self.trace.samples.last(),
+                decode_host: self.decode_host_time(),
             });
             text.push_str(&piece);
             if let Some(stop) = stop {
@@ -843,6 +856,7 @@ impl Session {
                 text: &piece,
                 forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
                 memory: y_sample.and_then(|i| self.trace.samples.get(i)),
+                decode_host: self.decode_host_time(),
             });
             text.push_str(&piece);
             if let Some(stop) = stop {

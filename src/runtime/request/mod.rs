@@ -823,9 +823,12 @@ impl InferRequest {
             self.ring.seal(t, &submitted);
         }
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (finish_ns, submit_ns) = submitted.host_ns();
         self.host.iterations += 1;
         self.host.prepare_ns += nanos(prepared.duration_since(started));
-        self.host.encode_ns += nanos(prepared.elapsed());
+        self.host.encode_ns += nanos(prepared.elapsed()).saturating_sub(finish_ns + submit_ns);
+        self.host.finish_ns += finish_ns;
+        self.host.submit_ns += submit_ns;
         submitted.check().await.map_err(|reason| RunError::Kernel {
             node: "(iteration)".into(),
             op: "submit",
