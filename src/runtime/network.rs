@@ -123,6 +123,33 @@ impl DataRegion {
     }
 }
 
+impl DataRegion {
+    /// Constant `id` (of `dtype`) converted in place to layout `want`, recorded into `frame`
+    /// ([`WeightCache::convert_in_place`]); `None` for a node that is not a constant on the
+    /// device.
+    ///
+    /// # Errors
+    /// As [`WeightCache::convert_in_place`].
+    #[cfg(not(target_arch = "wasm32"))]
+    fn convert_weight(
+        &self,
+        id: NodeId,
+        dtype: DType,
+        want: WeightLayout,
+        frame: &mut Frame<'_>,
+    ) -> Result<Option<WeightRef>, RunError> {
+        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
+            return Ok(None);
+        };
+        let Some(segment) = self.segments.get(seg) else {
+            return Ok(None);
+        };
+        self.weights()
+            .convert_in_place(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .map(Some)
+    }
+}
+
 /// Whether every kernel that reads constant `id` on the device takes the grouped layout:
 /// it is the weight of a `linear` or `fused_linear` or the table of a `gather` (the `quant`
 /// kernels) wherever it is read. Today no other kernel accepts a block-quantized input
@@ -192,7 +219,7 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
             if want == WeightLayout::File {
                 continue;
             }
-            match data.weight(id, dtype, want, &mut frame) {
+            match data.convert_weight(id, dtype, want, &mut frame) {
                 Ok(Some(w)) if w.layout == want => done.push(id),
                 Ok(_) => {}
                 Err(_) => {

@@ -216,6 +216,49 @@ impl WeightCache {
         Ok(here(want))
     }
 
+    /// Weight `key` converted in place to `want` now, recorded into `frame`: the
+    /// compile-time `update_weights`, after which the device holds that one layout of it (no
+    /// copy, whatever the copy budget). As it is when it is in `want` already, has no second
+    /// layout, or may not be converted ([`WeightCache::allow_conversion`]).
+    ///
+    /// # Errors
+    /// [`RunError::Kernel`] when the reorder cannot be recorded (the weight then stays as it
+    /// was).
+    #[allow(clippy::too_many_arguments)]
+    pub fn convert_in_place(
+        &mut self,
+        engine: &Engine,
+        segment: &Arc<Buffer>,
+        key: WeightKey,
+        size_bytes: u64,
+        dtype: DType,
+        want: WeightLayout,
+        frame: &mut Frame<'_>,
+    ) -> Result<WeightRef, RunError> {
+        let resident = self.resident(key);
+        let layout = if resident == want
+            || !crate::gpu::kernels::quant::can_group(dtype, size_bytes)
+            || !self.convertible.contains(&key)
+        {
+            resident
+        } else {
+            self.convert(engine, segment, key, size_bytes, dtype, want, frame)
+                .map_err(|reason| RunError::Kernel {
+                    node: format!("weight at {}:{}", key.0, key.1),
+                    op: "update_weights",
+                    reason,
+                })?;
+            self.stats.conversions += 1;
+            want
+        };
+        Ok(WeightRef {
+            buffer: Arc::clone(segment),
+            offset_bytes: key.1,
+            size_bytes,
+            layout,
+        })
+    }
+
     /// A buffer for a copy of `bytes`, when the budget holds it once copies no iteration read
     /// since the current one started are released (the least recently read first).
     fn make_room(&mut self, engine: &Engine, bytes: u64, frame: &mut Frame<'_>) -> Option<Buffer> {
