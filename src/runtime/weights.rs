@@ -215,6 +215,7 @@ impl WeightCache {
     /// # Errors
     /// [`RunError::Kernel`] when the reorder cannot be recorded (the weight then stays as it
     /// was).
+    #[cfg(not(target_arch = "wasm32"))]
     #[allow(clippy::too_many_arguments)]
     pub fn convert_in_place(
         &mut self,
