@@ -4,7 +4,7 @@
 
 use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
 use super::placeholders::{PlaceholderPool, RegionHighEnd};
-use super::weights::{WeightCache, WeightCacheStats, WeightRef};
+use super::weights::{WeightCache, WeightCacheStats, WeightKey, WeightRef};
 use super::RunError;
 use crate::gpu::kernels::{kernel_of, Kernels, WeightLayout};
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, Frame, KindRequest};
@@ -111,15 +111,18 @@ impl DataRegion {
         want: WeightLayout,
         frame: &mut Frame<'_>,
     ) -> Result<Option<WeightRef>, RunError> {
-        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
-            return Ok(None);
-        };
-        let Some(segment) = self.segments.get(seg) else {
+        let Some((segment, key, size)) = self.placed_weight(id) else {
             return Ok(None);
         };
         self.weights()
-            .lookup(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .lookup(&self.engine, segment, key, size, dtype, want, frame)
             .map(Some)
+    }
+
+    /// Constant `id`'s segment, key and size in the data region.
+    fn placed_weight(&self, id: NodeId) -> Option<(&Arc<Buffer>, WeightKey, u64)> {
+        let (seg, off, size) = self.placed.get(id.index()).copied().flatten()?;
+        Some((self.segments.get(seg)?, (seg, off), size))
     }
 }
 
@@ -138,14 +141,11 @@ impl DataRegion {
         want: WeightLayout,
         frame: &mut Frame<'_>,
     ) -> Result<Option<WeightRef>, RunError> {
-        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
-            return Ok(None);
-        };
-        let Some(segment) = self.segments.get(seg) else {
+        let Some((segment, key, size)) = self.placed_weight(id) else {
             return Ok(None);
         };
         self.weights()
-            .convert_in_place(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .convert_in_place(&self.engine, segment, key, size, dtype, want, frame)
             .map(Some)
     }
 }

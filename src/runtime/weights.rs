@@ -154,12 +154,7 @@ impl WeightCache {
         frame: &mut Frame<'_>,
     ) -> Result<WeightRef, RunError> {
         let resident = self.resident(key);
-        let here = |layout| WeightRef {
-            buffer: Arc::clone(segment),
-            offset_bytes: key.1,
-            size_bytes,
-            layout,
-        };
+        let here = |layout| in_place(segment, key, size_bytes, layout);
         let reorderable = crate::gpu::kernels::quant::can_group(dtype, size_bytes);
         if resident == want || !reorderable {
             self.stats.hits += 1;
@@ -175,11 +170,7 @@ impl WeightCache {
                 layout: want,
             });
         }
-        let err = |reason: String| RunError::Kernel {
-            node: format!("weight at {}:{}", key.0, key.1),
-            op: "update_weights",
-            reason,
-        };
+        let err = |reason: String| reorder_error(key, reason);
         if let Some(copy) = self.make_room(engine, size_bytes, frame) {
             let shape = elements(dtype, size_bytes);
             frame
@@ -224,6 +215,7 @@ impl WeightCache {
     /// # Errors
     /// [`RunError::Kernel`] when the reorder cannot be recorded (the weight then stays as it
     /// was).
+    #[cfg(not(target_arch = "wasm32"))]
     #[allow(clippy::too_many_arguments)]
     pub fn convert_in_place(
         &mut self,
@@ -243,20 +235,11 @@ impl WeightCache {
             resident
         } else {
             self.convert(engine, segment, key, size_bytes, dtype, want, frame)
-                .map_err(|reason| RunError::Kernel {
-                    node: format!("weight at {}:{}", key.0, key.1),
-                    op: "update_weights",
-                    reason,
-                })?;
+                .map_err(|reason| reorder_error(key, reason))?;
             self.stats.conversions += 1;
             want
         };
-        Ok(WeightRef {
-            buffer: Arc::clone(segment),
-            offset_bytes: key.1,
-            size_bytes,
-            layout,
-        })
+        Ok(in_place(segment, key, size_bytes, layout))
     }
 
     /// A buffer for a copy of `bytes`, when the budget holds it once copies no iteration read
@@ -341,6 +324,30 @@ impl WeightCache {
         }
         self.set_resident(key, want);
         Ok(())
+    }
+}
+
+/// Weight `key` where it is in the data region, in `layout`.
+fn in_place(
+    segment: &Arc<Buffer>,
+    key: WeightKey,
+    size_bytes: u64,
+    layout: WeightLayout,
+) -> WeightRef {
+    WeightRef {
+        buffer: Arc::clone(segment),
+        offset_bytes: key.1,
+        size_bytes,
+        layout,
+    }
+}
+
+/// The error of a reorder of weight `key` that could not be recorded.
+fn reorder_error(key: WeightKey, reason: String) -> RunError {
+    RunError::Kernel {
+        node: format!("weight at {}:{}", key.0, key.1),
+        op: "update_weights",
+        reason,
     }
 }
 
