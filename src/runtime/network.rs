@@ -230,7 +230,6 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
             }
         }
         let (submitted, _, _) = frame.submit();
-        data.weights().release_scratch();
         if pollster::block_on(submitted.check()).is_err() {
             data.reset_layouts();
         }

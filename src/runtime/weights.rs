@@ -207,14 +207,6 @@ impl WeightCache {
         Ok(here(want))
     }
 
-    /// Frees the scratch buffer of conversions in place (once their commands are submitted:
-    /// wgpu keeps a buffer alive for the work that uses it). The compile-time
-    /// `update_weights` converts every weight once and leaves no scratch behind.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn release_scratch(&mut self) {
-        self.scratch = None;
-    }
-
     /// Weight `key` converted in place to `want` now, recorded into `frame`: the
     /// compile-time `update_weights`, after which the device holds that one layout of it (no
     /// copy, whatever the copy budget). As it is when it is in `want` already, has no second
