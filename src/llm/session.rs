@@ -648,6 +648,19 @@ impl Session {
         });
     }
 
+    /// Drops memory sample `index` and those after it, taken for a step that was given up
+    /// (it chose no token): the trace keeps one sample per token, and the allocations the
+    /// dropped samples counted are counted again by the next one.
+    fn forget_sample(&mut self, index: usize) {
+        let dropped: u64 = self
+            .trace
+            .samples
+            .get(index..)
+            .map_or(0, |s| s.iter().map(|x| u64::from(x.reallocations)).sum());
+        self.trace.samples.truncate(index);
+        self.last_allocations = self.last_allocations.saturating_sub(dropped);
+    }
+
     /// Feeds `prompt` (after the cache and the last generated token, if it was not fed
     /// yet) and generates up to `params.max_tokens` tokens, calling `on_text` with each
     /// piece of text as soon as it is complete UTF-8.
@@ -860,8 +873,9 @@ impl Session {
             });
             text.push_str(&piece);
             if let Some(stop) = stop {
-                if let Some((p, _)) = inflight.take() {
+                if let Some((p, sample)) = inflight.take() {
                     self.give_up(p, 1)?;
+                    self.forget_sample(sample);
                 }
                 self.pending = Some(y);
                 break stop;
@@ -898,8 +912,9 @@ impl Session {
             let out = match self.collect_step(feeding).await {
                 Ok(out) => out,
                 Err(e) => {
-                    if let Some((p, _)) = ahead {
+                    if let Some((p, sample)) = ahead {
                         self.give_up(p, 1)?;
+                        self.forget_sample(sample);
                     }
                     self.pending = None;
                     return Err(e);

@@ -291,6 +291,9 @@ impl WeightCache {
         let format = crate::formats::of_dtype(dtype).ok_or("no weight format")?;
         let group = crate::formats::GROUP_BLOCKS as u64 * u64::from(format.block_bytes);
         let piece = ((SCRATCH_BYTES / group).max(1) * group).min(size_bytes);
+        // One size for every weight: replacing a smaller scratch buffer would destroy one
+        // that commands recorded in `frame` (not yet submitted) still use.
+        let scratch_bytes = SCRATCH_BYTES.max(piece.div_ceil(4) * 4);
         if self.scratch.as_ref().is_none_or(|s| s.size_bytes() < piece) {
             self.scratch = Some(
                 engine
@@ -298,7 +301,7 @@ impl WeightCache {
                         Region::Internal,
                         &BufferDesc {
                             label: "dynrt weight reorder",
-                            size_bytes: piece.div_ceil(4) * 4,
+                            size_bytes: scratch_bytes,
                             kind: AllocKind::UsmDevice,
                         },
                     )

@@ -44,6 +44,11 @@ fn check_events(seen: &[Seen], g: &Generation, session: &Session, first_sample: 
         "the events' texts add up to the generation's text"
     );
     let samples = &session.trace().samples;
+    assert_eq!(
+        samples.len(),
+        first_sample + g.tokens.len(),
+        "one memory sample per token (a step submitted ahead and given up leaves none)"
+    );
     for (i, e) in seen.iter().enumerate() {
         assert_eq!((e.index, e.token), (i, g.tokens[i]));
         let want_ms = if i == 0 {
