@@ -451,8 +451,16 @@ fn reuse_by_the_predictor_and_the_pool_never_changes_a_vector() {
             // earlier calls sized.
             let a = model.embed_blocking(&refs).unwrap();
             model.embed_blocking(&refs[..5]).unwrap();
+            let before = model.stats();
             let b = model.embed_blocking(&refs).unwrap();
             assert_eq!(a.values, b.values, "{test}: {policy:?} pool {pool}");
+            // The envelope reserved at the first call holds every later one.
+            let after = model.stats();
+            assert_eq!(
+                (after.allocations, after.reallocations),
+                (before.allocations, before.reallocations),
+                "{test}: {policy:?} pool {pool}"
+            );
             assert!(
                 model.stats().iterations >= 15,
                 "{test}: {:?}",
