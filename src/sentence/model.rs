@@ -317,6 +317,10 @@ impl SentenceModel {
         pipeline: Pipeline,
         options: EmbedOptions,
     ) -> Result<SentenceModel, SentenceError> {
+        // The encoder's f32 MatMul weights as `linear` ones: 3-4x faster on a software
+        // adapter for a transposed copy of them on the host.
+        let (imported, _) = crate::onnx::import::linear_weights(imported, true)
+            .map_err(|e| SentenceError::Onnx(e.to_string()))?;
         let mut inputs = Vec::new();
         let mut mask = None;
         for v in &imported.inputs {

@@ -9,10 +9,12 @@
 use crate::common;
 use dynrt::fetch;
 use dynrt::gpu::{testing, Engine};
+use dynrt::graph::Op;
 use dynrt::memory::predictor::Policy;
 use dynrt::rng::SplitMix64;
 use dynrt::runtime::RunOptions;
 use dynrt::sentence::{EmbedOptions, Embeddings, SentenceModel};
+use dynrt::shape::DType;
 use std::path::Path;
 
 /// `n` sentences of mixed lengths: mostly short, some long, a few past 256 tokens (cut by
@@ -220,8 +222,9 @@ fn the_onnx_exports_pass_their_bounds() {
         return;
     };
     let cache = fetch::models_dir().unwrap();
-    // Up to 120 words: the int8 export computes its attention with more ops than dynrt's own
-    // graph, and 256-token batches of it take minutes on a software adapter.
+    // Up to 120 words: the exports compute their attention with more ops than dynrt's own
+    // graph (masks, transposes), and the 256-token batches of all-MiniLM-L6-v2's test cover
+    // truncation.
     let texts = mixed_sentences_up_to(200, 35, 120);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tokenizer = f32_folder.join("tokenizer.json").display().to_string();
@@ -229,13 +232,34 @@ fn the_onnx_exports_pass_their_bounds() {
         (&fetch::ALL_MINILM_L6_V2_INT8, &int8),
         (&fetch::PARAPHRASE_MINILM_L3_V2, &l3),
     ] {
-        // Large batches: the int8 export dequantizes its weights in the graph at every call.
-        let options = EmbedOptions {
-            max_batch: 64,
-            max_batch_tokens: 16384,
-            ..EmbedOptions::default()
+        let mut model =
+            SentenceModel::open_spec(&engine, spec, folder, &cache, EmbedOptions::default())
+                .unwrap();
+        // The int8 weights stay int8 on the device (q8_nb blocks of `linear`), the f32 ones
+        // are `linear` weights too: no MatMul on a constant weight is left.
+        let graph = model.network().graph();
+        let weights = |dtype: DType| {
+            graph
+                .nodes()
+                .iter()
+                .filter(|n| matches!(&n.op, Op::Constant(c) if c.dtype == dtype))
+                .count()
         };
-        let mut model = SentenceModel::open_spec(&engine, spec, folder, &cache, options).unwrap();
+        let linears = graph
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::Linear(_) | Op::FusedLinear(_)))
+            .count();
+        let layers = if spec.name == fetch::ALL_MINILM_L6_V2_INT8.name {
+            6
+        } else {
+            3
+        };
+        assert_eq!(linears, 6 * layers, "{test}: {}", spec.name);
+        if spec.name == fetch::ALL_MINILM_L6_V2_INT8.name {
+            assert_eq!(weights(DType::Q8_NB), 6 * layers, "{test}");
+            assert_eq!(weights(DType::I8), 0, "{test}: int8 constants left");
+        }
         let ours = model.embed_blocking(&refs).unwrap();
         let onnx = folder.join("model.onnx").display().to_string();
         let max = spec.max_seq_length.to_string();
