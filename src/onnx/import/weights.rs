@@ -216,6 +216,10 @@ pub fn linear_weights(
     // Inputs of the nodes that became constants, once per input slot.
     let mut detached: Vec<NodeId> = Vec::new();
     for id in 0..nodes.len() {
+        // An output keeps its node (the import gave it no copy of its own).
+        if is_output[id] {
+            continue;
+        }
         let Some((q, scale)) = dequantized(&nodes, id) else {
             continue;
         };
