@@ -74,11 +74,32 @@ def layer_norm(x, g, b, eps):
     return (x - mu) / np.sqrt(var + eps) * g + b
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+def _erf_table(step=2.0**-12, top=6.0):
+    """math.erf at every multiple of `step` in [-top, top], and its derivative."""
+    x = np.arange(-top, top + step / 2, step)
+    y = np.array([math.erf(v) for v in x])
+    return x[0], step, y, 2.0 / math.sqrt(math.pi) * np.exp(-x * x)
+
+
+_ERF_TABLE = _erf_table()
+
+
+def erf(x):
+    """math.erf of every element, in float64 (math.erf one element at a time took 40 s of the
+    200 test sentences): cubic Hermite interpolation between exact values and exact slopes on
+    a grid of step h = 2^-12 over [-6, 6], whose error is below h^4 / 384 * max |erf (4th
+    derivative)| < 1e-16; +-1 beyond, where erf rounds to +-1 in float64 (erfc(6) = 2e-17)."""
+    lo, h, y, d = _ERF_TABLE
+    t = np.clip((np.asarray(x, dtype=np.float64) - lo) / h, 0.0, len(y) - 1.0)
+    i = np.minimum(t.astype(np.int64), len(y) - 2)
+    u = t - i
+    u2, u3 = u * u, u * u * u
+    return ((2 * u3 - 3 * u2 + 1) * y[i] + (u3 - 2 * u2 + u) * h * d[i]
+            + (3 * u2 - 2 * u3) * y[i + 1] + (u3 - u2) * h * d[i + 1])
 
 
 def gelu_erf(x):
-    return 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)).astype(np.float64))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
 def gelu_tanh(x):
@@ -166,7 +187,11 @@ def cmd_onnx(args):
     import onnxruntime as ort
 
     tok = load_tokenizer(args.tokenizer, args.max_length)
-    sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    # One thread: the tests run beside other processes, where a pool's threads spin.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    sess = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
     names = {i.name: i for i in sess.get_inputs()}
     hidden = next(o.name for o in sess.get_outputs() if len(o.shape) == 3)
     texts = read_texts(args.input)

@@ -7,6 +7,7 @@
 //                      inner apart: row r starts at (r / inner) * d * inner + r % inner, so
 //                      inner = 1 is the last axis and inner > 1 any other axis without a
 //                      transpose; flags bit 0: log-softmax, x - max - log(sum(exp(x - max)))
+//   reduce_softmax_rows  the same with one invocation per row (software adapters)
 //   reduce_layer_norm  out = (x - mean) / sqrt(var + eps) * gamma + beta   (two-pass variance;
 //                      a row is the d trailing elements, contiguous)
 //   reduce_layer_norm_nobias  the same without beta
@@ -167,6 +168,44 @@ fn reduce_softmax(
     } else {
         let inv = 1.0 / s;
         for (var i = lid; i < p.d; i += WG) {
+            dst[ob + i * inner] = exp(x[xb + i * inner] - m) * inv;
+        }
+    }
+}
+
+// reduce_softmax on software adapters: one invocation per row, 64 rows per workgroup. A
+// workgroup there runs on one CPU thread, and the two tree reductions of reduce_softmax (14
+// barriers) cost more than the rows of attention scores they reduce.
+@compute @workgroup_size(64)
+fn reduce_softmax_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = workgroup_index(wid, nwg) * WG + lid;
+    if row >= p.rows {
+        return;
+    }
+    let inner = p.inner;
+    let start = (row / inner) * p.d * inner + row % inner;
+    let xb = p.x_offset + start;
+    let ob = p.out_offset + start;
+    var m = F32_LOWEST;
+    for (var i = 0u; i < p.d; i++) {
+        m = max(m, x[xb + i * inner]);
+    }
+    var s = 0.0;
+    for (var i = 0u; i < p.d; i++) {
+        s += exp(x[xb + i * inner] - m);
+    }
+    if (p.flags & 1u) != 0u {
+        let ls = log(s);
+        for (var i = 0u; i < p.d; i++) {
+            dst[ob + i * inner] = (x[xb + i * inner] - m) - ls;
+        }
+    } else {
+        let inv = 1.0 / s;
+        for (var i = 0u; i < p.d; i++) {
             dst[ob + i * inner] = exp(x[xb + i * inner] - m) * inv;
         }
     }

@@ -18,6 +18,7 @@
 //!   that sizes every output exactly would reallocate) and the peak bytes the request held,
 //!   against the largest call alone with exact sizes (`[max-batch, max-seq]`, policy none).
 
+use super::bench_kernels::process_cpu_seconds;
 use super::embed::{open_model, ModelArgs};
 use super::run::{engine, provider};
 use anyhow::Context;
@@ -27,8 +28,7 @@ use dynrt::memory::accounting::region_index;
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::regions::Region;
 use dynrt::rng::SplitMix64;
-use dynrt::runtime::{replay_on_host, NetworkOptions, RunOptions};
-use dynrt::sentence::{bert_inputs, folder_graph, Envelope};
+use dynrt::sentence::{folder_graph, random_rows, trace_memory};
 use std::process::ExitCode;
 
 /// Arguments of `dynrt bench embed`.
@@ -160,10 +160,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let load_ms = load.elapsed().as_secs_f64() * 1e3;
         let warm = model.embed_blocking(&refs).context("warm-up pass")?;
         let t = web_time::Instant::now();
+        let c0 = process_cpu_seconds();
         for _ in 0..args.repeat.max(1) {
             model.embed_blocking(&refs)?;
         }
         let secs = t.elapsed().as_secs_f64() / args.repeat.max(1) as f64;
+        let cpu_secs = c0
+            .zip(process_cpu_seconds())
+            .map(|(a, b)| (b - a) / args.repeat.max(1) as f64);
         let tokens: usize = warm.tokens.iter().sum();
         let per_s = texts.len() as f64 / secs;
         if args.json {
@@ -178,6 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "batches": warm.batches,
                 "load_ms": load_ms,
                 "seconds": secs,
+                "cpu_seconds": cpu_secs,
                 "sentences_per_s": per_s,
                 "tokens_per_s": tokens as f64 / secs,
                 "reallocations": model.stats().reallocations,
@@ -186,8 +191,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("{line}");
         } else {
             println!(
-                "batch {batch:>3}: {per_s:>8.1} sentences/s ({:.0} tokens/s, {} sentences, {tokens} tokens + {} padding, {} batches)",
+                "batch {batch:>3}: {per_s:>8.1} sentences/s ({:.0} tokens/s, {:.2} s CPU, {} sentences, {tokens} tokens + {} padding, {} batches)",
                 tokens as f64 / secs,
+                cpu_secs.unwrap_or(f64::NAN),
                 texts.len(),
                 warm.padding_tokens,
                 warm.batches
@@ -244,25 +250,6 @@ fn profile_at(args: &Args, at: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Token ids of `[batch, seq]` rows: `[CLS]`, random ids, `[SEP]`.
-fn random_rows(rng: &mut SplitMix64, batch: usize, seq: usize, vocab: u64) -> Vec<Vec<u32>> {
-    (0..batch)
-        .map(|_| {
-            (0..seq)
-                .map(|j| {
-                    if j == 0 {
-                        101
-                    } else if j + 1 == seq {
-                        102
-                    } else {
-                        rng.range(1000, vocab.max(1001)) as u32
-                    }
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// The `[batch, seq]` of each call of the trace (seeded).
 pub(crate) fn trace_shapes(calls: usize, max_batch: usize, max_seq: usize) -> Vec<(usize, usize)> {
     let mut rng = SplitMix64::new(34);
@@ -291,63 +278,12 @@ fn trace(args: &Args, calls: usize) -> anyhow::Result<ExitCode> {
     let (graph, vocab, pad) =
         folder_graph(&folder).context("--trace needs a sentence-transformers folder")?;
     let shapes = trace_shapes(calls, max_batch, max_seq);
-    let steps = |shapes: Vec<(usize, usize)>| {
-        let mut rng = SplitMix64::new(7);
-        shapes.into_iter().map(move |(b, s)| {
-            let rows = random_rows(&mut rng, b, s, vocab as u64);
-            let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
-            bert_inputs(&refs, pad)
-        })
-    };
-    let network = NetworkOptions {
-        inflight: 1,
-        ..NetworkOptions::default()
-    };
-    let need = replay_on_host(
-        graph.clone(),
-        &network,
-        RunOptions::new(Policy::None),
-        steps(vec![(max_batch, max_seq)]),
-    )?
-    .peak_bytes;
-    // As `SentenceModel` runs them: a fresh request at each envelope growth, its first call
-    // padded to the envelope.
-    let mut segments: Vec<Vec<(usize, usize)>> = Vec::new();
-    let mut envelope = Envelope::new(max_batch, max_seq);
-    for &(b, s) in &shapes {
-        match envelope.fit(b, s) {
-            Some(grown) => segments.push(vec![grown]),
-            None => segments
-                .last_mut()
-                .context("the first call grows the envelope")?
-                .push((b, s)),
-        }
-    }
     for policy in [Policy::None, Policy::OpenVino, Policy::Adaptive] {
         let name = format!("{policy:?}").to_lowercase();
         let t = web_time::Instant::now();
-        let one = replay_on_host(
-            graph.clone(),
-            &network,
-            RunOptions::new(policy),
-            steps(shapes.clone()),
-        )?;
-        let (mut peak, mut reallocations, mut allocations) = (0u64, 0u64, 0u64);
-        for (i, seg) in segments.iter().enumerate() {
-            let r = replay_on_host(
-                graph.clone(),
-                &network,
-                RunOptions::new(policy),
-                steps(seg.clone()),
-            )?;
-            peak = peak.max(r.peak_bytes);
-            allocations += r.stats.allocations;
-            reallocations += r.stats.reallocations;
-            if i > 0 {
-                reallocations += r.stats.allocations.saturating_sub(r.stats.reallocations);
-            }
-        }
+        let m = trace_memory(&graph, vocab, pad, &shapes, (max_batch, max_seq), policy)?;
         let secs = t.elapsed().as_secs_f64();
+        let need = m.largest_call_need_bytes.max(1) as f64;
         if args.json {
             let line = serde_json::json!({
                 "model": args.model,
@@ -355,34 +291,35 @@ fn trace(args: &Args, calls: usize) -> anyhow::Result<ExitCode> {
                 "calls": calls,
                 "max_batch": max_batch,
                 "max_seq": max_seq,
-                "largest_call_need_bytes": need,
-                "exact_reallocations": one.stats.shape_updates,
+                "largest_call_need_bytes": m.largest_call_need_bytes,
+                "exact_reallocations": m.exact_reallocations,
                 "one_request": {
-                    "reallocations": one.stats.reallocations,
-                    "allocations": one.stats.allocations,
-                    "peak_bytes": one.peak_bytes,
-                    "peak_over_need": one.peak_bytes as f64 / need.max(1) as f64,
+                    "reallocations": m.one_request.stats.reallocations,
+                    "allocations": m.one_request.stats.allocations,
+                    "peak_bytes": m.one_request.peak_bytes,
+                    "peak_over_need": m.one_request.peak_bytes as f64 / need,
                 },
                 "envelope": {
-                    "growths": segments.len(),
-                    "reallocations": reallocations,
-                    "allocations": allocations,
-                    "peak_bytes": peak,
-                    "peak_over_need": peak as f64 / need.max(1) as f64,
+                    "growths": m.growths,
+                    "reallocations": m.reallocations,
+                    "allocations": m.allocations,
+                    "peak_bytes": m.peak_bytes,
+                    "peak_over_need": m.peak_bytes as f64 / need,
                 },
                 "seconds": secs,
             });
             println!("{line}");
         } else {
             println!(
-                "{name:>9}: by envelope ({} growths) {reallocations} reallocations, peak {:.1} MB = {:.2}x; one request growing buffer by buffer {} reallocations, peak {:.2}x; exact allocation {} (outputs whose shape changed); the largest call alone needs {:.1} MB",
-                segments.len(),
-                peak as f64 / 1e6,
-                peak as f64 / need.max(1) as f64,
-                one.stats.reallocations,
-                one.peak_bytes as f64 / need.max(1) as f64,
-                one.stats.shape_updates,
-                need as f64 / 1e6
+                "{name:>9}: by envelope ({} growths) {} reallocations, peak {:.1} MB = {:.2}x; one request growing buffer by buffer {} reallocations, peak {:.2}x; exact allocation {} (outputs whose shape changed); the largest call alone needs {:.1} MB",
+                m.growths,
+                m.reallocations,
+                m.peak_bytes as f64 / 1e6,
+                m.peak_bytes as f64 / need,
+                m.one_request.stats.reallocations,
+                m.one_request.peak_bytes as f64 / need,
+                m.exact_reallocations,
+                need / 1e6
             );
         }
     }

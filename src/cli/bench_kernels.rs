@@ -106,7 +106,7 @@ pub(super) struct Timing {
 
 /// CPU time of every thread of this process so far, from `/proc/self/task/*/schedstat`
 /// (nanoseconds on the CPU); `None` where that does not exist.
-fn process_cpu_seconds() -> Option<f64> {
+pub(super) fn process_cpu_seconds() -> Option<f64> {
     let mut ns = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         // A thread that exited between the listing and the read counts nothing.

@@ -1,9 +1,10 @@
 //! Weight formats as data: one [`Format`] per element type a weight can be stored in (plain
 //! floats, ggml's block quantizations, and the blocks ONNX Runtime's 4-bit `MatMulNBits`
-//! weights are imported into), holding everything the rest of dynrt needs to know about it.
+//! weights and ONNX exports' 8-bit ones are imported into), holding everything the rest of
+//! dynrt needs to know about it.
 //!
-//! A [`Format`] is a table row: its [`DType`] and [`GgmlType`] (none for `q4_nb`, which no
-//! GGUF file holds), how many elements a block
+//! A [`Format`] is a table row: its [`DType`] and [`GgmlType`] (none for `q4_nb` and
+//! `q8_nb`, which no GGUF file holds), how many elements a block
 //! holds in how many bytes, the CPU decoder of one block (the reference, equal bit for bit to
 //! the Python `gguf` package's `gguf.quants.dequantize`), a simple quantizer (for building test
 //! models and kernel inputs), and the WGSL function that decodes it on the device. The
@@ -40,8 +41,8 @@ mod float32;
 pub struct Format {
     /// The element type of a tensor in this format.
     pub dtype: DType,
-    /// The GGUF type; `None` for a format no GGUF file holds (`q4_nb`, made by the ONNX
-    /// importer from `MatMulNBits` weights).
+    /// The GGUF type; `None` for a format no GGUF file holds (`q4_nb` and `q8_nb`, made by
+    /// the ONNX importer from `MatMulNBits` weights and from dequantized `int8` ones).
     pub ggml: Option<GgmlType>,
     /// Lower-case name (`q4_k`), as [`DType::name`] and WGSL function names use it.
     pub name: &'static str,
@@ -169,6 +170,7 @@ macro_rules! block_format_table {
             Q5_K q5_k,
             Q6_K q6_k,
             Q4_NB q4_nb,
+            Q8_NB q8_nb,
         }
     };
 }
@@ -199,6 +201,7 @@ macro_rules! format_list {
 block_format_table!(format_list);
 
 pub(crate) use q4_nb::push_block as push_q4_nb_block;
+pub(crate) use q8_nb::push_block as push_q8_nb_block;
 
 /// The format of `dtype`, `None` for types no weight is stored in (integers, bool).
 pub fn of_dtype(dtype: DType) -> Option<&'static Format> {
@@ -359,7 +362,7 @@ mod tests {
 
     #[test]
     fn the_table_is_consistent() {
-        assert_eq!(FORMATS.len(), 14);
+        assert_eq!(FORMATS.len(), 15);
         let mut seen_block = false;
         for (i, f) in FORMATS.iter().enumerate() {
             assert_eq!(f.dtype.name(), f.name, "{i}");
@@ -369,7 +372,7 @@ mod tests {
                 assert_eq!(u64::from(f.block_bytes), g.block_bytes(), "{}", f.name);
                 assert_eq!(of_ggml(g).map(|g| g.name), Some(f.name));
             } else {
-                assert_eq!(f.name, "q4_nb");
+                assert!(["q4_nb", "q8_nb"].contains(&f.name), "{}", f.name);
             }
             assert_eq!(of_dtype(f.dtype).map(|g| g.name), Some(f.name));
             // Plain formats come first: the kernels tell them apart by index.
@@ -387,7 +390,7 @@ mod tests {
             }
         }
         assert!(ggml_names().starts_with("F32, F16, BF16, Q4_0"));
-        assert!(!ggml_names().contains("NB") && dtype_names().ends_with("q4_nb"));
+        assert!(!ggml_names().contains("NB") && dtype_names().ends_with("q4_nb, q8_nb"));
     }
 
     /// A smooth row with one outlier per block: every format must come close.

@@ -170,6 +170,6 @@ pub use compile::{find_states, NetworkOptions, StateBinding};
 pub use error::RunError;
 pub use network::Network;
 pub use options::{HostTime, RunOptions, RunStats};
-pub use replay::{replay_on_host, HostReplay};
+pub use replay::{replay_on_host, HostReplay, ReplayStep};
 pub use request::{DeviceIo, HostRows, InferRequest, KvStates, Pending, StateRows};
 pub use weights::WeightCacheStats;

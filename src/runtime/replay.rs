@@ -17,6 +17,22 @@ use crate::memory::AllocKind;
 use crate::tensor::HostTensor;
 use std::sync::{Arc, Mutex};
 
+/// One step of a replay: an iteration, or sizing for one without running it.
+#[derive(Debug, Clone)]
+pub enum ReplayStep {
+    /// An iteration with these inputs ([`super::InferRequest::infer`]).
+    Run(Vec<(String, HostTensor)>),
+    /// Buffers sized for these inputs, nothing run ([`super::InferRequest::reserve`]).
+    Reserve(Vec<(String, HostTensor)>),
+}
+
+impl From<Vec<(String, HostTensor)>> for ReplayStep {
+    /// An iteration.
+    fn from(inputs: Vec<(String, HostTensor)>) -> Self {
+        ReplayStep::Run(inputs)
+    }
+}
+
 /// What a replay measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostReplay {
@@ -29,9 +45,9 @@ pub struct HostReplay {
     pub final_bytes: u64,
 }
 
-/// Replays `steps` (each the inputs of one iteration) through a request on `graph` with
-/// `network` and `run`, as [`super::Network::compile`] and [`super::InferRequest::infer`]
-/// would size them on a device whose storage offsets align to 256 bytes and whose inputs
+/// Replays `steps` (each the inputs of one iteration, or a [`ReplayStep`]) through a
+/// request on `graph` with `network` and `run`, as [`super::Network::compile`],
+/// [`super::InferRequest::infer`] and [`super::InferRequest::reserve`] would size them on a device whose storage offsets align to 256 bytes and whose inputs
 /// and outputs are device memory.
 ///
 /// # Errors
@@ -45,7 +61,8 @@ pub fn replay_on_host<I>(
     steps: I,
 ) -> Result<HostReplay, RunError>
 where
-    I: IntoIterator<Item = Vec<(String, HostTensor)>>,
+    I: IntoIterator,
+    I::Item: Into<ReplayStep>,
 {
     let graph = if network.fuse {
         crate::graph::fuse::fuse(&graph)?.0
@@ -73,11 +90,20 @@ where
         placeholders,
     )?;
     let mut peak_bytes = storage.bytes_in_use();
-    for inputs in steps {
+    for step in steps {
+        let (inputs, run) = match step.into() {
+            ReplayStep::Run(inputs) => (inputs, true),
+            ReplayStep::Reserve(inputs) => (inputs, false),
+        };
         let refs: Vec<(&str, &HostTensor)> = inputs.iter().map(|(l, t)| (l.as_str(), t)).collect();
-        state.prepare(&refs)?;
-        peak_bytes = peak_bytes.max(storage.bytes_in_use());
-        state.commit();
+        if run {
+            state.prepare(&refs)?;
+            peak_bytes = peak_bytes.max(storage.bytes_in_use());
+            state.commit();
+        } else {
+            state.reserve(&refs)?;
+            peak_bytes = peak_bytes.max(storage.bytes_in_use());
+        }
         // Nothing holds bind groups here: the freed buffers need no forgetting.
         state.take_freed();
     }

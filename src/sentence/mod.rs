@@ -28,6 +28,7 @@ pub mod graph;
 mod model;
 #[cfg(not(target_arch = "wasm32"))]
 mod open;
+mod trace;
 
 pub use config::{BertConfig, Pipeline, Pooling};
 pub use model::{
@@ -36,6 +37,7 @@ pub use model::{
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use open::{folder_graph, spec_pipeline, OnnxParts};
+pub use trace::{random_rows, trace_memory, TraceMemory};
 
 /// Why a sentence model could not be loaded or run. Every variant names the file or field.
 #[derive(Debug, thiserror::Error)]

@@ -158,11 +158,16 @@ pub fn run_reference(python: &Path, args: &[&str]) -> String {
 }
 
 /// Runs `scripts/SCRIPT` with `args` under `python` and returns its stdout; panics with
-/// its stderr if it fails.
+/// its stderr if it fails. Its BLAS runs on one thread: the tests run two at a time beside
+/// the software adapter's threads, where BLAS threads mostly spin (bert_ref.py on 40
+/// sentences took 19 s of CPU with OpenBLAS's threads, 2.5 s with one).
 pub fn run_script(python: &Path, script: &str, args: &[&str]) -> String {
     let out = Command::new(python)
         .arg(repo().join("scripts").join(script))
         .args(args)
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("MKL_NUM_THREADS", "1")
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
     assert!(

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod embed_memory;
 mod fetch;
 mod fuzz;
 mod fuzz_onnx;

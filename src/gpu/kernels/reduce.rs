@@ -1,9 +1,11 @@
 //! The `reduce` family (`shaders/reduce.wgsl`): softmax and log-softmax along any axis, layer
 //! norm (with or without shift) and RMS norm over trailing axes, reductions over any set of
 //! axes, cumulative sums. One 64-invocation workgroup per row with a tree reduction (the
-//! cumulative sum: one invocation per line).
+//! cumulative sum: one invocation per line; softmax over many short rows on a software
+//! adapter: one invocation per row).
 
 use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, INPUT_NAMES};
+use super::quant::QuantLayout;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::norm::infer_norm;
 use crate::graph::ops::{
@@ -123,8 +125,11 @@ fn infer_err(op: &'static str) -> impl FnOnce(crate::graph::InferError) -> Kerne
     move |source| KernelError::Infer { op, cause: source }
 }
 
-/// One workgroup per row of `d` elements `inner` apart: x, then the `[d]` parameters, then
-/// the output.
+/// The longest rows [`Softmax`] runs one per invocation on a software adapter.
+pub const ROWS_SOFTMAX_MAX_D: u64 = 2048;
+
+/// One workgroup per row of `d` elements `inner` apart (`reduce_softmax_rows`: 64 rows per
+/// workgroup): x, then the `[d]` parameters, then the output.
 #[allow(clippy::too_many_arguments)]
 fn encode_rows(
     e: &mut Encoder<'_, '_>,
@@ -160,7 +165,12 @@ fn encode_rows(
         flags,
         _pad: [0; 3],
     };
-    e.dispatch(FAMILY.key(entry), &p, &bound, rows)?;
+    let workgroups = if entry == "reduce_softmax_rows" {
+        rows.div_ceil(64)
+    } else {
+        rows
+    };
+    e.dispatch(FAMILY.key(entry), &p, &bound, workgroups)?;
     Ok(1)
 }
 
@@ -178,17 +188,18 @@ impl Kernel for Softmax {
         let axis = axis_index(self.axis, out.shape.rank()).map_err(infer_err("softmax"))?;
         let (outer, d, inner) = around(out.shape, axis);
         let flags = u32::from(self.log);
-        encode_rows(
-            e,
-            "reduce_softmax",
-            inputs,
-            out,
-            outer * inner,
-            d,
-            inner,
-            0.0,
-            flags,
-        )
+        let rows = outer * inner;
+        // On a software adapter, where a workgroup runs on one thread, many short rows (the
+        // attention scores of an encoder: 256-token rows took 10% of a call on lavapipe in
+        // the workgroup-per-row kernel) go one per invocation; long rows (a vocabulary) keep
+        // a workgroup's lanes.
+        let software = matches!(e.kernels.quant_layout, QuantLayout::Cpu { .. });
+        let entry = if software && d <= ROWS_SOFTMAX_MAX_D && rows >= 64 {
+            "reduce_softmax_rows"
+        } else {
+            "reduce_softmax"
+        };
+        encode_rows(e, entry, inputs, out, rows, d, inner, 0.0, flags)
     }
 }
 

@@ -253,7 +253,7 @@ mod tests {
             PredictorError::TraceRow {
                 row: 2,
                 line: 5,
-                reason: "unknown dtype `f64`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_nb".into()
+                reason: "unknown dtype `f64`: expected one of f32, f16, bf16, i64, i32, u32, i8, u8, bool, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_nb, q8_nb".into()
             }
         );
         for (text, row) in [

@@ -27,6 +27,9 @@
 //!   and one registry line. ONNX Runtime's contrib ops (`com.microsoft`) have a registry of
 //!   their own, [`CONTRIB_CONVERTERS`] (`MatMulNBits`: 4-bit weights kept in blocks on the
 //!   device, `contrib.rs`).
+//! * **Weights dequantized in the graph** (`Mul(Cast(int8), scale)`) are computed once at
+//!   import: `q8_nb` blocks of the `linear` ops the `MatMul`s reading them become, or one f32
+//!   constant ([`linear_weights`], `weights.rs`).
 //! * **Unsupported ops** are found before anything is converted: one
 //!   [`ImportError::Unsupported`] lists every node whose op has no converter (or whose opset
 //!   selects a definition the converter does not map), with its op type and why.
@@ -75,6 +78,7 @@ mod logic;
 mod movement;
 mod nn;
 mod shape;
+mod weights;
 
 use super::file::{OnnxFile, OnnxNode};
 use super::inspect::UnsupportedNode;
@@ -85,6 +89,7 @@ use crate::graph::{Graph, GraphError, NodeId};
 use crate::shape::{DType, Shape};
 
 pub use ctx::Ctx;
+pub use weights::{linear_weights, WeightsReport};
 
 /// Why a model could not be imported. Every variant names the node (its name, or
 /// `op_type#index`), the input or the tensor it is about.
@@ -520,11 +525,12 @@ pub fn import(model: &OnnxFile) -> Result<ImportedGraph, ImportError> {
         });
     }
     let graph = Graph::from_nodes(ctx.nodes, outputs.iter().map(|o| o.node).collect())?;
-    Ok(ImportedGraph {
+    let imported = ImportedGraph {
         graph,
         inputs,
         outputs,
-    })
+    };
+    Ok(linear_weights(imported, false)?.0)
 }
 
 #[cfg(test)]

@@ -286,3 +286,153 @@ fn outputs_that_alias_get_their_own_node() {
         assert_eq!(o.dtype, dtype);
     }
 }
+
+/// An int8 weight of `dims` as the exports store it (`data_type` 3, raw bytes).
+fn raw_i8(name: &str, dims: &[i64], values: &[i8]) -> TensorProto {
+    TensorProto {
+        name: name.to_string(),
+        data_type: 3,
+        dims: dims.to_vec(),
+        raw_data: Some(bytes::Bytes::from(
+            values.iter().map(|&v| v as u8).collect::<Vec<u8>>(),
+        )),
+        ..Default::default()
+    }
+}
+
+/// `x [n, 64] @ (f32(wq) * ws)` then `@ w2` (f32), and rows of `f32(tq) * ts` gathered by
+/// `ids`: the dequantized int8 weight becomes a `q8_nb` weight of a `linear`, the table one
+/// f32 constant, the f32 weight a transposed `linear` weight when asked, and every value
+/// stays what the graph computed.
+#[test]
+fn int8_weights_dequantized_in_the_graph_become_linear_weights_once() {
+    let (k, n, rows, width) = (64usize, 8usize, 10usize, 32usize);
+    let wq: Vec<i8> = (0..k * n)
+        .map(|i| ((i * 37 % 255) as i32 - 127) as i8)
+        .collect();
+    let ws: Vec<f32> = (0..n).map(|j| 0.01 + 0.003 * j as f32).collect();
+    let tq: Vec<i8> = (0..rows * width)
+        .map(|i| ((i * 11 % 200) as i32 - 100) as i8)
+        .collect();
+    let ts: Vec<f32> = (0..rows).map(|r| 0.02 - 0.001 * r as f32).collect();
+    let w2: Vec<f32> = (0..n * 4).map(|i| (i as f32 - 15.0) / 8.0).collect();
+    let cast = |name: &str, from: &str, to: &str| {
+        let mut c = node("Cast", name, &[from], &[to]);
+        let mut a = attr("to", attribute_type::INT);
+        a.i = Some(1);
+        c.attribute.push(a);
+        c
+    };
+    let mut m = model_of(
+        vec![
+            cast("cw", "wq", "wf"),
+            node("Mul", "mw", &["wf", "ws"], &["w"]),
+            node("MatMul", "mm", &["x", "w"], &["xw"]),
+            node("MatMul", "mm2", &["xw", "w2"], &["y"]),
+            cast("ct", "tq", "tf"),
+            node("Mul", "mt", &["ts", "tf"], &["table"]),
+            node("Gather", "g", &["table", "ids"], &["e"]),
+        ],
+        vec![value("x", 1, &["b", "64"]), value("ids", 7, &["s"])],
+        &["y", "e"],
+    );
+    m.graph.as_mut().unwrap().initializer = vec![
+        raw_i8("wq", &[k as i64, n as i64], &wq),
+        raw_f32("ws", &[1, n as i64], &ws),
+        raw_i8("tq", &[rows as i64, width as i64], &tq),
+        raw_f32("ts", &[rows as i64, 1], &ts),
+        raw_f32("w2", &[n as i64, 4], &w2),
+    ];
+    let model = load(&m);
+    let ops = |g: &Graph| -> Vec<(String, &'static str, DType)> {
+        g.nodes()
+            .iter()
+            .map(|n| (n.label.clone(), n.op.name(), n.dtype))
+            .collect()
+    };
+    let imported = import(&model).unwrap();
+    let plain = ops(&imported.graph);
+    // The int8 weight is a q8_nb [N, K] constant read by a linear; the table one f32
+    // constant; no cast, no int8 constant, no scale is left; the f32 MatMul stays.
+    assert!(
+        plain.contains(&("w".into(), "constant", DType::Q8_NB)),
+        "{plain:?}"
+    );
+    assert!(
+        plain.contains(&("xw".into(), "linear", DType::F32)),
+        "{plain:?}"
+    );
+    assert!(
+        plain.contains(&("table".into(), "constant", DType::F32)),
+        "{plain:?}"
+    );
+    assert!(
+        plain.contains(&("y".into(), "matmul", DType::F32)),
+        "{plain:?}"
+    );
+    assert!(
+        plain
+            .iter()
+            .all(|(l, op, d)| *op != "cast" && *d != DType::I8 && l != "ws"),
+        "{plain:?}"
+    );
+    let (linear, report) = linear_weights(imported.clone(), true).unwrap();
+    assert_eq!(
+        (report.f32_weights, report.linears, report.q8_weights),
+        (1, 1, 0)
+    );
+    let all = ops(&linear.graph);
+    assert!(all.contains(&("y".into(), "linear", DType::F32)), "{all:?}");
+    let w2_node = linear.graph.node(linear.graph.find("w2").unwrap());
+    assert_eq!(w2_node.op.name(), "constant");
+
+    // Values: what the ONNX graph computes, in f64 from the same f32 products.
+    let b = 3usize;
+    let x: Vec<f32> = (0..b * k)
+        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
+        .collect();
+    let ids = [3f32, 0.0, 9.0, 3.0];
+    let w: Vec<f32> = (0..k * n).map(|i| f32::from(wq[i]) * ws[i % n]).collect();
+    let mut want_y = vec![0f64; b * 4];
+    for r in 0..b {
+        let xw: Vec<f64> = (0..n)
+            .map(|j| {
+                (0..k)
+                    .map(|i| f64::from(x[r * k + i]) * f64::from(w[i * n + j]))
+                    .sum()
+            })
+            .collect();
+        for c in 0..4 {
+            want_y[r * 4 + c] = (0..n).map(|j| xw[j] * f64::from(w2[j * 4 + c])).sum();
+        }
+    }
+    let (tq, ts) = (&tq, &ts);
+    let want_e: Vec<f32> = ids
+        .iter()
+        .flat_map(|&r| {
+            let r = r as usize;
+            (0..width).map(move |c| f32::from(tq[r * width + c]) * ts[r])
+        })
+        .collect();
+    for g in [&imported.graph, &linear.graph] {
+        let out = crate::graph::reference::evaluate(
+            g,
+            &[
+                ("x", Shape::new(vec![b as u64, k as u64]), x.clone()),
+                ("ids", Shape::new(vec![ids.len() as u64]), ids.to_vec()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out[0].0, Shape::new(vec![b as u64, 4]));
+        for (got, want) in out[0].1.iter().zip(&want_y) {
+            assert!(
+                (f64::from(*got) - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{got} {want}"
+            );
+        }
+        assert_eq!(
+            out[1].1, want_e,
+            "the gathered rows are the graph's products"
+        );
+    }
+}

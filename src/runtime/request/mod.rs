@@ -413,6 +413,26 @@ impl InferRequest {
         self.forget_freed();
     }
 
+    /// Sizes the request's buffers for an iteration with `inputs` without running it: every
+    /// node's shape is inferred and its buffer allocated (the pool packing them) as
+    /// [`InferRequest::infer`] would, and nothing is encoded or submitted. An iteration whose
+    /// outputs fit what is held then reallocates nothing. A caller that knows the largest
+    /// shapes to come sizes for them once instead of growing buffer by buffer, without paying
+    /// an iteration at those shapes.
+    ///
+    /// # Errors
+    /// As [`InferRequest::infer`]'s checks of its inputs and its allocations (nothing was
+    /// submitted; the request stays usable); [`RunError::DeviceLost`].
+    pub fn reserve(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<(), RunError> {
+        self.engine().gpu().check_alive()?;
+        let reserved = self.state.reserve(inputs);
+        for plan in &mut self.plans {
+            *plan = None;
+        }
+        self.forget_freed();
+        reserved
+    }
+
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         self.state.reset_states();

@@ -21,6 +21,7 @@ use crate::memory::pool::{MemoryPool, PoolView, Storage};
 use crate::memory::predictor::Sizer;
 use crate::memory::AllocKind;
 use crate::shape::{DType, Shape};
+use crate::tensor::HostTensor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod alloc;
@@ -315,6 +316,19 @@ impl<S: Storage + Clone> RequestState<S> {
             st.drop_front = 0;
             st.shape = st.next_shape.clone();
         }
+    }
+
+    /// Phase 1 alone: [`RequestState::prepare`] for `inputs`, then [`RequestState::abort`]. The
+    /// outputs' buffers stay allocated for those shapes (the pool packs them as for an
+    /// iteration), nothing counts as an iteration, and the next iteration infers every node
+    /// again: a smaller one then runs on the buffers held.
+    ///
+    /// # Errors
+    /// As [`RequestState::prepare`]; the state is as after [`RequestState::abort`] then.
+    pub fn reserve(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<(), RunError> {
+        let prepared = self.prepare(inputs);
+        self.abort();
+        prepared
     }
 
     /// After a failed iteration (nothing was submitted): forget the growths prepared for it,

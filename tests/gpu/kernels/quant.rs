@@ -1,5 +1,5 @@
 //! The `quant` kernels against the CPU reference: `linear` (`x · wᵀ`) with weights in every
-//! format of `dynrt::formats` (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q4_nb),
+//! format of `dynrt::formats` (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q4_nb, q8_nb),
 //! and the embedding `gather` from tables in every format but f32, on every test
 //! backend (Vulkan/lavapipe and GL/llvmpipe unless WGPU_BACKEND picks), on seeded random
 //! shapes: K multiples of the format's block (32 or 256; any K for f16/bf16/f32, odd K

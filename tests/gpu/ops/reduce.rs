@@ -1,5 +1,5 @@
 //! The reduce family against the CPU reference on every test backend: softmax and
-//! log-softmax on any axis, layer norm (with and without shift) and RMS norm over trailing
+//! log-softmax on any axis (both kernels: a workgroup per row, one invocation per row), layer norm (with and without shift) and RMS norm over trailing
 //! axes, reductions over any axes (sum, mean, max, min, inverse standard deviation; keepdims
 //! or not; nothing to reduce), cumulative sums (f32 and i32, exclusive, reverse).
 //!
@@ -8,6 +8,7 @@
 //! (f32 accumulation of n terms in [-1, 1)), max and min exact, i32 cumulative sums exact.
 
 use super::*;
+use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::graph::ops::{CumSum, LayerNorm, Reduce, ReduceAxes, ReduceKind, RmsNorm, Softmax};
 use dynrt::graph::reference::{RefTensor, Values};
@@ -53,6 +54,34 @@ fn softmax_and_log_softmax_on_any_axis() {
                 );
             }
         }
+        // Many short rows (an encoder's attention scores), scaled up, on the last and on a
+        // middle axis: a software layout runs one invocation per row, a GPU one a workgroup
+        // per row; both forced, so every adapter runs both kernels.
+        let mut x = f32s(&mut rng, &[6, 12, 17, 33]);
+        if let Values::F32(v) = &mut x.values {
+            v.iter_mut().for_each(|e| *e *= 30.0);
+        }
+        for layout in [
+            QuantLayout::Cpu { threads: 2 },
+            QuantLayout::Gpu { subgroup: None },
+        ] {
+            k.set_quant_layout(layout);
+            for (axis, log) in [(-1, false), (-1, true), (2, false)] {
+                let tol = Tol {
+                    atol: if log { 1e-5 } else { 2e-6 },
+                    rtol: if log { 1e-5 } else { 1e-4 },
+                };
+                check(
+                    &gpu,
+                    &mut k,
+                    &Op::Softmax(Softmax { axis, log }),
+                    &[&x],
+                    tol,
+                    &format!("softmax of many rows, {layout:?}, axis {axis} log {log}"),
+                );
+            }
+        }
+        k.set_quant_layout(QuantLayout::of(&gpu));
         // Known answer: log-softmax of [0, ln 3] is [-ln 4, ln 3 - ln 4].
         let x = RefTensor::from_f32(s(&[2]), DType::F32, vec![0.0, 3f32.ln()]);
         let got = check(
