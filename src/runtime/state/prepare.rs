@@ -176,6 +176,7 @@ impl<S: Storage + Clone> RequestState<S> {
             match node.role {
                 Role::Constant
                 | Role::ShapeOnly
+                | Role::KvRows
                 | Role::Input { state: Some(_) }
                 | Role::StateView { .. } => {}
                 Role::StateConcat { state } | Role::StateScatter { state } => {
