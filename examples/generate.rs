@@ -63,6 +63,7 @@ fn main() -> anyhow::Result<()> {
             top_k: 40,
             top_p: 0.95,
             seed: 7,
+            ..SamplingParams::default()
         },
         ..GenerateParams::default()
     };

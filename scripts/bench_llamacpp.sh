@@ -4,6 +4,7 @@
 #
 #   scripts/bench_llamacpp.sh [--json] [--quick] [--model NAME|PATH] [--rounds N]
 #                             [--vulkan] [--vulkan-include DIR] [--dynrt PATH]
+#   scripts/bench_llamacpp.sh --server [--vulkan] [--vulkan-include DIR]
 #
 #   --json            one JSON object per workload and runtime on stdout:
 #                     {"workload","runtime","adapter","tok_s","rounds","load"}; the Markdown
@@ -20,6 +21,9 @@
 #                     lacks: newer headers (for instance those of Debian trixie's libvulkan-dev
 #                     1.4.309, unpacked with `dpkg-deb -x`) build it against bookworm's loader
 #   --dynrt PATH      the dynrt binary (default: target/release/dynrt, built when missing)
+#   --server          build llama-server (CPU; with --vulkan also the Vulkan one) from the
+#                     same source and print the path of each on stdout, measuring nothing
+#                     (scripts/serve_bench.py drives it)
 #
 # Workloads and what each runtime measures (tok/s; medians over the rounds):
 #   prefill_16/128/512   a prompt of 16/128/512 tokens in one pass. llama.cpp: `llama-bench
@@ -56,7 +60,8 @@ model="smollm2-135m-instruct"
 vulkan=0
 vulkan_include=""
 dynrt="$root/target/release/dynrt"
-usage() { sed -n '5,22p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+server=0
+usage() { sed -n '5,26p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=1 ;;
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
     --vulkan) vulkan=1 ;;
     --vulkan-include) vulkan_include="${2:?--vulkan-include needs a directory}"; shift ;;
     --dynrt) dynrt="${2:?--dynrt needs a path}"; shift ;;
+    --server) server=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; usage; exit 2 ;;
   esac
@@ -117,27 +123,38 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   [ -f "$src/CMakeLists.txt" ] || { echo "error: no vendor/llama.cpp in $sdist" >&2; exit 1; }
 fi
 
-# build DIR EXTRA_CMAKE_ARGS...: configures and builds llama-bench into target/llama.cpp/DIR
+# build DIR EXTRA_CMAKE_ARGS...: configures and builds llama-bench (with --server:
+# llama-server) into target/llama.cpp/DIR
+target=llama-bench
+[ "$server" = 1 ] && target=llama-server
 build() {
   local dir="$work/$1"
   shift
-  if [ -x "$dir/bin/llama-bench" ]; then
+  if [ -x "$dir/bin/$target" ]; then
     return 0
   fi
-  say "building llama-bench in $dir (cmake, -j$(nproc); minutes)"
+  say "building $target in $dir (cmake, -j$(nproc); minutes)"
   cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_CCACHE=OFF "$@" >"$dir.configure.log" 2>&1 || {
     echo "error: cmake configure failed, see $dir.configure.log" >&2
     return 1
   }
-  cmake --build "$dir" -j"$(nproc)" --target llama-bench >"$dir.build.log" 2>&1 || {
+  cmake --build "$dir" -j"$(nproc)" --target "$target" >"$dir.build.log" 2>&1 || {
     echo "error: the build failed, see $dir.build.log" >&2
     return 1
   }
 }
 mkdir -p "$work"
 build build-cpu -DGGML_VULKAN=OFF
+if [ "$server" = 1 ]; then
+  echo "$work/build-cpu/bin/llama-server"
+  if [ "$vulkan" = 1 ]; then
+    build build-vulkan -DGGML_VULKAN=ON "-DVulkan_INCLUDE_DIR=${vulkan_include:-/usr/include}" \
+      && echo "$work/build-vulkan/bin/llama-server"
+  fi
+  exit 0
+fi
 bench_cpu="$work/build-cpu/bin/llama-bench"
 help="$("$bench_cpu" --help 2>&1 || true)"
 if [[ "$help" != *"--n-depth"* ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates (once) and updates the Python venv that the tests and scripts use as independent
-# references (numpy, gguf, tokenizers, sentencepiece, onnx, onnxruntime, onnx-ir: scripts/requirements.txt), then
+# references (numpy, gguf, tokenizers, sentencepiece, onnx, onnxruntime, onnx-ir, jinja2, openai,
+# jsonschema: scripts/requirements.txt), then
 # prints the path of its python on stdout. Everything else goes to stderr.
 #
 #   DYNRT_VENV   where the venv lives (default: target/venv in this checkout)

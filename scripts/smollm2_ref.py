@@ -151,8 +151,9 @@ class Tokens:
         return ids
 
 
-def render_chat(reader, messages, add_generation_prompt=True):
-    """The chat template rendered as Hugging Face transformers renders it."""
+def render_chat(reader, messages, add_generation_prompt=True, tools=None):
+    """The chat template rendered as Hugging Face transformers renders it (its `tojson`
+    filter included: json.dumps without ASCII or HTML escaping)."""
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -164,15 +165,22 @@ def render_chat(reader, messages, add_generation_prompt=True):
     def raise_exception(message):
         raise TemplateError(message)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = tojson
     bos = field(reader, "tokenizer.ggml.bos_token_id")
     eos = field(reader, "tokenizer.ggml.eos_token_id")
+    extra = {} if not tools else {"tools": tools}
     return env.from_string(source).render(
         messages=messages,
         add_generation_prompt=add_generation_prompt,
         bos_token=tokens[bos] if bos is not None else "",
         eos_token=tokens[eos] if eos is not None else "",
+        **extra,
     )
 
 
@@ -469,6 +477,17 @@ def cmd_tokenize(a):
         json.dump(out, f, ensure_ascii=False)
 
 
+def cmd_render(a):
+    """Chats rendered with the model's template: {"chats": [{"messages", "tools"}]} in,
+    {"texts": [...]} out."""
+    reader = GGUFReader(a.model)
+    with open(a.input, encoding="utf-8") as f:
+        chats = json.load(f)["chats"]
+    texts = [render_chat(reader, c["messages"], True, c.get("tools")) for c in chats]
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump({"texts": texts}, f, ensure_ascii=False)
+
+
 def cmd_dequant(a):
     reader = GGUFReader(a.model)
     out = []
@@ -579,6 +598,11 @@ def main():
     t.add_argument("--input", required=True, help='JSON {"texts": [...]}')
     t.add_argument("--out", required=True)
     t.set_defaults(fn=cmd_tokenize)
+    r = sub.add_parser("render")
+    r.add_argument("--model", required=True)
+    r.add_argument("--input", required=True, help='JSON {"chats": [{"messages": [...], "tools": [...]}]}')
+    r.add_argument("--out", required=True)
+    r.set_defaults(fn=cmd_render)
     d = sub.add_parser("dequant")
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)

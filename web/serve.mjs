@@ -1,5 +1,6 @@
 // A tiny static file server for web/ on localhost (no dependencies), which also serves the
-// model cache that `dynrt fetch` fills under /models/ (GGUF files only, streamed).
+// model cache that `dynrt fetch` fills under /models/ (GGUF, safetensors and JSON files,
+// streamed).
 //
 //   node web/serve.mjs [port] [--models DIR]
 //       (default port 8080; then open http://localhost:8080/)
@@ -34,6 +35,9 @@ const MIME = {
 
 /** The URL prefix under which the model directory is served. */
 export const MODELS_PREFIX = '/models/';
+// What a model folder holds: GGUF files, and a sentence-transformers folder's weights and
+// JSON files (the search page).
+const MODEL_EXTENSIONS = ['.gguf', '.safetensors', '.json'];
 
 /** The model cache directory of `dynrt fetch` (without --dir). */
 export function defaultModelsDir(env = process.env) {
@@ -60,7 +64,7 @@ export function serve(root, port = 8080, modelsDir = defaultModelsDir()) {
       const urlPath = decodeURIComponent(new URL(req.url, 'http://localhost').pathname);
       if (urlPath.startsWith(MODELS_PREFIX)) {
         const path = inside(modelsAbs, urlPath.slice(MODELS_PREFIX.length));
-        if (!path || extname(path) !== '.gguf') {
+        if (!path || !MODEL_EXTENSIONS.includes(extname(path))) {
           res.writeHead(403).end('forbidden');
           return;
         }

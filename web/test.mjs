@@ -29,8 +29,12 @@
 //   - the live charts of `dynrt serve` (the native server on SmolLM2, its page at /): while
 //     three chats run on 6 MiB of KV pools the page lists the active requests, then shows
 //     none active, with no console errors;
-// and saves screenshots to $CARGO_TARGET_DIR/web-llm.png, web-demo.png and
-// web-serve-dashboard.png (default target/).
+//   - the search page (web/search.html, when all-minilm-l6-v2 is fetched; required with
+//     DYNRT_REQUIRE_MODEL/GPU): all-MiniLM-L6-v2 from its sentence-transformers folder ranks
+//     sentences against a query; its vectors equal the native `dynrt embed` run's within
+//     cosine 0.9999 and the ranking is the same;
+// and saves screenshots to $CARGO_TARGET_DIR/web-llm.png, web-demo.png,
+// web-serve-dashboard.png and web-search.png (default target/).
 // Environment: DYNRT_WEB_STEPS (default 24), DYNRT_WEB_SEED (default 7) for the demo;
 // DYNRT_WEB_PROMPT (default "What is the capital of France?", in the chat template),
 // DYNRT_WEB_TOKENS (default 16), DYNRT_WEB_POLICY (default adaptive) for SmolLM2;
@@ -164,11 +168,62 @@ async function main() {
     else if (requireModel) check(`the fetched ${GEMMA.name} for the Gemma checks`, false, `run \`cargo run --release -- fetch ${GEMMA.name}\``);
     else console.log(`     (Gemma checks skipped: ${GEMMA.name} is not fetched)`);
     if (modelPath) await testServeDashboard(context, modelPath);
+    const embedFolder = modelPath ? fetchedModel(SEARCH.model) : null;
+    if (embedFolder && dirname(embedFolder) === dirname(modelPath)) await testSentenceSearch(context, url);
+    else if (requireModel) check(`the fetched ${SEARCH.model} beside SmolLM2 for the search page`, false, `run \`cargo run --release -- fetch ${SEARCH.model}\``);
+    else console.log(`     (search page checks skipped: ${SEARCH.model} is not fetched)`);
   } finally {
     await context.close();
     server.close();
     rmSync(profile, { recursive: true, force: true });
   }
+}
+
+// The search page (web/search.html): all-MiniLM-L6-v2 loaded from the model cache, the
+// sentences ranked against the query; every vector within cosine 0.9999 of the native
+// `dynrt embed` run's (SwiftShader against lavapipe/llvmpipe) and the ranking the same.
+const SEARCH = { model: 'all-minilm-l6-v2' };
+async function testSentenceSearch(context, url) {
+  const page = await context.newPage();
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto(`${url}search.html`);
+  await page.waitForFunction(() => document.getElementById('status').dataset.state !== 'pending', null, { timeout: 600_000 });
+  const state = await page.$eval('#status', (el) => el.dataset.state);
+  if (!check('search page: the model loads', state === 'ready', await page.$eval('#status', (el) => el.textContent))) {
+    await page.close();
+    return;
+  }
+  await page.click('#rank');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('rank-state').dataset.state), null, { timeout: 600_000 });
+  const result = await page.evaluate(() => window.searchResult ?? null);
+  if (!check('search page: ranks the sentences', result !== null, await page.$eval('#rank-state', (el) => el.textContent))) {
+    await page.close();
+    return;
+  }
+  const texts = [result.query, ...result.sentences];
+  const out = execFileSync(nativeBin, ['embed', '--model', SEARCH.model, ...texts], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 600_000 });
+  const native = out.trim().split('\n').map((l) => JSON.parse(l).embedding);
+  let worst = 1;
+  for (let i = 0; i < texts.length; i += 1) {
+    const a = result.vectors[i];
+    const b = native[i];
+    const dot = a.reduce((s, x, j) => s + x * b[j], 0);
+    const na = Math.sqrt(a.reduce((s, x) => s + x * x, 0));
+    const nb = Math.sqrt(b.reduce((s, x) => s + x * x, 0));
+    worst = Math.min(worst, dot / (na * nb));
+  }
+  check('search page: vectors equal the native run\'s', worst >= 0.9999 && result.vectors.length === native.length, `smallest cosine ${worst}`);
+  const q = native[0];
+  const scores = native.slice(1).map((v) => v.reduce((s, x, j) => s + x * q[j], 0));
+  const order = scores.map((s, i) => i).sort((a, b) => scores[b] - scores[a]);
+  check('search page: the ranking equals the native one', JSON.stringify(order) === JSON.stringify(result.order), `${result.order} vs ${order}`);
+  check('search page: the best match is about eating', /eating/.test(result.sentences[result.order[0]]), result.sentences[result.order[0]]);
+  const items = await page.locator('#ranking li').count();
+  check('search page: the list shows every sentence', items === result.sentences.length, `${items}`);
+  check('search page: no console errors', errors.length === 0, errors.join(' | '));
+  await page.screenshot({ path: join(targetDir, 'web-search.png') });
+  await page.close();
 }
 
 // The page at / of `dynrt serve` (the native binary, SmolLM2) while requests run.

@@ -1,4 +1,4 @@
-//! `dynrt bench kernels|decode|onnx|generate|batch`.
+//! `dynrt bench kernels|decode|onnx|generate|batch|embed`.
 
 use std::process::ExitCode;
 
@@ -23,6 +23,9 @@ enum What {
     /// Decode tokens/s of many sequences in one batched pass over a paged KV cache, against
     /// one session alone.
     Batch(super::bench_batch::Args),
+    /// Sentences/s of a sentence model at batch sizes 1, 8 and 64, or (`--trace`) its
+    /// reallocations and peak memory over calls of random [batch, seq] per policy.
+    Embed(super::bench_embed::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -32,5 +35,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Onnx(a) => super::bench_onnx::run(a),
         What::Generate(a) => super::bench_generate::run(a),
         What::Batch(a) => super::bench_batch::run(a),
+        What::Embed(a) => super::bench_embed::run(a),
     }
 }

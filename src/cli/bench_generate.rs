@@ -4,8 +4,13 @@
 //!   the prefill network, its logits readback included), after a warm-up prefill that
 //!   compiles the pipelines.
 //! * **Decode**, once per preallocation policy, each on a fresh engine (so peaks are the
-//!   policy's own): a 16-token prompt, then greedy decode steps until the largest context,
-//!   every step timed (the forward pass, readback and argmax). Reported: ms per token around
+//!   policy's own): a 16-token prompt, then greedy decode steps until the largest context
+//!   through the session's own loop (the token chosen on the device, the next step
+//!   submitted before a token is read), every step timed from one token's delivery to the
+//!   next's; host time is the mean over the iterations (a warm-up generation on another
+//!   session compiles the pipelines first). KV bytes are the session's at the end
+//!   (the pipelined loop reports no per-step KV: the curve's KV columns and the step-up
+//!   check below see none). Reported: ms per token around
 //!   each context (the median of the 16 steps ending there: medians, because other jobs on
 //!   a shared machine add spikes of seconds), reallocations, KV growths, peak device bytes by
 //!   kind and region against weights + the KV cache needed, and the **step-up check**: for
@@ -28,7 +33,7 @@ use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
 use dynrt::llm::ModelConfig;
-use dynrt::llm::{sample::argmax, Model, ModelOptions};
+use dynrt::llm::{GenerateParams, Model, SamplingParams};
 use dynrt::memory::predictor::Policy;
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
@@ -84,9 +89,25 @@ struct ContextRow {
     ms_per_token: f64,
     /// Fastest of them: the closest to what the adapter does alone on a shared machine.
     min_ms: f64,
-    /// Median host milliseconds of the same steps (shape updates, sizing, encoding, the
-    /// submit): the part of a step that is not the GPU's work or the readback.
+    /// Median host milliseconds of the same steps before the submit call (shape updates,
+    /// sizing, encoding, wgpu's finish): the host's part of a step besides the submit call.
     host_ms: f64,
+}
+
+/// Host microseconds per decode step by part ([`dynrt::runtime::HostTime`]): the median over
+/// the run's decode steps.
+#[derive(Serialize)]
+struct HostUs {
+    /// Input checks, shape updates and sizing.
+    prepare: f64,
+    /// Input writes, encoding every node, packing the uniforms.
+    encode: f64,
+    /// wgpu's `CommandEncoder::finish`.
+    finish: f64,
+    /// The submit call (on a software adapter it runs the kernels too).
+    submit: f64,
+    /// prepare + encode + finish.
+    before_submit: f64,
 }
 
 #[derive(Serialize)]
@@ -118,10 +139,12 @@ struct DecodeRun {
     kv_max_reserved_over_needed_from_100: f64,
     weights_plus_kv_needed_bytes: u64,
     peak_device_over_weights_plus_kv: f64,
-    /// Host milliseconds over all decode steps, per step.
+    /// Median host milliseconds per decode step before the submit call.
     host_ms_per_step: f64,
-    /// Host time over the decode steps' time.
+    /// That host time over the decode steps' time.
     host_share: f64,
+    /// Host microseconds per decode step by part.
+    host_us_per_step: HostUs,
 }
 
 #[derive(Serialize)]
@@ -176,17 +199,8 @@ fn prompt_of(model: &Model, n: usize) -> Vec<u32> {
 
 fn load(engine: &Engine, args: &ModelArgs) -> anyhow::Result<Model> {
     let path = model_path(args.model.as_deref())?;
-    Model::load(
-        engine,
-        &path,
-        ModelOptions {
-            planner: !args.no_planner,
-            fuse: !args.no_fuse,
-            regroup_weights: !args.no_regroup,
-            ..ModelOptions::default()
-        },
-    )
-    .with_context(|| format!("loading {}", path.display()))
+    Model::load(engine, &path, args.model_options(engine.gpu())?)
+        .with_context(|| format!("loading {}", path.display()))
 }
 
 fn new_engine() -> anyhow::Result<Engine> {
@@ -251,30 +265,80 @@ fn decode_run(
     let mut session = model.session(run_options(policy, &args.model)?);
     let max_context = args.contexts.iter().copied().max().unwrap_or(64);
     let prompt = prompt_of(&model, 16.min(max_context));
-    let mut logits = session.forward_blocking(&prompt)?;
-    let mut steps: Vec<Step> = Vec::new();
+    // The session's own loop (tokens chosen on the device, the next step submitted before
+    // a token is read): each step is timed from one token's delivery to the next's.
+    let params = GenerateParams {
+        max_tokens: max_context.saturating_sub(prompt.len()).max(1),
+        sampling: SamplingParams::default(),
+        stop_at_eos: false,
+        keep_logits: false,
+    };
+    // A short generation on another session first: the decode pipelines are compiled by the
+    // first decode step, whose host time would otherwise swamp the mean below.
+    model
+        .session(run_options(policy, &args.model)?)
+        .generate_ids_blocking(
+            &prompt,
+            &GenerateParams {
+                max_tokens: 3,
+                ..params
+            },
+            &mut |_| {},
+        )?;
+    let mut times: Vec<Instant> = Vec::new();
+    let mut hosts: Vec<dynrt::runtime::HostTime> = Vec::new();
     let bar = std::io::stderr().is_terminal() && !args.json;
-    while session.cached_tokens().len() < max_context {
-        let t = Instant::now();
-        let host = session.host_time().total_ns();
-        let next = argmax(&logits);
-        logits = session.forward_blocking(&[next])?;
-        steps.push(Step {
-            context: session.cached_tokens().len(),
-            ms: t.elapsed().as_secs_f64() * 1e3,
-            host_ms: (session.host_time().total_ns() - host) as f64 / 1e6,
-            kv_reserved: session.kv_reserved_bytes(),
-            kv_needed: session.kv_needed_bytes(),
-        });
-        if bar && steps.len() % 16 == 0 {
+    pollster::block_on(session.generate_ids_observed(&prompt, &params, &mut |e| {
+        times.push(Instant::now());
+        hosts.push(e.decode_host);
+        if bar && e.index % 16 == 15 {
             eprint!(
                 "\r{policy_name}: context {}/{max_context}, {:.1} ms per token   ",
-                session.cached_tokens().len(),
-                steps.last().map_or(0.0, |s| s.ms)
+                prompt.len() + e.index + 1,
+                e.forward_ms
             );
             let _ = std::io::stderr().flush();
         }
-    }
+    }))?;
+    // Host time of each decode step (no pipeline compiled: the warm-up did): what the
+    // decode request's grew by between two tokens, one step each in the steady loop. The
+    // median of each part, so that the time a busy machine takes the core away from a few
+    // steps does not count; before the submit call, which on a software adapter runs the
+    // kernels too.
+    let per_step: Vec<dynrt::runtime::HostTime> =
+        hosts.windows(2).map(|w| w[1].since(&w[0])).collect();
+    let part = |f: fn(&dynrt::runtime::HostTime) -> u64| {
+        let v: Vec<f64> = per_step
+            .iter()
+            .filter(|h| h.iterations == 1)
+            .map(|h| f(h) as f64 / 1e3)
+            .collect();
+        median(&v)
+    };
+    let host_us = HostUs {
+        prepare: part(|h| h.prepare_ns),
+        encode: part(|h| h.encode_ns),
+        finish: part(|h| h.finish_ns),
+        submit: part(|h| h.submit_ns),
+        before_submit: part(dynrt::runtime::HostTime::before_submit_ns),
+    };
+    let host_per_step = host_us.before_submit / 1e3;
+    let kv_reserved = session.kv_reserved_bytes();
+    let kv_needed_final = session.kv_needed_bytes();
+    let steps: Vec<Step> = times
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| Step {
+            // The token delivered at w[1] was chosen by the step whose context ends there.
+            context: prompt.len() + i + 1,
+            ms: w[1].duration_since(w[0]).as_secs_f64() * 1e3,
+            host_ms: per_step
+                .get(i)
+                .map_or(host_per_step, |h| h.before_submit_ns() as f64 / 1e6),
+            kv_reserved,
+            kv_needed: kv_needed_final,
+        })
+        .collect();
     if bar {
         eprintln!();
     }
@@ -343,8 +407,9 @@ fn decode_run(
         kv_max_reserved_over_needed_from_100: from_100,
         weights_plus_kv_needed_bytes: weights_plus_kv,
         peak_device_over_weights_plus_kv: device_peak as f64 / weights_plus_kv.max(1) as f64,
-        host_ms_per_step: host_ms / steps.len().max(1) as f64,
+        host_ms_per_step: host_per_step,
         host_share: host_ms / step_ms.max(1e-9),
+        host_us_per_step: host_us,
     })
 }
 
@@ -615,14 +680,26 @@ fn decode_dispatches(model: &Model, args: &Args) -> anyhow::Result<Dispatches> {
     request.log_commands(true);
     let token = prompt_of(model, 1).first().copied().unwrap_or(0) as i32;
     let one = Shape::new(vec![1]);
+    // The step chooses its token on the device (the `sample` op), greedily, as the
+    // session's loop does.
+    let words = dynrt::graph::ops::SampleRow::greedy().to_words();
+    let params = dynrt::runtime::HostTensor {
+        shape: Shape::new(vec![1, words.len() as u64]),
+        dtype: dynrt::shape::DType::U32,
+        bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+    };
     let mut copies = 0;
     for position in 0..2 {
         let tokens = dynrt::runtime::HostTensor::i32(one.clone(), &[token]);
         let positions = dynrt::runtime::HostTensor::i32(one.clone(), &[position]);
         let before = request.stats().copies;
         request.infer_blocking(
-            &[(labels::TOKENS, &tokens), (labels::POSITIONS, &positions)],
-            &[labels::LOGITS],
+            &[
+                (labels::TOKENS, &tokens),
+                (labels::POSITIONS, &positions),
+                (labels::SAMPLE_PARAMS, &params),
+            ],
+            &[labels::NEXT_TOKEN],
         )?;
         copies = request.stats().copies - before;
     }
@@ -756,6 +833,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             human_bytes(r.peak_bytes.usm_device + r.peak_bytes.usm_shared),
             human_bytes(r.weights_plus_kv_needed_bytes),
             r.kv_peak_reserved_over_needed
+        );
+    }
+    println!(
+        "\n| policy | host µs per decode step: prepare | encode | wgpu finish | before submit | submit call |\n|---|---:|---:|---:|---:|---:|"
+    );
+    for r in &report.decode {
+        let h = &r.host_us_per_step;
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r.policy, h.prepare, h.encode, h.finish, h.before_submit, h.submit
         );
     }
     if !report.kernels_per_token.is_empty() {

@@ -46,6 +46,14 @@ pub struct Args {
     /// adapter; a prompt runs the head for its last position only).
     #[arg(long)]
     linear_head_prefill: bool,
+    /// Also measure the hardware-GPU kernels on a software adapter (forced, as the tests run
+    /// them; a hardware GPU measures them always).
+    #[arg(long)]
+    gpu_kernels: bool,
+    /// M = N = K of the square q4_1 problem that compares the prefill kernels with the f32
+    /// matmul (0: none).
+    #[arg(long, default_value_t = 1024)]
+    square: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -307,7 +315,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let linear = if args.no_linear {
         None
     } else {
-        let r = super::bench_linear::run(&mut b, &args.linear_m, args.linear_head_prefill)?;
+        let r = super::bench_linear::run(
+            &mut b,
+            &args.linear_m,
+            args.linear_head_prefill,
+            args.gpu_kernels,
+            args.square,
+        )?;
         if !args.json {
             super::bench_linear::print(&r);
         }

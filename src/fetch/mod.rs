@@ -21,6 +21,13 @@
 //! `--model`) the default model ([`DEFAULT_MODEL`]) in the cache, else an error that says
 //! to run `dynrt fetch [NAME]`. Tests use [`model_or_skip`].
 
+mod embedding;
+
+pub use embedding::{
+    embedding_dir, embedding_names, embedding_or_skip, extract_files, fetch_embedding,
+    resolve_embedding, verify_embedding,
+};
+
 use sha2::{Digest, Sha256};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -28,8 +35,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub use crate::models::{
-    find_model, model_names, ModelSpec, WheelPart, DEFAULT_MODEL, GEMMA3_270M, MODELS,
-    QWEN25_CODER_05B_INSTRUCT, QWEN25_CODER_15B_INSTRUCT, SMOLLM2_135M_INSTRUCT,
+    find_embedding_model, find_model, model_names, EmbeddingFormat, EmbeddingSpec, ModelSpec,
+    WheelPart, ALL_MINILM_L6_V2, ALL_MINILM_L6_V2_INT8, DEFAULT_MODEL, EMBEDDING_MODELS,
+    GEMMA3_270M, MODELS, PARAPHRASE_MINILM_L3_V2, QWEN25_CODER_05B_INSTRUCT,
+    QWEN25_CODER_15B_INSTRUCT, SMOLLM2_135M_INSTRUCT,
 };
 
 /// Errors of finding, fetching and checking a model file.

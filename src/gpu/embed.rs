@@ -34,6 +34,12 @@
 //!     dispatch. Results are the same: the slices run in recording order.
 //! * **Callbacks.** Polling runs every callback that is due, so an app's own `map_async`
 //!   callbacks may run on dynrt's thread (wgpu requires them to be `Send` for that reason).
+//! * **Device loss.** A device has one device-lost callback, and it is the app's: dynrt sets
+//!   none on a shared device. The app tells dynrt from its own callback with
+//!   [`Gpu::mark_lost`]; from then on dynrt's calls fail with [`super::DeviceLost`].
+//! * **GL.** On a GL device dynrt serialises its own threads' device calls
+//!   ([`Gpu::lock_device`]); the app's threads that call wgpu on the same device while dynrt
+//!   runs should take that lock too (wgpu panics when a thread waits 6 s for the GL context).
 //!
 //! The whole of it in an app (docs/desktop.md; `examples/desktop_chat.rs` is
 //! the same in an eframe window):
@@ -326,10 +332,12 @@ impl Gpu {
                 queue: queue.clone(),
                 limits,
                 features,
+                gl: GpuInner::gl_serial(info.backend),
                 info,
                 options: gpu_options,
                 uncaptured: Arc::default(),
                 slicer: options.max_slice.map(Slicer::new),
+                lost: Arc::default(),
             }),
         })
     }
@@ -345,15 +353,23 @@ impl Gpu {
     }
 
     /// Waits until submission `index` has finished, in slices of [`SHARED_POLL_SLICE`] (native;
-    /// a no-op on the web, where the browser schedules the queue).
+    /// a no-op on the web, where the browser schedules the queue). Returns at once once the
+    /// device is lost.
     pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) {
         #[cfg(not(target_arch = "wasm32"))]
         loop {
+            if self.is_lost() {
+                return;
+            }
             let wait = wgpu::PollType::Wait {
                 submission_index: Some(index.clone()),
                 timeout: Some(SHARED_POLL_SLICE),
             };
-            match self.device().poll(wait) {
+            let polled = {
+                let _device = self.lock_device();
+                self.device().poll(wait)
+            };
+            match polled {
                 Ok(_) => return,
                 Err(wgpu::PollError::Timeout) => {}
                 Err(e) => {

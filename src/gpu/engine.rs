@@ -1,7 +1,7 @@
 //! The engine: every real allocation and its accounting; the data paths (uploads, copies,
 //! readbacks) are in `transfer`.
 
-use super::usage::{kind_support, kind_usages};
+use super::usage::kind_usages;
 use super::{Gpu, DEFAULT_MEMORY_BUDGET_BYTES};
 use crate::memory::accounting::{Accounting, AllocEvent, MemoryStats};
 use crate::memory::regions::Region;
@@ -144,25 +144,22 @@ pub enum AllocError {
         /// The buffer's label.
         label: String,
     },
-    /// Mapping failed (device lost, or the buffer was already mapped).
+    /// Mapping failed (the buffer was already mapped, or wgpu refused the map).
     #[error("buffer mapping failed: {0}")]
     Map(String),
+    /// The device is lost ([`Gpu::is_lost`]): nothing more can be done on it.
+    #[error(transparent)]
+    DeviceLost(#[from] super::DeviceLost),
 }
 
-/// What a request for memory needs, for [`Engine::preferred_kind`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KindRequest {
-    /// The host must lock (map) this memory: network inputs and outputs the user touches.
-    pub host_access: bool,
-    /// A kernel binds this memory. On wgpu `usm_host` is not bindable (unlike the reference's
-    /// USM host memory), so bindable memory the host reaches is `usm_shared` or, where that
-    /// is unsupported, `usm_device` with staging.
-    pub kernel_access: bool,
-    /// Bytes of all inputs and outputs of the kernel that uses this memory (0 when not known);
-    /// the reference puts the memory on the host when they would not fit in what the device
-    /// has left.
-    pub kernel_io_bytes: u64,
+impl AllocError {
+    /// Whether this is [`AllocError::DeviceLost`].
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, AllocError::DeviceLost(_))
+    }
 }
+
+pub use super::usage::KindRequest;
 
 pub(crate) struct EngineInner {
     gpu: Gpu,
@@ -307,7 +304,12 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.raw.destroy();
+        {
+            // Destroying takes the GL context; the wgpu handle dropped after this holds no
+            // device memory any more, so its own drop does not.
+            let _device = self.engine.gpu.lock_device();
+            self.raw.destroy();
+        }
         let mut acc = self.engine.accounting();
         acc.record_free(self.kind, self.size_bytes);
         if let Some(r) = self.region {
@@ -403,6 +405,15 @@ impl Engine {
             .record_region(region, size_bytes, placed);
     }
 
+    /// A `usm_host` buffer the host maps for reading (`MAP_READ | COPY_DST`), a copy
+    /// destination only: the buffers of [`super::ReadbackRing`].
+    ///
+    /// # Errors
+    /// As [`Engine::allocate`].
+    pub(crate) fn allocate_readback(&self, desc: &BufferDesc) -> Result<Buffer, AllocError> {
+        self.allocate_inner(desc, super::usage::readback_usages(), true, None)
+    }
+
     /// Allocates and fills the first `contents.len()` bytes through `mapped_at_creation` (no
     /// staging buffer, no queue write). The rest is zero.
     ///
@@ -422,20 +433,24 @@ impl Engine {
         // The budget check is not atomic with the allocation here (a lock cannot be held
         // across the await); concurrent allocations may overshoot the budget by one buffer.
         self.check_budget(&self.inner.accounting(), desc, size, false)?;
-        let device = self.inner.gpu.device();
-        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let raw = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(desc.label),
-            size,
-            usage,
-            mapped_at_creation: false,
-        });
-        let v = val.pop();
-        let o = oom.pop();
+        let gpu = &self.inner.gpu;
+        let device = gpu.device();
+        let (v, o, raw) = {
+            let _device = gpu.lock_device();
+            let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let raw = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(desc.label),
+                size,
+                usage,
+                mapped_at_creation: false,
+            });
+            (val.pop(), oom.pop(), raw)
+        };
         if let Some(e) = v.await.or(o.await) {
+            let _device = gpu.lock_device();
             raw.destroy();
-            return Err(scope_error(e, desc.size_bytes));
+            return Err(self.lost_or(scope_error(e, desc.size_bytes)));
         }
         self.inner.accounting().record_allocate(desc.kind, size);
         Ok(self.wrap(raw, desc, size, false))
@@ -447,7 +462,8 @@ impl Engine {
         desc: &BufferDesc,
         usage: wgpu::BufferUsages,
     ) -> Result<(u64, wgpu::BufferUsages), AllocError> {
-        let support = kind_support(desc.kind, self.inner.gpu.supports_shared());
+        self.inner.gpu.check_alive()?;
+        let support = self.inner.gpu.kind_support(desc.kind);
         if !support.supported {
             return Err(AllocError::Unsupported {
                 kind: desc.kind,
@@ -521,11 +537,15 @@ impl Engine {
                 });
             }
         }
+        let gpu = &self.inner.gpu;
+        // The device lock is taken before the accounting lock, here as everywhere: a buffer
+        // dropped while its thread holds the device records its free under both.
+        let _device = gpu.lock_device();
         let raw = {
             let mut acc = self.inner.accounting();
             self.check_budget(&acc, desc, size, readback)?;
             let raw = create_buffer_checked(
-                self.inner.gpu.device(),
+                gpu,
                 &wgpu::BufferDescriptor {
                     label: Some(desc.label),
                     size,
@@ -533,7 +553,7 @@ impl Engine {
                     mapped_at_creation: contents.is_some(),
                 },
             )
-            .map_err(|e| scope_error(e, desc.size_bytes))?;
+            .map_err(|e| self.lost_or(scope_error(e, desc.size_bytes)))?;
             acc.record_allocate(desc.kind, size);
             raw
         };
@@ -541,17 +561,27 @@ impl Engine {
         // free of what was really allocated.
         let buffer = self.wrap(raw, desc, size, readback);
         if let Some(c) = contents {
-            {
-                let mut view = buffer
-                    .raw
-                    .slice(..)
-                    .get_mapped_range_mut()
-                    .map_err(|e| AllocError::Map(e.to_string()))?;
-                view.slice(..c.len()).copy_from_slice(c);
+            let filled = buffer
+                .raw
+                .slice(..)
+                .get_mapped_range_mut()
+                .map(|mut view| view.slice(..c.len()).copy_from_slice(c));
+            if filled.is_ok() {
+                buffer.raw.unmap();
             }
-            buffer.raw.unmap();
+            filled.map_err(|e| self.lost_or(AllocError::Map(e.to_string())))?;
         }
         Ok(buffer)
+    }
+
+    /// `e`, or [`AllocError::DeviceLost`] when the device is lost (wgpu reports the errors
+    /// of calls on a lost device only through the device-lost callback, and dynrt's own
+    /// checks then fail in their own words).
+    pub(crate) fn lost_or(&self, e: AllocError) -> AllocError {
+        match self.inner.gpu.lost() {
+            Some(lost) => AllocError::DeviceLost(lost),
+            None => e,
+        }
     }
 
     /// Per-kind bytes in use, peak bytes, allocation and free counts.
@@ -609,31 +639,15 @@ impl Engine {
         )
     }
 
-    /// The kind the reference would choose: memory the host must lock goes to `usm_shared`,
-    /// or `usm_host` where shared is unsupported; memory for a kernel whose inputs and outputs
-    /// would not fit in what the device has left goes to host-reachable memory the same way;
-    /// everything else to `usm_device`. wgpu adds one rule: memory a kernel binds
-    /// ([`KindRequest::kernel_access`]) cannot be `usm_host`, so there the fallback is
-    /// `usm_device` (reached by staged copies).
+    /// The kind the reference would choose for `req` on this device
+    /// ([`super::usage::preferred_kind`], the one home of the rule): `usm_shared` only where
+    /// the adapter's memory is the host's and the device maps storage buffers.
     pub fn preferred_kind(&self, req: &KindRequest) -> AllocKind {
-        let host_kind = if self.inner.gpu.supports_shared() {
-            AllocKind::UsmShared
-        } else if req.kernel_access {
-            AllocKind::UsmDevice
-        } else {
-            AllocKind::UsmHost
-        };
-        if req.host_access {
-            return host_kind;
-        }
         let left = self
             .inner
             .budget_bytes
             .saturating_sub(self.device_bytes_in_use());
-        if req.kernel_io_bytes > left {
-            return host_kind;
-        }
-        AllocKind::UsmDevice
+        super::usage::preferred_kind(req, self.inner.gpu.supports_shared(), left)
     }
 }
 
@@ -641,9 +655,13 @@ impl Engine {
 /// scopes resolve immediately; on the web they resolve later, so the check is skipped there
 /// and errors reach the uncaptured-error handler (use [`Engine::allocate_async`]).
 fn create_buffer_checked(
-    device: &wgpu::Device,
+    gpu: &Gpu,
     desc: &wgpu::BufferDescriptor,
 ) -> Result<wgpu::Buffer, wgpu::Error> {
+    let device = gpu.device();
+    // Reentrant: the caller holds it already, so that the budget check and the allocation
+    // are one step for other threads too.
+    let _device = gpu.lock_device();
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let val = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let raw = device.create_buffer(desc);

@@ -174,9 +174,23 @@ pub struct Planned {
 /// A submitted frame whose error scope is still to be read.
 pub struct Submitted {
     scope: wgpu::ErrorScopeGuard,
+    index: wgpu::SubmissionIndex,
+    finish_ns: u64,
+    submit_ns: u64,
 }
 
 impl Submitted {
+    /// The queue's index of the submit (what a readback waits for).
+    pub(crate) fn index(&self) -> wgpu::SubmissionIndex {
+        self.index.clone()
+    }
+
+    /// Nanoseconds of wgpu's `CommandEncoder::finish` (where wgpu validates the recorded
+    /// commands and encodes them for the driver) and of the queue's submit call.
+    pub fn host_ns(&self) -> (u64, u64) {
+        (self.finish_ns, self.submit_ns)
+    }
+
     /// Waits for the validation scope of the submit.
     ///
     /// # Errors
@@ -241,7 +255,10 @@ impl<'k> Frame<'k> {
                 label: Some("dynrt iteration slice"),
             });
         let done = std::mem::replace(&mut self.encoder, next);
-        let index = gpu.queue().submit(head.into_iter().chain([done.finish()]));
+        let index = {
+            let _device = gpu.lock_device();
+            gpu.queue().submit(head.into_iter().chain([done.finish()]))
+        };
         let slice = (index, web_time::Instant::now(), self.since_slice);
         self.since_slice = 0;
         if let Some((prev, at, n)) = self.in_flight.replace(slice) {
@@ -497,9 +514,15 @@ impl<'k> Frame<'k> {
             .chain(std::iter::once(out))
             .map(|o| o.strides.map(<[u64]>::to_vec))
             .collect();
+        let layouts = ins
+            .iter()
+            .chain(std::iter::once(out))
+            .map(|o| o.layout)
+            .collect();
         *plan = Some(DispatchPlan {
             operands,
             strides,
+            layouts,
             dispatches: recorder.dispatches,
             generation,
         });
@@ -518,7 +541,7 @@ impl<'k> Frame<'k> {
             let (chunk, offset) = self
                 .uniforms
                 .push_bytes(&d.params)
-                .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+                .map_err(KernelError::Uniforms)?;
             if chunk.uid() != d.uniform_chunk {
                 return Ok(false);
             }
@@ -547,11 +570,27 @@ impl<'k> Frame<'k> {
     pub fn submit(mut self) -> (Submitted, UniformArena, Option<CommandLog>) {
         self.pass = None;
         let head = self.pack_writes();
-        self.engine
-            .gpu()
-            .queue()
-            .submit(head.into_iter().chain([self.encoder.finish()]));
-        (Submitted { scope: self.scope }, self.uniforms, self.log)
+        let gpu = self.engine.gpu();
+        let started = web_time::Instant::now();
+        let commands = self.encoder.finish();
+        let finished = web_time::Instant::now();
+        let index = {
+            // On llvmpipe the submit runs the frame's kernels before it returns, holding the
+            // GL context all along (see `Gpu::lock_device`).
+            let _device = gpu.lock_device();
+            gpu.queue().submit(head.into_iter().chain([commands]))
+        };
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        (
+            Submitted {
+                scope: self.scope,
+                index,
+                finish_ns: nanos(finished.duration_since(started)),
+                submit_ns: nanos(finished.elapsed()),
+            },
+            self.uniforms,
+            self.log,
+        )
     }
 
     /// Gets the changed uniform slots and the scheduled writes onto the device before the

@@ -29,8 +29,11 @@ pub mod embed;
 mod engine;
 mod frame;
 pub mod kernels;
+mod lost;
 mod pipeline;
 pub mod pool_storage;
+mod readback;
+mod serial;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
@@ -43,13 +46,21 @@ pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
 pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
+pub use lost::DeviceLost;
 pub use pipeline::{
     shader_sources, validate_wgsl, FillParams, FillPipeline, FILL_WGSL, PRELUDE_WGSL,
 };
-pub use usage::{kind_support, kind_usages, KindSupport};
+pub use readback::{ReadTicket, ReadbackRing};
+pub use serial::DeviceGuard;
+pub use usage::{
+    kind_support, kind_support_on, kind_usages, preferred_kind, AdapterClass, KindSupport,
+};
 
 use crate::memory::AllocKind;
-use std::sync::Arc;
+use lost::LostFlag;
+use serial::DeviceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 fn join_shortfalls(s: &[LimitShortfall]) -> String {
     s.iter()
@@ -133,6 +144,9 @@ pub enum GpuError {
         /// naga's or wgpu's message.
         message: String,
     },
+    /// The device is lost ([`Gpu::is_lost`]).
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
 }
 
 /// How to pick the adapter and configure the device.
@@ -145,7 +159,8 @@ pub struct GpuOptions {
     /// Device memory budget in bytes for the [`Engine`] (`DYNRT_MEMORY_BUDGET`); `None` uses
     /// [`DEFAULT_MEMORY_BUDGET_BYTES`].
     pub memory_budget_bytes: Option<u64>,
-    /// Request `MAPPABLE_PRIMARY_BUFFERS` when the adapter offers it (default true). Turning it
+    /// Request `MAPPABLE_PRIMARY_BUFFERS` when the adapter offers it and its memory is the
+    /// host's ([`AdapterClass::Unified`]; never on a discrete GPU) (default true). Turning it
     /// off makes `usm_shared` unsupported, as on GL and the web.
     pub mappable_primary_buffers: bool,
     /// Print the allocation history to stderr (`DYNRT_VERBOSE=2`).
@@ -243,6 +258,22 @@ pub fn parse_backends(list: &str) -> Option<wgpu::Backends> {
     (!b.is_empty()).then_some(b)
 }
 
+/// A GL device's pipelines, shared by every [`kernels::Kernels`] of the device and kept as
+/// long as it lives (see [`GlSerial`]).
+type GlPipelines = HashMap<kernels::PipelineKey, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
+
+/// What a GL device needs so that no thread waits on wgpu's context lock for long
+/// (docs/design.md, "Threads and the GL context").
+#[derive(Default)]
+struct GlSerial {
+    /// Taken around every call that reaches the GL context ([`Gpu::lock_device`]).
+    lock: DeviceLock,
+    /// Destroying a pipeline takes the GL context, and the last clone of a pipeline can be
+    /// dropped anywhere (a dispatch plan, a command log): so pipelines are created once per
+    /// device and kept until the device goes, and their destruction happens with the device's.
+    pipelines: Mutex<GlPipelines>,
+}
+
 struct GpuInner {
     /// The instance and adapter of a device dynrt created, kept so they outlive every clone
     /// of `Gpu`; `None` for an application's device ([`Gpu::from_device`]).
@@ -257,6 +288,38 @@ struct GpuInner {
     uncaptured: Arc<std::sync::Mutex<Vec<String>>>,
     /// Forward passes cut into bounded submissions (shared devices only).
     slicer: Option<embed::Slicer>,
+    /// On a native GL device: the lock and the pipelines of [`GlSerial`].
+    gl: Option<GlSerial>,
+    /// Set once the device is lost.
+    lost: Arc<LostFlag>,
+}
+
+impl GpuInner {
+    /// The serialising of a device on `backend` (native GL only: the other backends'
+    /// device calls do not wait on one context lock with a deadline).
+    fn gl_serial(backend: wgpu::Backend) -> Option<GlSerial> {
+        (cfg!(not(target_arch = "wasm32")) && backend == wgpu::Backend::Gl).then(GlSerial::default)
+    }
+}
+
+/// How long one wait on a GL device's fence may hold the GL context
+/// ([`Gpu::poll_wait`]): other threads' short calls (an unmap, a buffer's creation) get the
+/// context between two waits.
+#[cfg(not(target_arch = "wasm32"))]
+const GL_POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How a poll of [`Gpu::poll_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub(crate) enum Polled {
+    /// The caller's condition held.
+    Done,
+    /// The work submitted before the poll has finished.
+    Idle,
+    /// The device is lost.
+    Lost,
+    /// wgpu refused the poll (logged).
+    Failed,
 }
 
 /// How many uncaptured error messages a [`Gpu`] keeps (the count is exact beyond it).
@@ -264,6 +327,17 @@ const UNCAPTURED_KEEP: usize = 32;
 
 /// One adapter with its device and queue. Cloning is cheap (an `Arc`); the device lives until
 /// the last clone (and every [`Engine`] and [`Buffer`] made from it) is dropped.
+///
+/// **Threads.** A `Gpu` and everything made from it may be used from several threads. On GL,
+/// where wgpu panics when a thread waits more than 6 s for the one GL context, dynrt
+/// serialises its device calls behind [`Gpu::lock_device`] (a lock without a deadline), so a
+/// long submit on one thread makes the others wait, never panic; on the other backends calls
+/// run side by side. See docs/design.md, "Threads and the GL context".
+///
+/// **Device loss.** When the device is lost ([`Gpu::is_lost`]) every later call fails fast
+/// with [`DeviceLost`] (inside [`AllocError`], [`GpuError`] and the runtime's, models' and
+/// sessions' errors) instead of waiting on the device; a new `Gpu` and a model loaded again
+/// on it are the way on. See docs/design.md, "Device loss".
 #[derive(Clone)]
 pub struct Gpu {
     inner: Arc<GpuInner>,
@@ -285,7 +359,8 @@ impl Gpu {
     /// enabled backends whose name contains it (case-insensitive); otherwise wgpu's choice for
     /// the power preference, then a fallback (software) adapter. The device gets the adapter's
     /// full limits (max buffer size and max storage binding size matter to dynrt) and
-    /// `MAPPABLE_PRIMARY_BUFFERS` when offered and wanted. An uncaptured-error handler logs
+    /// `MAPPABLE_PRIMARY_BUFFERS` when offered, wanted and the adapter's memory is unified
+    /// ([`AdapterClass`]). An uncaptured-error handler logs
     /// errors instead of wgpu's default panic; the engine wraps its own calls in error scopes.
     ///
     /// # Errors
@@ -294,13 +369,18 @@ impl Gpu {
         let (instance, adapter) = instance_and_adapter(&opts).await?;
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
+        // Only where the host shares the adapter's memory (usage::AdapterClass).
         if opts.mappable_primary_buffers
+            && AdapterClass::of(&info).maps_device_memory()
             && adapter
                 .features()
                 .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
         {
             features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        // Subgroup operations and f16 arithmetic where offered: kernels use them only where
+        // the device has them (crate::gpu::kernels::quant::QuantLayout).
+        features |= adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16);
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -328,8 +408,18 @@ impl Gpu {
                 v.push(e.to_string());
             }
         }));
+        // The callback runs inside whichever wgpu call learns of the loss (possibly with the
+        // device lock held): it only records it.
+        let lost = Arc::new(LostFlag::default());
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let why = lost::describe(reason, &message);
+            log::error!("dynrt: the device was lost ({why})");
+            flag.set(why);
+        });
         let features = device.features();
         let limits = device.limits();
+        let gl = GpuInner::gl_serial(info.backend);
         log::info!(
             "dynrt: adapter `{}` ({:?}, {:?}), max_buffer_size={} bytes, shared={}",
             info.name,
@@ -349,6 +439,8 @@ impl Gpu {
                 options: opts,
                 uncaptured,
                 slicer: None,
+                gl,
+                lost,
             }),
         })
     }
@@ -390,12 +482,32 @@ impl Gpu {
     pub fn options(&self) -> &GpuOptions {
         &self.inner.options
     }
-    /// Whether `MAPPABLE_PRIMARY_BUFFERS` is enabled, so `usm_shared` buffers are real
-    /// bindable-and-mappable buffers. False on GL (llvmpipe) and on the web.
+    /// Whether `usm_shared` buffers are real bindable-and-mappable buffers here:
+    /// `MAPPABLE_PRIMARY_BUFFERS` is enabled and the adapter's memory is the host's
+    /// ([`AdapterClass`]). False on GL (llvmpipe), on the web and on every discrete GPU.
     pub fn supports_shared(&self) -> bool {
         self.inner
             .features
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            && self.adapter_class().maps_device_memory()
+    }
+
+    /// Whether the adapter's memory is the host's ([`AdapterClass::of`] its info): what
+    /// decides if the CPU may map buffers that kernels use.
+    pub fn adapter_class(&self) -> AdapterClass {
+        AdapterClass::of(&self.inner.info)
+    }
+
+    /// Whether and how buffers of `kind` can be allocated on this device, with the reason
+    /// when not ([`kind_support_on`]).
+    pub fn kind_support(&self, kind: AllocKind) -> KindSupport {
+        kind_support_on(
+            kind,
+            self.adapter_class(),
+            self.inner
+                .features
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+        )
     }
     /// wgpu errors that no error scope caught (logged at `error` level when they happened),
     /// oldest first, at most 32. dynrt scopes everything it does, so a non-empty list means a
@@ -411,63 +523,150 @@ impl Gpu {
 
     /// Whether buffers of `kind` can be allocated on this device (see [`kind_support`]).
     pub fn supports_kind(&self, kind: AllocKind) -> bool {
-        kind_support(kind, self.supports_shared()).supported
+        self.kind_support(kind).supported
     }
 
     /// Resolves when all work submitted so far is done: the queue's `onSubmittedWorkDone`
     /// (natively the device is polled until then; in the browser the page's event loop
-    /// keeps running while it waits).
+    /// keeps running while it waits). Returns at once on a lost device.
     pub async fn idle(&self) {
+        if self.is_lost() {
+            return;
+        }
         let (tx, rx) = futures::channel::oneshot::channel();
         self.inner.queue.on_submitted_work_done(move || {
             let _ = tx.send(());
         });
-        self.poll_wait();
+        #[cfg(not(target_arch = "wasm32"))]
+        if self.poll_until(|| false) != Polled::Idle {
+            // Lost or refused: the callback may never run.
+            return;
+        }
         // A dropped sender (device lost) also ends the wait.
         let _ = rx.await;
     }
 
     /// Waits until all submitted work is done (native); a no-op on the web where the browser
     /// polls the device. On a shared device the wait is sliced ([`embed::SHARED_POLL_SLICE`])
-    /// so that the application's `present` calls in between.
+    /// so that the application's `present` calls in between; on GL each slice holds the
+    /// device lock ([`Gpu::lock_device`]) for at most 20 ms so that other threads' calls
+    /// get the GL context in between. Returns at once on a lost device.
     pub fn poll_wait(&self) {
         self.poll_until(|| false);
     }
 
     /// Polls the device until `done()` or until all submitted work is done, whichever comes
     /// first (native; a no-op on the web). `done` is checked after each poll: map callbacks
-    /// run inside polls, so a readback waits only for its own copy.
-    pub(crate) fn poll_until(&self, mut done: impl FnMut() -> bool) {
+    /// run inside polls, so a readback waits only for its own copy. Also ends when the
+    /// device is lost or wgpu refuses the poll.
+    pub(crate) fn poll_until(&self, mut done: impl FnMut() -> bool) -> Polled {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            if !self.is_shared() {
-                if let Err(e) = self.inner.device.poll(wgpu::PollType::wait_indefinitely()) {
-                    log::warn!("device poll failed: {e}");
-                }
-                return;
-            }
             // A blocking poll holds the device's snatch lock for its whole wait, and the
-            // app's `present` takes that lock exclusively: wait in short slices instead.
+            // app's `present` takes that lock exclusively: on a shared device dynrt waits in
+            // short slices. On GL a wait holds the GL context (wgpu caps one wait at about
+            // 2 s and reports a timeout), so it is sliced too.
+            let timeout = if self.is_shared() {
+                Some(embed::SHARED_POLL_SLICE)
+            } else if self.inner.gl.is_some() {
+                Some(GL_POLL_SLICE)
+            } else {
+                None
+            };
             loop {
-                let slice = wgpu::PollType::Wait {
+                if self.is_lost() {
+                    return Polled::Lost;
+                }
+                let wait = wgpu::PollType::Wait {
                     submission_index: None,
-                    timeout: Some(embed::SHARED_POLL_SLICE),
+                    timeout,
                 };
-                match self.inner.device.poll(slice) {
-                    Ok(_) => return,
+                let polled = {
+                    let _device = self.lock_device();
+                    self.inner.device.poll(wait)
+                };
+                match polled {
+                    Ok(_) if self.is_lost() => return Polled::Lost,
+                    Ok(_) => return Polled::Idle,
                     Err(wgpu::PollError::Timeout) => {}
                     Err(e) => {
                         log::warn!("device poll failed: {e}");
-                        return;
+                        return Polled::Failed;
                     }
                 }
                 if done() {
-                    return;
+                    return Polled::Done;
                 }
             }
         }
         #[cfg(target_arch = "wasm32")]
-        let _ = &mut done;
+        {
+            let _ = &mut done;
+            Polled::Idle
+        }
+    }
+
+    /// Takes this device for the calling thread: on a GL device, waits (without a deadline)
+    /// until no other thread of dynrt uses it, and keeps it until the guard is dropped; on
+    /// every other backend it returns at once and holds nothing. dynrt takes it around each
+    /// of its own calls that reach the GL context (buffer creation and destruction, mapping,
+    /// pipeline creation, submits, polls); code that calls wgpu directly on a dynrt GL device
+    /// from several threads takes it too. The same thread may take it again while holding it.
+    ///
+    /// Why: wgpu's GL backend panics when a thread waits more than 6 seconds for its context,
+    /// and one thread can hold it that long (on llvmpipe a submit computes before it returns).
+    /// See docs/design.md, "Threads and the GL context".
+    pub fn lock_device(&self) -> DeviceGuard<'_> {
+        match &self.inner.gl {
+            Some(gl) => gl.lock.lock(),
+            None => DeviceGuard::none(),
+        }
+    }
+
+    /// A GL device's pipeline cache ([`GlSerial::pipelines`]); `None` on other backends.
+    pub(crate) fn gl_pipelines(&self) -> Option<&Mutex<GlPipelines>> {
+        self.inner.gl.as_ref().map(|gl| &gl.pipelines)
+    }
+
+    /// Whether the device is lost: wgpu's device-lost callback ran (a driver reset, the GPU
+    /// taken away, [`Gpu::destroy`]), or the application said so ([`Gpu::mark_lost`]). Once
+    /// true it stays true, and every call on this `Gpu`, its engines, models and sessions
+    /// fails with [`DeviceLost`] without waiting on the device.
+    pub fn is_lost(&self) -> bool {
+        self.inner.lost.is_set()
+    }
+
+    /// The [`DeviceLost`] error when the device is lost, else `None`.
+    pub fn lost(&self) -> Option<DeviceLost> {
+        self.inner.lost.reason().map(|reason| DeviceLost {
+            adapter: self.inner.info.name.clone(),
+            reason,
+        })
+    }
+
+    /// `Err(DeviceLost)` when the device is lost.
+    ///
+    /// # Errors
+    /// [`DeviceLost`].
+    pub fn check_alive(&self) -> Result<(), DeviceLost> {
+        self.lost().map_or(Ok(()), Err)
+    }
+
+    /// Records that the device is lost, with `reason`. dynrt learns of a loss itself on a
+    /// device it created; an application that shares its device ([`Gpu::from_device`]) owns
+    /// the device-lost callback and calls this from it.
+    pub fn mark_lost(&self, reason: &str) {
+        self.inner.lost.set(reason.to_string());
+    }
+
+    /// Destroys the device: its memory is released at once and every later call fails with
+    /// [`DeviceLost`] (`destroyed`). Work in flight on other threads ends with the same error.
+    /// A way to give the memory back without waiting for every handle to drop, and the way
+    /// tests make a device lost.
+    pub fn destroy(&self) {
+        self.mark_lost("destroyed");
+        let _device = self.lock_device();
+        self.inner.device.destroy();
     }
 }
 

@@ -61,6 +61,9 @@ impl Gpu {
     /// shader and pipeline are created inside a validation error scope, so a bad shader is an
     /// error, not a panic.
     ///
+    /// On a GL device, destroying a pipeline takes the GL context: drop the one returned while
+    /// holding [`Gpu::lock_device`] when other threads use the device.
+    ///
     /// # Errors
     /// [`GpuError::Shader`] with wgpu's message.
     pub fn compile_compute(
@@ -70,6 +73,8 @@ impl Gpu {
         entry_point: &str,
     ) -> Result<wgpu::ComputePipeline, GpuError> {
         let device = self.device();
+        // Compiling takes the GL context (see `Gpu::lock_device`).
+        let _device = self.lock_device();
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(label),
@@ -112,7 +117,18 @@ pub struct FillParams {
 /// The `fill` kernel family (`shaders/fill.wgsl`), entry point `fill_affine`:
 /// `dst[i] = scale * i + bias` for `i < len`.
 pub struct FillPipeline {
-    pipeline: wgpu::ComputePipeline,
+    /// Dropped in `Drop`, under the device lock.
+    pipeline: std::mem::ManuallyDrop<wgpu::ComputePipeline>,
+    gpu: Gpu,
+}
+
+impl Drop for FillPipeline {
+    fn drop(&mut self) {
+        // Destroying a pipeline takes the GL context (see `Gpu::lock_device`).
+        let _device = self.gpu.lock_device();
+        // SAFETY: the pipeline is dropped once, here, and never used afterwards.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.pipeline) };
+    }
 }
 
 /// WGSL source of the `fill` family (the prelude, then `shaders/fill.wgsl`).
@@ -127,7 +143,12 @@ impl FillPipeline {
     /// [`GpuError::Shader`].
     pub fn new(gpu: &Gpu) -> Result<FillPipeline, GpuError> {
         Ok(FillPipeline {
-            pipeline: gpu.compile_compute("fill_affine", FILL_WGSL, "fill_affine")?,
+            pipeline: std::mem::ManuallyDrop::new(gpu.compile_compute(
+                "fill_affine",
+                FILL_WGSL,
+                "fill_affine",
+            )?),
+            gpu: gpu.clone(),
         })
     }
 
@@ -147,6 +168,7 @@ impl FillPipeline {
         scale: f32,
         bias: f32,
     ) -> Result<(), AllocError> {
+        let pipeline: &wgpu::ComputePipeline = &self.pipeline;
         let dst_raw = dst.binding()?;
         let bytes = u64::from(len) * 4;
         let max_binding = engine.gpu().limits().max_storage_buffer_binding_size;
@@ -182,7 +204,7 @@ impl FillPipeline {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("fill_affine bindings"),
-            layout: &self.pipeline.get_bind_group_layout(0),
+            layout: &pipeline.get_bind_group_layout(0),
             entries: &[
                 wgpu::BindGroupEntry {
                     binding: 0,
@@ -206,13 +228,16 @@ impl FillPipeline {
                 label: Some("fill_affine"),
                 timestamp_writes: None,
             });
-            pass.set_pipeline(&self.pipeline);
+            pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups_x, groups_y, 1);
         }
-        gpu.queue().submit([enc.finish()]);
+        {
+            let _device = gpu.lock_device();
+            gpu.queue().submit([enc.finish()]);
+        }
         if let Some(e) = scope.pop().now_or_never().flatten() {
-            return Err(AllocError::Validation(e.to_string()));
+            return Err(engine.lost_or(AllocError::Validation(e.to_string())));
         }
         Ok(())
     }

@@ -168,14 +168,32 @@ fn same_shapes(graph: &Graph) -> Option<Shapes> {
             }
         }
     }
+    // Values every op takes: a paged attention's pool holds whole pages, so both are
+    // multiples of every page size in the graph.
+    let unit = graph
+        .nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::PagedAttention(p) => Some(u64::from(p.page_size.max(1))),
+            _ => None,
+        })
+        .fold(1u64, |a, b| a / gcd(a, b) * b);
     let infer = |v: u64| {
         let b: Bindings = symbols.keys().map(|k| (k.clone(), v)).collect();
         graph.infer_shapes(&b).ok().map(|s| s.shapes)
     };
     Some(Shapes {
-        a: infer(2)?,
-        b: infer(5)?,
+        a: infer(2 * unit)?,
+        b: infer(5 * unit)?,
     })
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The inputs of a fused node while the rewrites run, each part apart; [`Parts::compact`]
@@ -1180,7 +1198,7 @@ mod tests {
     const POOL: u64 = 12;
 
     /// One decoder layer as the llm blocks write it, width D, two query heads and one KV
-    /// head of 16, over a contiguous cache or a pool of 12 rows; f32 weights. Outputs: the
+    /// head of 16, over a contiguous cache or a pool (12 rows in the inputs); f32 weights. Outputs: the
     /// layer's output, then the presents (keys, values), whose states are returned too.
     fn layer(o: Layer) -> (Graph, Vec<(String, String)>) {
         use crate::graph::ops::{
@@ -1191,8 +1209,10 @@ mod tests {
         let seq = Dim::sym("seq");
         let x = b.input("x", &[seq.clone(), Dim::Fixed(D)], DType::F32);
         let pos = b.input("pos", std::slice::from_ref(&seq), DType::I32);
+        // The pool's rows a symbol, as the models' are: the rewrites' shape checks bind it to
+        // whole pages.
         let rows = if o.paged {
-            Dim::Fixed(POOL)
+            Dim::sym("pool_rows")
         } else {
             Dim::sym("past")
         };

@@ -10,7 +10,10 @@
 //! Each [`BatchEngine::step`] is one forward pass: one row for every sequence that is
 //! decoding, then the prompts of the others in chunks, up to [`BatchOptions::step_tokens`]
 //! rows in all (a long prompt never holds the decoding sequences back for more than one
-//! chunk). The rows' logits come back in one readback and each sequence samples its next
+//! chunk). The prompts share the rows left, shortest first and none taking more than an
+//! even share of what is left, so a short prompt behind a long one is read in the next step;
+//! a prompt that starts with the full pages another prompt is computing waits for them
+//! instead of computing them twice. The rows' logits come back in one readback and each sequence samples its next
 //! token with its own [`Sampler`]. A sequence whose prompt starts with the full pages of
 //! another's (a shared system prompt) reads those pages instead of computing them again
 //! ([`BatchStats::shared_pages`]): pages are shared only once full, so a shared page is never
@@ -35,9 +38,11 @@
 //! written into fresh pages when the sequence runs again (*offload*); without it, or when
 //! the host memory cannot be had, the sequence computes its tokens again later (*recompute*).
 //! A request never fails for lack of KV memory as long as one sequence fits in the pool.
+//! When the device memory cannot hold a step's activations, the step runs smaller instead
+//! (see [`BatchEngine::step`]; docs/design.md, "Out of memory in a batched step").
 
 use super::graph::labels;
-use super::sample::Sampler;
+use super::sample::{LogitRules, Sampler, TokenLogprobs};
 use super::session::{GenerateParams, StopReason};
 use super::{build_paged_graph, LlmError, Model};
 use crate::gguf::Gguf;
@@ -46,7 +51,9 @@ use crate::memory::predictor::ShapePredictor;
 use crate::runtime::{HostRows, InferRequest, Network, NetworkOptions, RunOptions, StateRows};
 use crate::shape::Shape;
 use crate::tensor::HostTensor;
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 
 /// How a [`BatchEngine`] is laid out.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,6 +106,12 @@ pub struct SeqToken {
     /// The logits the token was chosen from, when the sequence's
     /// [`GenerateParams::keep_logits`] asks for them (else empty).
     pub logits: Vec<f32>,
+    /// The token's log-probabilities, when the sequence's sampling asks for them
+    /// ([`super::SamplingParams::logprobs`]).
+    pub logprobs: Option<TokenLogprobs>,
+    /// Prompt tokens the sequence read from shared or cached pages instead of computing
+    /// them.
+    pub cached_tokens: usize,
 }
 
 /// What an engine holds and has done.
@@ -132,8 +145,16 @@ pub struct BatchStats {
     pub swa_pages_used: u32,
     /// Sequences that gave their pages back to let others run (recomputed later).
     pub preemptions: u64,
-    /// Prompt tokens not computed because their pages were shared.
+    /// Prompt tokens not computed because their pages were shared with a running sequence.
     pub tokens_shared: u64,
+    /// Prompt tokens not computed because their pages were in the prompt cache (idle pages
+    /// of sequences that ended).
+    pub tokens_cached: u64,
+    /// Idle pages in the prompt cache (indexed, held by no sequence; taken back when a free
+    /// page is needed). Not part of `pages_used`.
+    pub cached_pages: u32,
+    /// Bytes of host memory the prefix index holds.
+    pub index_bytes: u64,
     /// Rows of prompts (prefill chunks and recomputation) computed.
     pub prompt_rows: u64,
     /// Decode rows computed.
@@ -155,6 +176,23 @@ pub struct BatchStats {
     pub offloaded_bytes: u64,
     /// Largest `offloaded_bytes` seen.
     pub offloaded_peak_bytes: u64,
+    /// Forward passes tried again with fewer rows because the device memory could not hold
+    /// the step's activations ([`BatchEngine::step`]).
+    pub steps_shrunk: u64,
+    /// Sequences failed because even one row of theirs alone did not fit in the device
+    /// memory ([`BatchEngine::take_failures`]).
+    pub out_of_memory_failures: u64,
+}
+
+/// A sequence a [`BatchEngine::step`] had to give up: it is gone from the engine and its
+/// pages are free ([`BatchEngine::take_failures`]).
+#[derive(Debug)]
+pub struct FailedSeq {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Why: [`LlmError::Run`] with the runtime's out-of-memory error naming what could not
+    /// be allocated.
+    pub error: LlmError,
 }
 
 /// What one sequence of a [`BatchEngine`] holds ([`BatchEngine::sequence_memory`]).
@@ -191,6 +229,12 @@ struct Seq {
     swa_pages: Vec<Option<u32>>,
     params: GenerateParams,
     sampler: Sampler,
+    /// The prompt cache's partition: pages are shared only within one.
+    salt: u64,
+    /// Chained hashes of its full pages ([`Pages::publish`]).
+    hashes: Vec<u64>,
+    /// Prompt tokens its first pages brought from other sequences or the cache.
+    reused: usize,
     /// The step after which the sequence last computed rows (0: never).
     last_run: u64,
     /// Its rows in host memory while it holds no pages.
@@ -219,71 +263,202 @@ impl Seq {
     }
 }
 
-/// Pages of the pools: who holds each page, and the full pages a prompt prefix can share.
+/// The entry of a full page in the prefix index: what it holds, and where it sits in the
+/// chain of pages from a sequence's start.
+struct Indexed {
+    /// Chained hash: of the partition for the first page, else of the previous page's hash;
+    /// and of this page's tokens.
+    hash: u64,
+    /// The previous page's chained hash (the partition's for the first page).
+    parent: u64,
+    /// The partition ([`Request::cache_salt`](super::Request::cache_salt)).
+    salt: u64,
+    /// The page's tokens (`page_size` of them): a hash match is checked against them, so a
+    /// collision never shares a page.
+    tokens: Box<[u32]>,
+}
+
+/// Pages of the pools: who holds each page, and the **prefix index** of full pages, keyed by
+/// chained per-page hashes (a page's key covers the whole prefix up to it through its
+/// parent's hash, so the index holds each page's tokens once: host memory linear in the
+/// tokens indexed). With `keep` (the prompt cache), a page whose last holder lets it go stays
+/// in the index, *idle*, and is given to the next sequence whose prefix it continues; idle
+/// pages are taken back, least recently used first, whenever a free page is needed.
 struct Pages {
     page_size: usize,
     free: Vec<u32>,
     holders: Vec<u32>,
-    /// Full pages by the tokens from the sequence's start to the page's end.
-    by_prefix: HashMap<Vec<u32>, u32>,
-    /// The prefix key of each page registered in `by_prefix`.
-    key_of: HashMap<u32, Vec<u32>>,
+    /// Each page's entry in the index.
+    index: Vec<Option<Indexed>>,
+    /// Indexed pages by chained hash.
+    by_hash: HashMap<u64, u32>,
+    /// Idle pages by the time they became idle (oldest first), and each idle page's time.
+    idle: BTreeMap<u64, u32>,
+    idle_at: HashMap<u32, u64>,
+    clock: u64,
+    keep: bool,
+    /// A random key per engine: hashes an attacker cannot precompute collisions for.
+    hasher: RandomState,
 }
 
 impl Pages {
-    fn new(total: u32, page_size: usize) -> Pages {
+    fn new(total: u32, page_size: usize, keep: bool) -> Pages {
         Pages {
             page_size,
             free: (0..total).rev().collect(),
             holders: vec![0; total as usize],
-            by_prefix: HashMap::new(),
-            key_of: HashMap::new(),
+            index: (0..total).map(|_| None).collect(),
+            by_hash: HashMap::new(),
+            idle: BTreeMap::new(),
+            idle_at: HashMap::new(),
+            clock: 0,
+            keep,
+            hasher: RandomState::new(),
         }
     }
 
+    /// The chained hash of a page holding `tokens` after a page whose hash is `parent`.
+    fn chain(&self, parent: u64, tokens: &[u32]) -> u64 {
+        self.hasher.hash_one((parent, tokens))
+    }
+
+    /// The chain's start for partition `salt`.
+    fn root(&self, salt: u64) -> u64 {
+        self.hasher.hash_one(("dynrt prefix", salt))
+    }
+
+    /// Pages that can be had now: free, or idle in the cache.
+    fn available(&self) -> usize {
+        self.free.len() + self.idle.len()
+    }
+
+    /// Idle pages (in the cache, held by no sequence).
+    fn cached(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Bytes of host memory the index holds: its slots, the tokens its entries hold, the hash
+    /// map and the idle lists.
+    fn index_bytes(&self) -> usize {
+        let tokens: usize = (self.index.iter().flatten())
+            .map(|e| std::mem::size_of_val(&*e.tokens))
+            .sum();
+        self.index.len() * std::mem::size_of::<Option<Indexed>>()
+            + tokens
+            + self.by_hash.capacity() * 16
+            + (self.idle.len() + self.idle_at.capacity()) * 24
+    }
+
+    /// A free page, held once; an idle page leaves the cache for it when none is free.
     fn take(&mut self) -> Option<u32> {
-        let p = self.free.pop()?;
+        let p = match self.free.pop() {
+            Some(p) => p,
+            None => {
+                let (_, p) = self.idle.pop_first()?;
+                self.idle_at.remove(&p);
+                self.unindex(p);
+                p
+            }
+        };
         self.holders[p as usize] = 1;
         Some(p)
     }
 
+    fn unindex(&mut self, p: u32) {
+        if let Some(e) = self.index[p as usize].take() {
+            if self.by_hash.get(&e.hash) == Some(&p) {
+                self.by_hash.remove(&e.hash);
+            }
+        }
+    }
+
+    /// Lets one holder of page `p` go: with no holder left it becomes idle (indexed, with the
+    /// cache) or free.
     fn release(&mut self, p: u32) {
         let h = &mut self.holders[p as usize];
         *h = h.saturating_sub(1);
-        if *h == 0 {
-            if let Some(key) = self.key_of.remove(&p) {
-                self.by_prefix.remove(&key);
-            }
+        if *h > 0 {
+            return;
+        }
+        if self.keep && self.index[p as usize].is_some() {
+            self.clock += 1;
+            self.idle.insert(self.clock, p);
+            self.idle_at.insert(p, self.clock);
+        } else {
+            self.unindex(p);
             self.free.push(p);
         }
     }
 
-    /// Full pages holding the start of `tokens` that another sequence computed, leaving at
-    /// least the last token to compute (its logits are needed).
-    fn share(&mut self, tokens: &[u32]) -> Vec<u32> {
-        let mut pages = Vec::new();
+    /// The indexed pages that hold the start of `tokens` in partition `salt`, each held once
+    /// more, leaving at least the last token to compute (its logits are needed); with their
+    /// chained hashes and how many of them were idle.
+    fn share(&mut self, tokens: &[u32], salt: u64) -> (Vec<u32>, Vec<u64>, usize) {
         let ps = self.page_size;
+        let (mut pages, mut hashes, mut idle) = (Vec::new(), Vec::new(), 0);
+        let mut parent = self.root(salt);
         while (pages.len() + 1) * ps < tokens.len() {
-            let Some(&p) = self.by_prefix.get(&tokens[..(pages.len() + 1) * ps]) else {
+            let page = &tokens[pages.len() * ps..(pages.len() + 1) * ps];
+            let hash = self.chain(parent, page);
+            let Some(&p) = self.by_hash.get(&hash) else {
                 break;
             };
+            let same = self.index[p as usize]
+                .as_ref()
+                .is_some_and(|e| e.parent == parent && e.salt == salt && *e.tokens == *page);
+            if !same {
+                break;
+            }
+            if self.holders[p as usize] == 0 {
+                if let Some(at) = self.idle_at.remove(&p) {
+                    self.idle.remove(&at);
+                }
+                idle += 1;
+            }
             self.holders[p as usize] += 1;
             pages.push(p);
+            hashes.push(hash);
+            parent = hash;
         }
-        pages
+        (pages, hashes, idle)
     }
 
-    /// Registers the pages of `tokens[..done]` that are full as shareable.
-    fn publish(&mut self, tokens: &[u32], pages: &[u32], done: usize) {
-        for (i, &p) in pages.iter().enumerate().take(done / self.page_size) {
-            if self.key_of.contains_key(&p) {
+    /// Indexes the pages of `tokens[..done]` that are full (in partition `salt`); `hashes`
+    /// holds the chained hashes of the sequence's pages so far and grows with them.
+    fn publish(
+        &mut self,
+        tokens: &[u32],
+        pages: &[u32],
+        done: usize,
+        salt: u64,
+        hashes: &mut Vec<u64>,
+    ) {
+        let ps = self.page_size;
+        let full = (done / ps).min(pages.len());
+        while hashes.len() < full {
+            let i = hashes.len();
+            let parent = match i {
+                0 => self.root(salt),
+                _ => hashes[i - 1],
+            };
+            hashes.push(self.chain(parent, &tokens[i * ps..(i + 1) * ps]));
+        }
+        for (i, &p) in pages.iter().enumerate().take(full) {
+            let hash = hashes[i];
+            if self.index[p as usize].is_some() || self.by_hash.contains_key(&hash) {
                 continue;
             }
-            let key = tokens[..(i + 1) * self.page_size].to_vec();
-            if !self.by_prefix.contains_key(&key) {
-                self.by_prefix.insert(key.clone(), p);
-                self.key_of.insert(p, key);
-            }
+            let parent = match i {
+                0 => self.root(salt),
+                _ => hashes[i - 1],
+            };
+            self.by_hash.insert(hash, p);
+            self.index[p as usize] = Some(Indexed {
+                hash,
+                parent,
+                salt,
+                tokens: tokens[i * ps..(i + 1) * ps].into(),
+            });
         }
     }
 }
@@ -303,6 +478,8 @@ pub struct BatchEngine {
     predictor: ShapePredictor,
     next_id: SeqId,
     stats: BatchStats,
+    /// Sequences given up since the last [`BatchEngine::take_failures`].
+    failed: Vec<FailedSeq>,
 }
 
 impl std::fmt::Debug for BatchEngine {
@@ -350,7 +527,7 @@ impl BatchEngine {
         let inner = &model.inner;
         let total = options.pool_tokens.div_ceil(options.page_size);
         let pool_rows = u64::from(total) * u64::from(options.page_size);
-        let kv_row = u64::from(inner.config.kv_len()) * 4;
+        let kv_row = u64::from(inner.config.kv_len()) * model.kv_elem_bytes();
         if pool_rows.saturating_mul(kv_row) > inner.max_binding {
             return Err(bad(
                 "pool_tokens",
@@ -366,6 +543,7 @@ impl BatchEngine {
             inner.options.format,
             inner.context,
             inner.max_binding,
+            inner.kv_dtype,
             options.page_size,
         )?;
         // Sliding-window layers hold at most the window and a step's rows per sequence:
@@ -402,11 +580,13 @@ impl BatchEngine {
             network,
             request,
             options,
-            pages: Pages::new(total, ps),
-            swa: swa_total.map(|n| (Pages::new(n, ps), window)),
+            // Prefix sharing, and so the prompt cache, is off for sliding-window models.
+            pages: Pages::new(total, ps, swa_total.is_none()),
+            swa: swa_total.map(|n| (Pages::new(n, ps, false), window)),
             seqs: Vec::new(),
             predictor: ShapePredictor::new(options.run.policy, options.run.predictor),
             next_id: 1,
+            failed: Vec::new(),
             stats: BatchStats {
                 pages_total: total,
                 swa_pages_total: swa_total.unwrap_or(0),
@@ -455,7 +635,10 @@ impl BatchEngine {
     /// models), and in those of all sliding-window layers.
     pub fn page_bytes(&self) -> [u64; 2] {
         let c = self.model.config();
-        let per_layer = u64::from(self.options.page_size) * 2 * u64::from(c.kv_len()) * 4;
+        let per_layer = u64::from(self.options.page_size)
+            * 2
+            * u64::from(c.kv_len())
+            * self.model.kv_elem_bytes();
         let local = c.local_layers().count() as u64;
         [
             per_layer * (u64::from(c.num_layers) - local),
@@ -472,6 +655,8 @@ impl BatchEngine {
             p.holders.iter().filter(|&&h| h > 0).count() as u32
         });
         s.shared_pages = holders.iter().filter(|&&h| h > 1).count() as u32;
+        s.cached_pages = self.pages.cached() as u32;
+        s.index_bytes = self.pages.index_bytes() as u64;
         s.running = self.seqs.len();
         // Positions written: each sequence's pages of its own, and every shared page once
         // (pages are shared only once full).
@@ -505,7 +690,7 @@ impl BatchEngine {
     pub fn uncommitted_positions(&self) -> u64 {
         let ps = self.options.page_size as u64;
         let spare: usize = self.seqs.iter().map(|q| self.spare(q)).sum();
-        let free = (self.pages.free.len() + spare) as u64 * ps;
+        let free = (self.pages.available() + spare) as u64 * ps;
         let owed: u64 = self
             .seqs
             .iter()
@@ -560,6 +745,23 @@ impl BatchEngine {
     /// the prompt and `max_tokens` exceed the context or the whole pool; the sampler's
     /// parameter errors.
     pub fn add(&mut self, prompt: &[u32], params: GenerateParams) -> Result<SeqId, LlmError> {
+        self.add_with(prompt, params, LogitRules::default(), 0)
+    }
+
+    /// [`BatchEngine::add`] with `rules` on the logits (a bias, a structured-output
+    /// constraint) and the prompt cache's partition `salt`: the sequence shares pages only
+    /// with sequences of the same partition.
+    ///
+    /// # Errors
+    /// As [`BatchEngine::add`].
+    pub fn add_with(
+        &mut self,
+        prompt: &[u32],
+        params: GenerateParams,
+        rules: LogitRules,
+        salt: u64,
+    ) -> Result<SeqId, LlmError> {
+        self.model.engine().gpu().check_alive()?;
         let config = self.model.config();
         if prompt.is_empty() {
             return Err(LlmError::EmptyPrompt);
@@ -579,7 +781,8 @@ impl BatchEngine {
                 context_len: limit as u32,
             });
         }
-        let sampler = Sampler::new(params.sampling)?;
+        let mut sampler = Sampler::with_rules(params.sampling, rules)?;
+        sampler.observe(prompt);
         let id = self.next_id;
         self.next_id += 1;
         self.seqs.push(Seq {
@@ -591,6 +794,9 @@ impl BatchEngine {
             swa_pages: Vec::new(),
             params,
             sampler,
+            salt,
+            hashes: Vec::new(),
+            reused: 0,
             last_run: 0,
             offloaded: None,
         });
@@ -623,7 +829,9 @@ impl BatchEngine {
 
     /// Gives pages back: `pages` to the pools, `swa_pages` to the sliding-window pools.
     fn free_pages(&mut self, pages: Vec<u32>, swa_pages: Vec<Option<u32>>) {
-        for p in pages {
+        // Last page first: in the cache a page's successors then count as older than it and
+        // are taken back before it (a page is reached only through its predecessors).
+        for p in pages.into_iter().rev() {
             self.pages.release(p);
         }
         if let Some((swa, _)) = &mut self.swa {
@@ -679,7 +887,7 @@ impl BatchEngine {
             .swa
             .as_ref()
             .is_some_and(|(swa, _)| need_swa > swa.free.len());
-        if need > self.pages.free.len() || swa_short {
+        if need > self.pages.available() || swa_short {
             return false;
         }
         for _ in 0..need {
@@ -731,10 +939,12 @@ impl BatchEngine {
         let most = (q.prompt + q.params.max_tokens)
             .min(self.model.context_len() as usize)
             .min(self.stats.pages_total as usize * ps);
-        match self
-            .predictor
-            .predict_preallocation_shape(&id, &shape, 32, fits)
-        {
+        match self.predictor.predict_preallocation_shape(
+            &id,
+            &shape,
+            8 * self.model.kv_elem_bytes() as u32,
+            fits,
+        ) {
             Ok((true, predicted)) => {
                 let ahead = predicted.dims().first().copied().unwrap_or(0) as usize;
                 ahead.min(most).max(need)
@@ -827,6 +1037,31 @@ impl BatchEngine {
         Ok(())
     }
 
+    /// Whether sequence `i`, whose prompt has not started, should wait for the full pages
+    /// of its prompt's start that a sequence added before it computes (it then reads them
+    /// instead of computing them too): one step for a shared system prompt, a whole prompt
+    /// for a copy of it. Never with sliding-window layers (their pages are not shared).
+    fn waits_for_shared_pages(&self, i: usize, running: usize) -> bool {
+        let q = &self.seqs[i];
+        if self.swa.is_some() || q.done > 0 || !q.pages.is_empty() {
+            return false;
+        }
+        let ps = self.options.page_size as usize;
+        // The one that came first computes (started or not); each later one waits.
+        (0..i.min(running)).any(|j| {
+            let o = &self.seqs[j];
+            if o.done >= o.prompt {
+                return false;
+            }
+            let common = (q.tokens.iter().zip(&o.tokens[..o.prompt]))
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Full pages both prompts start with, leaving `q` its last token to compute.
+            let pages = common.min(q.tokens.len() - 1) / ps;
+            pages > 0 && o.done < pages * ps
+        })
+    }
+
     /// Picks this step's rows: `(sequence index, first position, rows)` for each sequence
     /// that runs, decode rows first, then prompt chunks while rows are left. Sequences that
     /// cannot get their pages wait (taking other sequences' spare pages first); if none
@@ -853,12 +1088,24 @@ impl BatchEngine {
             // Prompts not started take the full pages another sequence already computed.
             for i in 0..running {
                 // Not with sliding-window layers: their pages of a shared start may be gone.
-                if self.swa.is_none() && self.seqs[i].done == 0 && self.seqs[i].pages.is_empty() {
-                    let shared = self.pages.share(&self.seqs[i].tokens);
-                    let n = shared.len() * self.options.page_size as usize;
-                    self.stats.tokens_shared += n as u64;
-                    self.seqs[i].done = n;
-                    self.seqs[i].pages = shared;
+                // Not a sequence that gave its pages back in this call either: it would take
+                // them back from the cache at once.
+                if self.swa.is_none()
+                    && !given_back.contains(&i)
+                    && self.seqs[i].done == 0
+                    && self.seqs[i].pages.is_empty()
+                {
+                    let q = &self.seqs[i];
+                    let (shared, hashes, idle) = self.pages.share(&q.tokens, q.salt);
+                    let ps = self.options.page_size as usize;
+                    let n = shared.len() * ps;
+                    self.stats.tokens_cached += (idle * ps) as u64;
+                    self.stats.tokens_shared += ((shared.len() - idle) * ps) as u64;
+                    let q = &mut self.seqs[i];
+                    q.done = n;
+                    q.pages = shared;
+                    q.hashes = hashes;
+                    q.reused = q.reused.max(n);
                 }
             }
             for i in (0..running).filter(runs) {
@@ -878,15 +1125,25 @@ impl BatchEngine {
                     }
                 }
             }
-            for i in (0..running).filter(runs) {
-                let q = &self.seqs[i];
-                let todo = q.tokens.len() - q.done;
-                if todo > 1 && left > 0 {
-                    let (at, n) = (q.done, todo.min(left));
-                    if self.reserve_or_trim(i, at + n, &plan) {
-                        plan.push((i, at, n));
-                        left -= n;
-                    }
+            // The rows left are shared among the prompts, shortest first, each taking at
+            // most an even share of what is left: a short prompt is read in the next step
+            // whatever long prompts came before it, and a long one still gets every row the
+            // others leave.
+            let todo = |q: &Seq| q.tokens.len() - q.done;
+            let mut prompts: Vec<usize> = (0..running)
+                .filter(runs)
+                .filter(|&i| todo(&self.seqs[i]) > 1 && !self.waits_for_shared_pages(i, running))
+                .collect();
+            prompts.sort_by_key(|&i| (todo(&self.seqs[i]), i));
+            for (k, &i) in prompts.iter().enumerate() {
+                if left == 0 {
+                    break;
+                }
+                let share = (left / (prompts.len() - k)).max(1);
+                let (at, n) = (self.seqs[i].done, todo(&self.seqs[i]).min(share));
+                if self.reserve_or_trim(i, at + n, &plan) {
+                    plan.push((i, at, n));
+                    left -= n;
                 }
             }
             if !plan.is_empty() || running == 0 {
@@ -918,10 +1175,72 @@ impl BatchEngine {
     /// each sequence that reached the end of its prompt or decoded produced; finished
     /// sequences are removed and their pages freed. Empty when no sequence is waiting.
     ///
+    /// When the device memory cannot hold the step's activations (the budget, or the
+    /// driver), the step is tried again with fewer rows: prompt chunks are halved first,
+    /// then the sequences admitted last sit the step out, one at a time. A sequence whose
+    /// one row does not fit even alone is given up: it leaves the engine with its pages
+    /// freed and its typed error goes to [`BatchEngine::take_failures`]; the step returns
+    /// without tokens and the others run at the next one ([`BatchStats::steps_shrunk`],
+    /// [`BatchStats::out_of_memory_failures`]).
+    ///
     /// # Errors
-    /// [`LlmError::Run`] from the device; a sequence in the pool cannot otherwise fail.
+    /// [`LlmError::Run`] from the device for anything but a lack of memory;
+    /// [`LlmError::DeviceLost`] (or [`LlmError::Run`] carrying it) once the device is lost,
+    /// at once on every later call.
     pub async fn step(&mut self) -> Result<Vec<SeqToken>, LlmError> {
-        let plan = self.plan();
+        self.model.engine().gpu().check_alive()?;
+        let mut plan = self.plan();
+        loop {
+            match self.run_plan(plan.clone()).await {
+                Err(e) if is_out_of_memory(&e) => match smaller_plan(&plan) {
+                    Some(fewer) => {
+                        // The buffers sized for the rows that did not fit go first.
+                        self.request.release_outputs();
+                        log::info!(
+                            "dynrt: a batched step of {} rows did not fit in device memory; trying {} ({e})",
+                            rows_of(&plan),
+                            rows_of(&fewer)
+                        );
+                        self.stats.steps_shrunk += 1;
+                        plan = fewer;
+                    }
+                    None => {
+                        self.request.release_outputs();
+                        self.give_up(&plan, e);
+                        return Ok(Vec::new());
+                    }
+                },
+                result => return result,
+            }
+        }
+    }
+
+    /// The sequences given up since the last call, oldest first: each is gone from the
+    /// engine, its pages free, with the error that made the step give it up (see
+    /// [`BatchEngine::step`]; or a structured-output constraint that allowed no token of
+    /// the row). A caller serving requests fails theirs with it.
+    pub fn take_failures(&mut self) -> Vec<FailedSeq> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Gives up the one sequence of `plan` (one row that did not fit alone), with `error`.
+    fn give_up(&mut self, plan: &[(usize, usize, usize)], error: LlmError) {
+        let Some(&(i, _, _)) = plan.first() else {
+            return;
+        };
+        let seq = self.seqs[i].id;
+        log::warn!("dynrt: sequence {seq} cannot run in the device memory left: {error}");
+        self.cancel(seq);
+        self.stats.out_of_memory_failures += 1;
+        self.failed.push(FailedSeq { seq, error });
+    }
+
+    /// Runs `plan` (from [`BatchEngine::plan`]) as one forward pass: see
+    /// [`BatchEngine::step`].
+    async fn run_plan(
+        &mut self,
+        plan: Vec<(usize, usize, usize)>,
+    ) -> Result<Vec<SeqToken>, LlmError> {
         if plan.is_empty() {
             return Ok(Vec::new());
         }
@@ -992,6 +1311,12 @@ impl BatchEngine {
             .next()
             .map(|t| t.to_f32())
             .unwrap_or_default();
+        let vocab = self.model.config().vocab_size as usize;
+        if logits.len() < wants.len() * vocab {
+            return Err(LlmError::NoToken {
+                reason: "the readback of the step's logits is shorter than its rows",
+            });
+        }
         self.stats.steps += 1;
         self.stats.rows += t;
         self.stats.max_batch_seen = self.stats.max_batch_seen.max(plan.len());
@@ -1010,20 +1335,31 @@ impl BatchEngine {
             q.done = at + count;
             q.last_run = self.stats.steps;
             if self.swa.is_none() {
+                // Generated tokens too: the next turn of a chat starts with them.
                 self.pages
-                    .publish(&q.tokens, &q.pages, q.done.min(q.prompt));
+                    .publish(&q.tokens, &q.pages, q.done, q.salt, &mut q.hashes);
             }
             self.release_out_of_window(i);
         }
-        let vocab = self.model.config().vocab_size as usize;
         let stop_ids = self.model.stop_ids().to_vec();
         let context = self.model.context_len() as usize;
         let mut produced = Vec::with_capacity(wants.len());
         let mut finished = Vec::new();
         for (r, &i) in wants.iter().enumerate() {
-            let row = logits.get(r * vocab..(r + 1) * vocab).unwrap_or_default();
+            let row = &logits[r * vocab..(r + 1) * vocab];
             let q = &mut self.seqs[i];
-            let token = q.sampler.sample(row);
+            let (token, logprobs) = match q.sampler.next(row) {
+                Ok(s) => (s.token, s.logprobs),
+                Err(e) => {
+                    // This sequence alone fails: the others go on.
+                    self.failed.push(FailedSeq {
+                        seq: q.id,
+                        error: e,
+                    });
+                    finished.push(q.id);
+                    continue;
+                }
+            };
             q.tokens.push(token);
             let reason = if q.params.stop_at_eos && stop_ids.contains(&token) {
                 Some(StopReason::Eos)
@@ -1046,6 +1382,8 @@ impl BatchEngine {
                 } else {
                     Vec::new()
                 },
+                logprobs,
+                cached_tokens: q.reused.min(q.prompt),
             });
         }
         for id in finished {
@@ -1064,31 +1402,188 @@ impl BatchEngine {
     }
 }
 
+/// Rows of a plan.
+fn rows_of(plan: &[(usize, usize, usize)]) -> usize {
+    plan.iter().map(|p| p.2).sum()
+}
+
+/// Whether `e` says the device memory (the engine's budget or the driver) could not hold an
+/// allocation: the failures a smaller step may avoid.
+fn is_out_of_memory(e: &LlmError) -> bool {
+    use crate::gpu::AllocError;
+    use crate::runtime::RunError;
+    match e {
+        LlmError::Run(RunError::OutOfMemory { .. }) => true,
+        LlmError::Run(RunError::Alloc { cause, .. }) => matches!(
+            cause,
+            AllocError::OverBudget { .. } | AllocError::OutOfMemory { .. }
+        ),
+        _ => false,
+    }
+}
+
+/// A plan of fewer rows than `plan`: the rows of prompt chunks beyond one per sequence
+/// halved, or when every sequence has one row, without the one admitted last (plans are in
+/// admission order). `None` for one sequence with one row.
+fn smaller_plan(plan: &[(usize, usize, usize)]) -> Option<Vec<(usize, usize, usize)>> {
+    let rows = rows_of(plan);
+    if rows > plan.len() {
+        let mut extra = (rows - plan.len()) / 2;
+        let fewer = plan
+            .iter()
+            .map(|&(i, at, n)| {
+                let keep = (n - 1).min(extra);
+                extra -= keep;
+                (i, at, 1 + keep)
+            })
+            .collect();
+        return Some(fewer);
+    }
+    (plan.len() > 1).then(|| plan[..plan.len() - 1].to_vec())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Pages;
+    use super::{smaller_plan, Pages};
+
+    #[test]
+    fn smaller_plans_halve_prompt_chunks_then_leave_the_last_admitted_out() {
+        // Two decode rows and a 30-row chunk: 29 rows beyond one each, 14 kept.
+        let plan = vec![(0, 40, 1), (1, 9, 1), (2, 0, 30)];
+        let p = smaller_plan(&plan).unwrap();
+        assert_eq!(p, vec![(0, 40, 1), (1, 9, 1), (2, 0, 15)]);
+        let mut p = p;
+        let mut rows = vec![super::rows_of(&p)];
+        while let Some(q) = smaller_plan(&p) {
+            p = q;
+            rows.push(super::rows_of(&p));
+        }
+        // 17 -> 10 -> 6 -> 4 -> 3 rows (one each), then the last admitted leaves, then the next.
+        assert_eq!(rows, [17, 10, 6, 4, 3, 2, 1]);
+        assert_eq!(p, vec![(0, 40, 1)]);
+        // Every plan keeps each chunk's start: rows are cut from the end of a chunk.
+        assert_eq!(smaller_plan(&[(3, 5, 1)]), None);
+    }
+
+    fn take(pages: &mut Pages, n: usize) -> Vec<u32> {
+        (0..n).map(|_| pages.take().unwrap()).collect()
+    }
 
     #[test]
     fn full_pages_are_shared_and_freed_with_their_last_holder() {
-        let mut pages = Pages::new(8, 4);
+        let mut pages = Pages::new(8, 4, false);
         let a: Vec<u32> = (0..10).collect();
-        let pa: Vec<u32> = (0..3).map(|_| pages.take().unwrap()).collect();
+        let pa = take(&mut pages, 3);
         // Only the two full pages of the 10 computed tokens are shareable.
-        pages.publish(&a, &pa, 10);
-        assert_eq!(pages.by_prefix.len(), 2);
+        let mut hashes = Vec::new();
+        pages.publish(&a, &pa, 10, 0, &mut hashes);
+        assert_eq!(pages.by_hash.len(), 2);
+        assert_eq!(hashes.len(), 2);
         let mut b = a[..9].to_vec();
         b.push(99);
-        let shared = pages.share(&b);
+        let (shared, shared_hashes, idle) = pages.share(&b, 0);
         assert_eq!(shared, pa[..2]);
+        assert_eq!(shared_hashes, hashes);
+        assert_eq!(idle, 0);
         // A prompt of exactly two pages shares one: its last token is computed.
-        assert_eq!(pages.share(&a[..8]), pa[..1]);
+        assert_eq!(pages.share(&a[..8], 0).0, pa[..1]);
+        // Another partition shares nothing.
+        assert!(pages.share(&b, 1).0.is_empty());
         for p in pa.iter().chain(&shared).chain(&pa[..1]) {
             pages.release(*p);
         }
+        // Without the cache, a page leaves the index with its last holder.
         assert_eq!(pages.free.len(), 8);
-        assert!(pages.by_prefix.is_empty());
+        assert!(pages.by_hash.is_empty());
         // A different first token shares nothing.
         let c: Vec<u32> = (1..11).collect();
-        assert!(pages.share(&c).is_empty());
+        assert!(pages.share(&c, 0).0.is_empty());
+    }
+
+    #[test]
+    fn the_cache_keeps_idle_pages_for_the_next_request_and_gives_the_oldest_back_first() {
+        let mut pages = Pages::new(6, 4, true);
+        // A chat turn of 12 tokens fills three pages; it ends and lets them go.
+        let turn: Vec<u32> = (100..112).collect();
+        let held = take(&mut pages, 3);
+        pages.publish(&turn, &held, turn.len(), 7, &mut Vec::new());
+        for &p in held.iter().rev() {
+            pages.release(p);
+        }
+        assert_eq!(
+            (pages.free.len(), pages.cached(), pages.available()),
+            (3, 3, 6)
+        );
+        // The next turn starts with the whole first turn: it gets its three pages back.
+        let mut next = turn.clone();
+        next.extend([1, 2, 3]);
+        let (got, _, idle) = pages.share(&next, 7);
+        assert_eq!((got.as_slice(), idle), (held.as_slice(), 3));
+        assert_eq!(pages.cached(), 0);
+        // Another partition with the same tokens gets nothing.
+        assert!(pages.share(&next, 8).0.is_empty());
+        for &p in got.iter().rev() {
+            pages.release(p);
+        }
+        // Short of free pages, idle ones are taken, the last page of the chain first (the
+        // chain's start stays reachable).
+        let fresh = take(&mut pages, 4);
+        assert_eq!(fresh[3], held[2]);
+        assert_eq!(pages.cached(), 2);
+        let (got, _, _) = pages.share(&next, 7);
+        assert_eq!(got, held[..2]);
+        for &p in got.iter().chain(&fresh) {
+            pages.release(p);
+        }
+        let all = take(&mut pages, 6);
+        assert_eq!(all.len(), 6);
+        assert!(pages.take().is_none());
+        assert!(pages.by_hash.is_empty(), "a page taken leaves the index");
+    }
+
+    #[test]
+    fn a_hash_match_with_other_tokens_is_not_shared() {
+        let mut pages = Pages::new(4, 2, true);
+        let a = [1, 2, 3, 4, 5];
+        let held = take(&mut pages, 2);
+        let mut hashes = Vec::new();
+        pages.publish(&a, &held, 4, 0, &mut hashes);
+        // Forge an entry: the hash of `a`'s first page pointing at a page with other tokens.
+        if let Some(e) = pages.index[held[0] as usize].as_mut() {
+            e.tokens = vec![9, 9].into();
+        }
+        assert!(pages.share(&a, 0).0.is_empty());
+    }
+
+    #[test]
+    fn the_prefix_index_holds_each_token_once() {
+        // A 32k-token prompt in pages of 16: the index grows linearly with the prompt (each
+        // page's 16 tokens and a fixed entry), not with the square of it.
+        let bytes_for = |tokens: usize| {
+            let ps = 16;
+            let n = tokens / ps;
+            let mut pages = Pages::new(n as u32, ps, true);
+            let prompt: Vec<u32> = (0..tokens as u32)
+                .map(|t| t.wrapping_mul(2654435761) % 49152)
+                .collect();
+            let held = take(&mut pages, n);
+            let mut hashes = Vec::new();
+            // As the engine publishes: after every chunk of 128 tokens.
+            for done in (128..=tokens).step_by(128) {
+                pages.publish(&prompt, &held, done, 0, &mut hashes);
+            }
+            assert_eq!(pages.by_hash.len(), n);
+            let (shared, _, _) = pages.share(&prompt, 0);
+            assert_eq!(shared.len(), n - 1);
+            pages.index_bytes()
+        };
+        let (small, large) = (bytes_for(8192), bytes_for(32768));
+        let per_token = large as f64 / 32768.0;
+        assert!(per_token < 16.0, "{large} bytes for 32768 tokens");
+        let ratio = large as f64 / small as f64;
+        assert!(
+            (3.5..4.6).contains(&ratio),
+            "4x the tokens, {ratio}x the bytes"
+        );
     }
 }

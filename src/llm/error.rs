@@ -1,6 +1,7 @@
 //! The errors of loading a model and generating text.
 
 use crate::gguf::GgufError;
+use crate::gpu::DeviceLost;
 use crate::graph::GraphError;
 use crate::runtime::RunError;
 use crate::tensor::TensorError;
@@ -73,6 +74,13 @@ pub enum LlmError {
         /// Tokens in the vocabulary.
         vocab_size: u32,
     },
+    /// No next token could be chosen: the row of logits came back empty or short, or every
+    /// token was excluded (a structured-output constraint that allows none of them).
+    #[error("no next token could be chosen: {reason}")]
+    NoToken {
+        /// Why.
+        reason: &'static str,
+    },
     /// A batched forward pass failed: every sequence it computed for fails with it.
     #[error("the batched forward pass of {sequences} sequences failed: {reason}")]
     BatchFailed {
@@ -89,6 +97,32 @@ pub enum LlmError {
         /// The operating system's error.
         cause: std::io::Error,
     },
+    /// The device is lost: the model, its sessions and batch engines are gone with it (every
+    /// later call on them fails with this at once). Create a new [`crate::gpu::Gpu`] and
+    /// load the model again ([`LlmError::device_lost`] also finds the loss inside
+    /// [`LlmError::Run`]).
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
+}
+
+impl LlmError {
+    /// The loss, when this error is (or carries) [`LlmError::DeviceLost`] or a runtime error
+    /// that is [`RunError::DeviceLost`].
+    pub fn device_lost(&self) -> Option<&DeviceLost> {
+        match self {
+            LlmError::DeviceLost(lost) | LlmError::Run(RunError::DeviceLost(lost)) => Some(lost),
+            LlmError::Run(RunError::Alloc {
+                cause: crate::gpu::AllocError::DeviceLost(lost),
+                ..
+            }) => Some(lost),
+            _ => None,
+        }
+    }
+
+    /// Whether the device is lost ([`LlmError::device_lost`]).
+    pub fn is_device_lost(&self) -> bool {
+        self.device_lost().is_some()
+    }
 }
 
 // The message shows the cause, so it is not also returned as the source: printed as a chain,

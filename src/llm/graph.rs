@@ -29,8 +29,8 @@ use super::LlmError;
 use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
 use crate::graph::ops::{
-    rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, CompareOp,
-    PagedAttention, Rope, UnaryOp, Unsqueeze,
+    rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, BinaryOp, Cast,
+    CompareOp, PagedAttention, Rope, UnaryOp, Unsqueeze,
 };
 use crate::graph::{Dim, Graph, GraphBuilder, NodeId};
 use crate::runtime::StateBinding;
@@ -45,6 +45,11 @@ pub mod labels {
     pub const POSITIONS: &str = "positions";
     /// Logits of the step's last token, `[1, vocab]` f32.
     pub const LOGITS: &str = "logits";
+    /// How the next token is chosen from the logits, `[1, 8]` u32: a row of the `sample` op
+    /// ([`crate::graph::ops::SampleRow::to_words`]).
+    pub const SAMPLE_PARAMS: &str = "sample_params";
+    /// The token chosen from the logits on the device, `[1]` i32.
+    pub const NEXT_TOKEN: &str = "next_token";
 
     /// Layer `l`'s past keys input, `[past, kv_heads * head_dim]`.
     pub fn past_k(l: u32) -> String {
@@ -108,8 +113,9 @@ pub enum WeightFormat {
 /// The graph of a model and the KV-cache states the runtime carries between steps.
 #[derive(Debug, Clone)]
 pub struct ModelGraph {
-    /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v`; outputs `logits`, then per
-    /// layer `present_k`/`present_v`.
+    /// Inputs `tokens`, `positions`, per layer `past_k`/`past_v` (and, but in the paged graph,
+    /// `sample_params`); outputs `logits`, then per layer `present_k`/`present_v` (and, but
+    /// in the paged graph, `next_token`).
     pub graph: Graph,
     /// `(past, present)` of each cache tensor, layer by layer, keys before values.
     pub states: Vec<StateBinding>,
@@ -215,6 +221,9 @@ pub(crate) struct Blocks<'a> {
     config: &'a ModelConfig,
     source: Source<'a>,
     cache: KvCache,
+    /// The element type of the KV cache (f32, or f16: the step's keys and values are cast
+    /// to it before they are stored).
+    kv: DType,
     tokens: NodeId,
     positions: NodeId,
     /// Positions the RoPE tables cover (`0..context`).
@@ -230,7 +239,13 @@ pub(crate) struct Blocks<'a> {
 }
 
 impl<'a> Blocks<'a> {
-    fn new(config: &'a ModelConfig, source: Source<'a>, context: u32, paged: Option<u32>) -> Self {
+    fn new(
+        config: &'a ModelConfig,
+        source: Source<'a>,
+        context: u32,
+        paged: Option<u32>,
+        kv: DType,
+    ) -> Self {
         let mut b = GraphBuilder::new();
         let seq = Dim::sym("seq");
         let tokens = b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
@@ -266,6 +281,7 @@ impl<'a> Blocks<'a> {
             config,
             source,
             cache,
+            kv,
             tokens,
             positions,
             context: context.clamp(1, config.context_len),
@@ -632,8 +648,18 @@ impl<'a> Blocks<'a> {
         let i = l.index;
         let past_k = self
             .b
-            .input(labels::past_k(i), &[rows.clone(), kv.clone()], DType::F32);
-        let past_v = self.b.input(labels::past_v(i), &[rows, kv], DType::F32);
+            .input(labels::past_k(i), &[rows.clone(), kv.clone()], self.kv);
+        let past_v = self.b.input(labels::past_v(i), &[rows, kv], self.kv);
+        // A cache of another type (f16) stores the step's rows converted.
+        let p = if self.kv == DType::F32 {
+            p
+        } else {
+            Qkv {
+                q: p.q,
+                k: self.b.node(l.name("k.cache"), Cast { to: self.kv }, &[p.k]),
+                v: self.b.node(l.name("v.cache"), Cast { to: self.kv }, &[p.v]),
+            }
+        };
         let (kc, vc, attn) = match self.cache {
             KvCache::Paged(pg) => {
                 // A sliding-window layer's own pool, slots and page table.
@@ -738,12 +764,16 @@ impl<'a> Blocks<'a> {
         Ok(self.linear_pieces(labels::LOGITS.into(), xf, &pieces))
     }
 
-    /// The graph: `logits` (the first output), then the presents in state order.
+    /// The graph: `logits` (the first output), then the presents in state order, then (one
+    /// sequence: the contiguous cache) the token the `sample` op chooses.
     fn finish(self, logits: NodeId) -> Result<ModelGraph, LlmError> {
         let mut b = self.b;
         b.output(logits);
         for pr in self.presents {
             b.output(pr);
+        }
+        if matches!(self.cache, KvCache::Contiguous) {
+            append_sampling(&mut b, logits);
         }
         Ok(ModelGraph {
             graph: b.build()?,
@@ -756,7 +786,7 @@ impl<'a> Blocks<'a> {
 /// Every tensor `config`'s architecture reads, with its dims in ggml order (innermost
 /// first), in the order its builder reads them: the builder run without a file.
 pub(crate) fn tensors_read(config: &ModelConfig) -> Vec<(String, Vec<u64>)> {
-    let mut blocks = Blocks::new(config, Source::Listing(Vec::new()), 1, None);
+    let mut blocks = Blocks::new(config, Source::Listing(Vec::new()), 1, None, DType::F32);
     // Reading nothing, the blocks cannot fail: what was listed is all there is.
     let _ = (config.arch.build)(&mut blocks);
     match blocks.source {
@@ -768,7 +798,9 @@ pub(crate) fn tensors_read(config: &ModelConfig) -> Vec<(String, Vec<u64>)> {
 /// Builds the forward pass of the model in `gguf` (whose bytes are `backing`) for `config`,
 /// for positions `0..context` (the RoPE table's reach: at most the model's context, see
 /// [`super::context_on_device`]), for a device whose largest storage binding is
-/// `max_binding` bytes (a projection weight above it is used in row pieces).
+/// `max_binding` bytes (a projection weight above it is used in row pieces), with a KV cache
+/// of element type `kv` (f32, or f16: each step's keys and values are cast to it before they
+/// are stored, and attention reads them as f16).
 ///
 /// # Errors
 /// [`LlmError::UnsupportedWeight`] for a tensor type dynrt cannot hold; GGUF errors for a
@@ -781,8 +813,18 @@ pub fn build_graph(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
 ) -> Result<ModelGraph, LlmError> {
-    build(gguf, backing, config, format, context, max_binding, None)
+    build(
+        gguf,
+        backing,
+        config,
+        format,
+        context,
+        max_binding,
+        kv,
+        None,
+    )
 }
 
 /// The forward pass of [`build_graph`] over a **paged KV cache**: the rows of a step may
@@ -799,6 +841,7 @@ pub fn build_graph(
 ///
 /// # Errors
 /// As [`build_graph`].
+#[allow(clippy::too_many_arguments)]
 pub fn build_paged_graph(
     gguf: &Gguf,
     backing: &Backing,
@@ -806,6 +849,7 @@ pub fn build_paged_graph(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
     page_size: u32,
 ) -> Result<ModelGraph, LlmError> {
     build(
@@ -815,10 +859,26 @@ pub fn build_paged_graph(
         format,
         context,
         max_binding,
+        kv,
         Some(page_size),
     )
 }
 
+/// The `sample` op after the head: input [`labels::SAMPLE_PARAMS`], output
+/// [`labels::NEXT_TOKEN`], so a step's token is chosen on the device and only its id comes
+/// back (the logits stay on the device unless a caller reads them).
+fn append_sampling(b: &mut GraphBuilder, logits: NodeId) {
+    let words = crate::graph::ops::sample::PARAM_WORDS as u64;
+    let params = b.input(
+        labels::SAMPLE_PARAMS,
+        &[Dim::Fixed(1), Dim::Fixed(words)],
+        DType::U32,
+    );
+    let next = b.sample(labels::NEXT_TOKEN, logits, params);
+    b.output(next);
+}
+
+#[allow(clippy::too_many_arguments)]
 fn build(
     gguf: &Gguf,
     backing: &Backing,
@@ -826,6 +886,7 @@ fn build(
     format: WeightFormat,
     context: u32,
     max_binding: u64,
+    kv: DType,
     page_size: Option<u32>,
 ) -> Result<ModelGraph, LlmError> {
     let source = Source::File {
@@ -834,7 +895,7 @@ fn build(
         format,
         max_binding,
     };
-    let mut blocks = Blocks::new(config, source, context, page_size);
+    let mut blocks = Blocks::new(config, source, context, page_size, kv);
     let logits = (config.arch.build)(&mut blocks)?;
     blocks.finish(logits)
 }

@@ -48,26 +48,33 @@ mod scheduler_thread;
 mod session;
 
 pub use arch::{ModelConfig, RopeScaling};
-pub use batch::{BatchEngine, BatchOptions, BatchStats, SeqId, SeqMemory, SeqToken};
+pub use batch::{BatchEngine, BatchOptions, BatchStats, FailedSeq, SeqId, SeqMemory, SeqToken};
 pub use error::LlmError;
 pub use graph::{build_graph, build_paged_graph, weight_dtype, ModelGraph, WeightFormat};
 pub use report::GenerationReport;
-pub use sample::{Sampler, SamplingParams};
+pub use sample::{
+    LogitRules, Penalties, Recommended, Sampled, Sampler, SamplingParams, TokenLogprobs,
+    MAX_TOP_LOGPROBS,
+};
 pub use scheduler::{
-    FinishReason, Prompt, Request, RequestId, RequestMemory, ScheduleError, Scheduler,
-    SchedulerEvent, SchedulerOptions, SchedulerStats,
+    chat_roles, encode_prompt, FinishReason, Prompt, Request, RequestId, RequestMemory,
+    ScheduleError, Scheduler, SchedulerEvent, SchedulerOptions, SchedulerStats,
 };
 #[cfg(not(target_arch = "wasm32"))]
-pub use scheduler_thread::{LiveStats, SchedulerHandle, Submitted, RATE_WINDOW};
+pub use scheduler_thread::{
+    LiveStats, SchedulerHandle, Submitted, ThreadState, COMMAND_CAPACITY, RATE_WINDOW,
+};
 pub use session::{
     GenerateParams, Generation, KvUsage, Session, SessionStats, StopReason, TokenEvent,
     PREFILL_CHUNK,
 };
 
 use crate::gguf::Gguf;
+use crate::gpu::kernels::quant::QuantLayout;
 use crate::gpu::Engine;
 use crate::graph::Bindings;
 use crate::runtime::{Network, NetworkOptions};
+use crate::shape::DType;
 use crate::tensor::Backing;
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;
@@ -106,6 +113,15 @@ pub struct ModelOptions {
     /// device once, when the model is loaded (`NetworkOptions::regroup_weights`): the same
     /// bytes, every field word-aligned for the kernels.
     pub regroup_weights: bool,
+    /// Store the KV cache as f16 (`Some(true)`), as f32 (`Some(false)`), or by the adapter
+    /// class (`None`): f16 on hardware GPUs, where attention reads half the bytes and the
+    /// cache holds twice the tokens, f32 on software adapters, whose per-head attention
+    /// kernel reads f32 keys with vec4 loads ([`Model::kv_dtype`]).
+    pub kv_f16: Option<bool>,
+    /// The class of kernels to run (`None`: the adapter's, [`QuantLayout::of`]); tests and
+    /// benchmarks run the hardware-GPU kernels on a software adapter with
+    /// `Some(QuantLayout::gpu_class(gpu))`.
+    pub kernels: Option<QuantLayout>,
 }
 
 impl Default for ModelOptions {
@@ -116,6 +132,8 @@ impl Default for ModelOptions {
             max_binding_bytes: None,
             fuse: true,
             regroup_weights: true,
+            kv_f16: None,
+            kernels: None,
         }
     }
 }
@@ -138,6 +156,8 @@ pub(crate) struct ModelInner {
     pub backing: Backing,
     /// The device's largest storage binding the graphs were laid out for.
     pub max_binding: u64,
+    /// The KV cache's element type (f32 or f16).
+    pub kv_dtype: DType,
 }
 
 /// A loaded model: configuration, tokenizer and the two compiled networks sharing the
@@ -210,6 +230,15 @@ impl Model {
             .min(limits.max_buffer_size)
             .min(options.max_binding_bytes.unwrap_or(u64::MAX));
         let context = context_on_device(&config, max_binding);
+        let class = options
+            .kernels
+            .unwrap_or_else(|| QuantLayout::of(engine.gpu()));
+        let gpu_class = matches!(class, QuantLayout::Gpu { .. });
+        let kv_dtype = if options.kv_f16.unwrap_or(gpu_class) {
+            DType::F16
+        } else {
+            DType::F32
+        };
         let lg = build_graph(
             &gguf,
             &backing,
@@ -217,6 +246,7 @@ impl Model {
             options.format,
             context,
             max_binding,
+            kv_dtype,
         )?;
         let file_tensor_bytes = gguf.tensors().iter().map(|t| t.size_bytes()).sum();
         let fixed = |pairs: &[(&str, u64)]| -> Bindings {
@@ -231,6 +261,7 @@ impl Model {
                 states: lg.states.clone(),
                 fuse: options.fuse,
                 regroup_weights: options.regroup_weights,
+                kernels: Some(class),
                 ..NetworkOptions::default()
             },
         )?;
@@ -265,6 +296,7 @@ impl Model {
                 options,
                 backing,
                 max_binding,
+                kv_dtype,
             }),
         })
     }
@@ -304,6 +336,14 @@ impl Model {
         &self.inner.stop_ids
     }
 
+    /// The sampling settings the file recommends ([`Recommended::from_gguf`]; all `None`
+    /// when the file cannot be read again, which a loaded model's can).
+    pub fn recommended_sampling(&self) -> Recommended {
+        Gguf::parse((*self.inner.backing).as_ref())
+            .map(|g| Recommended::from_gguf(&g))
+            .unwrap_or_default()
+    }
+
     /// Bytes of the weights as the graph holds them (the constants region's payload: the
     /// rope table included).
     pub fn weight_bytes(&self) -> u64 {
@@ -322,10 +362,24 @@ impl Model {
         self.inner.file_tensor_bytes
     }
 
-    /// Bytes one token takes in the KV cache: keys and values of every layer, f32.
+    /// Bytes one token takes in the KV cache: keys and values of every layer.
     pub fn kv_bytes_per_token(&self) -> u64 {
         let c = &self.inner.config;
-        2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * 4
+        2 * u64::from(c.num_layers) * u64::from(c.kv_len()) * self.kv_elem_bytes()
+    }
+
+    /// The element type of the KV cache: f16 or f32 ([`ModelOptions::kv_f16`]).
+    pub fn kv_dtype(&self) -> DType {
+        self.inner.kv_dtype
+    }
+
+    /// Bytes of one element of the KV cache (2 for f16, 4 for f32).
+    pub fn kv_elem_bytes(&self) -> u64 {
+        if self.inner.kv_dtype == DType::F16 {
+            2
+        } else {
+            4
+        }
     }
 
     /// The two compiled networks `(prefill, decode)`.

@@ -16,10 +16,12 @@
 //! time: its pages are free at once (the pools themselves stay allocated).
 
 use super::batch::{BatchEngine, BatchOptions, SeqId, SeqToken};
+use super::sample::{LogitRules, TokenLogprobs};
 use super::session::{GenerateParams, StopReason};
 use super::{LlmError, Model};
 use crate::runtime::RunOptions;
-use crate::tokenizer::{ChatMessage, Special, StreamDecoder};
+use crate::structured::Json;
+use crate::tokenizer::{ChatMessage, Special, StreamDecoder, Tokenizer, TokenizerError};
 use std::collections::VecDeque;
 use web_time::Instant;
 
@@ -33,18 +35,35 @@ pub enum Prompt {
     Chat(Vec<ChatMessage>),
     /// Token ids as they are.
     Ids(Vec<u32>),
+    /// A chat with the definitions of the tools the model may call (OpenAI's `tools`, each a
+    /// `{"type": "function", "function": {...}}` object), rendered by the model's template
+    /// with them ([`crate::tokenizer::Tokenizer::render_chat_with_tools`]).
+    ChatWithTools {
+        /// The messages (assistant messages may carry tool calls, tool messages answer them).
+        messages: Vec<ChatMessage>,
+        /// The tools, as the client gave them.
+        tools: Vec<Json>,
+    },
 }
 
 /// One generation asked of a [`Scheduler`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// What to continue.
     pub prompt: Prompt,
-    /// Tokens at most, sampling, stopping at the model's stop tokens.
+    /// Tokens at most, sampling, stopping at the model's stop tokens. A `max_tokens` of
+    /// `usize::MAX` generates until the context, or the KV pool, is full (llama-server's
+    /// `-1`).
     pub params: GenerateParams,
     /// Texts that end the generation when they appear in it; they are not part of the
     /// answer (OpenAI's `stop`).
     pub stop: Vec<String>,
+    /// A bias per token and a structured-output constraint on the logits.
+    pub rules: LogitRules,
+    /// The prompt cache's partition: a request reuses the KV pages of earlier or concurrent
+    /// requests of the same partition only (a server gives each API key its own, so that
+    /// timings and reuse never tell one client what another's prompt was).
+    pub cache_salt: u64,
 }
 
 impl Request {
@@ -54,6 +73,8 @@ impl Request {
             prompt,
             params,
             stop: Vec::new(),
+            rules: LogitRules::default(),
+            cache_salt: 0,
         }
     }
 }
@@ -84,13 +105,16 @@ pub struct SchedulerOptions {
     /// Whether a request that must give its pages back to let others run has them copied
     /// to host memory ([`BatchOptions::offload`]) rather than computed again.
     pub offload: bool,
+    /// Requests waiting in the queue at most: [`Scheduler::submit`] refuses more
+    /// ([`ScheduleError::QueueFull`]), so that a burst costs bounded memory.
+    pub max_queue: usize,
     /// The run options of the engine's request.
     pub run: RunOptions,
 }
 
 impl SchedulerOptions {
     /// `budget_bytes` of KV cache, 8 requests at once, prompts in chunks of 128 tokens,
-    /// pages of 16 positions, offload on.
+    /// pages of 16 positions, offload on, 256 requests in the queue at most.
     pub fn new(budget_bytes: u64, run: RunOptions) -> SchedulerOptions {
         SchedulerOptions {
             budget_bytes,
@@ -98,6 +122,7 @@ impl SchedulerOptions {
             prefill_chunk: 128,
             page_size: 16,
             offload: true,
+            max_queue: 256,
             run,
         }
     }
@@ -139,6 +164,8 @@ pub enum SchedulerEvent {
         /// that could still turn out to start a stop text (held until it is known), so
         /// often empty.
         text: String,
+        /// The token's log-probabilities, when the request's sampling asks for them.
+        logprobs: Option<TokenLogprobs>,
     },
     /// The request ended normally (its last token came just before).
     Finished {
@@ -150,6 +177,9 @@ pub enum SchedulerEvent {
         prompt_tokens: usize,
         /// Tokens generated (a stop token included).
         completion_tokens: usize,
+        /// Of the prompt's tokens, those read from the prompt cache or from a concurrent
+        /// request's pages instead of computed.
+        cached_tokens: usize,
         /// Milliseconds from the submission to the first token.
         first_token_ms: f64,
     },
@@ -182,6 +212,12 @@ pub enum ScheduleError {
         need_bytes: u64,
         /// The budget.
         budget_bytes: u64,
+    },
+    /// The queue holds [`SchedulerOptions::max_queue`] requests already: try again later.
+    #[error("{queued} requests are waiting already, the most this server queues: try again later")]
+    QueueFull {
+        /// Requests in the queue.
+        queued: usize,
     },
     /// The scheduler's thread has ended (native runner only).
     #[error("the scheduler has stopped")]
@@ -222,6 +258,8 @@ pub struct SchedulerStats {
     pub device_peak_bytes: u64,
     /// Requests accepted by [`Scheduler::submit`].
     pub submitted: u64,
+    /// Requests [`Scheduler::submit`] refused (invalid, over the budget, the queue full).
+    pub refused: u64,
     /// Requests that ended normally.
     pub finished: u64,
     /// Requests cancelled.
@@ -255,8 +293,15 @@ pub struct SchedulerStats {
     pub kv_offloaded_bytes: u64,
     /// Largest `kv_offloaded_bytes` seen.
     pub kv_offloaded_peak_bytes: u64,
-    /// Prompt tokens not computed because their pages were shared.
+    /// Prompt tokens not computed because their pages were shared with a running request.
     pub tokens_shared: u64,
+    /// Prompt tokens not computed because their pages were in the prompt cache (left by
+    /// requests that ended).
+    pub tokens_cached: u64,
+    /// KV pages in the prompt cache, held by no request (given back when needed).
+    pub pages_cached: u32,
+    /// Host bytes of the prefix index (its entries hold each indexed page's tokens once).
+    pub prefix_index_bytes: u64,
     /// Requests the last forward pass computed rows for.
     pub batch_sequences: usize,
 }
@@ -286,6 +331,8 @@ struct Queued {
     ids: Vec<u32>,
     params: GenerateParams,
     stop: Vec<String>,
+    rules: LogitRules,
+    salt: u64,
     submitted: Instant,
 }
 
@@ -301,6 +348,8 @@ struct Active {
     text: String,
     reported: usize,
     generated: usize,
+    /// Prompt tokens read from shared or cached pages.
+    cached_tokens: usize,
     submitted: Instant,
     first_token_ms: f64,
 }
@@ -342,7 +391,7 @@ impl Scheduler {
             ..options
         };
         let per_token = model.kv_bytes_per_token().max(1);
-        let kv_row = u64::from(model.config().kv_len()) * 4;
+        let kv_row = u64::from(model.config().kv_len()) * model.kv_elem_bytes();
         let binding = model.inner.max_binding / kv_row.max(1);
         let ps = u64::from(options.page_size);
         let positions = (options.budget_bytes / per_token).min(binding) / ps * ps;
@@ -397,23 +446,13 @@ impl Scheduler {
         &self.engine
     }
 
-    /// The prompt of `prompt` as the model's token ids, as a new [`super::Session`] encodes it:
-    /// text and chats start a sequence, so they get the model's BOS where it expects one
-    /// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are.
+    /// The prompt of `prompt` as the model's token ids ([`encode_prompt`] with this model's
+    /// tokenizer).
     ///
     /// # Errors
-    /// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template
-    /// error).
+    /// As [`encode_prompt`].
     pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
-        let tokenizer = self.model.tokenizer();
-        Ok(match prompt {
-            Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
-            Prompt::Chat(messages) => {
-                let rendered = tokenizer.render_chat(messages, true)?;
-                tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
-            }
-            Prompt::Ids(ids) => ids.clone(),
-        })
+        encode_prompt(self.model.tokenizer(), prompt)
     }
 
     /// KV bytes a request with `prompt_tokens` and `max_tokens` may need: both together,
@@ -431,15 +470,44 @@ impl Scheduler {
     /// # Errors
     /// [`ScheduleError::Invalid`] for an empty prompt, a token outside the vocabulary, a
     /// prompt longer than the context, `max_tokens` 0 or bad sampling parameters;
-    /// [`ScheduleError::OverBudget`] when the request could need more than the whole pool.
+    /// [`ScheduleError::OverBudget`] when the request could need more than the whole pool;
+    /// [`ScheduleError::QueueFull`] when [`SchedulerOptions::max_queue`] requests wait
+    /// already.
     pub fn submit(&mut self, request: Request) -> Result<RequestId, ScheduleError> {
+        let id = self.queue_request(request);
+        if id.is_err() {
+            self.stats.refused += 1;
+        }
+        id
+    }
+
+    /// [`Scheduler::submit`] but for the count of refusals.
+    fn queue_request(&mut self, request: Request) -> Result<RequestId, ScheduleError> {
         let Request {
             prompt,
             params,
             stop,
+            rules,
+            cache_salt,
         } = request;
+        if self.queue.len() >= self.options.max_queue {
+            return Err(ScheduleError::QueueFull {
+                queued: self.queue.len(),
+            });
+        }
         let ids = self.encode(&prompt)?;
+        let mut params = params;
+        if params.max_tokens == usize::MAX {
+            // Until the context, or the pool, is full.
+            let limit = (self.model.context_len() as usize)
+                .min(usize::try_from(self.engine.pool_positions()).unwrap_or(usize::MAX));
+            params.max_tokens = limit.saturating_sub(ids.len()).max(1);
+        }
         self.check(&ids, &params)?;
+        let vocab_size = self.model.config().vocab_size;
+        if let Some(&(id, _)) = rules.bias.iter().find(|(t, _)| *t >= vocab_size) {
+            return Err(LlmError::UnknownToken { id, vocab_size }.into());
+        }
         let (tokens, need_bytes) = self.need_bytes(ids.len(), params.max_tokens);
         let budget_bytes = self.engine.pool_bytes();
         // What limits a request is the positions its layers without a window hold.
@@ -458,6 +526,8 @@ impl Scheduler {
             ids,
             params,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            rules,
+            salt: cache_salt,
             submitted: Instant::now(),
         });
         Ok(id)
@@ -544,6 +614,9 @@ impl Scheduler {
         s.kv_offloaded_bytes = e.offloaded_bytes;
         s.kv_offloaded_peak_bytes = e.offloaded_peak_bytes;
         s.tokens_shared = e.tokens_shared;
+        s.tokens_cached = e.tokens_cached;
+        s.pages_cached = e.cached_pages;
+        s.prefix_index_bytes = e.index_bytes;
         s.batch_sequences = e.last_sequences;
         s.kv_reserved_bytes = e.held_bytes;
         s.kv_allocated_bytes = self.engine.allocated_bytes();
@@ -569,7 +642,7 @@ impl Scheduler {
             let Some(q) = self.queue.pop_front() else {
                 break;
             };
-            let seq = match self.engine.add(&q.ids, q.params) {
+            let seq = match self.engine.add_with(&q.ids, q.params, q.rules, q.salt) {
                 Ok(seq) => seq,
                 Err(error) => {
                     // Checked by `submit`; reported rather than trusted.
@@ -593,6 +666,7 @@ impl Scheduler {
                 text: String::new(),
                 reported: 0,
                 generated: 0,
+                cached_tokens: 0,
                 submitted: q.submitted,
                 first_token_ms: 0.0,
             });
@@ -616,20 +690,35 @@ impl Scheduler {
             Err(e) => {
                 let reason = e.to_string();
                 let sequences = self.active.len();
+                // A lost device stays typed: the caller must build a new device and model.
+                let lost = e.device_lost().cloned();
                 for a in std::mem::take(&mut self.active) {
                     self.engine.cancel(a.seq);
                     self.stats.failed += 1;
-                    events.push(SchedulerEvent::Failed {
-                        id: a.id,
-                        error: LlmError::BatchFailed {
+                    let error = match &lost {
+                        Some(lost) => LlmError::DeviceLost(lost.clone()),
+                        None => LlmError::BatchFailed {
                             sequences,
                             reason: reason.clone(),
                         },
-                    });
+                    };
+                    events.push(SchedulerEvent::Failed { id: a.id, error });
                 }
                 return events;
             }
         };
+        // Sequences the step gave up (out of device memory even alone, or no token their
+        // constraint allows): their pages are free.
+        for f in self.engine.take_failures() {
+            if let Some(i) = self.active.iter().position(|a| a.seq == f.seq) {
+                let a = self.active.remove(i);
+                self.stats.failed += 1;
+                events.push(SchedulerEvent::Failed {
+                    id: a.id,
+                    error: f.error,
+                });
+            }
+        }
         let after = self.engine.stats();
         if after.prompt_rows > before.prompt_rows {
             self.stats.prefill_steps += 1;
@@ -656,6 +745,7 @@ impl Scheduler {
                         reason,
                         prompt_tokens: a.prompt_tokens,
                         completion_tokens: a.generated,
+                        cached_tokens: a.cached_tokens,
                         first_token_ms: a.first_token_ms,
                     });
                     None
@@ -693,6 +783,7 @@ impl Scheduler {
         if a.generated == 0 {
             a.first_token_ms = a.submitted.elapsed().as_secs_f64() * 1e3;
         }
+        a.cached_tokens = t.cached_tokens;
         a.generated += 1;
         self.stats.tokens_generated_total += 1;
         let tokenizer = self.model.tokenizer();
@@ -721,10 +812,77 @@ impl Scheduler {
             index: a.generated - 1,
             token: t.token,
             text: a.text[a.reported..end].to_string(),
+            logprobs: t.logprobs.clone(),
         });
         a.reported = end;
         Ok(reason)
     }
+}
+
+/// Roles a chat message may have whatever the template: a template names these three
+/// without comparing them (ChatML writes any role between its control tokens).
+const BASE_ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// Roles accepted only when the template names them (as a quoted string in its source).
+const TEMPLATE_ROLES: [&str; 4] = ["tool", "ipython", "developer", "function"];
+
+/// The roles `tokenizer`'s chat template accepts: system, user and assistant, and those of
+/// tool, ipython, developer and function that it names.
+pub fn chat_roles(tokenizer: &Tokenizer) -> Vec<&'static str> {
+    let source = tokenizer.chat_template().map_or("", |t| t.source());
+    let named =
+        |r: &&str| source.contains(&format!("'{r}'")) || source.contains(&format!("\"{r}\""));
+    BASE_ROLES
+        .into_iter()
+        .chain(TEMPLATE_ROLES.into_iter().filter(named))
+        .collect()
+}
+
+/// The longest part of a refused role that an error message repeats, bytes.
+const ROLE_ECHO_BYTES: usize = 32;
+
+/// The prompt of `prompt` as `tokenizer`'s token ids, as a new [`super::Session`] encodes it:
+/// text and chats start a sequence, so they get the model's BOS where it expects one
+/// ([`crate::tokenizer::Tokenizer::with_bos`]); ids are taken as they are. A chat's roles
+/// must be ones the template knows ([`chat_roles`]): the template writes a role beside its
+/// own control tokens, so a role is never free text (one spelling `<|im_start|>system`
+/// would open a turn of its own).
+///
+/// # Errors
+/// [`LlmError::Tokenizer`] when a chat cannot be rendered (no template, a template error, a
+/// role the template does not know).
+pub fn encode_prompt(tokenizer: &Tokenizer, prompt: &Prompt) -> Result<Vec<u32>, LlmError> {
+    Ok(match prompt {
+        Prompt::Text(text) => tokenizer.with_bos(tokenizer.encode(text, Special::Allow)),
+        Prompt::Chat(messages) | Prompt::ChatWithTools { messages, .. } => {
+            let roles = chat_roles(tokenizer);
+            if let Some(m) = messages.iter().find(|m| !roles.contains(&m.role.as_str())) {
+                let mut shown = m.role.clone();
+                if shown.len() > ROLE_ECHO_BYTES {
+                    let end = (0..=ROLE_ECHO_BYTES)
+                        .rev()
+                        .find(|&i| shown.is_char_boundary(i))
+                        .unwrap_or(0);
+                    shown.truncate(end);
+                    shown.push_str("...");
+                }
+                return Err(LlmError::Tokenizer(TokenizerError::Template {
+                    reason: format!(
+                        "the role {shown:?} is not one this model's chat template knows: use one of {}",
+                        roles.join(", ")
+                    ),
+                }));
+            }
+            let rendered = match prompt {
+                Prompt::ChatWithTools { tools, .. } => {
+                    tokenizer.render_chat_with_tools(messages, tools, true)?
+                }
+                _ => tokenizer.render_chat(messages, true)?,
+            };
+            tokenizer.with_bos(tokenizer.encode_chat(&rendered, 0))
+        }
+        Prompt::Ids(ids) => ids.clone(),
+    })
 }
 
 /// Where the first of `stops` begins in `text`.

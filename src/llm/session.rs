@@ -3,9 +3,13 @@
 use super::graph::labels;
 use super::sample::{Sampler, SamplingParams};
 use super::{LlmError, Model, ModelConfig};
+use crate::gpu::{Buffer, BufferDesc};
+use crate::graph::ops::SampleRow;
 use crate::memory::AllocKind;
 use crate::runtime::report::{MemoryTrace, TraceSample};
-use crate::runtime::{HostTensor, HostTime, InferRequest, RunOptions, RunStats};
+use crate::runtime::{
+    DeviceIo, HostTensor, HostTime, InferRequest, Pending, RunError, RunOptions, RunStats,
+};
 use crate::shape::Shape;
 use crate::tokenizer::{ChatMessage, Special};
 use web_time::Instant;
@@ -64,6 +68,10 @@ pub struct TokenEvent<'a> {
     pub forward_ms: f64,
     /// Memory after that forward pass (the session's [`Session::trace`] sample).
     pub memory: Option<&'a TraceSample>,
+    /// The decode request's host time so far ([`Session::decode_host_time`]): between two
+    /// events it grew by the host time of the decode steps submitted in between (one in a
+    /// steady decode).
+    pub decode_host: HostTime,
 }
 
 /// Adapts a text callback to the token events (pieces that are empty are not passed on).
@@ -160,6 +168,17 @@ pub struct Session {
     last_allocations: u64,
     /// Called after each chunk of a prompt longer than one chunk (tokens done, total).
     prefill_progress: Option<Box<dyn FnMut(usize, usize) + Send>>,
+    /// The token a step chose on the device, which the next step reads (4 bytes,
+    /// `usm_device`): allocated by the first generation that samples on the device.
+    token: Option<Buffer>,
+}
+
+/// Where a step's tokens come from.
+enum Feed<'a> {
+    /// Ids from the host (a prompt, or a token the CPU sampler chose).
+    Host(&'a [u32]),
+    /// The token the previous step chose, from the session's device buffer.
+    Device,
 }
 
 /// KV-cache bytes of one kind of layer ([`Session::kv_by_layer_kind`]).
@@ -199,6 +218,29 @@ fn drop_outside_window(request: &mut InferRequest, config: &ModelConfig) -> Resu
     Ok(())
 }
 
+/// The `sample_params` input of a step: one row of the `sample` op.
+fn sample_params(row: &SampleRow) -> HostTensor {
+    let bytes = row
+        .to_words()
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    HostTensor {
+        shape: Shape::new(vec![1, crate::graph::ops::sample::PARAM_WORDS as u64]),
+        dtype: crate::shape::DType::U32,
+        bytes,
+    }
+}
+
+/// The id in the first 4 bytes of a `next_token` output (0 when it is missing: the op
+/// always writes one).
+fn token_of(t: &HostTensor) -> u32 {
+    t.bytes
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, |b| i32::from_le_bytes(b) as u32)
+}
+
 /// Tokens of a prompt fed to the model in one forward pass: a longer prompt is prefilled in
 /// chunks of this many on top of the cache (the same result, activations bounded by the
 /// chunk, progress reported between chunks).
@@ -231,6 +273,7 @@ impl Session {
             trace: MemoryTrace::default(),
             last_allocations: 0,
             prefill_progress: None,
+            token: None,
         }
     }
 
@@ -276,6 +319,14 @@ impl Session {
             .fold(self.dropped_host, |acc, r| acc.merged(&r.host_time()))
     }
 
+    /// Host time of the decode request alone: its iterations are the one-token steps
+    /// (prefills run on the prefill request).
+    pub fn decode_host_time(&self) -> HostTime {
+        self.decode
+            .as_ref()
+            .map_or_else(HostTime::default, InferRequest::host_time)
+    }
+
     /// Bytes the KV cache reserves now (rows held plus room for growth).
     pub fn kv_reserved_bytes(&self) -> u64 {
         self.holder_request()
@@ -293,7 +344,7 @@ impl Session {
     /// bytes reserved, bytes needed.
     pub fn kv_by_layer_kind(&self) -> [KvUsage; 2] {
         let config = self.model.config();
-        let row = 2 * u64::from(config.kv_len()) * 4;
+        let row = 2 * u64::from(config.kv_len()) * self.model.kv_elem_bytes();
         let buffers = self
             .holder_request()
             .map(InferRequest::state_buffer_bytes)
@@ -380,9 +431,14 @@ impl Session {
         let pos: Vec<i32> = (past..past + tokens.len()).map(|p| p as i32).collect();
         let tok_t = HostTensor::i32(Shape::new(vec![n]), &ids);
         let pos_t = HostTensor::i32(Shape::new(vec![n]), &pos);
+        let par_t = sample_params(&SampleRow::greedy());
         let out = request
             .infer(
-                &[(labels::TOKENS, &tok_t), (labels::POSITIONS, &pos_t)],
+                &[
+                    (labels::TOKENS, &tok_t),
+                    (labels::POSITIONS, &pos_t),
+                    (labels::SAMPLE_PARAMS, &par_t),
+                ],
                 &[labels::LOGITS],
             )
             .await?;
@@ -394,6 +450,112 @@ impl Session {
             .next()
             .map(|t| t.to_f32())
             .unwrap_or_default())
+    }
+
+    /// Submits one step without waiting for it: `feed`'s tokens at positions `past..`, the
+    /// token chosen by `row` copied into the session's device buffer for the next step, and
+    /// the outputs `read` (the chosen token, the logits) on their way back
+    /// ([`InferRequest::collect`] on the request [`Session::step_request`] gives). Host-fed
+    /// tokens join the cache; a device-fed one is the caller's to record once it is known.
+    ///
+    /// # Errors
+    /// [`LlmError::ContextFull`] (nothing runs); [`LlmError::Run`] (nothing of the step was
+    /// submitted and the cache is unchanged).
+    async fn submit_step(
+        &mut self,
+        feed: Feed<'_>,
+        past: usize,
+        row: SampleRow,
+        read: &[&str],
+    ) -> Result<Pending, LlmError> {
+        let config = self.model.config().clone();
+        let n = match feed {
+            Feed::Host(t) => t.len(),
+            Feed::Device => 1,
+        };
+        let context = self.model.context_len() as usize;
+        if past + n > context {
+            return Err(LlmError::ContextFull {
+                past_tokens: past,
+                new_tokens: n,
+                context_len: self.model.context_len(),
+            });
+        }
+        let target = if n == 1 {
+            Holder::Decode
+        } else {
+            Holder::Prefill
+        };
+        self.move_cache_to(target)?;
+        if self.token.is_none() {
+            let buffer = self
+                .model
+                .engine()
+                .allocate(&BufferDesc {
+                    label: "dynrt next token",
+                    size_bytes: 4,
+                    kind: AllocKind::UsmDevice,
+                })
+                .map_err(|cause| RunError::Alloc {
+                    what: "the session's token buffer".into(),
+                    cause,
+                })?;
+            self.token = Some(buffer);
+        }
+        let Some(token) = self.token.as_ref() else {
+            return Err(LlmError::EmptyPrompt);
+        };
+        let request = match target {
+            Holder::Decode => self.decode.as_mut(),
+            _ => self.prefill.as_mut(),
+        };
+        let Some(request) = request else {
+            return Err(LlmError::EmptyPrompt);
+        };
+        drop_outside_window(request, &config)?;
+        let pos: Vec<i32> = (past..past + n).map(|p| p as i32).collect();
+        let pos_t = HostTensor::i32(Shape::new(vec![n as u64]), &pos);
+        let par_t = sample_params(&row);
+        let mut inputs = vec![(labels::POSITIONS, &pos_t), (labels::SAMPLE_PARAMS, &par_t)];
+        let tok_t;
+        let mut io = DeviceIo {
+            inputs: Vec::new(),
+            outputs: vec![(labels::NEXT_TOKEN, token, 0)],
+        };
+        match feed {
+            Feed::Host(tokens) => {
+                let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+                tok_t = HostTensor::i32(Shape::new(vec![n as u64]), &ids);
+                inputs.push((labels::TOKENS, &tok_t));
+            }
+            Feed::Device => io
+                .inputs
+                .push((labels::TOKENS, Shape::new(vec![1]), token, 0)),
+        }
+        let pending = request.submit(&inputs, &io, read).await?;
+        if let Feed::Host(tokens) = feed {
+            self.cached.extend_from_slice(tokens);
+        }
+        self.stats.steps += 1;
+        self.sample_memory();
+        Ok(pending)
+    }
+
+    /// The request that holds the cache (the one the last step ran on).
+    fn step_request(&mut self) -> Option<&mut InferRequest> {
+        match self.holder {
+            Holder::None => None,
+            Holder::Prefill => self.prefill.as_mut(),
+            Holder::Decode => self.decode.as_mut(),
+        }
+    }
+
+    /// Reads the outputs of a step submitted by [`Session::submit_step`].
+    async fn collect_step(&mut self, pending: Pending) -> Result<Vec<HostTensor>, LlmError> {
+        match self.step_request() {
+            Some(r) => Ok(r.collect(pending).await?),
+            None => Err(LlmError::EmptyPrompt),
+        }
     }
 
     /// [`LlmError::ContextFull`] unless `new_tokens` more fit in the context
@@ -532,6 +694,9 @@ impl Session {
         let prompt_tokens = feed.len();
         // Refused before any chunk runs: a prompt that cannot fit never half-fills the cache.
         self.check_context(prompt_tokens)?;
+        if !params.keep_logits && !params.sampling.needs_logits() {
+            return self.generate_on_device(feed, params, on_token).await;
+        }
         let t0 = Instant::now();
         let mut logits = Vec::new();
         let mut done = 0;
@@ -580,6 +745,7 @@ impl Session {
                 text: &piece,
                 forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
                 memory: self.trace.samples.last(),
+                decode_host: self.decode_host_time(),
             });
             text.push_str(&piece);
             if let Some(stop) = stop {
@@ -598,6 +764,181 @@ impl Session {
             decode_ms,
             logits: kept,
         })
+    }
+
+    /// The generation loop with the tokens chosen on the device
+    /// ([`SamplingParams::device_row`]): step N + 1 is submitted before step N's token is
+    /// read, and reads that token from the device itself, so the host waits for the GPU
+    /// only to deliver a token. A stop (a stop token, `max_tokens`, the context) is seen one
+    /// step late: the step already submitted after it is given up and its KV row rolled
+    /// back ([`InferRequest::drop_rows_back`]), which leaves the session as the one-step
+    /// loop would. No step is submitted that `max_tokens` or the context would refuse.
+    ///
+    /// On an error the cache holds the tokens of [`Session::cached_tokens`] exactly (a step
+    /// in flight for a token not yet known is given up and rolled back).
+    async fn generate_on_device(
+        &mut self,
+        feed: Vec<u32>,
+        params: &GenerateParams,
+        on_token: &mut dyn FnMut(&TokenEvent<'_>),
+    ) -> Result<Generation, LlmError> {
+        let prompt_tokens = feed.len();
+        let row = |step: usize| {
+            params
+                .sampling
+                .device_row(u32::try_from(step).unwrap_or(u32::MAX))
+                .unwrap_or_else(SampleRow::greedy)
+        };
+        let t0 = Instant::now();
+        let chunks: Vec<&[u32]> = feed.chunks(PREFILL_CHUNK).collect();
+        let (last, before) = match chunks.split_last() {
+            Some(x) => x,
+            None => return Err(LlmError::EmptyPrompt),
+        };
+        let mut done = 0;
+        for chunk in before {
+            self.forward(chunk).await?;
+            self.pending = None;
+            done += chunk.len();
+            if let Some(progress) = self.prefill_progress.as_mut() {
+                progress(done, prompt_tokens);
+            }
+        }
+        let past = self.cached.len();
+        let first = self
+            .submit_step(
+                Feed::Host(last),
+                past,
+                row(past + last.len()),
+                &[labels::NEXT_TOKEN],
+            )
+            .await?;
+        self.pending = None;
+        let out = self.collect_step(first).await?;
+        if prompt_tokens > PREFILL_CHUNK {
+            if let Some(progress) = self.prefill_progress.as_mut() {
+                progress(prompt_tokens, prompt_tokens);
+            }
+        }
+        let mut y = out.first().map_or(0, token_of);
+        // The memory sample of the step that chose `y` (steps are sampled as they are
+        // submitted, and one is submitted ahead of the token being shown).
+        let mut y_sample = self.trace.samples.len().checked_sub(1);
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let model = self.model.clone();
+        let context = model.context_len() as usize;
+        let mut decoder = model.tokenizer().stream_decoder(true);
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut decode_ms: Vec<f64> = Vec::new();
+        // The step submitted that feeds `y` (its KV row appended, `y` not yet in `cached`),
+        // with the index of its memory sample.
+        let mut inflight: Option<(Pending, usize)> = None;
+        let mut t = Instant::now();
+        let stop = loop {
+            tokens.push(y);
+            let mut piece = decoder.push(y)?;
+            let stop = if params.stop_at_eos && model.stop_ids().contains(&y) {
+                Some(StopReason::Eos)
+            } else if tokens.len() >= params.max_tokens {
+                Some(StopReason::MaxTokens)
+            } else if self.cached.len() >= context {
+                Some(StopReason::ContextFull)
+            } else {
+                None
+            };
+            if stop.is_some() {
+                piece.push_str(&decoder.finish());
+            }
+            on_token(&TokenEvent {
+                index: tokens.len() - 1,
+                token: y,
+                text: &piece,
+                forward_ms: decode_ms.last().copied().unwrap_or(prefill_ms),
+                memory: y_sample.and_then(|i| self.trace.samples.get(i)),
+                decode_host: self.decode_host_time(),
+            });
+            text.push_str(&piece);
+            if let Some(stop) = stop {
+                if let Some((p, _)) = inflight.take() {
+                    self.give_up(p, 1)?;
+                }
+                self.pending = Some(y);
+                break stop;
+            }
+            // The step that feeds y: submitted ahead already, except after the prefill.
+            let (feeding, feeding_sample) = match inflight.take() {
+                Some(p) => p,
+                None => {
+                    let at = self.cached.len();
+                    let p = self
+                        .submit_step(Feed::Device, at, row(at + 1), &[labels::NEXT_TOKEN])
+                        .await?;
+                    (p, self.trace.samples.len() - 1)
+                }
+            };
+            self.cached.push(y);
+            // One step ahead: it feeds the token `feeding` chooses, unless no step could
+            // feed that one (it is the last `max_tokens` allows, or the context is full).
+            let at = self.cached.len();
+            let ahead = if tokens.len() + 1 < params.max_tokens && at < context {
+                match self
+                    .submit_step(Feed::Device, at, row(at + 1), &[labels::NEXT_TOKEN])
+                    .await
+                {
+                    Ok(p) => Some((p, self.trace.samples.len() - 1)),
+                    Err(e) => {
+                        self.abandon(feeding);
+                        return Err(e);
+                    }
+                }
+            } else {
+                None
+            };
+            let out = match self.collect_step(feeding).await {
+                Ok(out) => out,
+                Err(e) => {
+                    if let Some((p, _)) = ahead {
+                        self.give_up(p, 1)?;
+                    }
+                    self.pending = None;
+                    return Err(e);
+                }
+            };
+            y = out.first().map_or(0, token_of);
+            y_sample = Some(feeding_sample);
+            inflight = ahead;
+            decode_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            t = Instant::now();
+        };
+        Ok(Generation {
+            tokens,
+            text,
+            prompt_tokens,
+            stop,
+            prefill_ms,
+            decode_ms,
+            logits: Vec::new(),
+        })
+    }
+
+    /// Gives up a submitted step whose outputs will not be read, rolling back the `rows` KV
+    /// rows it appended for a token the cache does not take.
+    fn give_up(&mut self, pending: Pending, rows: u64) -> Result<(), LlmError> {
+        if let Some(r) = self.step_request() {
+            r.release(pending);
+            r.drop_rows_back(rows)?;
+        }
+        Ok(())
+    }
+
+    /// After an error: the step in flight fed the last token of the cache (its row is
+    /// kept); the token it chose is dropped with it.
+    fn abandon(&mut self, pending: Pending) {
+        if let Some(r) = self.step_request() {
+            r.release(pending);
+        }
+        self.pending = None;
     }
 
     /// Encodes `prompt` (control tokens written in it are matched, as a rendered template

@@ -89,6 +89,14 @@ pub enum SessionError {
     Run(#[from] RunError),
 }
 
+impl SessionError {
+    /// Whether the device is lost ([`RunError::DeviceLost`]): the session is gone with it;
+    /// create a new [`crate::gpu::Gpu`] and session.
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, SessionError::Run(e) if e.is_device_lost())
+    }
+}
+
 impl From<ImportError> for SessionError {
     fn from(e: ImportError) -> Self {
         SessionError::Import(Box::new(e))

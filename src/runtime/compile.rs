@@ -95,6 +95,17 @@ pub struct NetworkOptions {
     /// [`super::Network::specialize`] or [`super::Network::compile_sharing`] reads its donor's
     /// weights in the layout they are in.
     pub regroup_weights: bool,
+    /// The class of kernels the network runs (`None`: its adapter's,
+    /// [`crate::gpu::kernels::quant::QuantLayout::of`]). Tests and benchmarks force the
+    /// hardware-GPU kernels on a software adapter with it. A network made by
+    /// [`super::Network::specialize`] or [`super::Network::compile_sharing`] shares its
+    /// donor's kernels.
+    pub kernels: Option<crate::gpu::kernels::quant::QuantLayout>,
+    /// Bytes the copies of weights in other layouts may take beside the weights (the
+    /// reordered-weights cache of `update_weights`; `None`: a tenth of the weights' bytes,
+    /// so device weight bytes stay within 1.10x of them). A weight whose copy does not fit is
+    /// converted in place on demand instead. Set by the network that uploads the weights.
+    pub weight_copies_bytes: Option<u64>,
 }
 
 impl Default for NetworkOptions {
@@ -107,6 +118,8 @@ impl Default for NetworkOptions {
             inflight: 2,
             fuse: true,
             regroup_weights: true,
+            kernels: None,
+            weight_copies_bytes: None,
         }
     }
 }

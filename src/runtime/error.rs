@@ -1,6 +1,6 @@
 //! The runtime's error type.
 
-use crate::gpu::AllocError;
+use crate::gpu::{AllocError, DeviceLost};
 use crate::graph::GraphError;
 use crate::memory::predictor::PredictorError;
 use crate::shape::ShapeError;
@@ -127,4 +127,58 @@ pub enum RunError {
         /// What is expected.
         reason: &'static str,
     },
+    /// The device is lost ([`crate::gpu::Gpu::is_lost`]): the network and every request on
+    /// it are gone with it (unlike after the other errors); build them again on a new device.
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
+}
+
+impl RunError {
+    /// Whether this is [`RunError::DeviceLost`], or an allocation error that is.
+    pub fn is_device_lost(&self) -> bool {
+        match self {
+            RunError::DeviceLost(_) => true,
+            RunError::Alloc { cause, .. } => cause.is_device_lost(),
+            _ => false,
+        }
+    }
+
+    /// The error of node `node` (`op`) whose kernel could not be encoded: the engine's
+    /// out-of-memory errors (a uniform chunk, a workspace) are [`RunError::OutOfMemory`] and a
+    /// lost device [`RunError::DeviceLost`], as for the node's own buffers; the rest
+    /// [`RunError::Kernel`].
+    pub fn from_kernel(
+        node: &str,
+        op: &'static str,
+        e: crate::gpu::kernels::KernelError,
+    ) -> RunError {
+        use crate::gpu::kernels::KernelError;
+        match e {
+            KernelError::Uniforms(AllocError::DeviceLost(lost)) => RunError::DeviceLost(lost),
+            KernelError::Uniforms(
+                ref cause @ (AllocError::OverBudget {
+                    requested_bytes, ..
+                }
+                | AllocError::OutOfMemory { requested_bytes }),
+            ) => RunError::OutOfMemory {
+                node: node.to_string(),
+                requested_bytes,
+                reason: cause.to_string(),
+            },
+            e => RunError::Kernel {
+                node: node.to_string(),
+                op,
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// `self`, or [`RunError::DeviceLost`] when `gpu`'s device is lost: an error met while
+    /// the device is gone (an allocation refused, a readback that never came) is the loss.
+    pub fn or_lost(self, gpu: &crate::gpu::Gpu) -> RunError {
+        match gpu.lost() {
+            Some(lost) => RunError::DeviceLost(lost),
+            None => self,
+        }
+    }
 }

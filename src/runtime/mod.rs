@@ -159,13 +159,17 @@ mod error;
 mod network;
 mod options;
 mod placeholders;
+mod replay;
 pub mod report;
 mod request;
 mod state;
+mod weights;
 
 pub use crate::tensor::HostTensor;
 pub use compile::{find_states, NetworkOptions, StateBinding};
 pub use error::RunError;
 pub use network::Network;
 pub use options::{HostTime, RunOptions, RunStats};
-pub use request::{HostRows, InferRequest, KvStates, StateRows};
+pub use replay::{replay_on_host, HostReplay};
+pub use request::{DeviceIo, HostRows, InferRequest, KvStates, Pending, StateRows};
+pub use weights::WeightCacheStats;

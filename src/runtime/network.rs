@@ -4,9 +4,10 @@
 
 use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
 use super::placeholders::{PlaceholderPool, RegionHighEnd};
+use super::weights::{WeightCache, WeightCacheStats, WeightRef};
 use super::RunError;
 use crate::gpu::kernels::{kernel_of, Kernels, WeightLayout};
-use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, KindRequest};
+use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, Frame, KindRequest};
 use crate::graph::{Graph, NodeId, Op};
 use crate::memory::regions::{BidirectionalAllocator, End, Region};
 use crate::memory::AllocKind;
@@ -51,9 +52,9 @@ pub(crate) struct DataRegion {
     /// The region whose constants this one reads ([`Network::compile_sharing`]): kept alive,
     /// and its bytes stay counted once, by it.
     borrowed_from: Option<Arc<DataRegion>>,
-    /// Per node id: the layout a constant's blocks are in on the device (see
-    /// [`regroup_weights`]); set when the region is built, never changed after.
-    layouts: Vec<WeightLayout>,
+    /// The layout each weight is in and the reordered copies (`update_weights`), shared by
+    /// every region over the same segments.
+    weights: Arc<Mutex<WeightCache>>,
 }
 
 impl DataRegion {
@@ -63,19 +64,85 @@ impl DataRegion {
         Some((self.segments.get(seg)?, off, size))
     }
 
-    /// The layout of constant `id`'s blocks on the device.
+    /// The layout of constant `id`'s blocks in the data region.
     pub fn layout(&self, id: NodeId) -> WeightLayout {
-        self.layouts.get(id.index()).copied().unwrap_or_default()
+        match self.placed.get(id.index()).copied().flatten() {
+            Some((seg, off, _)) => self.weights().resident((seg, off)),
+            None => WeightLayout::File,
+        }
     }
 
-    /// Bytes of constants held in the grouped layout.
+    /// Bytes of constants held in the grouped layout in the data region.
     pub fn grouped_bytes(&self) -> u64 {
+        let w = self.weights();
         self.placed
             .iter()
-            .zip(&self.layouts)
-            .filter(|(_, l)| **l == WeightLayout::Grouped)
-            .filter_map(|(p, _)| p.map(|(_, _, size)| size))
+            .flatten()
+            .filter(|(seg, off, _)| w.resident((*seg, *off)) == WeightLayout::Grouped)
+            .map(|(_, _, size)| size)
             .sum()
+    }
+
+    /// Puts every weight of this region back in the file layout in the cache's record (after
+    /// a conversion that failed validation: its bytes were not changed).
+    #[cfg(not(target_arch = "wasm32"))]
+    fn reset_layouts(&self) {
+        let mut w = self.weights();
+        for &(seg, off, _) in self.placed.iter().flatten() {
+            w.set_resident((seg, off), WeightLayout::File);
+        }
+    }
+
+    /// The reordered-weights cache (a poisoned lock only means a panic elsewhere).
+    pub fn weights(&self) -> MutexGuard<'_, WeightCache> {
+        self.weights.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Constant `id` (of `dtype`) as a kernel that reads layout `want` best gets it
+    /// ([`WeightCache::lookup`]), recording the reorder into `frame` when needed; `None` for
+    /// a node that is not a constant on the device.
+    ///
+    /// # Errors
+    /// As [`WeightCache::lookup`].
+    pub fn weight(
+        &self,
+        id: NodeId,
+        dtype: DType,
+        want: WeightLayout,
+        frame: &mut Frame<'_>,
+    ) -> Result<Option<WeightRef>, RunError> {
+        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
+            return Ok(None);
+        };
+        let Some(segment) = self.segments.get(seg) else {
+            return Ok(None);
+        };
+        self.weights()
+            .lookup(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .map(Some)
+    }
+
+    /// Constant `id` (of `dtype`) converted in place to `want`
+    /// ([`WeightCache::convert_in_place`]): whether it is in `want` now.
+    ///
+    /// # Errors
+    /// As [`WeightCache::convert_in_place`].
+    #[cfg(not(target_arch = "wasm32"))]
+    fn convert_in_place(
+        &self,
+        id: NodeId,
+        dtype: DType,
+        want: WeightLayout,
+        frame: &mut Frame<'_>,
+    ) -> Result<bool, RunError> {
+        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
+            return Ok(false);
+        };
+        let Some(segment) = self.segments.get(seg) else {
+            return Ok(false);
+        };
+        self.weights()
+            .convert_in_place(&self.engine, segment, (seg, off), size, dtype, want, frame)
     }
 }
 
@@ -87,7 +154,6 @@ impl DataRegion {
 /// ([`Network::compile_sharing`], which reads them in the donor's layout). It is checked
 /// for the graph whose weights are reordered, so that a kernel added later that reads block
 /// types keeps its weights in the file layout there.
-#[cfg(not(target_arch = "wasm32"))]
 fn reads_grouped(c: &Compiled, users: &[Vec<NodeId>], id: NodeId) -> bool {
     users[id.index()].iter().all(|&u| {
         if c.node(c.pos(u)).role == Role::ShapeOnly {
@@ -102,126 +168,68 @@ fn reads_grouped(c: &Compiled, users: &[Vec<NodeId>], id: NodeId) -> bool {
     })
 }
 
-/// Largest piece of a weight reordered at once: the reorder's scratch buffer (its transient
-/// device memory) is at most this, whatever the weight's size.
-#[cfg(not(target_arch = "wasm32"))]
-const REGROUP_CHUNK_BYTES: u64 = 4 << 20;
-
-/// `update_weights` for the data region just uploaded: every constant whose format the
-/// `quant` kernels read best in its grouped layout on this adapter
-/// ([`crate::gpu::kernels::quant::QuantLayout::weight_layout`]: q4_0 and q5_0, whose file
-/// blocks are not word-aligned), that only those kernels read, in whole groups, is
-/// reordered on the device into its format's grouped planes
-/// ([`crate::formats::Grouped`]) by the `quant_regroup` kernel, in pieces of at most
-/// `REGROUP_CHUNK_BYTES` (4 MiB) through one scratch buffer, each piece copied back over the
-/// original: the grouped weight takes the original's place and bytes, so device weight bytes
-/// stay those of the file. Kernels read the layout from each operand
-/// ([`crate::gpu::kernels::Operand::layout`]) and specialise their pipelines on it. Nothing
-/// changes when the scratch buffer cannot be had or the reorder fails validation: the
-/// weights then stay in their file layout.
-/// Native only: the web build keeps the file layout (it cannot wait for the reorder's
-/// validation inside a synchronous compile).
+/// `update_weights` for the data region just uploaded: every weight that only the
+/// quantized kernels read may be converted in place later ([`WeightCache`]), and those that
+/// the decode kernel of this adapter class reads best in another layout than the file's
+/// ([`crate::gpu::kernels::quant::QuantLayout::weight_layout`] at M = 1: q4_0 and q5_0, whose
+/// file blocks are not word-aligned) are converted now, on the device, in pieces of at most
+/// [`super::weights::SCRATCH_BYTES`] through one scratch buffer: the converted weight takes
+/// the original's place and bytes, so device weight bytes stay those of the file. Kernels read
+/// the layout from each operand ([`crate::gpu::kernels::Operand::layout`]) and specialise
+/// their pipelines on it. Nothing changes when the conversion cannot be recorded or fails
+/// validation: the weights then stay in their file layout. Native only: the web build
+/// converts on first use, in an iteration (it cannot wait for the validation inside a
+/// synchronous compile).
 fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels: &mut Kernels) {
+    let graph = &c.graph;
+    let users = graph.users();
+    let mut todo: Vec<(NodeId, DType)> = Vec::new();
+    for node in &c.nodes {
+        let Op::Constant(k) = &graph.node(node.id).op else {
+            continue;
+        };
+        let Some((seg, off, _)) = data.placed.get(node.id.index()).copied().flatten() else {
+            continue;
+        };
+        if crate::gpu::kernels::quant::can_group(k.dtype, k.data.len() as u64)
+            && reads_grouped(c, &users, node.id)
+        {
+            data.weights().allow_conversion((seg, off));
+            todo.push((node.id, k.dtype));
+        }
+    }
     #[cfg(target_arch = "wasm32")]
     {
-        let _ = (engine, c, data, kernels);
+        let _ = (engine, kernels, todo);
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        use crate::gpu::kernels::{Operand, TensorRef};
-        use crate::gpu::Frame;
-        let graph = &c.graph;
-        let users = graph.users();
-        let mut todo: Vec<NodeId> = Vec::new();
-        for node in &c.nodes {
-            let Op::Constant(k) = &graph.node(node.id).op else {
-                continue;
-            };
-            let placed = data.placed.get(node.id.index()).copied().flatten();
-            if placed.is_some()
-                && kernels.quant_layout().weight_layout(k.dtype) == WeightLayout::Grouped
-                && crate::gpu::kernels::quant::can_group(k.dtype, k.data.len() as u64)
-                && reads_grouped(c, &users, node.id)
-            {
-                todo.push(node.id);
-            }
-        }
-        // A weight goes in pieces of whole groups, at most REGROUP_CHUNK_BYTES each.
-        let piece = |k: &crate::graph::ops::Constant| -> Option<u64> {
-            let f = crate::formats::of_dtype(k.dtype)?;
-            let group = crate::formats::GROUP_BLOCKS as u64 * u64::from(f.block_bytes);
-            Some(((REGROUP_CHUNK_BYTES / group).max(1) * group).min(k.data.len() as u64))
-        };
-        let largest = todo
-            .iter()
-            .filter_map(|id| match &graph.node(*id).op {
-                Op::Constant(k) => piece(k),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        if largest == 0 {
-            return;
-        }
-        let Ok(scratch) = engine.allocate(&BufferDesc {
-            label: "dynrt weight reorder",
-            size_bytes: largest,
-            kind: AllocKind::UsmDevice,
-        }) else {
-            return;
-        };
+        let class = kernels.quant_layout();
         let uniforms = crate::gpu::kernels::UniformArena::new(engine);
         let mut frame = Frame::begin(engine, kernels, uniforms, "dynrt weight reorder");
-        let mut done = Vec::with_capacity(todo.len());
-        for &id in &todo {
-            let (Op::Constant(k), Some((seg, off, _))) = (
-                &graph.node(id).op,
-                data.placed.get(id.index()).copied().flatten(),
-            ) else {
+        let mut done = Vec::new();
+        for (id, dtype) in todo {
+            let want = class.weight_layout(1, dtype);
+            if want == WeightLayout::File {
                 continue;
-            };
-            let bytes = k.data.len() as u64;
-            let (Some(f), Some(chunk)) = (crate::formats::of_dtype(k.dtype), piece(k)) else {
-                continue;
-            };
-            let segment = &data.segments[seg];
-            let mut at = 0;
-            while at < bytes {
-                let len = chunk.min(bytes - at);
-                // A piece as a 1-D tensor of its elements: the kernel only needs its bytes.
-                let shape = crate::shape::Shape::new(vec![
-                    len / u64::from(f.block_bytes) * u64::from(f.block_elements),
-                ]);
-                let operand = |buffer, offset_bytes| Operand {
-                    tensor: TensorRef {
-                        buffer,
-                        offset_bytes,
-                        size_bytes: len,
-                    },
-                    shape: &shape,
-                    dtype: k.dtype,
-                    strides: None,
-                    layout: WeightLayout::File,
-                };
-                if frame
-                    .regroup(&operand(segment, off + at), &operand(&scratch, 0))
-                    .is_err()
-                {
+            }
+            match data.convert_in_place(id, dtype, want, &mut frame) {
+                Ok(true) => done.push(id),
+                Ok(false) => {}
+                Err(_) => {
                     frame.abandon();
+                    data.reset_layouts();
+                    data.weights().release_scratch();
                     return;
                 }
-                frame.copy(&scratch, 0, segment, off + at, len);
-                at += len;
             }
-            done.push(id);
         }
         let (submitted, _, _) = frame.submit();
         if pollster::block_on(submitted.check()).is_err() {
-            return;
+            data.reset_layouts();
         }
-        for id in done {
-            data.layouts[id.index()] = WeightLayout::Grouped;
-        }
+        data.weights().release_scratch();
+        let _ = done;
     }
 }
 
@@ -272,7 +280,9 @@ impl Network {
         graph: Graph,
         options: NetworkOptions,
     ) -> Result<Network, RunError> {
-        Self::compile_inner(engine, graph, options, None)
+        let gpu = engine.gpu();
+        gpu.check_alive()?;
+        Self::compile_inner(engine, graph, options, None).map_err(|e| e.or_lost(gpu))
     }
 
     /// The same graph compiled again with other options (typically other fixed symbols: a
@@ -285,6 +295,7 @@ impl Network {
     /// # Errors
     /// As [`Network::compile`].
     pub fn specialize(&self, options: NetworkOptions) -> Result<Network, RunError> {
+        self.inner.engine.gpu().check_alive()?;
         let shared = (
             Arc::clone(&self.inner.data),
             Arc::clone(&self.inner.placeholders),
@@ -314,6 +325,7 @@ impl Network {
         options: NetworkOptions,
     ) -> Result<Network, RunError> {
         let engine = &self.inner.engine;
+        engine.gpu().check_alive()?;
         let target = target(
             engine,
             options.io_kind.unwrap_or(self.inner.compiled.io_kind),
@@ -329,7 +341,6 @@ impl Network {
         let (donor, new) = (&self.inner.compiled.graph, &compiled.graph);
         let users = new.users();
         let mut placed = vec![None; new.len()];
-        let mut layouts = vec![WeightLayout::File; new.len()];
         for node in &compiled.nodes {
             let gn = new.node(node.id);
             let Op::Constant(k) = &gn.op else {
@@ -347,7 +358,6 @@ impl Network {
                     Op::Constant(d)
                         if d.dtype == k.dtype && same_bytes(d.data.bytes(), k.data.bytes()) =>
                     {
-                        layouts[node.id.index()] = self.inner.data.layout(at);
                         self.inner.data.placed.get(at.index()).copied().flatten()
                     }
                     _ => None,
@@ -364,7 +374,7 @@ impl Network {
             segments: self.inner.data.segments.clone(),
             placed,
             borrowed_from: Some(Arc::clone(&self.inner.data)),
-            layouts,
+            weights: Arc::clone(&self.inner.data.weights),
         };
         Ok(Network {
             inner: Arc::new(Inner {
@@ -407,8 +417,16 @@ impl Network {
         let (data, placeholders, kernels) = match shared {
             Some(shared) => shared,
             None => {
-                let (mut data, region) = build_data_region(engine, &compiled, options.inflight)?;
+                let (mut data, region) = build_data_region(
+                    engine,
+                    &compiled,
+                    options.inflight,
+                    options.weight_copies_bytes,
+                )?;
                 let mut kernels = Kernels::new(gpu);
+                if let Some(class) = options.kernels {
+                    kernels.set_quant_layout(class);
+                }
                 if options.regroup_weights {
                     regroup_weights(engine, &compiled, &mut data, &mut kernels);
                 }
@@ -437,10 +455,16 @@ impl Network {
     }
 
     /// Bytes of this network's weights the device holds in the grouped layout of their
-    /// formats ([`NetworkOptions::regroup_weights`]): reordered once, in place of the file's
-    /// blocks.
+    /// formats in the data region ([`NetworkOptions::regroup_weights`]): reordered in place
+    /// of the file's blocks.
     pub fn grouped_weight_bytes(&self) -> u64 {
         self.inner.data.grouped_bytes()
+    }
+
+    /// The counters of the family's reordered-weights cache (`update_weights`: the copies
+    /// of weights in the layouts the kernels read, and the conversions in place).
+    pub fn weight_cache_stats(&self) -> WeightCacheStats {
+        self.inner.data.weights().stats()
     }
 
     /// The graph.
@@ -578,6 +602,7 @@ fn build_data_region(
     engine: &Engine,
     c: &Compiled,
     inflight: usize,
+    copies_bytes: Option<u64>,
 ) -> Result<(DataRegion, RegionHighEnd<Buffer>), RunError> {
     let graph = &c.graph;
     let gpu = engine.gpu();
@@ -741,12 +766,14 @@ fn build_data_region(
         }
         segments.push(buf);
     }
+    let constant_bytes: u64 = placed.iter().flatten().map(|(_, _, size)| size).sum();
+    let budget = copies_bytes.unwrap_or(constant_bytes / 10);
     let data = DataRegion {
         engine: engine.clone(),
         segments,
-        layouts: vec![WeightLayout::File; placed.len()],
         placed,
         borrowed_from: None,
+        weights: Arc::new(Mutex::new(WeightCache::new(budget))),
     };
     // Upload: each constant's bytes straight from its (possibly shared) backing, through
     // the engine's bounded staging chunks; only a ragged tail is copied to pad it to 4.

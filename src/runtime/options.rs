@@ -85,7 +85,8 @@ impl RunOptions {
 }
 
 /// Where a request's host time went, summed over its iterations ([`InferRequest::host_time`]):
-/// the work before the GPU's, which a decode step pays on top of the kernels.
+/// the work before the GPU's, which a decode step pays on top of the kernels. Wall-clock
+/// time: on a busy machine it includes time the thread waited for a core.
 ///
 /// [`InferRequest::host_time`]: crate::runtime::InferRequest::host_time
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -95,8 +96,15 @@ pub struct HostTime {
     /// Nanoseconds of input checks, shape updates and sizing (allocations and the copies of
     /// a growth that moves states alone included).
     pub prepare_ns: u64,
-    /// Nanoseconds of input writes, encoding every node and the submit call.
+    /// Nanoseconds of input writes, encoding every node and packing the uniform slots and
+    /// host writes: the runtime's own encoding, before wgpu validates the commands.
     pub encode_ns: u64,
+    /// Nanoseconds of wgpu's `CommandEncoder::finish`: wgpu validates the recorded commands,
+    /// tracks their buffers and encodes them for the driver (its cost per dispatch).
+    pub finish_ns: u64,
+    /// Nanoseconds of the queue's submit call. A software adapter (lavapipe) may run the
+    /// kernels inside it, so there it holds the GPU's work too: compare the other parts.
+    pub submit_ns: u64,
 }
 
 impl HostTime {
@@ -106,12 +114,31 @@ impl HostTime {
             iterations: self.iterations + o.iterations,
             prepare_ns: self.prepare_ns + o.prepare_ns,
             encode_ns: self.encode_ns + o.encode_ns,
+            finish_ns: self.finish_ns + o.finish_ns,
+            submit_ns: self.submit_ns + o.submit_ns,
         }
     }
 
-    /// Both parts, nanoseconds.
+    /// Field-wise difference (`self` later than `earlier`, saturating).
+    pub fn since(&self, earlier: &HostTime) -> HostTime {
+        HostTime {
+            iterations: self.iterations.saturating_sub(earlier.iterations),
+            prepare_ns: self.prepare_ns.saturating_sub(earlier.prepare_ns),
+            encode_ns: self.encode_ns.saturating_sub(earlier.encode_ns),
+            finish_ns: self.finish_ns.saturating_sub(earlier.finish_ns),
+            submit_ns: self.submit_ns.saturating_sub(earlier.submit_ns),
+        }
+    }
+
+    /// The runtime's and wgpu's work before the submit call (prepare, encode, finish),
+    /// nanoseconds: what a step costs the host whatever the adapter.
+    pub fn before_submit_ns(&self) -> u64 {
+        self.prepare_ns + self.encode_ns + self.finish_ns
+    }
+
+    /// Every part, the submit call included, nanoseconds.
     pub fn total_ns(&self) -> u64 {
-        self.prepare_ns + self.encode_ns
+        self.before_submit_ns() + self.submit_ns
     }
 }
 

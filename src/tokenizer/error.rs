@@ -109,4 +109,11 @@ pub enum TokenizerError {
         /// minijinja's message.
         reason: String,
     },
+    /// A `tokenizer.json` (WordPiece) that is malformed or asks for what dynrt does not
+    /// implement.
+    #[error("tokenizer.json: {reason}")]
+    Json {
+        /// What is wrong, naming the field.
+        reason: String,
+    },
 }

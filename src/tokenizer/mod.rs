@@ -59,12 +59,14 @@ mod error;
 mod pretokenize;
 mod spm;
 mod stream;
+pub mod wordpiece;
 
-pub use chat::{ChatMessage, ChatTemplate, RenderedChat, TEMPLATE_FUEL};
+pub use chat::{ChatMessage, ChatTemplate, ChatToolCall, RenderedChat, TEMPLATE_FUEL};
 pub use error::TokenizerError;
 pub use pretokenize::PreTokenizer;
 pub use spm::SpmParts;
 pub use stream::StreamDecoder;
+pub use wordpiece::WordPiece;
 
 use crate::gguf::Gguf;
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -577,6 +579,49 @@ impl Tokenizer {
             .as_ref()
             .ok_or(TokenizerError::NoChatTemplate)?
             .render_spans(messages, add_generation_prompt)
+    }
+
+    /// [`Tokenizer::render_chat`] with `tools` (OpenAI's tool definitions) for templates
+    /// that offer tools ([`ChatTemplate::render_spans_with_tools`]). Tool definitions and
+    /// the messages' tool calls are rendered as the template's own text, so one that spells
+    /// a control token of the model is refused (message contents stay plain text as always).
+    ///
+    /// # Errors
+    /// As [`Tokenizer::render_chat`]; [`TokenizerError::Template`] naming the control token
+    /// a tool definition or call spells.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[crate::structured::Json],
+        add_generation_prompt: bool,
+    ) -> Result<RenderedChat, TokenizerError> {
+        let template = self
+            .chat_template
+            .as_ref()
+            .ok_or(TokenizerError::NoChatTemplate)?;
+        let mut texts = Vec::new();
+        for t in tools {
+            t.strings(&mut texts);
+        }
+        texts.extend(messages.iter().flat_map(ChatMessage::other_texts));
+        if let Some((ac, ids)) = &self.all_special {
+            for text in texts {
+                let control = ac
+                    .find_iter(text)
+                    .map(|m| ids[m.pattern().as_usize()])
+                    .find(|&id| self.is_control(id));
+                if let Some(id) = control {
+                    let name = String::from_utf8_lossy(self.token_bytes(id)?).into_owned();
+                    return Err(TokenizerError::Template {
+                        reason: format!(
+                            "a tool definition or tool call spells the control token `{name}`, \
+                             which only the template may write"
+                        ),
+                    });
+                }
+            }
+        }
+        template.render_spans_with_tools(messages, tools, add_generation_prompt)
     }
 
     /// Encodes `chat.text[from..]`: control tokens are matched only in the template's own

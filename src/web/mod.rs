@@ -7,17 +7,20 @@
 //!
 //! Files: this one (logging, panics, the version, what the pages share), `adapter`
 //! ([`adapter_info`] and its self-check), `demo` ([`WebDemo`]), `model` (the language model:
-//! [`ModelDownload`], [`WebModel`]), `onnx` ([`WebOnnxSession`]).
+//! [`ModelDownload`], [`WebModel`]), `onnx` ([`WebOnnxSession`]), `sentence`
+//! ([`WebEmbedder`]: sentence embeddings).
 
 mod adapter;
 mod demo;
 mod model;
 mod onnx;
+mod sentence;
 
 pub use adapter::adapter_info;
 pub use demo::WebDemo;
 pub use model::{ModelDownload, WebModel};
 pub use onnx::WebOnnxSession;
+pub use sentence::WebEmbedder;
 
 use wasm_bindgen::prelude::*;
 

@@ -281,6 +281,7 @@ async fn generate_on(
             top_k: opts.top_k,
             top_p: opts.top_p,
             seed: opts.seed,
+            ..crate::llm::SamplingParams::default()
         },
         ..crate::llm::GenerateParams::default()
     };

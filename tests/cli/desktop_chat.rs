@@ -43,7 +43,7 @@ fn example_binary() -> PathBuf {
         build.arg("--release");
     }
     let status = build
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(crate::common::repo())
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building the example failed");
@@ -101,6 +101,10 @@ fn the_window_answers_like_the_headless_run_and_shows_it() {
     if dynrt::gpu::testing::gpu_or_skip(test).is_none() {
         return;
     }
+    if let Some(pack) = crate::common::packed() {
+        eprintln!("SKIP {test}: builds examples/desktop_chat.rs with cargo, which a packed run ({pack}) does not have");
+        return;
+    }
     if Command::new("xvfb-run").arg("--help").output().is_err() {
         return skip_or_fail(
             test,
@@ -110,7 +114,7 @@ fn the_window_answers_like_the_headless_run_and_shows_it() {
     let model = model.to_string_lossy().to_string();
 
     // The headless answer.
-    let mut headless = Command::new(env!("CARGO_BIN_EXE_dynrt"));
+    let mut headless = Command::new(crate::common::dynrt_bin());
     headless.args([
         "generate",
         "--chat",
@@ -130,7 +134,7 @@ fn the_window_answers_like_the_headless_run_and_shows_it() {
     let want = last_json_line(&out, "dynrt generate");
 
     // The window, on a virtual X display.
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let shot = crate::common::tmpdir()
         .parent()
         .expect("target/tmp has a parent")
         .join("desktop_chat.png");

@@ -8,7 +8,7 @@ use dynrt::gpu::testing;
 use std::process::Command;
 
 fn dynrt() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    Command::new(crate::common::dynrt_bin())
 }
 
 #[test]

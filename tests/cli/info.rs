@@ -11,7 +11,7 @@ fn info_json_reports_adapter_limits_and_kind_table() {
             dynrt::gpu::wgpu::Backend::Gl => "gl",
             other => panic!("no WGPU_BACKEND name for {other:?} in this test"),
         };
-        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        let out = Command::new(crate::common::dynrt_bin())
             .args(["info", "--json"])
             .env("WGPU_BACKEND", backend)
             .env("DYNRT_MEMORY_BUDGET", "123456789")
@@ -39,13 +39,17 @@ fn info_json_reports_adapter_limits_and_kind_table() {
             gpu.supports_shared()
         );
         assert_eq!(kinds[1]["bindable"], false);
+        // The software adapters here share the host's memory.
+        assert_eq!(v["adapter_class"], gpu.adapter_class().name());
+        assert_eq!(v["adapter_class"], "unified");
+        assert!(v["io_rule"].as_str().is_some_and(|r| !r.is_empty()));
         assert_eq!(kinds[0]["usages"], "COPY_SRC | COPY_DST | STORAGE");
     }
 }
 
 #[test]
 fn info_without_a_matching_adapter_fails_with_the_reason() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("info")
         .env("WGPU_ADAPTER_NAME", "no-such-adapter-xyz")
         .output()

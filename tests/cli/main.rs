@@ -4,6 +4,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/server.rs"]
+mod server;
 
 mod desktop_chat;
 mod generate;
@@ -12,3 +14,4 @@ mod onnx;
 mod plan;
 mod predict;
 mod serve;
+mod serve_embed;

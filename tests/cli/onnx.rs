@@ -14,7 +14,7 @@ const HEADS: u64 = 2;
 const HEAD_DIM: u64 = 4;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/kv_attention.onnx")
+    crate::common::repo().join("fixtures/onnx/kv_attention.onnx")
 }
 
 fn f32s(t: &HostTensor) -> Vec<f32> {
@@ -37,7 +37,7 @@ fn tensor(rng: &mut SplitMix64, t: u64) -> HostTensor {
 
 /// Runs `dynrt ARGS`; returns (success, stdout, stderr).
 fn dynrt(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .args(args)
         .output()
         .expect("run dynrt");

@@ -2,11 +2,11 @@
 //! time limit and the height reached is asserted (a regression in any strategy fails here),
 //! plus the error paths (malformed rows, a capacity that cannot be met) and the output files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn bench_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/planner")
+    crate::common::repo().join("fixtures/planner")
 }
 
 fn instances() -> Vec<PathBuf> {
@@ -25,7 +25,7 @@ fn instances() -> Vec<PathBuf> {
 }
 
 fn plan(args: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("plan")
         .args(args)
         .output()

@@ -2,12 +2,12 @@
 //! malformed input, and the shipped fixture traces.
 
 use dynrt::memory::predictor::{replay, Policy, PredictorOptions, ReplayConfig, Trace};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Writes `text` to a fresh file under the test scratch folder.
 fn trace_file(name: &str, text: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("predict_cli");
+    let dir = crate::common::tmpdir().join("predict_cli");
     std::fs::create_dir_all(&dir).expect("scratch folder");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write trace");
@@ -16,7 +16,7 @@ fn trace_file(name: &str, text: &str) -> PathBuf {
 
 /// Runs `dynrt predict ARGS` with the options variable unset; returns (success, stdout, stderr).
 fn predict(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("predict")
         .args(args)
         .env_remove("DYNRT_MEM_PREALLOCATION_OPTIONS")
@@ -165,7 +165,7 @@ fn malformed_options_name_their_source() {
     let (ok, stdout, stderr) = predict(&[path.to_str().unwrap(), "--options", "10 16384 2"]);
     assert!(!ok && stdout.is_empty());
     assert!(stderr.contains("--options"), "{stderr}");
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .args(["predict", path.to_str().unwrap()])
         .env("DYNRT_MEM_PREALLOCATION_OPTIONS", "10 lots 2 1.1")
         .output()
@@ -180,7 +180,7 @@ fn malformed_options_name_their_source() {
 }
 
 fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/traces");
+    let dir = crate::common::repo().join("fixtures/traces");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("fixtures/traces")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -210,8 +210,16 @@ fn compare_lists_every_policy_for_every_fixture() {
 /// installs `python3`).
 #[test]
 fn fixtures_are_reproducible() {
+    if let Some(pack) = crate::common::packed() {
+        if Command::new("python3").arg("--version").output().is_err() {
+            eprintln!(
+                "SKIP fixtures_are_reproducible: no python3 on this machine (a packed run, {pack})"
+            );
+            return;
+        }
+    }
     let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gen_traces.py"))
+        .arg(crate::common::repo().join("scripts/gen_traces.py"))
         .arg("--check")
         .output()
         .unwrap_or_else(|e| {
@@ -228,9 +236,7 @@ fn fixtures_are_reproducible() {
 #[test]
 fn adaptive_meets_its_targets_on_the_fixtures() {
     let load = |name: &str| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/traces")
-            .join(name);
+        let path = crate::common::repo().join("fixtures/traces").join(name);
         Trace::parse(&std::fs::read_to_string(&path).expect("fixture")).expect("parse")
     };
     let run = |trace: &Trace, policy| {

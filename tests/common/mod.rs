@@ -6,14 +6,47 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The repository root.
-pub fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// A path from the environment variable `var`, else the build-time `default`: a test binary
+/// copied to another machine (`scripts/gpu_tests.sh`) finds its
+/// files where the pack put them instead of where they were when it was built.
+fn path_from_env(cell: &'static OnceLock<PathBuf>, var: &str, default: &str) -> &'static Path {
+    cell.get_or_init(|| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from(default), PathBuf::from)
+    })
 }
 
-/// A scratch directory for test `name` under the target directory, emptied first.
+/// The repository root: `DYNRT_REPO`, else where the tests were built from.
+pub fn repo() -> &'static Path {
+    static REPO: OnceLock<PathBuf> = OnceLock::new();
+    path_from_env(&REPO, "DYNRT_REPO", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The folder for the tests' scratch files and caches: `DYNRT_TEST_TMPDIR`, else cargo's
+/// `CARGO_TARGET_TMPDIR` of the build.
+pub fn tmpdir() -> &'static Path {
+    static TMP: OnceLock<PathBuf> = OnceLock::new();
+    path_from_env(&TMP, "DYNRT_TEST_TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// The `dynrt` command-line binary the tests run: `DYNRT_BIN`, else the one cargo built
+/// beside the tests.
+pub fn dynrt_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    path_from_env(&BIN, "DYNRT_BIN", env!("CARGO_BIN_EXE_dynrt"))
+}
+
+/// Set (`DYNRT_PACK`, to the pack's folder) when the tests run from the pack of
+/// `scripts/gpu_tests.sh` on a machine without the build tree, cargo, the network or the
+/// Python references: the tests that need those skip, saying so.
+pub fn packed() -> Option<String> {
+    std::env::var("DYNRT_PACK").ok().filter(|v| !v.is_empty())
+}
+
+/// A scratch directory for test `name` under [`tmpdir`], emptied first.
 pub fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let d = tmpdir().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
     d
@@ -88,6 +121,13 @@ pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
 pub fn python_or_skip(test: &str) -> Option<PathBuf> {
     static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let py = PY.get_or_init(|| {
+        if let Some(pack) = packed() {
+            // No network to build the venv with: pip would only time out, test after test.
+            return Err(format!(
+                "the Python references need scripts/pyenv.sh's venv, which a packed run \
+                 ({pack}) does not have"
+            ));
+        }
         let out = Command::new("bash")
             .arg(repo().join("scripts/pyenv.sh"))
             .output()

@@ -98,7 +98,7 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
         return;
     };
     let svg = std::env::temp_dir().join(format!("dynrt-demo-test-{}.svg", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .args([
             "demo", "--steps", "12", "--json", "--policy", "openvino", "--report",
         ])
@@ -161,7 +161,7 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
     let _ = std::fs::remove_file(&svg);
 
     // A bad argument is an error that says what is wrong.
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .args(["demo", "--heads", "3"])
         .output()
         .expect("run dynrt");
@@ -181,7 +181,7 @@ fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
             "dynrt-demo-trace-{policy}-{}.csv",
             std::process::id()
         ));
-        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        let out = Command::new(crate::common::dynrt_bin())
             .args(["demo", "--steps", "40", "--json", "--policy", policy])
             .arg("--trace-out")
             .arg(&csv)
@@ -197,7 +197,7 @@ fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
         let run: DemoSummary = serde_json::from_str(line).unwrap();
         assert!(run.sizing.rows > 100, "{policy}: {:?}", run.sizing);
         assert!(run.sizing.reallocations > 0, "{policy}: {:?}", run.sizing);
-        let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+        let out = Command::new(crate::common::dynrt_bin())
             .args(["predict", "--json", "--policy", policy])
             .arg(&csv)
             .output()

@@ -672,3 +672,51 @@ fn check_history_tail(h: &[AllocEvent]) {
         assert_eq!(pair[1].current_bytes, pair[0].current_bytes - 256);
     }
 }
+
+#[test]
+fn the_adapter_class_decides_mapped_device_memory() {
+    use dynrt::gpu::{wgpu, AdapterClass};
+    for gpu in testing::gpus_or_skip("the_adapter_class_decides_mapped_device_memory") {
+        let info = gpu.adapter_info();
+        let class = gpu.adapter_class();
+        assert_eq!(class, AdapterClass::of(info));
+        let mapped = gpu
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        match class {
+            // lavapipe and llvmpipe are CPU adapters: one memory, the feature where offered
+            // (Vulkan), so usm_shared is real there and absent on GL.
+            AdapterClass::Unified => {
+                assert_eq!(info.device_type, wgpu::DeviceType::Cpu, "{}", name(&gpu));
+                assert_eq!(gpu.supports_shared(), mapped, "{}", name(&gpu));
+                assert_eq!(
+                    mapped,
+                    gpu.backend() == wgpu::Backend::Vulkan,
+                    "{}",
+                    name(&gpu)
+                );
+            }
+            // A discrete GPU never gets the feature from dynrt, nor usm_shared.
+            AdapterClass::Discrete => {
+                assert!(!mapped, "{}", name(&gpu));
+                assert!(!gpu.supports_shared());
+            }
+        }
+        let engine = Engine::new(gpu.clone());
+        let io = engine.preferred_kind(&KindRequest {
+            host_access: true,
+            kernel_access: true,
+            kernel_io_bytes: 0,
+        });
+        let expect = if gpu.supports_shared() {
+            AllocKind::UsmShared
+        } else {
+            AllocKind::UsmDevice
+        };
+        assert_eq!(io, expect, "{}", name(&gpu));
+        assert_eq!(
+            gpu.kind_support(AllocKind::UsmShared).supported,
+            gpu.supports_shared()
+        );
+    }
+}

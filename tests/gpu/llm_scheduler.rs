@@ -123,7 +123,7 @@ fn scheduled_greedy_answers_equal_each_request_run_alone() {
         let g = match &r.prompt {
             Prompt::Chat(m) => session.chat_blocking(&m[0].content, &r.params, &mut |_| {}),
             Prompt::Text(t) => session.generate_blocking(t, &r.params, &mut |_| {}),
-            Prompt::Ids(_) => unreachable!("no ids here"),
+            Prompt::Ids(_) | Prompt::ChatWithTools { .. } => unreachable!("no ids or tools here"),
         }
         .unwrap();
         assert_eq!(
@@ -278,10 +278,13 @@ fn cancelling_a_request_frees_its_pages_at_once() {
         "{st:?}"
     );
     assert_eq!(engine.stats().device_current_bytes(), busy);
-    // The freed pages serve the next requests: the same again, no new device memory.
+    // The freed pages serve the next requests: the same again, no new device memory. The
+    // prompt's full pages (about 300 tokens) stayed in the prompt cache: the first takes
+    // them from there and the second shares them (so neither computes a copy of them).
     let (busy_again, st_again) = run_and_cancel();
     assert_eq!(busy_again, busy);
-    assert_eq!(st_again.pages_used, st.pages_used);
+    assert!(st_again.pages_used <= st.pages_used, "{st_again:?}");
+    assert!(st_again.tokens_cached >= 256, "{st_again:?}");
     assert_eq!(s.stats().cancelled, 4);
     eprintln!(
         "{test}: {} pages of {} B held by two requests, device bytes {busy} before and after",

@@ -11,9 +11,11 @@
 mod common;
 
 mod demo;
+mod device_lost;
 mod embed;
 mod engine;
 mod env;
+mod gl_threads;
 mod history;
 mod kernels;
 mod llm;
@@ -27,3 +29,5 @@ mod onnx_smollm2;
 mod ops;
 mod runtime;
 mod runtime_kv;
+mod runtime_weights;
+mod sentence;

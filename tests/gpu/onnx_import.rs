@@ -10,12 +10,9 @@ use dynrt::memory::predictor::Policy;
 use dynrt::onnx::{import, HostTensor as OnnxTensor, LoadOptions, OnnxError, OnnxFile};
 use dynrt::runtime::{HostTensor, InferRequest, Network, NetworkOptions, RunError, RunOptions};
 use dynrt::shape::{DType, Shape};
-use std::path::Path;
 
 fn model(name: &str) -> OnnxFile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/onnx")
-        .join(name);
+    let path = crate::common::repo().join("fixtures/onnx").join(name);
     OnnxFile::load(&path, &LoadOptions::default()).expect("fixture loads")
 }
 

@@ -47,6 +47,10 @@ const DOCUMENTED_LIMITS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "GatherND with batch_dims above 0: only batch_dims = 0 is mapped (a gather over the merged leading axes)",
+        &["test_gathernd_example_int32_batch_dim1"],
+    ),
+    (
         "CumSum whose axis is fed at run time: the kernel's layout needs the axis when the model is imported (a constant axis is mapped)",
         &["test_cumsum_1d_int32_exclusive", "test_cumsum_2d_int32"],
     ),

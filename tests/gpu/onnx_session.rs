@@ -18,7 +18,8 @@ const HEADS: u64 = 2;
 const HEAD_DIM: u64 = 4;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::repo()
+        .to_path_buf()
         .join("fixtures/onnx")
         .join(name)
 }

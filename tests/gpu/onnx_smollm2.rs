@@ -195,7 +195,7 @@ fn setup(test: &str) -> Option<Setup> {
     let script = std::fs::read(repo.join("scripts/export_smollm2_onnx.py")).unwrap();
     let ref_script = std::fs::read(repo.join("scripts/onnx_ref.py")).unwrap();
     let size = std::fs::metadata(&gguf).unwrap().len();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx-smollm2");
+    let dir = crate::common::tmpdir().join("onnx-smollm2");
     let key = sha256_of(&[&script, &ref_script, &size.to_le_bytes()]);
     let model = cached_model(
         &python,

@@ -21,7 +21,6 @@ use dynrt::onnx::external::BytesResolver;
 use dynrt::onnx::{testdata, LoadOptions, OnnxFile};
 use dynrt::rng::SplitMix64;
 use std::cell::Cell;
-use std::path::Path;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ mod hostile;
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds = Vec::new();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx");
+    let fixtures = crate::common::repo().join("fixtures/onnx");
     let mut names: Vec<_> = std::fs::read_dir(&fixtures)
         .expect("fixtures/onnx")
         .map(|e| e.unwrap().path())
@@ -169,10 +168,10 @@ fn loader_never_panics_on_mutated_files() {
         .unwrap_or(0x0dd5_eed5);
     let seeds = seeds();
     let mut resolver = BytesResolver::new();
-    let ext = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/external.bin");
+    let ext = crate::common::repo().join("fixtures/onnx/external.bin");
     resolver.insert("external.bin", Bytes::from(std::fs::read(ext).unwrap()));
     let options = LoadOptions::default();
-    let findings_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx_fuzz");
+    let findings_dir = crate::common::tmpdir().join("onnx_fuzz");
 
     // Every seed model must load (or the loop only exercises error paths).
     let loaded_seeds = seeds

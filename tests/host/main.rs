@@ -19,3 +19,4 @@ mod quant_formats;
 mod shaders;
 mod smollm2;
 mod wgsl_portable;
+mod wordpiece;

@@ -9,14 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx")
+    crate::common::repo().join("fixtures/onnx")
 }
 
 /// A fresh scratch folder for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("onnx_files")
-        .join(name);
+    let dir = crate::common::tmpdir().join("onnx_files").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -185,7 +183,7 @@ fn npy_fixtures_written_by_numpy() {
 }
 
 fn inspect(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    let out = Command::new(crate::common::dynrt_bin())
         .arg("inspect")
         .args(args)
         .output()

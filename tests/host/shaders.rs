@@ -3,11 +3,9 @@
 
 use crate::common;
 
-use std::path::Path;
-
 #[test]
 fn every_shader_validates() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let dir = crate::common::repo().join("shaders");
     let mut found = 0;
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -59,7 +57,7 @@ fn every_shader_validates() {
 /// this. Every decimal float literal in `shaders/` must lie within the f32 range.
 #[test]
 fn every_float_literal_fits_in_f32() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let dir = crate::common::repo().join("shaders");
     let mut literals = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -98,7 +96,7 @@ fn every_float_literal_fits_in_f32() {
 #[test]
 fn every_kernel_fits_the_limits_dynrt_requires() {
     let need = dynrt::gpu::required_limits();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let dir = crate::common::repo().join("shaders");
     let mut checked = 0;
     let (mut most_storage, mut most_wg_bytes) = (0u32, 0u32);
     for entry in std::fs::read_dir(&dir).unwrap() {

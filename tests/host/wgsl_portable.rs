@@ -6,8 +6,6 @@
 
 use crate::common;
 
-use std::path::Path;
-
 /// `bitcast<f32>(0x...u)` literals with an all-ones exponent, as `file:line: text`.
 fn non_finite_literals(name: &str, src: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -37,7 +35,7 @@ fn non_finite_literals(name: &str, src: &str) -> Vec<String> {
 
 #[test]
 fn no_shader_has_a_non_finite_constant() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let dir = crate::common::repo().join("shaders");
     let mut found = Vec::new();
     let mut files = 0;
     for entry in std::fs::read_dir(&dir).expect("shaders/ is readable") {

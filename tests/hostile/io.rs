@@ -20,9 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A fresh scratch folder for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("hostile_io")
-        .join(name);
+    let dir = crate::common::tmpdir().join("hostile_io").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -167,7 +165,7 @@ struct Outcome {
 
 /// Runs `dynrt ARGS` (with `ulimit -v` 4 GiB when `limit_memory`), killing it at [`DEADLINE`].
 fn dynrt(args: &[&str], limit_memory: bool) -> Outcome {
-    let exe = env!("CARGO_BIN_EXE_dynrt");
+    let exe = crate::common::dynrt_bin();
     let mut cmd = if limit_memory {
         let mut c = Command::new("sh");
         c.arg("-c")
@@ -375,7 +373,7 @@ fn csv_and_traces_that_are_not_regular_files_are_refused() {
 #[test]
 fn external_data_that_is_a_fifo_is_refused_without_opening_it() {
     let dir = scratch("external");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/external.onnx");
+    let fixture = crate::common::repo().join("fixtures/onnx/external.onnx");
     let model = dir.join("external.onnx");
     std::fs::copy(&fixture, &model).unwrap();
     mkfifo(&dir.join("external.bin"));

@@ -29,7 +29,7 @@ fn greedy(max_tokens: usize) -> GenerateParams {
 }
 
 fn dynrt() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dynrt"))
+    Command::new(crate::common::dynrt_bin())
 }
 
 /// `tiny` written to a file of the test's scratch folder.
@@ -178,10 +178,9 @@ fn a_claimed_context_of_millions_loads_small_and_answers() {
             table * 100 < u64::from(expected) * rope_dim * 4,
             "claimed {claimed}: a table of {table} bytes"
         );
-        assert!(
-            load < Duration::from_secs(20),
-            "claimed {claimed}: {load:?}"
-        );
+        // The table's size is the check (above); the time is for the log: a busy machine
+        // stretches it without bound.
+        eprintln!("claimed {claimed}: loaded in {load:?}");
         let mut session = model.session(RunOptions::new(Policy::Adaptive));
         let g = session
             .chat_blocking("hi there", &greedy(4), &mut |_| {})
@@ -213,7 +212,7 @@ fn a_prompt_past_the_device_context_is_refused_before_it_runs() {
     let context = model.context_len() as usize;
     let mut session = model.session(RunOptions::new(Policy::Adaptive));
     let long: Vec<u32> = (0..context as u32 + 1).map(|i| 3 + i % 200).collect();
-    let t = Instant::now();
+    let allocations = engine.stats().allocations_total();
     match session.generate_ids_blocking(&long, &greedy(1), &mut |_| {}) {
         Err(LlmError::ContextFull {
             past_tokens: 0,
@@ -222,7 +221,8 @@ fn a_prompt_past_the_device_context_is_refused_before_it_runs() {
         }) => assert_eq!((new_tokens, context_len as usize), (context + 1, context)),
         other => panic!("{other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // Refused before it ran: not a buffer was allocated for it.
+    assert_eq!(engine.stats().allocations_total(), allocations);
     assert!(session.cached_tokens().is_empty());
     let g = session.generate_ids_blocking(&[5, 6, 7], &greedy(2), &mut |_| {});
     assert_eq!(g.unwrap().tokens.len(), 2);

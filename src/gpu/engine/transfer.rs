@@ -6,7 +6,8 @@ use super::{
     UPLOAD_CHUNK_BYTES,
 };
 use crate::gpu::usage::{kind_usages, readback_usages};
-use crate::gpu::Gpu;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::gpu::Polled;
 use crate::memory::AllocKind;
 use futures::FutureExt;
 use std::sync::atomic::Ordering;
@@ -61,7 +62,7 @@ impl Engine {
                 false,
                 Some(chunk),
             )?;
-            let index = submit_checked(&self.inner.gpu, "dynrt upload", |enc| {
+            let index = submit_checked(self, "dynrt upload", |enc| {
                 enc.copy_buffer_to_buffer(staging.raw(), 0, buf.raw(), chunk_offset, chunk_len)
             })?;
             // Dropping the staging buffer destroys it once the copy has executed (wgpu defers
@@ -115,10 +116,17 @@ impl Engine {
         if data.is_empty() {
             return;
         }
+        let gpu = &self.inner.gpu;
+        if gpu.is_lost() {
+            // Nothing reaches a lost device; the next call that returns a result says so.
+            return;
+        }
         self.inner
             .accounting()
             .record_queue_write(data.len() as u64);
-        self.inner.gpu.queue().write_buffer(raw, offset_bytes, data);
+        // wgpu stages the bytes in a buffer it creates and maps: both take the GL context.
+        let _device = gpu.lock_device();
+        gpu.queue().write_buffer(raw, offset_bytes, data);
     }
 
     /// Copies `size_bytes` from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes` on
@@ -193,7 +201,7 @@ impl Engine {
         if ranges.iter().all(|r| r.2 == 0) {
             return Ok(None);
         }
-        let index = submit_checked(&self.inner.gpu, "dynrt copy", |enc| {
+        let index = submit_checked(self, "dynrt copy", |enc| {
             for &(from, to, len) in ranges.iter().filter(|r| r.2 > 0) {
                 enc.copy_buffer_to_buffer(src.raw(), from, dst.raw(), to, len);
             }
@@ -228,16 +236,14 @@ impl Engine {
         let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
         let end = offset_bytes + len;
         let slice = buf.raw.slice(start..end);
-        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Write).await?;
-        {
-            let mut view = slice
-                .get_mapped_range_mut()
-                .map_err(|e| AllocError::Map(e.to_string()))?;
+        map_slice(self, &slice, wgpu::MapMode::Write).await?;
+        let _device = self.inner.gpu.lock_device();
+        let written = slice.get_mapped_range_mut().map(|mut view| {
             let from = (offset_bytes - start) as usize;
             view.slice(from..from + data.len()).copy_from_slice(data);
-        }
+        });
         buf.raw.unmap();
-        Ok(())
+        written.map_err(|e| self.lost_or(AllocError::Map(e.to_string())))
     }
 
     /// Reads `size_bytes` at `offset_bytes`. `usm_shared` is mapped directly; every other kind
@@ -274,21 +280,13 @@ impl Engine {
             true,
             None,
         )?;
-        let gpu = &self.inner.gpu;
-        submit_checked(gpu, "dynrt readback", |enc| {
+        submit_checked(self, "dynrt readback", |enc| {
             enc.copy_buffer_to_buffer(buf.raw(), start, readback.raw(), 0, len)
         })?;
         let slice = readback.raw.slice(..);
-        map_slice(gpu, &slice, wgpu::MapMode::Read).await?;
-        let out = {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| AllocError::Map(e.to_string()))?;
-            let from = (offset_bytes - start) as usize;
-            view[from..from + size_bytes as usize].to_vec()
-        };
-        readback.raw.unmap();
-        Ok(out)
+        map_slice(self, &slice, wgpu::MapMode::Read).await?;
+        let from = (offset_bytes - start) as usize;
+        self.take_mapped(&readback.raw, &slice, from..from + size_bytes as usize)
     }
 
     /// Reads by mapping the buffer itself (`usm_shared` only): no copy, no extra allocation.
@@ -315,16 +313,9 @@ impl Engine {
         let start = offset_bytes / MAP_ALIGN_BYTES * MAP_ALIGN_BYTES;
         let end = round_up(offset_bytes + size_bytes, COPY_ALIGN_BYTES).unwrap_or(u64::MAX);
         let slice = buf.raw.slice(start..end);
-        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Read).await?;
-        let out = {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| AllocError::Map(e.to_string()))?;
-            let from = (offset_bytes - start) as usize;
-            view[from..from + size_bytes as usize].to_vec()
-        };
-        buf.raw.unmap();
-        Ok(out)
+        map_slice(self, &slice, wgpu::MapMode::Read).await?;
+        let from = (offset_bytes - start) as usize;
+        self.take_mapped(&buf.raw, &slice, from..from + size_bytes as usize)
     }
 
     /// Copies `ranges` (`(buffer, offset, bytes)`, each a multiple of 4) of device buffers,
@@ -361,7 +352,7 @@ impl Engine {
             true,
             None,
         )?;
-        submit_checked(&self.inner.gpu, "dynrt copy to host", |enc| {
+        submit_checked(self, "dynrt copy to host", |enc| {
             let mut at = 0;
             for &(buf, offset, len) in ranges {
                 if len > 0 {
@@ -399,18 +390,16 @@ impl Engine {
             check_range(dst, offset, len)?;
         }
         let slice = host.raw.slice(..);
-        map_slice(&self.inner.gpu, &slice, wgpu::MapMode::Read).await?;
-        {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| AllocError::Map(e.to_string()))?;
+        map_slice(self, &slice, wgpu::MapMode::Read).await?;
+        let _device = self.inner.gpu.lock_device();
+        let written = slice.get_mapped_range().map(|view| {
             for &(from, dst, offset, len) in writes {
                 let from = from as usize;
                 self.queue_write(dst, offset, &view[from..from + len as usize]);
             }
-        }
+        });
         host.raw.unmap();
-        Ok(())
+        written.map_err(|e| self.lost_or(AllocError::Map(e.to_string())))
     }
 
     /// [`Engine::read`], blocking (native only).
@@ -425,6 +414,19 @@ impl Engine {
         size_bytes: u64,
     ) -> Result<Vec<u8>, AllocError> {
         pollster::block_on(self.read(buf, offset_bytes, size_bytes))
+    }
+
+    /// Copies `range` of the mapped `slice` of `raw` out and unmaps it.
+    fn take_mapped(
+        &self,
+        raw: &wgpu::Buffer,
+        slice: &wgpu::BufferSlice<'_>,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<u8>, AllocError> {
+        let _device = self.inner.gpu.lock_device();
+        let out = slice.get_mapped_range().map(|view| view[range].to_vec());
+        raw.unmap();
+        out.map_err(|e| self.lost_or(AllocError::Map(e.to_string())))
     }
 }
 
@@ -441,46 +443,84 @@ fn check_copy_aligned(offset_bytes: u64, size_bytes: u64) -> Result<(), AllocErr
 
 /// Records commands, submits them inside a validation error scope, and turns a captured error
 /// into [`AllocError::Validation`] (native; on the web errors reach the uncaptured handler).
+///
+/// # Errors
+/// [`AllocError::DeviceLost`] (nothing is submitted), [`AllocError::Validation`].
 fn submit_checked(
-    gpu: &Gpu,
+    engine: &Engine,
     label: &str,
     record: impl FnOnce(&mut wgpu::CommandEncoder),
 ) -> Result<wgpu::SubmissionIndex, AllocError> {
+    let gpu = engine.gpu();
+    gpu.check_alive()?;
     let device = gpu.device();
+    let _device = gpu.lock_device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let mut enc =
         device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
     record(&mut enc);
     let index = gpu.queue().submit([enc.finish()]);
     match scope.pop().now_or_never().flatten() {
-        Some(e) => Err(AllocError::Validation(e.to_string())),
+        Some(e) => Err(engine.lost_or(AllocError::Validation(e.to_string()))),
         None => Ok(index),
     }
 }
 
+/// Polls for a map at most this many times after the device said it was idle with the map
+/// still pending (wgpu resolves every pending map in the poll that finds the queue empty, so
+/// one more is always enough; more would mean a bug, reported rather than waited on).
+#[cfg(not(target_arch = "wasm32"))]
+const IDLE_POLLS_FOR_A_MAP: u32 = 3;
+
 /// Maps `slice` and waits for the callback. Native: polls the device until the map resolves;
 /// web: the browser resolves it.
+///
+/// # Errors
+/// [`AllocError::DeviceLost`] when the device is or becomes lost, [`AllocError::Map`] when
+/// wgpu refuses the map.
 async fn map_slice(
-    gpu: &Gpu,
+    engine: &Engine,
     slice: &wgpu::BufferSlice<'_>,
     mode: wgpu::MapMode,
 ) -> Result<(), AllocError> {
+    let gpu = engine.gpu();
+    gpu.check_alive()?;
     let (tx, rx) = futures::channel::oneshot::channel();
     let mapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = mapped.clone();
-    slice.map_async(mode, move |r| {
-        flag.store(true, Ordering::Release);
-        // The receiver only disappears if the caller's future was dropped.
-        let _ = tx.send(r);
-    });
+    {
+        // Scheduling the map may submit the buffer's pending queue writes first.
+        let _device = gpu.lock_device();
+        slice.map_async(mode, move |r| {
+            flag.store(true, Ordering::Release);
+            // The receiver only disappears if the caller's future was dropped.
+            let _ = tx.send(r);
+        });
+    }
     // On a shared device other work (the app's frames) may follow ours in the queue: stop
-    // polling once our map has resolved.
-    gpu.poll_until(|| mapped.load(Ordering::Acquire));
+    // polling once our map has resolved. Natively nothing else resolves the map, so the
+    // await below must not start before it has (or the device is gone).
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let mut idle_polls = 0;
+        while !mapped.load(Ordering::Acquire) {
+            match gpu.poll_until(|| mapped.load(Ordering::Acquire)) {
+                Polled::Done => {}
+                Polled::Lost => return Err(engine.lost_or(AllocError::Map("lost".into()))),
+                Polled::Idle | Polled::Failed => {
+                    idle_polls += 1;
+                    if idle_polls > IDLE_POLLS_FOR_A_MAP && !mapped.load(Ordering::Acquire) {
+                        return Err(engine.lost_or(AllocError::Map(
+                            "the device is idle and the map never resolved".into(),
+                        )));
+                    }
+                }
+            }
+        }
+    }
     match rx.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(AllocError::Map(e.to_string())),
-        Err(_) => Err(AllocError::Map(
-            "map callback dropped (device lost?)".into(),
-        )),
+        Ok(Err(e)) => Err(engine.lost_or(AllocError::Map(e.to_string()))),
+        Err(_) => Err(engine.lost_or(AllocError::Map("map callback dropped".into()))),
     }
 }

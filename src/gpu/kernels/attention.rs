@@ -8,7 +8,7 @@
 
 use super::layout::{numel, u32_of};
 use super::quant::QuantLayout;
-use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
+use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::{Attention, PagedAttention, Rope, ScatterRows};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
@@ -28,6 +28,53 @@ pub const FAMILY: Family = Family {
     },
     unchecked: &[],
 };
+
+/// `shaders/gqa.wgsl` after the prelude.
+pub const GQA_WGSL: &str = crate::gpu::pipeline::with_prelude!("gqa");
+
+/// The grouped-query kernel for hardware GPUs with subgroup operations
+/// (`shaders/gqa.wgsl`, a module of its own: it calls subgroup operations): one workgroup per
+/// (query row, KV head, key chunk) serving every query head of the group.
+pub const FAMILY_GQA: Family = Family {
+    name: "gqa",
+    source: || GQA_WGSL,
+    bindings: |_| &[1, 2, 3, 4, 5, 6],
+    unchecked: &[],
+};
+
+/// Most query heads per KV head `gqa_grouped` serves (`MAX_GROUP` of `shaders/gqa.wgsl`).
+pub const MAX_GROUP: u64 = 8;
+
+/// Most pairs of a head's elements one lane of `gqa_grouped` holds (`MAX_UPL`).
+const MAX_UPL: u64 = 8;
+
+/// Pairs of partial sums `gqa_grouped` merges in workgroup memory (`MERGE_PAIRS`): its
+/// subgroups times half a head.
+const MERGE_PAIRS: u64 = 1024;
+
+/// The `(GROUP, UPL)` constants of `gqa_grouped` for `heads` query heads over `kv_heads` of
+/// `head_dim` elements on subgroups of `subgroup` invocations at least, `None` where the
+/// kernel does not take the shape (an odd head, a group above [`MAX_GROUP`], a head too
+/// long for its registers or its workgroup memory): the other kernels do.
+pub fn grouped_constants(
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    subgroup: u32,
+) -> Option<(u32, u32)> {
+    // Half the smallest subgroup: a device may run fewer lanes than it reports (lavapipe's
+    // widest vectors run 16 of a reported 32).
+    let lanes = u64::from((subgroup / 2).clamp(1, 64));
+    let group = heads.checked_div(kv_heads)?;
+    let pairs = head_dim / 2;
+    let upl = pairs.div_ceil(lanes);
+    let fits = head_dim % 2 == 0
+        && head_dim > 0
+        && (1..=MAX_GROUP).contains(&group)
+        && upl <= MAX_UPL
+        && (64 / lanes) * pairs <= MERGE_PAIRS;
+    fits.then_some((group as u32, upl as u32))
+}
 
 /// Largest head the attention kernel takes (`MAX_D` of the WGSL: the query of a workgroup
 /// is shared in workgroup memory).
@@ -96,7 +143,7 @@ pub fn attention_splits(items: u64, span: u64, target: u64) -> (u64, u64) {
 pub fn workgroups_for(layout: QuantLayout) -> u64 {
     match layout {
         QuantLayout::Cpu { threads } => u64::from(threads),
-        QuantLayout::Gpu => GPU_WORKGROUPS,
+        QuantLayout::Gpu { .. } => GPU_WORKGROUPS,
     }
 }
 
@@ -114,7 +161,7 @@ const GPU_WORKGROUPS: u64 = 512;
 pub fn workgroup_size(layout: QuantLayout) -> u32 {
     match layout {
         QuantLayout::Cpu { .. } => 16,
-        QuantLayout::Gpu => 64,
+        QuantLayout::Gpu { .. } => 64,
     }
 }
 
@@ -228,9 +275,22 @@ impl Kernel for Rope {
     }
 }
 
+/// Whether keys and values are both f32 or both f16 (a KV cache stored as f16).
+fn kv_types_ok(k: DType, v: DType) -> bool {
+    k == v && matches!(k, DType::F32 | DType::F16)
+}
+
 impl Kernel for Attention {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        f32_only(inputs, output)
+        if inputs.len() == 3
+            && inputs[0] == DType::F32
+            && kv_types_ok(inputs[1], inputs[2])
+            && output == DType::F32
+        {
+            Ok(())
+        } else {
+            Err("f32 queries and output, keys and values both f32 or both f16")
+        }
     }
 
     /// One dispatch, or two when [`attention_splits`] cuts the keys into chunks: the
@@ -256,7 +316,7 @@ impl Kernel for Attention {
         let (mut p, [bq, bk, bv, bo], items) = gqa.bind(e, [q, k, v], out)?;
         p.t = u32_of("keys", t)?;
         let (pad5, pad6) = (e.unused(), e.unused());
-        let key = gqa.key(e, &p);
+        let (key, items) = gqa.plan(e, &mut p, items, k.dtype == DType::F16, false)?;
         gqa.dispatch(e, key, &p, [bq, bk, bv, bo, pad5, pad6], items)
     }
 }
@@ -292,8 +352,15 @@ impl Gqa {
             });
         }
         let (bq, oq) = e.bind("queries", &q.tensor, numel("queries", q.shape)? * 4)?;
-        let (bk, ok) = e.bind("keys", &k.tensor, numel("keys", k.shape)? * 4)?;
-        let (bv, ov) = e.bind("values", &v.tensor, numel("values", v.shape)? * 4)?;
+        // Keys and values as words (f16 two to a word): offsets in their elements.
+        let kv_bytes = |o: &Operand<'_>, what| -> Result<u64, KernelError> {
+            let elem = if o.dtype == DType::F16 { 2 } else { 4 };
+            Ok((numel(what, o.shape)? * elem).div_ceil(4) * 4)
+        };
+        let per_word = |o: &Operand<'_>| if o.dtype == DType::F16 { 2 } else { 1 };
+        let (bk, ok) = e.bind("keys", &k.tensor, kv_bytes(k, "keys")?)?;
+        let (bv, ov) = e.bind("values", &v.tensor, kv_bytes(v, "values")?)?;
+        let (ok, ov) = (ok * per_word(k), ov * per_word(v));
         let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
         let items = s * u64::from(self.heads) * head_dim.div_ceil(HEAD_CHUNK);
         let (splits, chunk_keys) =
@@ -348,32 +415,76 @@ impl Gqa {
         Ok(2)
     }
 
-    /// The pipeline of the pass: vec4 loads where head and offsets allow (the usual case:
-    /// arena offsets are aligned, heads are multiples of 4), in workgroups of the adapter's
-    /// size ([`workgroup_size`]).
-    fn key(&self, e: &Encoder<'_, '_>, p: &GqaParams) -> super::PipelineKey {
-        let vec4 = p.head_dim % 4 == 0
+    /// The pipeline of the pass and its workgroups before splitting (`items` for the
+    /// per-head kernels): on a hardware GPU with subgroups the grouped kernel where it takes
+    /// the shape (the keys then split over its (row, KV head) items: `p.splits` and
+    /// `p.chunk_keys` set again); else the per-head kernel with vec4 loads where head and
+    /// offsets allow and the keys are f32 (the usual case: arena offsets are aligned, heads
+    /// are multiples of 4), in workgroups of the adapter's size ([`workgroup_size`]).
+    /// `kv_f16`: keys and values stored as f16; `paged`: through a page table.
+    fn plan(
+        &self,
+        e: &Encoder<'_, '_>,
+        p: &mut GqaParams,
+        items: u64,
+        kv_f16: bool,
+        paged: bool,
+    ) -> Result<(super::PipelineKey, u64), KernelError> {
+        let layout = e.kernels.quant_layout;
+        let grouped = match layout {
+            QuantLayout::Gpu { subgroup: Some(sg) } => grouped_constants(
+                u64::from(self.heads),
+                u64::from(self.kv_heads),
+                u64::from(p.head_dim),
+                sg,
+            ),
+            _ => None,
+        };
+        if let Some((group, upl)) = grouped {
+            let items = u64::from(p.s) * u64::from(self.kv_heads);
+            let (splits, chunk_keys) =
+                attention_splits(items, self.span, e.kernels.attention_workgroups);
+            p.splits = u32_of("key chunks", splits)?;
+            p.chunk_keys = u32_of("keys", chunk_keys)?;
+            let key = FAMILY_GQA
+                .key("gqa_grouped")
+                .with("PAGED", u32::from(paged))
+                .with("KV_F16", u32::from(kv_f16))
+                .with("GROUP", group)
+                .with("UPL", upl);
+            return Ok((key, items));
+        }
+        let vec4 = !kv_f16
+            && p.head_dim % 4 == 0
             && [p.q_offset, p.k_offset, p.v_offset]
                 .iter()
                 .all(|o| o % 4 == 0);
-        let entry = if vec4 {
-            "attention_gqa4"
+        let key = if vec4 {
+            FAMILY.key("attention_gqa4")
         } else {
-            "attention_gqa"
+            FAMILY
+                .key("attention_gqa")
+                .with("KV_F16", u32::from(kv_f16))
         };
-        FAMILY
-            .key(entry)
-            .with("WG", workgroup_size(e.kernels.quant_layout))
+        Ok((
+            key.with("WG", workgroup_size(layout))
+                .with("PAGED", u32::from(paged)),
+            items,
+        ))
     }
 }
 
 impl Kernel for PagedAttention {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let want = [DType::F32, DType::F32, DType::F32, DType::I32, DType::I32];
-        if inputs == want && output == DType::F32 {
+        if inputs.len() == 5
+            && inputs[0] == DType::F32
+            && kv_types_ok(inputs[1], inputs[2])
+            && inputs[3..] == [DType::I32, DType::I32]
+            && output == DType::F32
+        {
             Ok(())
         } else {
-            Err("f32 q and pools, i32 rows and pages")
+            Err("f32 q, pools both f32 or both f16, i32 rows and pages")
         }
     }
 
@@ -414,25 +525,27 @@ impl Kernel for PagedAttention {
         p.page_size = self.page_size;
         p.seqs = u32_of("pages", pages.shape.dims()[0])?;
         p.pages_per_seq = pages_per_seq;
+        let (key, items) = gqa.plan(e, &mut p, items, inputs[1].dtype == DType::F16, true)?;
         if p.splits == 1 {
             p.chunk_keys = most;
         }
-        let key = gqa.key(e, &p).with("PAGED", 1);
         gqa.dispatch(e, key, &p, [bq, bk, bv, bo, br, bp], items)
     }
 }
 
 impl Kernel for ScatterRows {
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        if inputs == [DType::F32, DType::F32, DType::I32] && output == DType::F32 {
+        let pool = output;
+        if matches!(pool, DType::F32 | DType::F16) && inputs == [pool, pool, DType::I32] {
             Ok(())
         } else {
-            Err("an f32 pool and rows, i32 slots")
+            Err("a pool and rows both f32 or both f16, i32 slots")
         }
     }
 
     /// Writes the rows into their slots of the output, which must be the pool itself (the
-    /// runtime runs this op in place on a state): the rest of the pool is not copied.
+    /// runtime runs this op in place on a state): the rest of the pool is not copied. The
+    /// kernel moves 32-bit words: f16 rows (of an even width) go two elements a word.
     fn encode(
         &self,
         e: &mut Encoder<'_, '_>,
@@ -448,15 +561,27 @@ impl Kernel for ScatterRows {
                 reason: "it runs in place: its output must be its pool (a state's buffer)".into(),
             });
         }
-        let n = numel("rows", rows.shape)?;
         let (pool_rows, width) = (out.shape.dims()[0], out.shape.dims()[1]);
+        let per_word = if out.dtype == DType::F16 { 2 } else { 1 };
+        if width % per_word != 0 {
+            return Err(KernelError::Unsupported {
+                op: "scatter_rows",
+                reason: format!("f16 rows of an odd width ({width}) do not fill whole words"),
+            });
+        }
+        let width = width / per_word;
+        let n = numel("rows", rows.shape)? / per_word;
         let (bx, ox) = e.bind("rows", &rows.tensor, n * 4)?;
         let (bs, os) = e.bind(
             "slots",
             &slots.tensor,
             numel("slots", slots.shape)?.max(1) * 4,
         )?;
-        let (bo, oo) = e.bind("output", &out.tensor, numel("output", out.shape)? * 4)?;
+        let (bo, oo) = e.bind(
+            "output",
+            &out.tensor,
+            numel("output", out.shape)? / per_word * 4,
+        )?;
         let p = ScatterParams {
             rows: u32_of("rows", rows.shape.dims()[0])?,
             width: u32_of("rows", width)?,
@@ -487,7 +612,7 @@ mod tests {
     fn keys_are_split_only_where_workgroups_are_short() {
         let two = workgroups_for(QuantLayout::Cpu { threads: 2 });
         let sixteen = workgroups_for(QuantLayout::Cpu { threads: 16 });
-        let gpu = workgroups_for(QuantLayout::Gpu);
+        let gpu = workgroups_for(QuantLayout::Gpu { subgroup: None });
         // SmolLM2's decode (9 heads): one pass at context 64, chunks of at least
         // MIN_SPLIT_KEYS keys at 2048 until the adapter has its workgroups; 9 workgroups
         // already keep 2 threads busy.

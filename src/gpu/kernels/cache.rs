@@ -18,7 +18,8 @@ use crate::shape::{DType, Shape};
 pub struct CacheStats {
     /// Lookups that found a compiled pipeline.
     pub hits: u64,
-    /// Lookups that compiled one.
+    /// Lookups that found none in this cache: a pipeline was compiled (or, on GL, taken from
+    /// the device's: see [`Kernels::new`]).
     pub misses: u64,
     /// Pipelines held.
     pub pipelines: usize,
@@ -33,6 +34,8 @@ type Layouts = HashMap<&'static [u32], (wgpu::BindGroupLayout, wgpu::PipelineLay
 /// Shader modules, layouts and the pipeline cache of one device.
 pub struct Kernels {
     pub(crate) device: wgpu::Device,
+    /// For the device lock and, on GL, the device's pipelines.
+    gpu: Gpu,
     /// By family name and whether the module has wgpu's bounds checks.
     modules: HashMap<(&'static str, bool), wgpu::ShaderModule>,
     layouts: Layouts,
@@ -57,12 +60,16 @@ pub struct Kernels {
 
 impl Kernels {
     /// The kernels of `gpu`'s device (shader modules and pipelines are created on first use).
+    /// On GL the pipelines are the device's, shared by all its `Kernels` and kept until the
+    /// device goes: destroying one takes the GL context, which must not happen outside
+    /// [`Gpu::lock_device`] (docs/design.md, "Threads and the GL context").
     pub fn new(gpu: &Gpu) -> Self {
         let device = gpu.device();
         let limits = device.limits();
-        let quant_layout = quant::QuantLayout::for_device(gpu.adapter_info().device_type);
+        let quant_layout = quant::QuantLayout::of(gpu);
         Kernels {
             device: device.clone(),
+            gpu: gpu.clone(),
             modules: HashMap::new(),
             layouts: HashMap::new(),
             pipelines: HashMap::new(),
@@ -124,6 +131,12 @@ impl Kernels {
         self.stats.hits += n;
     }
 
+    /// Whether a pipeline of entry point `entry` was compiled (tests check that the kernel
+    /// they mean to exercise ran).
+    pub fn has_pipeline(&self, entry: &str) -> bool {
+        self.pipelines.keys().any(|k| k.entry == entry)
+    }
+
     /// Pipeline cache counters.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
@@ -142,6 +155,15 @@ impl Kernels {
             return p.clone();
         }
         self.stats.misses += 1;
+        let gpu = self.gpu.clone();
+        // Compiling takes the GL context.
+        let _device = gpu.lock_device();
+        if let Some(shared) = gpu.gl_pipelines() {
+            if let Some(p) = lock(shared).get(key).cloned() {
+                self.pipelines.insert(key.clone(), p.clone());
+                return p;
+            }
+        }
         let storage = (key.family.bindings)(key.entry);
         let device = &self.device;
         let (bgl, layout) = self
@@ -190,6 +212,9 @@ impl Kernels {
         });
         self.pipelines
             .insert(key.clone(), (pipeline.clone(), bgl.clone()));
+        if let Some(shared) = gpu.gl_pipelines() {
+            lock(shared).insert(key.clone(), (pipeline.clone(), bgl.clone()));
+        }
         (pipeline, bgl)
     }
 
@@ -405,4 +430,9 @@ fn make_layout(
         immediate_size: 0,
     });
     (bgl, layout)
+}
+
+/// Locks a map of handles (consistent between statements: a panic elsewhere left it usable).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -210,7 +210,7 @@ impl Encoder<'_, '_> {
         }
         self.uniforms
             .workspace(size)
-            .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+            .map_err(KernelError::Uniforms)?;
         Ok(Bound {
             buffer: None,
             offset: 0,
@@ -239,7 +239,7 @@ impl Encoder<'_, '_> {
         if workgroups == 0 {
             return Ok(());
         }
-        let alloc = |e: crate::gpu::AllocError| KernelError::Uniforms(e.to_string());
+        let alloc = KernelError::Uniforms;
         let storage = (key.family.bindings)(key.entry);
         let bound = &bound[..bound.len().min(storage.len()).min(MAX_STORAGE_BINDINGS)];
         // Which inputs to copy: of two overlapping bindings, the one the kernel does not write
@@ -395,7 +395,7 @@ impl Encoder<'_, '_> {
         let (ubuf, uoffset) = self
             .uniforms
             .push_bytes(params)
-            .map_err(|e| KernelError::Uniforms(e.to_string()))?;
+            .map_err(KernelError::Uniforms)?;
         let storage = (key.family.bindings)(key.entry);
         let uniform_bytes = params.len() as u64;
         let mut bound_key: [Option<(BufferUid, u64, u64)>; MAX_STORAGE_BINDINGS] =

@@ -26,7 +26,7 @@
 //! and gather on quantized weights), [`reduce`] (row normalisations, reductions over any
 //! axes, cumulative sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`]
 //! (pooling, batch norm), [`rotary`] (ONNX's RotaryEmbedding), [`attention`] (RoPE,
-//! grouped-query attention); [`layout`] (the kernels' own index arithmetic), [`encoder`],
+//! grouped-query attention), [`sample`] (the next token from rows of logits); [`layout`] (the kernels' own index arithmetic), [`encoder`],
 //! [`plan`] (dispatch plans), [`uniforms`]; `cache` ([`Kernels`]).
 
 pub mod attention;
@@ -46,6 +46,7 @@ pub mod reduce;
 pub mod rotary;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run;
+pub mod sample;
 pub mod uniforms;
 
 use std::hash::{Hash, Hasher};
@@ -92,12 +93,13 @@ impl Family {
 }
 
 /// Every kernel family: one line per family.
-pub const FAMILIES: [&Family; 12] = [
+pub const FAMILIES: [&Family; 15] = [
     &elementwise::FAMILY,
     &logic::FAMILY,
     &matmul::FAMILY,
     &quant::FAMILY,
     &quant::FAMILY_X4,
+    &quant::FAMILY_SG,
     &reduce::FAMILY,
     &movement::FAMILY,
     &mask::FAMILY,
@@ -105,6 +107,8 @@ pub const FAMILIES: [&Family; 12] = [
     &cnn::FAMILY,
     &rotary::FAMILY,
     &attention::FAMILY,
+    &sample::FAMILY,
+    &attention::FAMILY_GQA,
 ];
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
@@ -157,6 +161,7 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Not(o) => o,
         Op::Cast(o) => o,
         Op::Identity(o) => o,
+        Op::Sample(o) => o,
     })
 }
 
@@ -199,7 +204,7 @@ pub trait Kernel {
 }
 
 /// Most pipeline-overridable constants one pipeline is specialised by.
-pub const MAX_CONSTANTS: usize = 4;
+pub const MAX_CONSTANTS: usize = 5;
 
 /// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
 /// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,
@@ -459,10 +464,11 @@ pub enum KernelError {
         /// Elements per block.
         block: u32,
     },
-    /// A uniform chunk, the unused-slot pad or the scratch of aliased operands could not be
-    /// allocated.
+    /// A uniform chunk, the unused-slot pad, the scratch of aliased operands or a workspace
+    /// could not be allocated (the engine's error: over the budget, the driver out of
+    /// memory, the device lost).
     #[error("uniform slots: {0}")]
-    Uniforms(String),
+    Uniforms(crate::gpu::AllocError),
     /// Two storage bindings of one dispatch overlap: two outputs, or (a bug in the encoder)
     /// bindings left overlapping. WebGPU rejects writable storage bindings that alias, and
     /// every binding is `read_write` ([`Encoder::dispatch`]).

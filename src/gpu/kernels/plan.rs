@@ -2,7 +2,7 @@
 //! replayed while its shapes and operand ranges stay the same. The runtime keeps one
 //! [`DispatchPlan`] per kernel node and hands it to [`crate::gpu::Frame::encode_planned`].
 
-use super::Operand;
+use super::{Operand, WeightLayout};
 use crate::gpu::BufferUid;
 
 /// One dispatch as [`super::Kernels::encode_recorded`] recorded it: everything needed to
@@ -42,6 +42,9 @@ pub struct DispatchPlan {
     pub(crate) operands: Vec<(BufferUid, u64, u64)>,
     /// The operands' explicit strides (strided views), in the same order.
     pub(crate) strides: Vec<Option<Vec<u64>>>,
+    /// The operands' weight layouts, in the same order (a weight converted in place keeps
+    /// its range and changes its layout).
+    pub(crate) layouts: Vec<WeightLayout>,
     pub(crate) dispatches: Vec<RecordedDispatch>,
     pub(crate) generation: u64,
 }
@@ -65,11 +68,13 @@ impl DispatchPlan {
                 .chain(std::iter::once(out))
                 .zip(&self.operands)
                 .zip(&self.strides)
-                .all(|((o, &(b, off, size)), st)| {
+                .zip(&self.layouts)
+                .all(|(((o, &(b, off, size)), st), &layout)| {
                     o.tensor.buffer.uid() == b
                         && o.tensor.offset_bytes == off
                         && o.tensor.size_bytes == size
                         && o.strides == st.as_deref()
+                        && o.layout == layout
                 })
     }
 

@@ -5,28 +5,40 @@
 //! pipeline's specialisation constant, the index of its row in the table; the shader is the
 //! file plus every format's WGSL decoder and a dispatch on that index ([`wgsl`]).
 //!
-//! The `linear` op (`y = x · wᵀ`) has two matrix-vector kernels for decode (M <=
+//! The `linear` op (`y = x · wᵀ`) has a kernel per adapter class and size of M ([`LinearKernel`],
+//! chosen in one place: [`QuantLayout::linear_kernel`]). For decode (M <=
 //! [`QuantLayout::matvec_max_m`] rows of x): on software adapters each invocation owns several
 //! output rows, so every loaded x value serves all of them and every weight word is loaded
-//! once; on hardware GPUs the invocations of a workgroup share each output row, neighbouring
-//! ones reading neighbouring blocks, and sum in workgroup memory. Two prefill kernels,
-//! picked by [`QuantLayout`]: on software adapters a register-tiled kernel without workgroup
-//! memory (8 rows of x x up to 64 weight rows per invocation), on hardware GPUs a tiled kernel
-//! that dequantizes weight blocks into workgroup memory. Why two: on llvmpipe a
-//! workgroup-memory load costs as much as a storage load, and the register-tiled kernel is
-//! about 5x faster there (`dynrt bench kernels`). The embedding `gather` from an f16 or
-//! block-quantized table ([`encode_gather`]) dequantizes the rows it picks.
+//! once; on hardware GPUs the lanes of a subgroup share each output row, neighbouring lanes
+//! reading neighbouring blocks, and meet by shuffles ([`FAMILY_SG`], where the device has
+//! subgroup operations), else the invocations of a workgroup do and meet in workgroup memory.
+//! For prefill: on software adapters a register-tiled kernel without workgroup memory (8 rows
+//! of x x up to 64 weight rows per invocation), on hardware GPUs a GEMM that stages tiles of
+//! x and of dequantized weights in workgroup memory. Why two: on llvmpipe a workgroup-memory
+//! load costs as much as a storage load, and the register-tiled kernel is about 5x faster
+//! there (`dynrt bench kernels`). Every linear kernel runs every fused epilogue of
+//! `fused_linear` (shared WGSL: product, finish, store); a norm of the product (head norms, a
+//! post-norm) needs a whole head or row, so decode runs the class's segment kernel (a
+//! workgroup per head or row) and more rows the class's kernel, then `quant_segment_finish`
+//! ([`QuantLayout::fused_kernel`]). The embedding `gather` from an f16 or block-quantized
+//! table ([`encode_gather`]) dequantizes the rows it picks.
 //!
-//! The software adapters' linear kernels read x as vec4s where its element offset and K are
-//! multiples of 4 ([`FAMILY_X4`], the same source with x bound as `array<vec4<f32>>`): on
+//! The linear kernels read x as vec4s where its element offset and K are multiples of 4
+//! ([`FAMILY_X4`], the same source with x bound as `array<vec4<f32>>`, and [`FAMILY_SG`]): on
 //! lavapipe a load whose address differs between invocations is a loop over the SIMD lanes,
 //! about as dear for a vec4 as for one f32, and 8 loads per block of x instead of 32 made
-//! the register-tiled prefill kernel 1.2x faster.
+//! the register-tiled prefill kernel 1.2x faster; a GPU moves 16 bytes per load instruction
+//! as cheaply as 4.
+//!
+//! Runtime bounds checks stay on in every family: on Vulkan with `robustBufferAccess2`
+//! (NVIDIA, lavapipe) wgpu leaves storage accesses to the driver already, and the kernels
+//! index their register arrays with constants only, so there is nothing left for
+//! `create_shader_module_trusted` to remove; the browser keeps them regardless.
 
 use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand, WeightLayout};
 use crate::formats::{FORMATS, GROUP_BLOCKS};
-use crate::gpu::wgpu;
+use crate::gpu::{wgpu, Gpu};
 use crate::graph::ops::fused_linear::infer as fused_infer;
 use crate::graph::ops::fused_linear::PLAIN;
 use crate::graph::ops::linear::infer;
@@ -34,22 +46,64 @@ use crate::graph::ops::{FusedLinear, GateAct, Linear};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};
 
-/// `shaders/quant.wgsl` after the prelude: the kernels, without the format decoders.
+/// `shaders/quant.wgsl` after the prelude: what the kernels share, without the kernels
+/// (`shaders/quant/*.wgsl`) and the format decoders.
 pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 
+/// The family's kernels, one file each under `shaders/quant/`, composed after [`WGSL`] (whose
+/// helpers, uniform structs and bindings they share).
+const KERNELS: [&str; 5] = [
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/matvec.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/regtile.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/mm.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/segment.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/gather.wgsl"
+    )),
+];
+
+/// The subgroup matrix-vector kernel (`shaders/quant/matvec_sg.wgsl`), the one kernel of
+/// [`FAMILY_SG`].
+const KERNEL_SG: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/shaders/quant/matvec_sg.wgsl"
+));
+
 /// The family's source: [`WGSL`] (the prelude and `shaders/quant.wgsl`), x as f32s
-/// (`X_F32`), every format's decoder, and `element_at`, `raw_block` and `weight_is_block`
-/// switching on `WEIGHT_FORMAT` (composed once).
+/// (`X_F32`), the kernels (`shaders/quant/*.wgsl`), every format's decoder, and
+/// `element_at`, `raw_block` and `weight_is_block` switching on `WEIGHT_FORMAT` (composed
+/// once).
 pub fn wgsl() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| compose(X_F32))
+    SOURCE.get_or_init(|| compose(X_F32, &KERNELS))
 }
 
 /// The source of [`FAMILY_X4`]: [`wgsl`] with x read as vec4s (`X_VEC4`) and its entry
 /// points renamed `quantx4_*`.
 pub fn wgsl_x4() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| compose(X_VEC4).replace("fn quant_", "fn quantx4_"))
+    SOURCE.get_or_init(|| compose(X_VEC4, &KERNELS).replace("fn quant_", "fn quantx4_"))
+}
+
+/// The source of [`FAMILY_SG`]: the helpers of [`WGSL`], x read as vec4s and the subgroup
+/// matrix-vector kernel, in a module of its own: a module that calls subgroup operations
+/// fails to compile on a device without them, whichever entry point a pipeline takes.
+pub fn wgsl_sg() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| compose(X_VEC4, &[KERNEL_SG]))
 }
 
 /// Binding 1 (x) of [`FAMILY`] and the two functions that read it: `x_elem(i)`, element i,
@@ -67,6 +121,17 @@ fn x_block(j: u32) -> array<vec4<f32>, 8> {
     for (var i = 0u; i < 8u; i++) {
         let at = j + 4u * i;
         v[i] = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+    }
+    return v;
+}
+
+// Elements i .. i + 4 (those at or past `end` read as 0).
+fn x_quad(i: u32, end: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        if i + j < end {
+            v[j] = x[i + j];
+        }
     }
     return v;
 }
@@ -90,16 +155,28 @@ fn x_block(j: u32) -> array<vec4<f32>, 8> {
     return array<vec4<f32>, 8>(x4[v], x4[v + 1u], x4[v + 2u], x4[v + 3u], x4[v + 4u],
         x4[v + 5u], x4[v + 6u], x4[v + 7u]);
 }
+
+// Elements i .. i + 4 (i a multiple of 4, and so is the row length: `end` is never inside
+// the quad).
+fn x_quad(i: u32, end: u32) -> vec4<f32> {
+    return x4[i / 4u];
+}
 ";
 
-fn compose(x_binding: &str) -> String {
+/// [`WGSL`], then `x_binding` (the declaration of x and the functions that read it), the
+/// `kernels`, and the formats' decoders with the dispatch on `WEIGHT_FORMAT`.
+fn compose(x_binding: &str, kernels: &[&str]) -> String {
     use std::fmt::Write;
     let mut s = String::from(WGSL);
     s.push_str(x_binding);
+    for k in kernels {
+        s.push_str(k);
+    }
     let mut elements = String::new();
     let mut blocks = String::new();
     let mut grouped = String::new();
     let mut sources = String::new();
+    let mut positions = String::new();
     let mut group_bytes = String::new();
     let mut first_block = FORMATS.len();
     for (code, f) in FORMATS.iter().enumerate() {
@@ -134,6 +211,22 @@ fn compose(x_binding: &str) -> String {
                 plane = end;
             }
             let _ = writeln!(sources, "            return at;\n        }}");
+            // The inverse: where a byte of the file's group lies in the grouped one.
+            let _ = writeln!(
+                positions,
+                "        case {code}u: {{\n            let j = at / {bb}u;\n            let b = at % {bb}u;",
+                bb = f.block_bytes
+            );
+            let mut plane = 0;
+            for &(offset, bytes) in g.fields {
+                let _ = writeln!(
+                    positions,
+                    "            if b < {end}u {{ return {plane}u + j * {bytes}u + b - {offset}u; }}",
+                    end = offset + bytes
+                );
+                plane += GROUP_BLOCKS as u32 * bytes;
+            }
+            let _ = writeln!(positions, "            return at;\n        }}");
         }
         if f.is_block() {
             first_block = first_block.min(code);
@@ -200,6 +293,14 @@ fn grouped_source(at: u32) -> u32 {{
     }}
 }}
 
+// The byte of a group in the grouped layout that byte `at` of the same group in the file
+// layout lands on (the inverse of grouped_source).
+fn grouped_position(at: u32) -> u32 {{
+    switch WEIGHT_FORMAT {{
+{positions}        default: {{ return at; }}
+    }}
+}}
+
 fn weight_is_block() -> bool {{
     return WEIGHT_FORMAT >= {first_block}u;
 }}
@@ -227,11 +328,21 @@ pub const FAMILY_X4: Family = Family {
     unchecked: &[],
 };
 
-/// Storage bindings of an entry point of [`FAMILY`] or [`FAMILY_X4`].
+/// The subgroup matrix-vector kernel ([`wgsl_sg`]), for devices with `Features::SUBGROUP`
+/// ([`QuantLayout::Gpu`]'s `subgroup`). x is read as vec4s (the linear kernels take it where x's
+/// offset and K are multiples of 4).
+pub const FAMILY_SG: Family = Family {
+    name: "quantsg",
+    source: wgsl_sg,
+    bindings,
+    unchecked: &[],
+};
+
+/// Storage bindings of an entry point of [`FAMILY`], [`FAMILY_X4`] or [`FAMILY_SG`].
 fn bindings(entry: &str) -> &'static [u32] {
     if entry.ends_with("_gather") {
         &[2, 3, 4]
-    } else if entry.ends_with("_regroup") {
+    } else if entry.ends_with("_regroup") || entry.ends_with("_ungroup") {
         &[2, 4]
     } else {
         &[1, 2, 3, 5, 6, 7, 8, 9]
@@ -266,9 +377,18 @@ pub enum QuantLayout {
         /// Threads the adapter runs workgroups on (the host's available parallelism).
         threads: u32,
     },
-    /// A hardware GPU: 64-invocation workgroups that share each output row among 2 to 32
-    /// invocations for decode, and the workgroup-memory tiled kernel for prefill.
-    Gpu,
+    /// A hardware GPU: for decode, the subgroup matrix-vector kernel where the device has
+    /// subgroup operations (lanes of one subgroup share each output row and meet by
+    /// shuffles), else 64-invocation workgroups that share each row and meet in workgroup
+    /// memory; for prefill the GEMM that stages x and dequantized weight tiles in workgroup
+    /// memory (`quant_mm`).
+    Gpu {
+        /// The smallest subgroup the device runs compute work in, where it offers subgroup
+        /// operations (`Features::SUBGROUP`; wgpu's `AdapterInfo::subgroup_min_size`: 32 on
+        /// NVIDIA, 8 on lavapipe); `None` where it does not (GL, the browser through wgpu 30,
+        /// whose WebGPU backend does not map the `subgroups` feature).
+        subgroup: Option<u32>,
+    },
 }
 
 impl QuantLayout {
@@ -279,25 +399,17 @@ impl QuantLayout {
     pub fn matvec_max_m(self) -> u64 {
         match self {
             QuantLayout::Cpu { .. } => 3,
-            QuantLayout::Gpu => 8,
+            QuantLayout::Gpu { .. } => 8,
         }
     }
 
-    /// The layout of the weights of `dtype` that the `quant` kernels read best under this
-    /// layout, which the runtime reorders them into once ([`WeightLayout::Grouped`] for q4_0
-    /// and q5_0: on lavapipe their grouped planes ran 1.33-1.38x faster at M = 1 and
-    /// 1.22-1.28x at M = 128 on [896, 896], `dynrt bench kernels --only-linear`). q8_0 has a
-    /// grouped layout too, but it is not chosen: on lavapipe it was no faster on [896, 896]
-    /// and 1.46x slower for SmolLM2's [49152, 576] head (its blocks' scales and quants then
-    /// sit in different cache lines for rows read 18 blocks apart). Not measured on a GPU.
-    pub fn weight_layout(self, dtype: DType) -> WeightLayout {
-        match dtype {
-            DType::Q4_0 | DType::Q5_0 => WeightLayout::Grouped,
-            _ => WeightLayout::File,
-        }
+    /// The layout of a `dtype` weight that the linear kernel for `m` rows of x reads best on
+    /// this class ([`LinearKernel::weight_layout`]): what `update_weights` gives it.
+    pub fn weight_layout(self, m: u64, dtype: DType) -> WeightLayout {
+        self.linear_kernel(m, true).weight_layout(dtype)
     }
 
-    /// The layout for an adapter of `device_type`.
+    /// The layout for an adapter of `device_type`, without subgroups (see [`QuantLayout::of`]).
     pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
         if device_type == wgpu::DeviceType::Cpu {
             #[cfg(not(target_arch = "wasm32"))]
@@ -306,7 +418,177 @@ impl QuantLayout {
             let threads = 1;
             QuantLayout::Cpu { threads }
         } else {
-            QuantLayout::Gpu
+            QuantLayout::Gpu { subgroup: None }
+        }
+    }
+
+    /// The layout for `gpu`'s device: by its adapter's type, with its subgroups on a
+    /// hardware GPU. The one place that decides which class of kernels an adapter runs.
+    pub fn of(gpu: &Gpu) -> QuantLayout {
+        match QuantLayout::for_device(gpu.adapter_info().device_type) {
+            QuantLayout::Gpu { .. } => QuantLayout::gpu_class(gpu),
+            cpu => cpu,
+        }
+    }
+
+    /// The hardware-GPU layout with `gpu`'s subgroups, whatever its adapter's type: what a
+    /// hardware GPU with the same features would run (the tests force it on software
+    /// adapters so the GPU kernels run there too).
+    pub fn gpu_class(gpu: &Gpu) -> QuantLayout {
+        QuantLayout::Gpu {
+            subgroup: subgroup_size(gpu),
+        }
+    }
+}
+
+/// The smallest subgroup of `gpu`'s device when it has subgroup operations and reports a
+/// size the subgroup kernels take (a power of two from 4 to 128).
+fn subgroup_size(gpu: &Gpu) -> Option<u32> {
+    let size = gpu.adapter_info().subgroup_min_size;
+    (gpu.features().contains(wgpu::Features::SUBGROUP)
+        && size.is_power_of_two()
+        && (4..=128).contains(&size))
+    .then_some(size)
+}
+
+/// How `quantsg_matvec` spreads a projection over the lanes of subgroups of at least
+/// `subgroup` invocations: `rows` weight rows per subgroup at a time, `lanes / rows` lanes
+/// per row taking about two 32-element blocks each (of `blocks` per row), and
+/// `rows_per_workgroup` for the 64-invocation workgroup. `pairs`: gated and rotated
+/// projections keep pairs of rows in one subgroup (an even `rows`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubgroupPlan {
+    /// Weight rows a subgroup takes at once.
+    pub rows: u32,
+    /// Virtual weight rows per workgroup (a multiple of `rows`).
+    pub rows_per_workgroup: u32,
+}
+
+impl SubgroupPlan {
+    /// The plan for rows of `blocks` blocks on subgroups of at least `subgroup` invocations.
+    pub fn new(subgroup: u32, blocks: u64, pairs: bool) -> SubgroupPlan {
+        let lanes = u64::from(subgroup.clamp(1, 64));
+        let half = (blocks / 2).max(1);
+        // Lanes per row: the largest power of two not above half the blocks, at most all.
+        let per_row = (1u64 << (63 - half.leading_zeros())).min(lanes);
+        let mut rows = lanes / per_row;
+        if pairs && rows < 2 && lanes >= 2 {
+            rows = 2;
+        }
+        SubgroupPlan {
+            rows: rows as u32,
+            rows_per_workgroup: (rows * (64 / lanes)) as u32,
+        }
+    }
+}
+
+/// The linear kernels (entry points of `shaders/quant/*.wgsl`): which one a shape takes on an
+/// adapter class is [`QuantLayout::linear_kernel`]'s choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinearKernel {
+    /// `quant_matvec_wg8`: decode on software adapters, several output rows per invocation.
+    MatvecWg8,
+    /// `quant_matvec_coop`: decode on hardware GPUs without subgroups, the invocations of a
+    /// workgroup sharing each output row and summing in workgroup memory.
+    MatvecCoop,
+    /// `quantsg_matvec`: decode on hardware GPUs with subgroups.
+    MatvecSubgroup,
+    /// `quant_regtile`: prefill on software adapters, register tiles without workgroup memory.
+    RegTile,
+    /// `quant_mm`: prefill on hardware GPUs, tiles through workgroup memory.
+    Mm,
+    /// `quant_segment_wg8`: decode with a norm of the product (head norms, a post-norm) on
+    /// software adapters, a workgroup of 8 per head or row.
+    SegmentWg8,
+    /// `quant_segment_wg64`: the same on hardware GPUs, a workgroup of 64.
+    SegmentWg64,
+}
+
+impl LinearKernel {
+    /// The layout of a `dtype` weight this kernel reads best (every kernel reads every
+    /// layout: this is what the runtime's reordered-weights cache gives it where it can,
+    /// `update_weights`). q4_0 and q5_0 in their grouped planes everywhere: their file blocks
+    /// are not word-aligned (on lavapipe the planes ran 1.33-1.38x faster at M = 1 and
+    /// 1.22-1.28x at M = 128, docs/benchmarks/2026-11-26-weight-layouts-lavapipe.md). q8_0
+    /// in its planes only for the GPU GEMM, which decodes each block once per 64 rows of x
+    /// into workgroup memory from word-aligned quants; the matrix-vector kernels read its
+    /// file blocks, whose scale and quants share a cache line (the grouped head was 1.46x
+    /// slower on lavapipe at M = 1), and so does the register-tiled kernel, which was no
+    /// faster with planes (docs/benchmarks/2026-11-26-weight-layouts-lavapipe.md, q8_0 at M = 128).
+    pub fn weight_layout(self, dtype: DType) -> WeightLayout {
+        match (self, dtype) {
+            (_, DType::Q4_0 | DType::Q5_0) | (LinearKernel::Mm, DType::Q8_0) => {
+                WeightLayout::Grouped
+            }
+            _ => WeightLayout::File,
+        }
+    }
+
+    /// A short name (`matvec_sg`, `mm`...), as benchmarks report it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearKernel::MatvecWg8 => "matvec_wg8",
+            LinearKernel::MatvecCoop => "matvec_coop",
+            LinearKernel::MatvecSubgroup => "matvec_sg",
+            LinearKernel::RegTile => "regtile",
+            LinearKernel::Mm => "mm",
+            LinearKernel::SegmentWg8 => "segment_wg8",
+            LinearKernel::SegmentWg64 => "segment_wg64",
+        }
+    }
+
+    /// The entry point, with x read as vec4s (`aligned`: x's offset and K multiples of 4)
+    /// where the kernel has that variant. The coop kernel keeps f32 x (one row's lanes read
+    /// neighbouring blocks, each of them 8 loads either way); the subgroup kernel reads only
+    /// vec4s ([`QuantLayout::linear_kernel`] gives it aligned x only).
+    pub fn entry(self, aligned: bool) -> &'static str {
+        match (self, aligned) {
+            (LinearKernel::MatvecWg8, true) => "quantx4_matvec_wg8",
+            (LinearKernel::MatvecWg8, false) => "quant_matvec_wg8",
+            (LinearKernel::MatvecCoop, _) => "quant_matvec_coop",
+            (LinearKernel::MatvecSubgroup, _) => "quantsg_matvec",
+            (LinearKernel::RegTile, true) => "quantx4_regtile",
+            (LinearKernel::RegTile, false) => "quant_regtile",
+            (LinearKernel::Mm, true) => "quantx4_mm",
+            (LinearKernel::Mm, false) => "quant_mm",
+            (LinearKernel::SegmentWg8, true) => "quantx4_segment_wg8",
+            (LinearKernel::SegmentWg8, false) => "quant_segment_wg8",
+            (LinearKernel::SegmentWg64, true) => "quantx4_segment_wg64",
+            (LinearKernel::SegmentWg64, false) => "quant_segment_wg64",
+        }
+    }
+}
+
+impl QuantLayout {
+    /// The linear kernel for `m` rows of x (`aligned`: x's offset and K are multiples of 4):
+    /// up to [`QuantLayout::matvec_max_m`] rows the adapter class's matrix-vector kernel
+    /// (the subgroup one where the device has subgroups and x is aligned), beyond it its
+    /// prefill kernel.
+    pub fn linear_kernel(self, m: u64, aligned: bool) -> LinearKernel {
+        match (m <= self.matvec_max_m(), self) {
+            (true, QuantLayout::Cpu { .. }) => LinearKernel::MatvecWg8,
+            (true, QuantLayout::Gpu { subgroup: Some(_) }) if aligned => {
+                LinearKernel::MatvecSubgroup
+            }
+            (true, QuantLayout::Gpu { .. }) => LinearKernel::MatvecCoop,
+            (false, QuantLayout::Cpu { .. }) => LinearKernel::RegTile,
+            (false, QuantLayout::Gpu { .. }) => LinearKernel::Mm,
+        }
+    }
+
+    /// The kernel for `m` rows of x of a projection whose epilogue norms segments of
+    /// `segment` outputs (a head, the row; `None`: no norm of the product), and whether
+    /// `quant_segment_finish` must then finish them: the class's segment kernel where its
+    /// matrix-vector kernel would run and a segment fits in workgroup memory ([`SEG_MAX`]),
+    /// else [`QuantLayout::linear_kernel`]'s, which stores the products for the finish.
+    pub fn fused_kernel(self, m: u64, aligned: bool, segment: Option<u64>) -> (LinearKernel, bool) {
+        match segment {
+            None => (self.linear_kernel(m, aligned), false),
+            Some(len) if m <= self.matvec_max_m() && len <= SEG_MAX => match self {
+                QuantLayout::Cpu { .. } => (LinearKernel::SegmentWg8, false),
+                QuantLayout::Gpu { .. } => (LinearKernel::SegmentWg64, false),
+            },
+            Some(_) => (self.linear_kernel(m, aligned), true),
         }
     }
 }
@@ -341,9 +623,10 @@ pub struct LinearParams {
     pub w_offset: u32,
     /// Output element offset.
     pub out_offset: u32,
-    /// 64-column tiles (`quant_tiled`).
+    /// 64-column tiles (`quant_mm`); virtual rows per workgroup (`quantsg_matvec`).
     pub tiles_n: u32,
-    /// Output rows per invocation (`quant_matvec_*`, `quant_regtile`).
+    /// Output rows per invocation (`quant_matvec_wg8`, `quant_regtile`), per workgroup
+    /// (`quant_matvec_coop`), per subgroup at a time (`quantsg_matvec`).
     pub rows: u32,
     /// Gamma element offset in the parameters (a fused RMSNorm of x).
     pub gamma_offset: u32,
@@ -736,27 +1019,33 @@ fn encode_linear(
             rows
         }
     };
-    // Decode steps (a few rows of x) stream the weight once per x row; prefill shares
-    // each weight block across many rows of x.
     let layout = e.kernels.quant_layout;
-    // x as vec4s (FAMILY_X4) where every block of it starts on one (and the binding is
-    // whole vec4s), for the software adapters' kernels, where it was measured (the GPU
-    // kernels read x element by element, which vec4s would make dearer).
-    let x4 = matches!(layout, QuantLayout::Cpu { .. }) && ox % 4 == 0 && k % 4 == 0;
+    // x as vec4s where every block of it starts on one (and the binding is whole vec4s).
+    let aligned = ox % 4 == 0 && k % 4 == 0;
     let kv_formats = match ws {
         [_, wk, wv] => {
             formats[1] | wk.layout.code() << 8 | formats[2] << 16 | wv.layout.code() << 24
         }
         _ => 0,
     };
-    let family = if x4 { &FAMILY_X4 } else { &FAMILY };
     let key = |entry: &'static str| {
-        family
+        let family = if entry.starts_with("quantsg_") {
+            &FAMILY_SG
+        } else if entry.starts_with("quantx4_") {
+            &FAMILY_X4
+        } else {
+            &FAMILY
+        };
+        let key = family
             .key(entry)
             .with("WEIGHT_FORMAT", formats[0])
             .with("WEIGHT_LAYOUT", ws[0].layout.code())
-            .with("EPILOGUE", epilogue(op))
-            .with("KV_FORMATS", kv_formats)
+            .with("EPILOGUE", epilogue(op));
+        if op.kv.is_some() {
+            key.with("KV_FORMATS", kv_formats)
+        } else {
+            key
+        }
     };
     let bound = [bx, bw, bo, bg, br, bi, bt, bv];
     // A norm of the product needs whole segments (a head, the row) in one workgroup.
@@ -764,33 +1053,36 @@ fn encode_linear(
         (Some(h), _) => Some(u64::from(h.head_dim)),
         (None, Some(_)) => Some(n_out),
         (None, None) => None,
-    };
-    if let Some(len) = segment.filter(|&l| l > 0) {
-        p.seg_len = u32_of("output", len)?;
-        if m <= layout.matvec_max_m() && len <= SEG_MAX {
-            let entry = match layout {
-                QuantLayout::Cpu { .. } => x4_name(x4, "segment_wg8"),
-                QuantLayout::Gpu => x4_name(x4, "segment_wg64"),
-            };
-            e.dispatch(key(entry), &p, &bound, m * (n / len))?;
-            return Ok(1);
-        }
     }
-    let (entry, workgroups) = match (m <= layout.matvec_max_m(), layout) {
-        (true, QuantLayout::Cpu { threads }) => {
+    .filter(|&l| l > 0);
+    if let Some(len) = segment {
+        p.seg_len = u32_of("output", len)?;
+    }
+    let (kernel, finish) = layout.fused_kernel(m, aligned, segment);
+    let (entry, workgroups, xrows) = match (kernel, layout) {
+        (LinearKernel::SegmentWg8 | LinearKernel::SegmentWg64, _) => {
+            let len = segment.unwrap_or(1).max(1);
+            (kernel.entry(aligned), m * (n / len), None)
+        }
+        (LinearKernel::MatvecWg8, QuantLayout::Cpu { threads }) => {
             let rows = pairs(rows_per_lane(n, 8 * u64::from(threads)));
             p.rows = rows as u32;
             (
-                x4_name(x4, "matvec_wg8"),
+                kernel.entry(aligned),
                 (m * n.div_ceil(rows)).div_ceil(8),
+                None,
             )
         }
-        (true, QuantLayout::Gpu) => {
-            let rows = 64 / coop_lanes(k / 32);
-            p.rows = rows as u32;
-            ("quant_matvec_coop", m * n.div_ceil(rows))
+        (LinearKernel::MatvecSubgroup, QuantLayout::Gpu { subgroup: Some(sg) }) => {
+            let plan = SubgroupPlan::new(sg, k / 32, op.gate.is_some() || op.rope.is_some());
+            p.rows = plan.rows;
+            p.tiles_n = plan.rows_per_workgroup;
+            // Rows of x per workgroup: the weight is read once for all of them.
+            let xrows = m.next_power_of_two().min(8);
+            let workgroups = m.div_ceil(xrows) * n.div_ceil(u64::from(plan.rows_per_workgroup));
+            (kernel.entry(aligned), workgroups, Some(xrows as u32))
         }
-        (false, QuantLayout::Cpu { threads }) => {
+        (LinearKernel::RegTile, QuantLayout::Cpu { threads }) => {
             // Invocations of 8 x rows each; enough weight-row groups to give every thread
             // a SIMD group.
             let row_blocks = m.div_ceil(8);
@@ -798,41 +1090,40 @@ fn encode_linear(
             let rows = pairs(n.div_ceil(groups).clamp(1, ROWS_MAX));
             p.rows = rows as u32;
             (
-                x4_name(x4, "regtile"),
+                kernel.entry(aligned),
                 (row_blocks * n.div_ceil(rows)).div_ceil(8),
+                None,
             )
         }
-        (false, QuantLayout::Gpu) => ("quant_tiled", m.div_ceil(64) * n.div_ceil(64)),
+        (LinearKernel::Mm, _) => (kernel.entry(aligned), m.div_ceil(64) * n.div_ceil(64), None),
+        _ => {
+            // The coop kernel (the one left): 64 / lanes rows per workgroup.
+            let rows = 64 / coop_lanes(k / 32);
+            p.rows = rows as u32;
+            (kernel.entry(aligned), m * n.div_ceil(rows), None)
+        }
     };
-    e.dispatch(key(entry), &p, &bound, workgroups)?;
-    match segment.filter(|&l| l > 0) {
+    let mut first = key(entry);
+    if let Some(xrows) = xrows {
+        first = first.with("XROWS", xrows);
+    }
+    e.dispatch(first, &p, &bound, workgroups)?;
+    match segment.filter(|_| finish) {
         // The products stored, each segment with a norm finished in place.
         Some(len) => {
             let normed = match op.head_norm {
                 Some(_) => (n - n_k) / len,
                 None => 1,
             };
-            e.dispatch(key(x4_name(x4, "segment_finish")), &p, &bound, m * normed)?;
+            let entry = if aligned {
+                "quantx4_segment_finish"
+            } else {
+                "quant_segment_finish"
+            };
+            e.dispatch(key(entry), &p, &bound, m * normed)?;
             Ok(2)
         }
         None => Ok(1),
-    }
-}
-
-/// Entry point `quant_<variant>`, or `quantx4_<variant>` when x is read as vec4s.
-fn x4_name(x4: bool, variant: &'static str) -> &'static str {
-    match (x4, variant) {
-        (true, "matvec_wg8") => "quantx4_matvec_wg8",
-        (true, "regtile") => "quantx4_regtile",
-        (true, "segment_wg8") => "quantx4_segment_wg8",
-        (true, "segment_wg64") => "quantx4_segment_wg64",
-        (true, "segment_finish") => "quantx4_segment_finish",
-        (_, "matvec_wg8") => "quant_matvec_wg8",
-        (_, "regtile") => "quant_regtile",
-        (_, "segment_wg8") => "quant_segment_wg8",
-        (_, "segment_wg64") => "quant_segment_wg64",
-        (_, "segment_finish") => "quant_segment_finish",
-        _ => "quant_matvec_coop",
     }
 }
 
@@ -948,25 +1239,32 @@ fn check_layout(op: &'static str, w: &Operand<'_>) -> Result<(), KernelError> {
     }
 }
 
-/// Records the reorder of the weight `src` (file layout) into `dst` (the same bytes, grouped
-/// layout): one dispatch of `quant_regroup`, one invocation per word.
+/// Records the reorder of the weight `src` into `dst` (the same bytes in another layout:
+/// `src.layout` to `dst.layout`): one dispatch of `quant_regroup` (file to grouped) or
+/// `quant_ungroup` (grouped to file), one invocation per word.
 ///
 /// # Errors
-/// [`KernelError::DType`] for a type without a grouped layout or a size that is not whole
-/// groups, and the binding and size errors of [`Encoder::bind`].
+/// [`KernelError::DType`] for a type without a grouped layout, a size that is not whole
+/// groups or two equal layouts, and the binding and size errors of [`Encoder::bind`].
 pub fn encode_regroup(
     e: &mut Encoder<'_, '_>,
     src: &Operand<'_>,
     dst: &Operand<'_>,
 ) -> Result<usize, KernelError> {
     let bytes = src.shape.size_bytes(src.dtype).unwrap_or(0);
-    let format = weight_format(src.dtype)
+    let entry = match (src.layout, dst.layout) {
+        (WeightLayout::File, WeightLayout::Grouped) => Some("quant_regroup"),
+        (WeightLayout::Grouped, WeightLayout::File) => Some("quant_ungroup"),
+        _ => None,
+    };
+    let (format, entry) = weight_format(src.dtype)
         .filter(|_| can_group(src.dtype, bytes))
+        .zip(entry)
         .ok_or(KernelError::DType {
             op: "regroup",
             inputs: vec![src.dtype],
             output: dst.dtype,
-            expected: "q4_0, q5_0 or q8_0 in whole groups of 8 blocks",
+            expected: "q4_0, q5_0 or q8_0 in whole groups of 8 blocks, between two layouts",
         })?;
     let (bs, os) = e.bind("input 0", &src.tensor, bytes)?;
     let (bd, od) = e.bind("output", &dst.tensor, bytes)?;
@@ -981,7 +1279,7 @@ pub fn encode_regroup(
         ids_signed: 0,
         _pad: 0,
     };
-    let key = FAMILY.key("quant_regroup").with("WEIGHT_FORMAT", format);
+    let key = FAMILY.key(entry).with("WEIGHT_FORMAT", format);
     e.dispatch(key, &p, &[bs, bd], words.div_ceil(64))?;
     Ok(1)
 }
@@ -1020,6 +1318,35 @@ mod tests {
                 "{blocks}"
             );
             assert_eq!((64 / lanes) % 2, 0, "{blocks}");
+        }
+    }
+
+    #[test]
+    fn subgroup_plans_give_lanes_about_two_blocks_and_pairs_an_even_row_count() {
+        // 32 lanes (NVIDIA): SmolLM2's K = 576 (18 blocks) in 4 rows of 8 lanes, its
+        // K = 1536 (48) in 2 of 16, Qwen2.5-0.5B's K = 4864 (152) in 1 of 32 (2 when paired).
+        let p = SubgroupPlan::new(32, 18, false);
+        assert_eq!((p.rows, p.rows_per_workgroup), (4, 8));
+        assert_eq!(SubgroupPlan::new(32, 48, false).rows, 2);
+        assert_eq!(SubgroupPlan::new(32, 152, false).rows, 1);
+        assert_eq!(SubgroupPlan::new(32, 152, true).rows, 2);
+        // lavapipe's 8 lanes: one row of 8 lanes per subgroup, 8 subgroups a workgroup.
+        let p = SubgroupPlan::new(8, 18, false);
+        assert_eq!((p.rows, p.rows_per_workgroup), (1, 8));
+        for sg in [4, 8, 16, 32, 64, 128] {
+            let lanes = sg.min(64);
+            for blocks in 0..400u64 {
+                for pairs in [false, true] {
+                    let p = SubgroupPlan::new(sg, blocks, pairs);
+                    assert!(p.rows.is_power_of_two() && p.rows <= lanes, "{sg} {blocks}");
+                    assert_eq!(p.rows_per_workgroup % p.rows, 0, "{sg} {blocks}");
+                    assert_eq!(p.rows_per_workgroup / p.rows, 64 / lanes, "{sg} {blocks}");
+                    assert!(!pairs || p.rows % 2 == 0, "{sg} {blocks}");
+                    // A lane takes at least one block unless the row has fewer than two.
+                    let per_row = u64::from(lanes / p.rows);
+                    assert!(per_row <= (blocks / 2).max(1), "{sg} {blocks} {pairs}");
+                }
+            }
         }
     }
 

@@ -43,6 +43,7 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
             size_of::<attention::RopeParams>(),
         ),
         ("attention", "GqaParams", size_of::<attention::GqaParams>()),
+        ("gqa", "GqaParams", size_of::<attention::GqaParams>()),
         (
             "attention",
             "ScatterParams",
@@ -99,10 +100,13 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         ("quant", "GatherParams", size_of::<quant::GatherParams>()),
         ("quantx4", "LinearParams", size_of::<quant::LinearParams>()),
         ("quantx4", "GatherParams", size_of::<quant::GatherParams>()),
+        ("quantsg", "LinearParams", size_of::<quant::LinearParams>()),
+        ("quantsg", "GatherParams", size_of::<quant::GatherParams>()),
         ("reduce", "RowParams", size_of::<reduce::RowParams>()),
         ("reduce", "AxesParams", size_of::<reduce::AxesParams>()),
         ("reduce", "CumParams", size_of::<reduce::CumParams>()),
         ("rotary", "RotaryParams", size_of::<rotary::RotaryParams>()),
+        ("sample", "SampleParams", size_of::<sample::SampleParams>()),
         (
             "fill",
             "FillParams",

@@ -253,6 +253,21 @@ impl GraphBuilder {
         self.node(label, ops::ShapeOf::default(), &[x])
     }
 
+    /// A builder that goes on from `graph`: its nodes, and none of its outputs (the caller
+    /// names the outputs of the larger graph, e.g. a pooling appended to an imported
+    /// encoder).
+    pub fn extend(graph: Graph) -> Self {
+        GraphBuilder {
+            nodes: graph.nodes,
+            outputs: Vec::new(),
+        }
+    }
+
+    /// The element type of node `id` (`None` for an id this builder has not returned).
+    pub fn dtype_of(&self, id: NodeId) -> Option<DType> {
+        self.nodes.get(id.index()).map(|n| n.dtype)
+    }
+
     /// Marks a node as a network output.
     pub fn output(&mut self, id: NodeId) -> &mut Self {
         self.outputs.push(id);

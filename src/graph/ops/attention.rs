@@ -253,6 +253,21 @@ impl OpDef for Rope {
     }
 }
 
+/// The dtype rule of the attention ops' first three inputs: f32 queries, keys and values
+/// both f32 or both f16; the output is f32.
+pub(crate) fn kv_dtypes(inputs: &[DType]) -> Result<DType, DTypeError> {
+    if inputs[0] != DType::F32 {
+        return Err(DTypeError::at(0, "f32 (queries)"));
+    }
+    if !matches!(inputs[1], DType::F32 | DType::F16) {
+        return Err(DTypeError::at(1, "f32 or f16 (keys)"));
+    }
+    if inputs[2] != inputs[1] {
+        return Err(DTypeError::at(2, "the keys' type (values)"));
+    }
+    Ok(DType::F32)
+}
+
 impl OpDef for Attention {
     fn name(&self) -> &'static str {
         "attention"
@@ -260,8 +275,9 @@ impl OpDef for Attention {
     fn arity(&self) -> (usize, usize) {
         (3, 3)
     }
+    /// f32 queries; keys and values both f32 or both f16 (a KV cache stored as f16); f32 out.
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
-        super::all_f32(inputs)
+        kv_dtypes(inputs)
     }
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let (h, kvh) = (u64::from(self.num_heads), u64::from(self.num_kv_heads));

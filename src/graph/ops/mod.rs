@@ -24,7 +24,8 @@
 //! (constant_of_shape, range), [`mask`] (causal mask, where, trilu), [`reduce`] (reductions
 //! over any axes, cumulative sum), [`conv`] (convolution, pooling, batch norm), [`rotary`]
 //! (ONNX's rotary embedding), [`attention`] (RoPE on adjacent pairs, grouped-query attention
-//! over a KV cache), [`paged`] (attention over a paged KV pool, rows scattered into it).
+//! over a KV cache), [`paged`] (attention over a paged KV pool, rows scattered into it),
+//! [`sample`] (the next token from rows of logits).
 //!
 //! Axes are `i64` as ONNX writes them (negative counts from the end) and are resolved against
 //! the input's rank by the shape rule ([`axis_index`]): a graph is built without knowing
@@ -44,6 +45,7 @@ pub mod norm;
 pub mod paged;
 pub mod reduce;
 pub mod rotary;
+pub mod sample;
 pub mod source;
 pub mod view;
 
@@ -68,6 +70,7 @@ pub use norm::{LayerNorm, RmsNorm, Softmax};
 pub use paged::{PagedAttention, ScatterRows};
 pub use reduce::{CumSum, Reduce, ReduceAxes, ReduceKind};
 pub use rotary::RotaryEmbedding;
+pub use sample::{Sample, SampleRow};
 pub use source::{Constant, Input};
 pub use view::{Flatten, Squeeze, Unsqueeze};
 
@@ -442,6 +445,8 @@ registry! {
     Cast(logic::Cast),
     /// A copy of its input. Inputs: x.
     Identity(logic::Identity),
+    /// One token per row of logits, greedy or sampled on the device. Inputs: logits, params.
+    Sample(sample::Sample),
 }
 
 /// What [`CausalMask`] writes into hidden positions: the most negative finite f32, so that

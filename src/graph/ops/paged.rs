@@ -63,16 +63,12 @@ impl OpDef for PagedAttention {
         (5, 5)
     }
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
-        for (i, &d) in inputs.iter().enumerate() {
-            let want = if i < 3 { DType::F32 } else { DType::I32 };
-            if d != want {
-                return Err(DTypeError::at(
-                    i,
-                    if i < 3 { "f32" } else { "i32 (rows, pages)" },
-                ));
+        for (i, &d) in inputs.iter().enumerate().skip(3) {
+            if d != DType::I32 {
+                return Err(DTypeError::at(i, "i32 (rows, pages)"));
             }
         }
-        Ok(DType::F32)
+        super::attention::kv_dtypes(inputs)
     }
     fn infer(&self, inputs: &[&Shape], _: &[Option<&[i64]>]) -> Result<Shape, InferError> {
         let (h, kvh) = (u64::from(self.num_heads), u64::from(self.num_kv_heads));
@@ -184,8 +180,8 @@ impl OpDef for ScatterRows {
         (3, 3)
     }
     fn output_dtype(&self, inputs: &[DType]) -> Result<DType, DTypeError> {
-        if inputs[0] != DType::F32 {
-            return Err(DTypeError::at(0, "f32"));
+        if !matches!(inputs[0], DType::F32 | DType::F16) {
+            return Err(DTypeError::at(0, "f32 or f16"));
         }
         if inputs[1] != inputs[0] {
             return Err(DTypeError::at(1, "the pool's type"));

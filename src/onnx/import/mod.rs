@@ -70,6 +70,7 @@ mod cnn;
 mod contrib;
 mod ctx;
 mod elementwise;
+mod indexing;
 mod logic;
 mod movement;
 mod nn;
@@ -234,6 +235,7 @@ pub const CONVERTERS: &[Converter] = &[
     line("Flatten", 1, movement::flatten),
     line("Floor", 6, elementwise::unary),
     line("Gather", 1, movement::gather),
+    line("GatherND", 11, indexing::gather_nd),
     line("Gelu", 20, elementwise::gelu),
     line("Gemm", 7, nn::gemm),
     line("GlobalAveragePool", 1, cnn::global_average_pool),
@@ -241,6 +243,7 @@ pub const CONVERTERS: &[Converter] = &[
     line("Greater", 7, logic::compare),
     line("GreaterOrEqual", 12, logic::compare),
     line("Identity", 1, shape::identity),
+    line("IsNaN", 9, indexing::is_nan),
     line("LayerNormalization", 17, nn::layer_norm),
     line("Less", 7, logic::compare),
     line("LessOrEqual", 12, logic::compare),

@@ -110,6 +110,7 @@ impl InferRequest {
             op: node.op.name(),
             reason,
         };
+        let encode_err = |e| RunError::from_kernel(&node.label, node.op.name(), e);
         let poison = self.state.options().poison;
         // Poison what was handed out, before the node writes it (and after every earlier
         // command, which may still have read the previous contents).
@@ -177,7 +178,7 @@ impl InferRequest {
                 let ins = [out, operand(rows)?, operand(slots)?];
                 let planned = frame
                     .encode_planned(&node.op, &ins, &out, &mut self.plans[k])
-                    .map_err(|e| kernel_err(e.to_string()))?;
+                    .map_err(encode_err)?;
                 stats.dispatches += planned.dispatches as u64;
                 if planned.replayed {
                     stats.dispatches_replayed += planned.dispatches as u64;
@@ -227,9 +228,7 @@ impl InferRequest {
                         let op = Op::Reshape(ops::Reshape {
                             target: out.shape.dims().iter().map(|&d| d as i64).collect(),
                         });
-                        let n = frame
-                            .encode(&op, &[src], &out)
-                            .map_err(|e| kernel_err(e.to_string()))?;
+                        let n = frame.encode(&op, &[src], &out).map_err(encode_err)?;
                         stats.dispatches += n as u64;
                     } else {
                         frame.copy(
@@ -262,9 +261,7 @@ impl InferRequest {
                     .iter()
                     .any(|t| t.tensor.buffer.uid() == out.tensor.buffer.uid());
                 if !aligned || shares {
-                    let n = frame
-                        .encode(&node.op, &ins, &out)
-                        .map_err(|e| kernel_err(e.to_string()))?;
+                    let n = frame.encode(&node.op, &ins, &out).map_err(encode_err)?;
                     stats.dispatches += n as u64;
                 } else {
                     let mut at = out.tensor.offset_bytes;
@@ -317,15 +314,42 @@ impl InferRequest {
                     }
                     kv_rows.push(rows);
                 }
+                let graph = &inner.compiled.graph;
+                // update_impl picks the implementation for these shapes; the weight it reads
+                // comes from update_weights in the layout that implementation reads best
+                // (crate::runtime::weights), reordered into the frame on a miss. The three
+                // weights of a KV split are bound as one range, so they are read where they
+                // lie, in their resident layout (a copy of one would leave the others).
+                let reordered = match (&node.op, node.inputs.get(1)) {
+                    (Op::Linear(_), Some(&w))
+                    | (Op::FusedLinear(ops::FusedLinear { kv: None, .. }), Some(&w)) => {
+                        let m =
+                            crate::gpu::kernels::layout::rows(self.state.shape(node.inputs[0])).0;
+                        let dtype = graph.node(w).dtype;
+                        let want = frame.kernels().quant_layout().weight_layout(m, dtype);
+                        inner.data.weight(w, dtype, want, frame)?.map(|r| (w, r))
+                    }
+                    _ => None,
+                };
                 let out = tensor_of(&self.state, inner, c.id)
                     .ok_or_else(|| kernel_err("output has no buffer".into()))?;
                 let def = node.op.def();
-                let graph = &inner.compiled.graph;
                 // An input the kernel never reads (shape data computed on the host, such as an
                 // expand's target) may have no buffer: it gets a placeholder that names the
                 // output's range with the input's shape and type, which the kernel never binds.
                 let input = |pos: usize, i: NodeId| match tensor_of(&self.state, inner, i) {
-                    Some(o) => Ok(o),
+                    Some(o) => Ok(match &reordered {
+                        Some((w, r)) if pos == 1 && i == *w => Operand {
+                            tensor: crate::gpu::kernels::TensorRef {
+                                buffer: &r.buffer,
+                                offset_bytes: r.offset_bytes,
+                                size_bytes: r.size_bytes,
+                            },
+                            layout: r.layout,
+                            ..o
+                        },
+                        _ => o,
+                    }),
                     None if !def.reads_input(pos) => Ok(Operand {
                         tensor: out.tensor,
                         shape: self.state.shape(i),
@@ -369,12 +393,11 @@ impl InferRequest {
                         .map_err(|e| kernel_err(e.to_string()))?;
                     stats.dispatches += frame
                         .check_indices(&ins[1], table.dims()[axis], &record)
-                        .map_err(|e| kernel_err(e.to_string()))?
-                        as u64;
+                        .map_err(encode_err)? as u64;
                 }
                 let planned = frame
                     .encode_planned(&node.op, ins, &out, &mut self.plans[k])
-                    .map_err(|e| kernel_err(e.to_string()))?;
+                    .map_err(encode_err)?;
                 stats.dispatches += planned.dispatches as u64;
                 if planned.replayed {
                     stats.dispatches_replayed += planned.dispatches as u64;

@@ -17,7 +17,9 @@ use super::state::{MovedState, RequestState, View};
 use super::RunError;
 use crate::gpu::kernels::{DispatchPlan, Operand, TensorRef, UniformArena};
 use crate::gpu::pool_storage::EngineStorage;
-use crate::gpu::{AllocError, Buffer, BufferUid, CommandLog, Engine, Frame};
+use crate::gpu::{
+    AllocError, Buffer, BufferUid, CommandLog, Engine, Frame, ReadTicket, ReadbackRing,
+};
 use crate::graph::NodeId;
 use crate::memory::predictor::{Sizer, SizingSummary};
 use crate::memory::regions::Region;
@@ -84,6 +86,39 @@ impl HostRows {
     }
 }
 
+/// Where an iteration's inputs come from and its outputs go on the device, besides the host
+/// ([`InferRequest::submit`]): what lets a decode loop feed the token one step sampled into
+/// the next step without the host seeing it first.
+#[derive(Debug, Default, Clone)]
+pub struct DeviceIo<'a> {
+    /// Inputs copied from a device buffer at the start of the iteration, before its first
+    /// kernel: `(input label, shape, source buffer, source offset)`. The bytes of the
+    /// shape in the input's type are copied (a multiple of 4).
+    pub inputs: Vec<(&'a str, Shape, &'a Buffer, u64)>,
+    /// Outputs copied into a device buffer at the end of the iteration, after its last
+    /// kernel: `(output label, destination buffer, destination offset)`.
+    pub outputs: Vec<(&'a str, &'a Buffer, u64)>,
+}
+
+/// How one output read by [`InferRequest::submit`] comes back.
+#[derive(Debug, Clone)]
+struct ReadSpec {
+    shape: Shape,
+    dtype: crate::shape::DType,
+    /// Element bytes and strides of a strided view (compacted on the host), else `None`.
+    strided: Option<(u64, Vec<u64>)>,
+    /// Bytes of the tensor (contiguous) or of the range a strided view spans.
+    bytes: u64,
+}
+
+/// An iteration submitted by [`InferRequest::submit`] whose outputs are still on their way:
+/// [`InferRequest::collect`] reads them, [`InferRequest::release`] gives them up.
+#[derive(Debug)]
+pub struct Pending {
+    ticket: Option<ReadTicket>,
+    reads: Vec<ReadSpec>,
+}
+
 /// One stream of inferences on a [`Network`]: its own predictor, pool, activations and
 /// KV-cache states. Dropping it frees all of them.
 pub struct InferRequest {
@@ -107,6 +142,8 @@ pub struct InferRequest {
     index_checks: Option<IndexChecks>,
     /// Host time of the iterations so far.
     host: HostTime,
+    /// The `usm_host` buffers outputs are copied into for the host to read.
+    ring: ReadbackRing,
 }
 
 /// An input kept on the device between iterations.
@@ -130,9 +167,9 @@ impl std::fmt::Debug for InferRequest {
 
 fn alloc_err(what: impl Into<String>) -> impl FnOnce(AllocError) -> RunError {
     let what = what.into();
-    move |source| RunError::Alloc {
-        what,
-        cause: source,
+    move |source| match source {
+        AllocError::DeviceLost(lost) => RunError::DeviceLost(lost),
+        cause => RunError::Alloc { what, cause },
     }
 }
 
@@ -187,6 +224,7 @@ impl InferRequest {
     pub fn new(network: &Network, options: RunOptions) -> Result<InferRequest, RunError> {
         let inner = &network.inner;
         let engine = &inner.engine;
+        engine.gpu().check_alive()?;
         let state = RequestState::new(
             Arc::clone(&inner.compiled),
             options,
@@ -207,6 +245,7 @@ impl InferRequest {
             kept: Vec::new(),
             index_checks: IndexChecks::new(engine, &inner.compiled)?,
             host: HostTime::default(),
+            ring: ReadbackRing::new(engine),
         })
     }
 
@@ -372,6 +411,18 @@ impl InferRequest {
             .map_err(alloc_err("restoring KV rows from the host"))
     }
 
+    /// Frees the buffer of every node output (the states, the constants and the static arena
+    /// stay): after an iteration failed for lack of memory ([`RunError::OutOfMemory`]), so
+    /// that the next one, smaller, allocates for its own shapes only instead of keeping
+    /// those sized for the one that failed. The next iteration infers every node again.
+    pub fn release_outputs(&mut self) {
+        self.state.release_outputs();
+        for plan in &mut self.plans {
+            *plan = None;
+        }
+        self.forget_freed();
+    }
+
     /// Forgets the states (a new sequence starts); their buffers are kept for reuse.
     pub fn reset_states(&mut self) {
         self.state.reset_states();
@@ -446,18 +497,91 @@ impl InferRequest {
     /// [`RunError::BadInput`] / [`RunError::Graph`] for inputs that do not fit the graph;
     /// [`RunError::OutOfMemory`] naming the node whose output cannot be allocated (the request
     /// stays usable: states are unchanged and nothing was submitted);
-    /// [`RunError::UnknownOutput`]; [`RunError::Alloc`] for readback failures.
+    /// [`RunError::UnknownOutput`]; [`RunError::Alloc`] for readback failures;
+    /// [`RunError::DeviceLost`] once the device is lost (at once, without touching it).
     pub async fn infer(
         &mut self,
         inputs: &[(&str, &HostTensor)],
         read: &[&str],
     ) -> Result<Vec<HostTensor>, RunError> {
+        let gpu = self.engine().gpu().clone();
+        gpu.check_alive()?;
+        self.infer_inner(inputs, read)
+            .await
+            .map_err(|e| e.or_lost(&gpu))
+    }
+
+    async fn infer_inner(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        read: &[&str],
+    ) -> Result<Vec<HostTensor>, RunError> {
+        // The outputs are read where they are once the iteration has run (mapped, or copied
+        // through a readback buffer freed at once): a request that waits for each iteration
+        // keeps no readback ring.
+        let pending = self.submit(inputs, &DeviceIo::default(), &[]).await?;
+        self.release(pending);
+        let mut out = Vec::with_capacity(read.len());
+        for label in read {
+            out.push(self.read_output(label).await?);
+        }
+        Ok(out)
+    }
+
+    /// Runs one iteration as [`InferRequest::infer`] does, without waiting for the device:
+    /// the iteration is encoded and submitted, the outputs named in `read` are copied on the
+    /// GPU into the request's readback ring, and [`InferRequest::collect`] reads them later,
+    /// waiting only for this iteration (not for ones submitted after it): nothing in it waits
+    /// for the device (natively; in the browser the submit's validation scope resolves
+    /// later). `io` wires inputs
+    /// and outputs to device buffers ([`DeviceIo`]). A decode loop submits step N + 1 before
+    /// it collects step N.
+    ///
+    /// The promise of [`InferRequest::infer`] holds for each submit: on error nothing of this
+    /// iteration is submitted and the KV cache is as the iterations submitted before left
+    /// it (their outputs can still be collected).
+    ///
+    /// # Errors
+    /// As [`InferRequest::infer`], and [`RunError::BadInput`] for a device input that is not
+    /// an input of the network or an output that is not one of its outputs.
+    pub async fn submit(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        io: &DeviceIo<'_>,
+        read: &[&str],
+    ) -> Result<Pending, RunError> {
+        let gpu = self.engine().gpu().clone();
+        gpu.check_alive()?;
+        // Device inputs take a shape for the shape pass and no host bytes.
+        let mut fed: Vec<(&str, HostTensor)> = Vec::with_capacity(io.inputs.len());
+        for &(label, ref shape, _, _) in &io.inputs {
+            let compiled = &self.net.inner.compiled;
+            let dtype = compiled
+                .graph
+                .find(label)
+                .map(|id| compiled.graph.node(id).dtype)
+                .ok_or_else(|| RunError::BadInput {
+                    input: label.to_string(),
+                    reason: "not an input of the network".into(),
+                })?;
+            let bytes = shape.size_bytes(dtype)? as usize;
+            fed.push((
+                label,
+                HostTensor {
+                    shape: shape.clone(),
+                    dtype,
+                    bytes: vec![0; bytes],
+                },
+            ));
+        }
+        let mut all: Vec<(&str, &HostTensor)> = inputs.to_vec();
+        all.extend(fed.iter().map(|(l, t)| (*l, t)));
         // A snapshot (the tensors shared), so the iteration may borrow the request mutably; a
         // kept input given in `inputs` takes the given value (kept from now on if it runs).
         let kept: Vec<KeptInput> = self
             .kept
             .iter()
-            .map(|k| match inputs.iter().find(|(l, _)| *l == k.label) {
+            .map(|k| match all.iter().find(|(l, _)| *l == k.label) {
                 Some(&(_, t)) => KeptInput {
                     label: k.label.clone(),
                     tensor: Arc::new(t.clone()),
@@ -466,9 +590,9 @@ impl InferRequest {
                 None => k.clone(),
             })
             .collect();
-        let result = self.run_iteration(inputs, &kept).await;
+        let result = self.run_iteration(&all, &kept, io, read).await;
         match &result {
-            Ok(written) => {
+            Ok((written, _)) => {
                 for ((k, now), w) in self.kept.iter_mut().zip(kept).zip(written) {
                     k.tensor = now.tensor;
                     if w.is_some() {
@@ -488,12 +612,80 @@ impl InferRequest {
             }
         }
         self.forget_freed();
-        result?;
-        let mut out = Vec::with_capacity(read.len());
-        for label in read {
-            out.push(self.read_output(label).await?);
+        result
+            .map(|(_, pending)| pending)
+            .map_err(|e| e.or_lost(&gpu))
+    }
+
+    /// The outputs of a submitted iteration ([`InferRequest::submit`]), in the order they
+    /// were named, once it has run on the device.
+    ///
+    /// # Errors
+    /// [`RunError::Alloc`] when the readback fails.
+    pub async fn collect(&mut self, pending: Pending) -> Result<Vec<HostTensor>, RunError> {
+        let Some(ticket) = pending.ticket else {
+            return Ok(pending
+                .reads
+                .into_iter()
+                .map(|r| HostTensor {
+                    shape: r.shape,
+                    dtype: r.dtype,
+                    bytes: Vec::new(),
+                })
+                .collect());
+        };
+        let data = self
+            .ring
+            .read(ticket)
+            .await
+            .map_err(alloc_err("reading outputs"))?;
+        Ok(pending
+            .reads
+            .into_iter()
+            .zip(data)
+            .map(|(r, mut bytes)| {
+                let bytes = match &r.strided {
+                    Some((elem, strides)) => {
+                        super::state::compact(&bytes, &r.shape, strides, *elem)
+                    }
+                    None => {
+                        bytes.truncate(r.bytes as usize);
+                        bytes
+                    }
+                };
+                HostTensor {
+                    shape: r.shape,
+                    dtype: r.dtype,
+                    bytes,
+                }
+            })
+            .collect())
+    }
+
+    /// Gives up the outputs of a submitted iteration without reading them (the iteration
+    /// still runs; its effects on the KV cache stay unless rolled back with
+    /// [`InferRequest::drop_rows_back`]).
+    pub fn release(&mut self, pending: Pending) {
+        if let Some(t) = pending.ticket {
+            self.ring.release(t);
         }
-        Ok(out)
+    }
+
+    /// Forgets the newest `rows` rows of every KV-cache state: a pipelined decode loop
+    /// rolls back the step it submitted after a stop token. The rows' bytes stay in the
+    /// buffers until the next iteration writes over them (commands already submitted that
+    /// write them run before any later one).
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] when a state holds fewer rows or is written in place (a paged
+    /// pool); nothing changes then.
+    pub fn drop_rows_back(&mut self, rows: u64) -> Result<(), RunError> {
+        self.state.drop_rows_back(rows)
+    }
+
+    /// Bytes of the readback ring's `usm_host` buffers.
+    pub fn readback_bytes(&self) -> u64 {
+        self.ring.size_bytes()
     }
 
     /// One iteration with `inputs` and the `kept` inputs not among them. Returns, for each
@@ -503,7 +695,9 @@ impl InferRequest {
         &mut self,
         given: &[(&str, &HostTensor)],
         kept: &[KeptInput],
-    ) -> Result<Vec<Option<(BufferUid, u64)>>, RunError> {
+        io: &DeviceIo<'_>,
+        read: &[&str],
+    ) -> Result<(Vec<Option<(BufferUid, u64)>>, Pending), RunError> {
         let inner = Arc::clone(&self.net.inner);
         let compiled = &inner.compiled;
         let mut inputs: Vec<(&str, &HostTensor)> = given.to_vec();
@@ -516,6 +710,7 @@ impl InferRequest {
         let started = web_time::Instant::now();
         // Phase 1 (device-free): update_shape and realloc_if_needed for every node.
         self.state.prepare(inputs)?;
+        inner.data.weights().begin_iteration();
         let prepared = web_time::Instant::now();
         self.forget_freed();
         for (k, plan) in self.plans.iter_mut().enumerate() {
@@ -543,6 +738,7 @@ impl InferRequest {
             // the wrong layout, that only the order of the queue writes overwrote.
             if t.bytes.is_empty()
                 || matches!(compiled.nodes[k].role, Role::Input { state: Some(_) })
+                || io.inputs.iter().any(|d| d.0 == label)
             {
                 continue;
             }
@@ -561,15 +757,12 @@ impl InferRequest {
             }
             let bytes = pad4(&t.bytes);
             input_bytes += bytes.len() as u64;
-            if buf.kind().host_mappable() {
-                self.engine()
-                    .write_mapped(buf, off, &bytes)
-                    .await
-                    .map_err(alloc_err(format!("writing input `{label}`")))?;
-            } else {
-                queued.push((k, bytes));
-            }
+            // Through the queue whatever the kind: mapping a usm_shared input would wait
+            // for every submitted iteration that still reads it.
+            queued.push((k, bytes));
         }
+        let reads = self.read_specs(read)?;
+        let out_copies = self.output_copies(io)?;
 
         // Phase 2: encode every dispatch and copy, in processing order, into one frame.
         self.ensure_nan_source()?;
@@ -593,6 +786,15 @@ impl InferRequest {
                 let bytes = checks.buffer.size_bytes() as usize;
                 frame.write_before_submit(&checks.buffer, 0, vec![0; bytes]);
             }
+            for &(label, ref shape, src, src_offset) in &io.inputs {
+                let (k, dtype) = self.node_of(label)?;
+                let bytes = shape.size_bytes(dtype)?.div_ceil(4) * 4;
+                if let Some((buf, off)) = self.state.slot_buffer(k) {
+                    if bytes > 0 {
+                        frame.copy(src, src_offset, buf, off, bytes);
+                    }
+                }
+            }
             let mut encoded = Ok(());
             let mut node_dispatches = Vec::new();
             for k in 0..compiled.nodes.len() {
@@ -610,15 +812,44 @@ impl InferRequest {
                 self.uniforms = Some(frame.abandon());
                 return Err(e);
             }
+            for &(k, dst, dst_offset, bytes) in &out_copies {
+                if let Some((buf, off)) = self.state.slot_buffer(k) {
+                    frame.copy(buf, off, dst, dst_offset, bytes);
+                }
+            }
+            let mut ranges: Vec<(&Buffer, u64, u64)> = Vec::with_capacity(reads.len());
+            for (k, spec) in &reads {
+                if let Some((buf, off)) = self.state.slot_buffer(*k) {
+                    ranges.push((buf, off, spec.bytes.div_ceil(4) * 4));
+                }
+            }
+            let ticket = if ranges.len() == reads.len() && !ranges.is_empty() {
+                match self.ring.record(&mut frame, &ranges) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        self.uniforms = Some(frame.abandon());
+                        return Err(alloc_err("the readback ring")(e));
+                    }
+                }
+            } else {
+                None
+            };
             let (submitted, uniforms, log) = frame.submit();
             self.uniforms = Some(uniforms);
             self.last_log = log;
-            submitted
+            (submitted, ticket)
         };
+        let (submitted, mut ticket) = submitted;
+        if let Some(t) = ticket.as_mut() {
+            self.ring.seal(t, &submitted);
+        }
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (finish_ns, submit_ns) = submitted.host_ns();
         self.host.iterations += 1;
         self.host.prepare_ns += nanos(prepared.duration_since(started));
-        self.host.encode_ns += nanos(prepared.elapsed());
+        self.host.encode_ns += nanos(prepared.elapsed()).saturating_sub(finish_ns + submit_ns);
+        self.host.finish_ns += finish_ns;
+        self.host.submit_ns += submit_ns;
         submitted.check().await.map_err(|reason| RunError::Kernel {
             node: "(iteration)".into(),
             op: "submit",
@@ -629,7 +860,101 @@ impl InferRequest {
         stats.submits += 1;
         stats.input_bytes_written += input_bytes;
         self.state.commit();
-        Ok(written)
+        Ok((
+            written,
+            Pending {
+                ticket,
+                reads: reads.into_iter().map(|(_, r)| r).collect(),
+            },
+        ))
+    }
+
+    /// Position and type of network node `label`.
+    fn node_of(&self, label: &str) -> Result<(usize, crate::shape::DType), RunError> {
+        let compiled = &self.net.inner.compiled;
+        let id = compiled
+            .graph
+            .find(label)
+            .ok_or_else(|| RunError::BadInput {
+                input: label.to_string(),
+                reason: "not a node of the network".into(),
+            })?;
+        let k = compiled.pos(id).index();
+        Ok((k, compiled.nodes[k].dtype))
+    }
+
+    /// The device copies of `io.outputs`: `(node, destination, offset, bytes)`.
+    fn output_copies<'b>(
+        &self,
+        io: &DeviceIo<'b>,
+    ) -> Result<Vec<(usize, &'b Buffer, u64, u64)>, RunError> {
+        let compiled = &self.net.inner.compiled;
+        let mut out = Vec::with_capacity(io.outputs.len());
+        for &(label, dst, offset) in &io.outputs {
+            let id = compiled
+                .graph
+                .find(label)
+                .filter(|id| compiled.graph.outputs().contains(id))
+                .ok_or_else(|| RunError::UnknownOutput {
+                    label: label.to_string(),
+                })?;
+            let k = compiled.pos(id).index();
+            let bytes = self.state.shape(id).size_bytes(compiled.nodes[k].dtype)?;
+            out.push((k, dst, offset, bytes.div_ceil(4) * 4));
+        }
+        Ok(out)
+    }
+
+    /// How each output of `read` comes back after this iteration: `(node, spec)`.
+    fn read_specs(&self, read: &[&str]) -> Result<Vec<(usize, ReadSpec)>, RunError> {
+        let compiled = &self.net.inner.compiled;
+        let mut out = Vec::with_capacity(read.len());
+        for label in read {
+            let id = compiled
+                .graph
+                .find(label)
+                .filter(|id| compiled.graph.outputs().contains(id))
+                .ok_or_else(|| RunError::UnknownOutput {
+                    label: label.to_string(),
+                })?;
+            let k = compiled.pos(id).index();
+            let dtype = compiled.nodes[k].dtype;
+            let shape = self.state.shape(id).clone();
+            let bytes = shape.size_bytes(dtype)?;
+            let strides = self
+                .state
+                .view(id)
+                .and_then(|v| v.strides)
+                .filter(|s| !crate::gpu::kernels::layout::is_row_major(&shape, s))
+                .map(<[u64]>::to_vec);
+            let spec = match (strides, self.state.slot_buffer(k)) {
+                (Some(strides), Some((buf, off))) if bytes > 0 => {
+                    let elem = bytes / shape.checked_num_elements().unwrap_or(1).max(1);
+                    let last: u64 = shape
+                        .dims()
+                        .iter()
+                        .zip(&strides)
+                        .map(|(&d, &s)| d.saturating_sub(1) * s)
+                        .sum();
+                    let span = ((last + 1) * elem).div_ceil(4) * 4;
+                    let span = span.min(buf.size_bytes().saturating_sub(off) / 4 * 4);
+                    ReadSpec {
+                        shape,
+                        dtype,
+                        strided: Some((elem, strides)),
+                        bytes: span,
+                    }
+                }
+                _ => ReadSpec {
+                    shape,
+                    dtype,
+                    strided: None,
+                    bytes,
+                },
+            };
+            out.push((k, spec));
+        }
+        Ok(out)
     }
 
     /// Reads an output of the last iteration (a state's present included).

@@ -149,7 +149,7 @@ impl<S: Storage + Clone> RequestState<S> {
         }
     }
 
-    fn release_slot(&mut self, k: usize) {
+    pub(super) fn release_slot(&mut self, k: usize) {
         let slot = &mut self.slots[k];
         match std::mem::replace(&mut slot.mem, Mem::None) {
             Mem::Pool(view) => {

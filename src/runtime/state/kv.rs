@@ -407,6 +407,38 @@ impl<S: Storage + Clone> RequestState<S> {
         Ok(())
     }
 
+    /// Forgets the newest `rows` rows of every state (a rolled-back step). Checked for every
+    /// state before any changes.
+    ///
+    /// # Errors
+    /// [`RunError::BadState`] for a state that holds fewer rows, or one written in place (a
+    /// pool whose shape never changes); nothing changes then.
+    pub fn drop_rows_back(&mut self, rows: u64) -> Result<(), RunError> {
+        for (s, st) in self.states.iter().enumerate() {
+            if self.compiled.states[s].in_place {
+                return Err(self.bad_state(s, "written in place: it has no newest rows".into()));
+            }
+            if st.rows() < rows {
+                return Err(self.bad_state(
+                    s,
+                    format!(
+                        "cannot roll back {rows} rows: the state holds {}",
+                        st.rows()
+                    ),
+                ));
+            }
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        for st in &mut self.states {
+            let held = st.rows();
+            st.shape.0[st.axis] = held - rows;
+            st.next_shape = st.shape.clone();
+        }
+        Ok(())
+    }
+
     /// [`RunError::BadState`] for state `s` (named by its labels when it exists).
     fn bad_state(&self, s: usize, reason: String) -> RunError {
         let c = &self.compiled;

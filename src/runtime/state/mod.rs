@@ -339,6 +339,20 @@ impl<S: Storage + Clone> RequestState<S> {
         }
     }
 
+    /// Releases the buffer of every node output (the states' buffers, the constants and the
+    /// static arena stay) and makes the next iteration infer every node again: after an
+    /// iteration failed for lack of memory, the next one allocates for its own shapes only,
+    /// not beside the buffers sized for the one that failed.
+    pub fn release_outputs(&mut self) {
+        for k in 0..self.slots.len() {
+            self.release_slot(k);
+            let slot = &mut self.slots[k];
+            slot.in_shapes = None;
+            slot.upload = None;
+            slot.reinferred = true;
+        }
+    }
+
     /// Whether node `k` is to be filled with NaN before it writes (poison mode), clearing the
     /// flag.
     pub fn take_poison(&mut self, k: usize) -> bool {

@@ -133,7 +133,7 @@ proptest! {
         } else {
             chunks
         };
-        let options = NetworkOptions { planner, fixed, states, io_kind: None, inflight: 2, fuse: true, regroup_weights: true };
+        let options = NetworkOptions { planner, fixed, states, io_kind: None, inflight: 2, fuse: true, regroup_weights: true, kernels: None, weight_copies_bytes: None };
         let target = Target { align_bytes: 256, io_kind: AllocKind::UsmDevice, reads_strided: |_, _| false };
         let compiled = Arc::new(Compiled::build(graph, &options, target).unwrap());
         let storage = HostStorage::new();

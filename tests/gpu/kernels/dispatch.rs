@@ -173,7 +173,11 @@ fn dispatches_in_one_pass_get_their_own_uniforms_and_see_earlier_writes() {
         // Four distinct (pipeline, ranges) combinations: four bind groups cached.
         assert_eq!(k.cached_bind_groups(), 4);
         u.flush();
-        gpu.queue().submit([enc.finish()]);
+        {
+            // Raw wgpu on the shared test device: other test threads may be using it (GL).
+            let _device = gpu.lock_device();
+            gpu.queue().submit([enc.finish()]);
+        }
         let got: Vec<f32> =
             bytemuck::cast_slice(&engine.read_blocking(&buf, 2048, 60).unwrap()).to_vec();
         // Reference, op by op.
@@ -237,6 +241,7 @@ fn repeated_dispatches_reuse_their_bind_group_until_forgotten() {
         k.forget_bind_groups();
         assert_eq!(k.cached_bind_groups(), 0);
         u.flush();
+        let _device = gpu.lock_device();
         gpu.queue().submit([enc.finish()]);
     }
 }
@@ -346,6 +351,7 @@ fn bad_operands_are_typed_errors() {
         0,
         "refused encodes must not take uniform slots"
     );
+    let _device = gpu.lock_device();
     queue.submit([enc.finish()]);
 }
 

@@ -12,6 +12,7 @@
 
 use super::quant::{block_len, check, layouts, s, values, weight, Tol};
 use dynrt::formats::FORMATS;
+use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::gpu::{testing, Engine};
 use dynrt::graph::ops::fused_linear::PLAIN;
@@ -169,7 +170,7 @@ fn fused_linear_matches_the_reference_in_every_kernel() {
         // (every variant still runs on Vulkan with every format).
         let gl = gpu.backend() == dynrt::gpu::wgpu::Backend::Gl;
         let on_gl = [DType::Q4_1, DType::Q8_0, DType::F32];
-        for layout in layouts(&k) {
+        for layout in layouts(&gpu, &k) {
             k.set_quant_layout(layout);
             for (op, dtype, m, kd, n, rope_dim) in cases() {
                 if gl && !on_gl.contains(&dtype) {
@@ -254,6 +255,17 @@ fn attention_block_epilogues_match_the_reference_in_every_kernel() {
                 [DType::Q4_K; 3],
                 40,
             ),
+            // A row longer than the segment kernels hold (SEG_MAX): every kernel stores the
+            // products, quant_segment_finish reads them back where they were stored.
+            (
+                FusedLinear {
+                    post_norm: Some(1e-6),
+                    residual: true,
+                    ..PLAIN
+                },
+                [DType::Q8_0; 3],
+                dynrt::gpu::kernels::quant::SEG_MAX + 100,
+            ),
             (
                 FusedLinear {
                     norm: Some(1e-5),
@@ -287,7 +299,13 @@ fn attention_block_epilogues_match_the_reference_in_every_kernel() {
                 64,
             ),
         ];
-        for layout in layouts(&k) {
+        // Every layout of the linear tests, and the hardware class without subgroups too (its
+        // 64-invocation matrix-vector kernel; on GL it is the class itself).
+        let mut all = layouts(&gpu, &k);
+        if !all.contains(&QuantLayout::Gpu { subgroup: None }) {
+            all.push(QuantLayout::Gpu { subgroup: None });
+        }
+        for layout in all {
             k.set_quant_layout(layout);
             for (op, formats, nq) in &cases {
                 if gl
@@ -303,25 +321,63 @@ fn attention_block_epilogues_match_the_reference_in_every_kernel() {
                     .max()
                     .unwrap_or(32);
                 for m in [1, 3, 9, 70] {
-                    let ins = epilogue_inputs(&mut rng, op, *formats, m, kd, *nq);
-                    check(
-                        &gpu,
-                        &mut k,
-                        &Op::FusedLinear(*op),
-                        &ins,
-                        fused_tol(kd),
-                        &format!("{op:?} {formats:?} {layout:?} M {m} K {kd} Nq {nq}"),
-                    );
+                    // x on a vec4 (the kernels that read it as vec4s, the subgroup kernel)
+                    // and one element past one (those that read f32s).
+                    for skew in [0, 1] {
+                        let ins = epilogue_inputs(&mut rng, op, *formats, m, kd, *nq);
+                        check(
+                            &gpu,
+                            &mut k,
+                            &Op::FusedLinear(*op),
+                            &ins,
+                            fused_tol(kd),
+                            &skewed(
+                                format!("{op:?} {formats:?} {layout:?} M {m} K {kd} Nq {nq}"),
+                                skew,
+                            ),
+                        );
+                    }
                 }
             }
         }
+        // The kernels meant ran: both classes' segment kernels and the finishing pass, the
+        // matrix-vector and prefill kernels of both classes, in both readings of x, and the
+        // subgroup kernel where the adapter has subgroups.
+        for entry in [
+            "segment_wg8",
+            "segment_wg64",
+            "segment_finish",
+            "matvec_wg8",
+            "regtile",
+            "mm",
+        ] {
+            for family in ["quant", "quantx4"] {
+                let name = format!("{family}_{entry}");
+                assert!(k.has_pipeline(&name), "{name} did not run");
+            }
+        }
+        assert!(k.has_pipeline("quant_matvec_coop"));
+        let sg = matches!(
+            QuantLayout::gpu_class(&gpu),
+            QuantLayout::Gpu { subgroup: Some(_) }
+        );
+        assert_eq!(k.has_pipeline("quantsg_matvec"), sg);
     }
+}
+
+/// `ctx` padded so that `check` places x `skew` elements past a vec4 (it skews the inputs
+/// by the context's length).
+pub(super) fn skewed(mut ctx: String, skew: usize) -> String {
+    while ctx.len() % 3 != skew {
+        ctx.push(' ');
+    }
+    ctx
 }
 
 /// The inputs of an epilogue case: x, the weights, the parameters, the residual, the
 /// integers, the table, and with a KV split its destinations (zeros: the kernel writes them,
 /// the check reads the queries).
-fn epilogue_inputs(
+pub(super) fn epilogue_inputs(
     rng: &mut SplitMix64,
     op: &FusedLinear,
     formats: [DType; 3],

@@ -28,6 +28,8 @@ mod logic;
 mod matmul;
 mod movement;
 mod quant;
+mod sample;
+mod subgroups;
 mod transformer;
 
 use crate::ops::{gpus, s, Tol, EXACT};

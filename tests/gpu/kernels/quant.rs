@@ -147,7 +147,7 @@ fn check_grouped(
     worst
 }
 
-fn linear_tol(k: u64) -> Tol {
+pub(super) fn linear_tol(k: u64) -> Tol {
     Tol {
         atol: 2e-6 * k as f32 + 1e-5,
         rtol: 1e-5,
@@ -159,15 +159,16 @@ const GATHER_TOL: Tol = Tol {
     rtol: 1e-6,
 };
 
-/// The layouts every shape runs under: the adapter's own, then both forced (a software
-/// adapter with 2 and with 16 threads spreads rows differently; the hardware layout takes the
-/// 64-invocation matrix-vector kernel and the workgroup-memory tiled kernel).
-pub(super) fn layouts(k: &Kernels) -> Vec<QuantLayout> {
+/// The layouts every shape runs under: the adapter's own, then the others forced (a software
+/// adapter with 2 and with 16 threads spreads rows differently; the hardware layout with the
+/// adapter's subgroups: on lavapipe (8) the subgroup matrix-vector kernel, on GL (none) the
+/// 64-invocation one; both with the prefill GEMM).
+pub(super) fn layouts(gpu: &Gpu, k: &Kernels) -> Vec<QuantLayout> {
     let mut v = vec![k.quant_layout()];
     for l in [
         QuantLayout::Cpu { threads: 2 },
         QuantLayout::Cpu { threads: 16 },
-        QuantLayout::Gpu,
+        QuantLayout::gpu_class(gpu),
     ] {
         if !v.contains(&l) {
             v.push(l);
@@ -182,7 +183,7 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(12);
         let mut cases = 0;
-        for layout in layouts(&k) {
+        for layout in layouts(&gpu, &k) {
             k.set_quant_layout(layout);
             for dtype in FORMATS.iter().map(|f| f.dtype) {
                 // (x dims with K in blocks of 32 elements, N): M = 1, 3, 8 (matrix-vector),
@@ -250,7 +251,7 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
         }
         // Random shapes on the adapter's own layout: K a multiple of 32, N odd or not, M
         // across the kernels.
-        k.set_quant_layout(QuantLayout::for_device(gpu.adapter_info().device_type));
+        k.set_quant_layout(QuantLayout::of(&gpu));
         for dtype in FORMATS.iter().map(|f| f.dtype) {
             for i in 0..6 {
                 let kd = block_len(dtype).max(32) * rng.range(1, 9);
@@ -273,10 +274,18 @@ fn linear_matches_the_reference_for_every_weight_format_and_kernel() {
             cases >= 3 * (FORMATS.len() * 9 + 12) + 6 * FORMATS.len(),
             "{cases}"
         );
-        // One pipeline per (entry point, format, x as f32s or vec4s) at most, every later
-        // dispatch a cache hit.
+        // One pipeline per (entry point, format, x as f32s or vec4s, rows of x of the
+        // subgroup kernel) at most, every later dispatch a cache hit.
         let st = k.stats();
-        assert!(st.misses <= 2 * 4 * FORMATS.len() as u64, "{st:?}");
+        assert!(st.misses <= 12 * FORMATS.len() as u64, "{st:?}");
+        // The GPU class's kernels ran: the GEMM, and the subgroup kernel where the adapter
+        // has subgroups (lavapipe).
+        assert!(k.has_pipeline("quantx4_mm") && k.has_pipeline("quant_mm"));
+        let sg = matches!(
+            QuantLayout::gpu_class(&gpu),
+            QuantLayout::Gpu { subgroup: Some(_) }
+        );
+        assert_eq!(k.has_pipeline("quantsg_matvec"), sg);
     }
 }
 
@@ -382,7 +391,7 @@ fn grouped_weights_match_the_reference_in_every_kernel() {
         let gl = gpu.backend() == dynrt::gpu::wgpu::Backend::Gl;
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(33);
-        for layout in layouts(&k) {
+        for layout in layouts(&gpu, &k) {
             k.set_quant_layout(layout);
             for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0] {
                 // On GL every pipeline compiles under one context lock (see the fused test).
@@ -713,7 +722,7 @@ fn the_real_models_weights_give_the_references_projections_and_tied_head() {
     for gpu in testing::gpus_or_skip("the_real_models_weights") {
         let mut k = Kernels::new(&gpu);
         let mut rng = SplitMix64::new(7);
-        for layout in layouts(&k) {
+        for layout in layouts(&gpu, &k) {
             k.set_quant_layout(layout);
             for m in [1u64, 5] {
                 for w in [&q, &down, &embd] {

@@ -163,11 +163,11 @@ fn rope_on_adjacent_pairs() {
 
 /// The attention cases of [`grouped_query_attention_over_a_growing_cache`]: (queries S, keys
 /// T, heads, kv heads, head_dim, value scale, window).
-type AttentionCase = (u64, u64, u32, u32, u64, f32, u32);
+pub(super) type AttentionCase = (u64, u64, u32, u32, u64, f32, u32);
 
 /// Runs each case against the CPU reference, twice: aligned (the vec4 entry point) and skewed
 /// by one element (the scalar one; `check` skews by the context's length mod 3).
-fn check_attention(
+pub(super) fn check_attention(
     gpu: &Gpu,
     k: &mut Kernels,
     rng: &mut SplitMix64,
@@ -199,6 +199,21 @@ fn check_attention(
         let ins = [q, kk, v];
         check(gpu, k, &op, &ins, tol, &ctx);
         check(gpu, k, &op, &ins, tol, &format!("{ctx} skewed"));
+        // A KV cache stored as f16: the reference reads the same f16 values, so the
+        // tolerance stays (the kernels convert each exactly).
+        let ins = [ins[0].clone(), as_f16(&ins[1]), as_f16(&ins[2])];
+        check(gpu, k, &op, &ins, tol, &format!("{ctx} f16 cache"));
+    }
+}
+
+/// `t` rounded to f16 and typed so.
+fn as_f16(t: &HostTensor) -> HostTensor {
+    let typed =
+        dynrt::tensor::HostTensor::from_f32_values(t.shape.clone(), DType::F16, &t.values).unwrap();
+    HostTensor {
+        shape: t.shape.clone(),
+        dtype: DType::F16,
+        values: typed.to_f32(),
     }
 }
 
@@ -245,14 +260,19 @@ fn grouped_query_attention_over_a_growing_cache() {
         // threads than rows x heads), in workgroups of both sizes (`WG`: a software adapter's
         // and a GPU's, from the quantized kernels' layout) whatever the adapter; then every
         // case split wherever it has keys enough.
-        for layout in [QuantLayout::Cpu { threads: 2 }, QuantLayout::Gpu] {
+        for layout in [
+            QuantLayout::Cpu { threads: 2 },
+            QuantLayout::gpu_class(&gpu),
+        ] {
             let mut k = Kernels::new(&gpu);
             k.set_quant_layout(layout);
             let label = format!("{layout:?}");
             check_attention(&gpu, &mut k, &mut rng, &short, &label);
             check_attention(&gpu, &mut k, &mut rng, &long, &label);
-            // Both entry points ran.
+            // Both entry points ran, and the grouped kernel where the class has subgroups.
             assert!(k.stats().pipelines >= 2, "{:?}", k.stats());
+            let grouped = matches!(layout, QuantLayout::Gpu { subgroup: Some(_) });
+            assert_eq!(k.has_pipeline("gqa_grouped"), grouped, "{label}");
         }
         let mut k = Kernels::new(&gpu);
         k.set_attention_workgroups(1 << 20);
@@ -276,9 +296,10 @@ fn grouped_query_attention_over_a_growing_cache() {
             );
             k.stats().pipelines
         };
-        assert_eq!(decode(64, 512), 2, "context 64 is one pass");
-        assert_eq!(decode(3000, 512), 3, "context 3000 splits");
-        assert_eq!(decode(3000, 1), 2, "splitting off");
+        // (The f16 cache takes the scalar entry, specialised: a third pipeline.)
+        assert_eq!(decode(64, 512), 3, "context 64 is one pass");
+        assert_eq!(decode(3000, 512), 4, "context 3000 splits");
+        assert_eq!(decode(3000, 1), 3, "splitting off");
 
         // A head beyond the kernel's registers is a typed error, not a wrong answer.
         let op = Op::Attention(ops::Attention {
@@ -383,6 +404,30 @@ fn paged_attention_reads_keys_through_the_page_table() {
             }
             check(&gpu, &mut k, &op, &ins, tol, &ctx);
             check(&gpu, &mut k, &op, &ins, tol, &format!("{ctx} skewed"));
+            // Pools of f16 (the reference reads the same f16 values).
+            let ins16 = [
+                ins[0].clone(),
+                as_f16(&ins[1]),
+                as_f16(&ins[2]),
+                ins[3].clone(),
+                ins[4].clone(),
+            ];
+            check(&gpu, &mut k, &op, &ins16, tol, &format!("{ctx} f16"));
+            // The hardware-GPU kernels (the grouped one where the adapter has subgroups),
+            // f32 and f16, in one pass and split.
+            let mut gk = Kernels::new(&gpu);
+            gk.set_quant_layout(QuantLayout::gpu_class(&gpu));
+            check(&gpu, &mut gk, &op, &ins, tol, &format!("{ctx} gpu"));
+            check(&gpu, &mut gk, &op, &ins16, tol, &format!("{ctx} gpu f16"));
+            gk.set_attention_workgroups(1 << 20);
+            check(
+                &gpu,
+                &mut gk,
+                &op,
+                &ins16,
+                tol,
+                &format!("{ctx} gpu f16 split"),
+            );
             // Keys split into chunks wherever they are enough (the path of a hardware GPU
             // with few rows), the rows that see fewer keys leaving their last chunks empty.
             let mut split = Kernels::new(&gpu);
@@ -394,4 +439,104 @@ fn paged_attention_reads_keys_through_the_page_table() {
             assert_eq!(pipelines >= 2, window == 0, "{ctx}: {:?}", split.stats());
         }
     }
+}
+
+/// `scatter_rows` (the paged cache's append, in place on the pool) writes each row into its
+/// slot and leaves the other rows: f32 rows, and f16 rows (moved as words, two elements
+/// each, bit for bit: the test's pool holds f16 patterns that are denormal or NaN as f32).
+#[test]
+fn scatter_rows_writes_f32_and_f16_rows_into_their_slots() {
+    for gpu in gpus("scatter_rows_writes_f32_and_f16_rows") {
+        let mut k = Kernels::new(&gpu);
+        let mut rng = SplitMix64::new(33);
+        for dtype in [DType::F32, DType::F16] {
+            for (pool_rows, rows, width) in [(10u64, 3u64, 8u64), (7, 7, 2), (300, 5, 192)] {
+                let pool = f32_tensor(&mut rng, &[pool_rows, width]);
+                let mut new = f32_tensor(&mut rng, &[rows, width]);
+                // Zeros beside small values: as f32 words, f16 pairs (0, x) are denormals.
+                new.values.iter_mut().step_by(2).for_each(|v| *v = 0.0);
+                let (pool, new) = if dtype == DType::F16 {
+                    (as_f16(&pool), as_f16(&new))
+                } else {
+                    (pool, new)
+                };
+                // Distinct slots, the last of them the pool's last row.
+                let slots: Vec<f32> = (0..rows)
+                    .map(|i| ((pool_rows - 1 - i * 3) % pool_rows) as f32)
+                    .collect();
+                let slots = HostTensor {
+                    shape: s(&[rows]),
+                    dtype: DType::I32,
+                    values: slots,
+                };
+                let op = Op::ScatterRows(ops::ScatterRows);
+                let want = reference::eval_op(
+                    &op,
+                    &[&pool.reference(), &new.reference(), &slots.reference()],
+                    &pool.shape,
+                )
+                .unwrap()
+                .to_f32();
+                let got = run_in_place(&gpu, &mut k, &op, &[pool, new, slots], dtype);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{dtype} pool {pool_rows} rows {rows} width {width}"
+                );
+            }
+        }
+    }
+}
+
+/// Runs `op` with its output bound to input 0's range (an op that runs in place on its
+/// first input), returning that input's values afterwards.
+fn run_in_place(gpu: &Gpu, k: &mut Kernels, op: &Op, ins: &[HostTensor], dtype: DType) -> Vec<f32> {
+    use dynrt::gpu::Frame;
+    let engine = Engine::new(gpu.clone());
+    let typed: Vec<_> = ins.iter().map(HostTensor::typed).collect();
+    let bufs: Vec<Buffer> = typed
+        .iter()
+        .map(|t| {
+            let b = engine
+                .allocate(&BufferDesc {
+                    label: "in place",
+                    size_bytes: (t.bytes.len() as u64).div_ceil(4).max(1) * 4,
+                    kind: AllocKind::UsmDevice,
+                })
+                .unwrap();
+            let mut bytes = t.bytes.clone();
+            bytes.resize(b.size_bytes() as usize, 0);
+            engine.write(&b, 0, &bytes).unwrap();
+            b
+        })
+        .collect();
+    let operands: Vec<Operand<'_>> = bufs
+        .iter()
+        .zip(&typed)
+        .map(|(b, t)| {
+            Operand::contiguous(
+                TensorRef {
+                    buffer: b,
+                    offset_bytes: 0,
+                    size_bytes: b.size_bytes(),
+                },
+                &t.shape,
+                t.dtype,
+            )
+        })
+        .collect();
+    let out = operands[0];
+    let mut frame = Frame::begin(&engine, k, UniformArena::new(&engine), op.name());
+    frame.encode(op, &operands, &out).unwrap();
+    let (submitted, _, _) = frame.submit();
+    pollster::block_on(submitted.check()).unwrap();
+    let bytes = engine
+        .read_blocking(&bufs[0], 0, typed[0].bytes.len() as u64)
+        .unwrap();
+    dynrt::tensor::HostTensor {
+        shape: typed[0].shape.clone(),
+        dtype,
+        bytes,
+    }
+    .to_f32()
 }
