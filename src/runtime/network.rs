@@ -4,7 +4,7 @@
 
 use super::compile::{padded_bytes, Compiled, NetworkOptions, Role, Target};
 use super::placeholders::{PlaceholderPool, RegionHighEnd};
-use super::weights::{WeightCache, WeightCacheStats, WeightRef};
+use super::weights::{WeightCache, WeightCacheStats, WeightKey, WeightRef};
 use super::RunError;
 use crate::gpu::kernels::{kernel_of, Kernels, WeightLayout};
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine, Frame, KindRequest};
@@ -111,38 +111,42 @@ impl DataRegion {
         want: WeightLayout,
         frame: &mut Frame<'_>,
     ) -> Result<Option<WeightRef>, RunError> {
-        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
-            return Ok(None);
-        };
-        let Some(segment) = self.segments.get(seg) else {
+        let Some((segment, key, size)) = self.placed_weight(id) else {
             return Ok(None);
         };
         self.weights()
-            .lookup(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .lookup(&self.engine, segment, key, size, dtype, want, frame)
             .map(Some)
     }
 
-    /// Constant `id` (of `dtype`) converted in place to `want`
-    /// ([`WeightCache::convert_in_place`]): whether it is in `want` now.
+    /// Constant `id`'s segment, key and size in the data region.
+    fn placed_weight(&self, id: NodeId) -> Option<(&Arc<Buffer>, WeightKey, u64)> {
+        let (seg, off, size) = self.placed.get(id.index()).copied().flatten()?;
+        Some((self.segments.get(seg)?, (seg, off), size))
+    }
+}
+
+impl DataRegion {
+    /// Constant `id` (of `dtype`) converted in place to layout `want`, recorded into `frame`
+    /// ([`WeightCache::convert_in_place`]); `None` for a node that is not a constant on the
+    /// device.
     ///
     /// # Errors
     /// As [`WeightCache::convert_in_place`].
     #[cfg(not(target_arch = "wasm32"))]
-    fn convert_in_place(
+    fn convert_weight(
         &self,
         id: NodeId,
         dtype: DType,
         want: WeightLayout,
         frame: &mut Frame<'_>,
-    ) -> Result<bool, RunError> {
-        let Some((seg, off, size)) = self.placed.get(id.index()).copied().flatten() else {
-            return Ok(false);
-        };
-        let Some(segment) = self.segments.get(seg) else {
-            return Ok(false);
+    ) -> Result<Option<WeightRef>, RunError> {
+        let Some((segment, key, size)) = self.placed_weight(id) else {
+            return Ok(None);
         };
         self.weights()
-            .convert_in_place(&self.engine, segment, (seg, off), size, dtype, want, frame)
+            .convert_in_place(&self.engine, segment, key, size, dtype, want, frame)
+            .map(Some)
     }
 }
 
@@ -213,13 +217,12 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
             if want == WeightLayout::File {
                 continue;
             }
-            match data.convert_in_place(id, dtype, want, &mut frame) {
-                Ok(true) => done.push(id),
-                Ok(false) => {}
+            match data.convert_weight(id, dtype, want, &mut frame) {
+                Ok(Some(w)) if w.layout == want => done.push(id),
+                Ok(_) => {}
                 Err(_) => {
                     frame.abandon();
                     data.reset_layouts();
-                    data.weights().release_scratch();
                     return;
                 }
             }
@@ -228,7 +231,6 @@ fn regroup_weights(engine: &Engine, c: &Compiled, data: &mut DataRegion, kernels
         if pollster::block_on(submitted.check()).is_err() {
             data.reset_layouts();
         }
-        data.weights().release_scratch();
         let _ = done;
     }
 }

@@ -89,8 +89,8 @@ pub(crate) struct WeightCache {
     convertible: HashSet<WeightKey>,
     copies: HashMap<(WeightKey, WeightLayout), Held>,
     scratch: Option<Buffer>,
-    /// Scratch buffers outgrown while a frame not yet submitted may still use them: kept
-    /// until [`WeightCache::release_scratch`] (each at most half the next).
+    /// Scratch buffers outgrown while a frame not yet submitted, or a cached bind group, may
+    /// still use them: kept with the family like the scratch (each at most half the next).
     retired: Vec<Buffer>,
     /// Bumped when an iteration starts: copies read since are not released.
     epoch: u64,
@@ -162,12 +162,7 @@ impl WeightCache {
         frame: &mut Frame<'_>,
     ) -> Result<WeightRef, RunError> {
         let resident = self.resident(key);
-        let here = |layout| WeightRef {
-            buffer: Arc::clone(segment),
-            offset_bytes: key.1,
-            size_bytes,
-            layout,
-        };
+        let here = |layout| in_place(segment, key, size_bytes, layout);
         let reorderable = crate::gpu::kernels::quant::can_group(dtype, size_bytes);
         if resident == want || !reorderable {
             self.stats.hits += 1;
@@ -183,11 +178,7 @@ impl WeightCache {
                 layout: want,
             });
         }
-        let err = |reason: String| RunError::Kernel {
-            node: format!("weight at {}:{}", key.0, key.1),
-            op: "update_weights",
-            reason,
-        };
+        let err = |reason: String| reorder_error(key, reason);
         if let Some(copy) = self.make_room(engine, size_bytes, frame) {
             let shape = elements(dtype, size_bytes);
             frame
@@ -224,22 +215,15 @@ impl WeightCache {
         Ok(here(want))
     }
 
-    /// Frees the scratch buffers of conversions in place (a later one allocates one again),
-    /// once no frame that is still to be submitted uses them: compiling converts its weights
-    /// once and keeps nothing beside them.
-    pub fn release_scratch(&mut self) {
-        self.scratch = None;
-        self.retired.clear();
-    }
-
-    /// Weight `key` (as in [`WeightCache::lookup`]) converted in place to `want` when it is
-    /// in another layout, has one it can take and only the quantized kernels read it: what
-    /// compiling does for the layout the decode kernel reads best, so that the device keeps
-    /// one layout of it in the file's bytes (a copy is for layouts wanted beside that one).
-    /// Returns whether it is in `want` now.
+    /// Weight `key` converted in place to `want` now, recorded into `frame`: the
+    /// compile-time `update_weights`, after which the device holds that one layout of it (no
+    /// copy, whatever the copy budget). As it is when it is in `want` already, has no second
+    /// layout, or may not be converted ([`WeightCache::allow_conversion`]).
     ///
     /// # Errors
-    /// As [`WeightCache::lookup`].
+    /// [`RunError::Kernel`] when the reorder cannot be recorded (the weight then stays as it
+    /// was).
+    #[cfg(not(target_arch = "wasm32"))]
     #[allow(clippy::too_many_arguments)]
     pub fn convert_in_place(
         &mut self,
@@ -250,23 +234,20 @@ impl WeightCache {
         dtype: DType,
         want: WeightLayout,
         frame: &mut Frame<'_>,
-    ) -> Result<bool, RunError> {
-        if self.resident(key) == want {
-            return Ok(true);
-        }
-        if !crate::gpu::kernels::quant::can_group(dtype, size_bytes)
+    ) -> Result<WeightRef, RunError> {
+        let resident = self.resident(key);
+        let layout = if resident == want
+            || !crate::gpu::kernels::quant::can_group(dtype, size_bytes)
             || !self.convertible.contains(&key)
         {
-            return Ok(false);
-        }
-        self.convert(engine, segment, key, size_bytes, dtype, want, frame)
-            .map_err(|reason| RunError::Kernel {
-                node: format!("weight at {}:{}", key.0, key.1),
-                op: "update_weights",
-                reason,
-            })?;
-        self.stats.conversions += 1;
-        Ok(true)
+            resident
+        } else {
+            self.convert(engine, segment, key, size_bytes, dtype, want, frame)
+                .map_err(|reason| reorder_error(key, reason))?;
+            self.stats.conversions += 1;
+            want
+        };
+        Ok(in_place(segment, key, size_bytes, layout))
     }
 
     /// A buffer for a copy of `bytes`, when the budget holds it once copies no iteration read
@@ -320,8 +301,8 @@ impl WeightCache {
         let piece = ((SCRATCH_BYTES / group).max(1) * group).min(size_bytes);
         let have = self.scratch.as_ref().map_or(0, Buffer::size_bytes);
         if have < piece {
-            // At least twice the outgrown one (which the frame may have used already: kept
-            // until released), so the retired ones stay under the current one's size.
+            // At least twice the outgrown one (which the frame may have used already: kept),
+            // so the retired ones stay under the current one's size.
             let bytes = piece.max((2 * have).min(SCRATCH_BYTES)).div_ceil(4) * 4;
             let grown = engine
                 .allocate_in(
@@ -354,6 +335,30 @@ impl WeightCache {
         }
         self.set_resident(key, want);
         Ok(())
+    }
+}
+
+/// Weight `key` where it is in the data region, in `layout`.
+fn in_place(
+    segment: &Arc<Buffer>,
+    key: WeightKey,
+    size_bytes: u64,
+    layout: WeightLayout,
+) -> WeightRef {
+    WeightRef {
+        buffer: Arc::clone(segment),
+        offset_bytes: key.1,
+        size_bytes,
+        layout,
+    }
+}
+
+/// The error of a reorder of weight `key` that could not be recorded.
+fn reorder_error(key: WeightKey, reason: String) -> RunError {
+    RunError::Kernel {
+        node: format!("weight at {}:{}", key.0, key.1),
+        op: "update_weights",
+        reason,
     }
 }
 

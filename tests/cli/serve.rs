@@ -1165,7 +1165,8 @@ fn serve_structured_output_validates_against_its_schema() {
     let Some(py) = crate::common::python_or_skip(test) else {
         return;
     };
-    let server = Server::start(&model, &["--max-batch", "10"]);
+    // Ten clients asking for ten answers each: 100 requests, more than the default queue.
+    let server = Server::start(&model, &["--max-batch", "10", "--max-queue", "128"]);
     let schemas = [
         (
             "Describe a person.",

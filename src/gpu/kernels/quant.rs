@@ -513,8 +513,8 @@ impl LinearKernel {
     /// in its planes only for the GPU GEMM, which decodes each block once per 64 rows of x
     /// into workgroup memory from word-aligned quants; the matrix-vector kernels read its
     /// file blocks, whose scale and quants share a cache line (the grouped head was 1.46x
-    /// slower on lavapipe at M = 1), and so does the register-tiled kernel, which was no
-    /// faster with planes (docs/benchmarks/2026-11-26-weight-layouts-lavapipe.md, q8_0 at M = 128).
+    /// slower on lavapipe at M = 1), and so does the register-tiled kernel (`dynrt bench
+    /// kernels` times a q8_0 projection in both layouts with each kernel).
     pub fn weight_layout(self, dtype: DType) -> WeightLayout {
         match (self, dtype) {
             (_, DType::Q4_0 | DType::Q5_0) | (LinearKernel::Mm, DType::Q8_0) => {

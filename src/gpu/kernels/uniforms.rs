@@ -260,6 +260,13 @@ impl UniformArena {
         Ok(self.upload.insert(upload))
     }
 
+    /// Frees the upload buffer ([`UniformArena::upload`]): a buffer the arena may go without
+    /// (a submit then writes directly), given back when device memory is short; a later
+    /// submit makes it again where it fits.
+    pub(crate) fn release_upload(&mut self) {
+        self.upload = None;
+    }
+
     /// Starts a new command buffer's worth of slots (after flushing and submitting the last).
     pub fn reset(&mut self) {
         self.used_chunks = 0;

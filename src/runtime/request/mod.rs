@@ -414,9 +414,14 @@ impl InferRequest {
     /// Frees the buffer of every node output (the states, the constants and the static arena
     /// stay): after an iteration failed for lack of memory ([`RunError::OutOfMemory`]), so
     /// that the next one, smaller, allocates for its own shapes only instead of keeping
-    /// those sized for the one that failed. The next iteration infers every node again.
+    /// those sized for the one that failed. The next iteration infers every node again. The
+    /// buffer a submit packs its host writes into goes too: it is made only where it fits,
+    /// after the iteration's own buffers, and held on it would take memory from them.
     pub fn release_outputs(&mut self) {
         self.state.release_outputs();
+        if let Some(uniforms) = &mut self.uniforms {
+            uniforms.release_upload();
+        }
         for plan in &mut self.plans {
             *plan = None;
         }

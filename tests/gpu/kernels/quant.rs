@@ -524,8 +524,8 @@ fn constant(b: &mut GraphBuilder, label: &str, t: &HostTensor) -> dynrt::graph::
 /// planes when it is compiled, in place,
 /// and its q8_0 projection is not (the kernels read q8_0 best in the file layout): the same
 /// outputs bit for bit as the network compiled without the reorder, the constants region no
-/// larger, the reorder's scratch buffer freed, and a network specialised from it (the same
-/// weights: a cache hit) reorders nothing.
+/// larger, one scratch buffer of the reorder kept and nothing more, and a network
+/// specialised from it (the same weights: a cache hit) reorders nothing.
 #[test]
 fn compiled_weights_are_reordered_once_in_place() {
     use dynrt::memory::accounting::region_index;
@@ -610,9 +610,14 @@ fn compiled_weights_are_reordered_once_in_place() {
         let ((plain, c0, d0), (grouped, c1, d1)) = (&runs[0], &runs[1]);
         assert_eq!(plain, grouped, "the grouped weights give other values");
         assert_eq!(c0, c1, "the constants region grew");
-        assert_eq!(
-            d0, d1,
-            "device bytes after the compile differ: the scratch is held"
+        // The reorder's one scratch buffer (at most 4 MiB, rounded to a whole group of
+        // blocks) stays with the network family for the conversions of later iterations;
+        // nothing else is added. Freeing it at the end of the compile left a cached dispatch
+        // bound to it (an iteration's submit then failed validation): known, to be fixed
+        // with the weights cache's bind groups.
+        assert!(
+            d1 >= d0 && d1 - d0 <= 4 << 20,
+            "device bytes after the compile: {d1} with the reorder against {d0} without"
         );
     }
 }
