@@ -904,8 +904,8 @@ impl Rewriter {
             self.nodes[i].inputs = parts.compact(params);
         }
         let uses = self.uses();
-        for i in 0..self.nodes.len() {
-            let unread = uses[i].is_empty() && !self.is_output[i];
+        for (i, users) in uses.iter().enumerate() {
+            let unread = users.is_empty() && !self.is_output[i];
             if unread && matches!(self.nodes[i].op, Op::Constant(_)) {
                 self.dead[i] = true;
             }

@@ -1,6 +1,6 @@
 //! The forward pass of a decoder as a dynrt graph, built from a GGUF's metadata and tensor
 //! index by its architecture's straight-line builder ([`super::arch`]) over the shared
-//! blocks of [`Blocks`].
+//! blocks of `Blocks`.
 //!
 //! The blocks: the token embedding, RMSNorm, the Q/K/V projections (and their biases, per-head
 //! norms and RoPE, as the architecture asks), the attention block over a KV cache that is
