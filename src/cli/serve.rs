@@ -39,8 +39,8 @@ use sha2::Digest;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
@@ -183,7 +183,16 @@ struct App {
     next: AtomicU64,
     ttft: Mutex<serve_api::Histogram>,
     metrics: Arc<Metrics>,
-    loaded: OnceLock<Loaded>,
+    /// The model being served: set once loaded, replaced when a lost device was recovered.
+    loaded: RwLock<Option<Arc<Loaded>>>,
+    /// Set from a device loss until the model is loaded again on a new device.
+    recovering: AtomicBool,
+    /// Lost devices recovered from.
+    recoveries: AtomicU64,
+    /// Why the last try to load the model again failed (`/health` while recovering).
+    recover_error: Mutex<Option<String>>,
+    /// The command line, to load the model again after a device loss.
+    args: Args,
     /// Set by the first signal: no new requests.
     draining: watch::Sender<bool>,
     /// Set once `--shutdown-timeout` has passed: the running requests end now.
@@ -197,6 +206,11 @@ struct App {
     /// `DYNRT_SERVE_FAULT=scheduler-panic-after:N`: the scheduler thread panics once N
     /// requests ended (the tests of a server whose scheduler died).
     panic_after: Option<u64>,
+    /// `DYNRT_SERVE_FAULT=device-lost-after-tokens:N`: the device is destroyed (as a driver
+    /// reset would lose it) when the N-th token reaches a handler (the recovery's tests).
+    lose_after_tokens: Option<u64>,
+    /// Tokens that reached handlers.
+    tokens: AtomicU64,
 }
 
 type Shared = Arc<App>;
@@ -297,10 +311,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.host
         );
     }
-    let panic_after = std::env::var("DYNRT_SERVE_FAULT").ok().and_then(|f| {
-        f.strip_prefix("scheduler-panic-after:")
-            .and_then(|n| n.parse().ok())
-    });
+    let fault = |name: &str| {
+        std::env::var("DYNRT_SERVE_FAULT").ok().and_then(|f| {
+            f.strip_prefix(name)
+                .and_then(|n| n.strip_prefix(':'))
+                .and_then(|n| n.parse().ok())
+        })
+    };
+    let panic_after = fault("scheduler-panic-after");
+    let lose_after_tokens = fault("device-lost-after-tokens");
     let metrics = Arc::new(Metrics::default());
     let app = Arc::new(App {
         model_id,
@@ -310,7 +329,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         next: AtomicU64::new(1),
         ttft: Mutex::new(serve_api::Histogram::default()),
         metrics: metrics.clone(),
-        loaded: OnceLock::new(),
+        loaded: RwLock::new(None),
+        recovering: AtomicBool::new(false),
+        recoveries: AtomicU64::new(0),
+        recover_error: Mutex::new(None),
+        args: args.clone(),
         draining: watch::channel(false).0,
         cut: watch::channel(false).0,
         generating: AtomicUsize::new(0),
@@ -318,6 +341,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         request_timeout: (!request_timeout.is_zero()).then_some(request_timeout),
         body_timeout,
         panic_after,
+        lose_after_tokens,
+        tokens: AtomicU64::new(0),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -387,9 +412,7 @@ async fn serve(
         d.repeat_last_n,
         if loaded.tool_format.is_some() { "<tool_call> blocks" } else { "none" },
     );
-    if app.loaded.set(loaded).is_err() {
-        anyhow::bail!("the model was loaded twice");
-    }
+    app.set_loaded(loaded);
     eprintln!("{defaults}");
     println!("dynrt serve: listening on http://{addr}");
     std::io::stdout().flush()?;
@@ -552,21 +575,54 @@ fn unavailable(message: String, code: &'static str) -> ApiError {
     )
 }
 
+/// The 503 of a request that met a lost device, or came while the model is loaded again.
+fn device_lost(reason: &str) -> ApiError {
+    unavailable(
+        format!(
+            "the GPU device was lost ({reason}): the model is being loaded again on a new \
+             device; try again in a moment"
+        ),
+        "device_lost",
+    )
+}
+
 impl App {
+    /// The model served now (none while it loads the first time).
+    fn current(&self) -> Option<Arc<Loaded>> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_loaded(&self, loaded: Loaded) -> Option<Arc<Loaded>> {
+        self.loaded
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(Arc::new(loaded))
+    }
+
     /// The loaded model, or the 503 that says why there is none to use.
-    fn ready(&self) -> Result<&Loaded, ApiError> {
+    fn ready(self: &Arc<Self>) -> Result<Arc<Loaded>, ApiError> {
         if *self.draining.borrow() {
             return Err(unavailable(
                 "the server is shutting down".into(),
                 "shutting_down",
             ));
         }
-        let Some(loaded) = self.loaded.get() else {
+        if self.recovering.load(Ordering::SeqCst) {
+            return Err(device_lost("recovering"));
+        }
+        let Some(loaded) = self.current() else {
             return Err(unavailable(
                 "the model is loading: try again in a moment".into(),
                 "model_loading",
             ));
         };
+        if let Some(lost) = loaded.engine.gpu().lost() {
+            recover(self);
+            return Err(device_lost(&lost.reason));
+        }
         if let ThreadState::Stopped { reason } = loaded.handle.state() {
             return Err(unavailable(reason, "scheduler_stopped"));
         }
@@ -574,16 +630,75 @@ impl App {
     }
 }
 
-/// `{"status": "ok"}`, or a 503 whose status says why not: `loading`, `shutting_down`, or
-/// `error` with the reason (the scheduler thread ended).
+/// After a device loss: loads the model again on a new device (the command line's model,
+/// budget and options) and serves with it; tries again with a growing pause while loading
+/// fails. Requests meanwhile get a 503 with code `device_lost`, `/health` says
+/// `recovering`. Does nothing when a recovery runs already or the server is draining.
+fn recover(app: &Shared) {
+    if *app.draining.borrow() || app.recovering.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    eprintln!("dynrt serve: the GPU device was lost: loading the model again on a new device");
+    let app = app.clone();
+    tokio::spawn(async move {
+        let mut pause = Duration::from_millis(500);
+        loop {
+            let args = app.args.clone();
+            let loaded = tokio::task::spawn_blocking(move || load(&args))
+                .await
+                .map_err(anyhow::Error::from)
+                .and_then(|l| l);
+            match loaded {
+                Ok(loaded) => {
+                    let adapter = loaded.engine.gpu().adapter_info().name.clone();
+                    let old = app.set_loaded(loaded);
+                    // The old scheduler's thread is joined when its last holder lets go.
+                    tokio::task::spawn_blocking(move || drop(old));
+                    *app.recover_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    app.recoveries.fetch_add(1, Ordering::Relaxed);
+                    app.recovering.store(false, Ordering::SeqCst);
+                    eprintln!("dynrt serve: the model is loaded again on {adapter}: serving");
+                    return;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "dynrt serve: loading the model again failed: {e:#}; trying again in {:.1} s",
+                        pause.as_secs_f64()
+                    );
+                    *app.recover_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("{e:#}"));
+                    if *app.draining.borrow() {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    });
+}
+
+/// `{"status": "ok"}`, or a 503 whose status says why not: `loading`, `shutting_down`,
+/// `recovering` (the device was lost: the model is loaded again; with the last try's error
+/// when one failed), or `error` with the reason (the scheduler thread ended).
 async fn health(State(app): State<Shared>) -> Response {
     let (status, body) = if *app.draining.borrow() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "shutting_down"}),
         )
+    } else if app.recovering.load(Ordering::SeqCst) {
+        let error = app
+            .recover_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "recovering", "last_error": error}),
+        )
     } else {
-        match app.loaded.get().map(|l| l.handle.state()) {
+        match app.current().map(|l| l.handle.state()) {
             None => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 json!({"status": "loading"}),
@@ -603,7 +718,7 @@ async fn not_found() -> ApiError {
 }
 
 async fn metrics(State(app): State<Shared>) -> Response {
-    let mut text = match app.loaded.get() {
+    let mut text = match app.current() {
         Some(l) => {
             let ttft = app.ttft.lock().unwrap_or_else(|e| e.into_inner()).clone();
             serve_api::metrics_text(&l.handle.stats(), &ttft)
@@ -613,8 +728,10 @@ async fn metrics(State(app): State<Shared>) -> Response {
     text.push_str(&app.metrics.text());
     let state = if *app.draining.borrow() {
         "shutting_down"
+    } else if app.recovering.load(Ordering::SeqCst) {
+        "recovering"
     } else {
-        match app.loaded.get().map(|l| l.handle.state()) {
+        match app.current().map(|l| l.handle.state()) {
             None => "loading",
             Some(ThreadState::Running) => "ok",
             Some(ThreadState::Stopped { .. }) => "error",
@@ -622,12 +739,20 @@ async fn metrics(State(app): State<Shared>) -> Response {
     };
     text.push_str("# HELP dynrt_server_state The server's state (1 for the current one).\n");
     text.push_str("# TYPE dynrt_server_state gauge\n");
-    for s in ["loading", "ok", "shutting_down", "error"] {
+    for s in ["loading", "ok", "shutting_down", "recovering", "error"] {
         text.push_str(&format!(
             "dynrt_server_state{{state=\"{s}\"}} {}\n",
             u8::from(s == state)
         ));
     }
+    text.push_str(
+        "# HELP dynrt_device_recoveries_total Lost GPU devices the server loaded its model again after.\n",
+    );
+    text.push_str("# TYPE dynrt_device_recoveries_total counter\n");
+    text.push_str(&format!(
+        "dynrt_device_recoveries_total {}\n",
+        app.recoveries.load(Ordering::Relaxed)
+    ));
     (
         [(
             header::CONTENT_TYPE,
@@ -651,7 +776,7 @@ async fn dashboard() -> Response {
 /// shared pages, bytes offloaded to the host), the engine's bytes per allocation kind and the
 /// weights' bytes (on the device, in the file, reordered into grouped planes).
 async fn memory(State(app): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
-    let loaded = app.loaded.get().ok_or_else(|| {
+    let loaded = app.current().ok_or_else(|| {
         unavailable(
             "the model is loading: try again in a moment".into(),
             "model_loading",
@@ -761,7 +886,7 @@ async fn chat(
     let ignored = serve_api::check_fields(&body, Endpoint::Chat, app.lenient)?;
     let mut plan = serve_api::parse::<ChatBody>(&body)?.plan(&loaded.server(&client))?;
     plan.ignored = ignored;
-    generate_response(&app, loaded, client, plan).await
+    generate_response(&app, &loaded, client, plan).await
 }
 
 async fn completions(
@@ -775,7 +900,7 @@ async fn completions(
     let ignored = serve_api::check_fields(&body, Endpoint::Completion, app.lenient)?;
     let mut plan = serve_api::parse::<CompletionBody>(&body)?.plan(&loaded.server(&client))?;
     plan.ignored = ignored;
-    generate_response(&app, loaded, client, plan).await
+    generate_response(&app, &loaded, client, plan).await
 }
 
 /// `POST /v1/embeddings`: the sentence model of `--embedding-model`, or a 404 without one.
@@ -836,7 +961,7 @@ async fn apply_template(
 /// stream of chunks.
 async fn generate_response(
     app: &Shared,
-    loaded: &Loaded,
+    loaded: &Arc<Loaded>,
     client: Client,
     plan: Plan,
 ) -> Result<Response, ApiError> {
@@ -892,7 +1017,7 @@ async fn generate_response(
                 outcome: "cancelled",
             },
             guard: CancelOnDrop {
-                app: app.clone(),
+                loaded: loaded.clone(),
                 id: submitted.id,
                 armed: true,
             },
@@ -914,7 +1039,8 @@ async fn generate_response(
 
 /// Cancels its request when dropped before the request ended (the client went away).
 struct CancelOnDrop {
-    app: Shared,
+    /// The model the request runs on.
+    loaded: Arc<Loaded>,
     id: RequestId,
     armed: bool,
 }
@@ -922,9 +1048,7 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            if let Some(l) = self.app.loaded.get() {
-                l.handle.cancel(self.id);
-            }
+            self.loaded.handle.cancel(self.id);
         }
     }
 }
@@ -964,7 +1088,7 @@ impl Drop for RequestLog {
             self.outcome,
         );
         if app.panic_after == Some(ended) {
-            if let Some(l) = app.loaded.get() {
+            if let Some(l) = app.current() {
                 let _ = l.handle.with_scheduler(|_| {
                     panic!("injected by DYNRT_SERVE_FAULT=scheduler-panic-after")
                 });
@@ -1061,6 +1185,12 @@ impl Running {
                         }
                     }
                     self.log.completion_tokens += 1;
+                    let app = &self.log.app;
+                    let seen = app.tokens.fetch_add(1, Ordering::Relaxed) + 1;
+                    if app.lose_after_tokens == Some(seen) {
+                        log::warn!("DYNRT_SERVE_FAULT: destroying the device");
+                        self.guard.loaded.engine.gpu().destroy();
+                    }
                     let shown = logprobs
                         .filter(|_| !self.tokenizer.is_control(token))
                         .map(|lp| ShownLogprob::new(&self.tokenizer, token, &lp));
@@ -1090,6 +1220,10 @@ impl Running {
                 SchedulerEvent::Failed { error, .. } => {
                     self.guard.armed = false;
                     self.log.outcome = "failed";
+                    if let Some(lost) = error.device_lost() {
+                        recover(&self.log.app);
+                        return Some(Next::Failed(device_lost(&lost.reason)));
+                    }
                     return Some(Next::Failed(ApiError::server(error.to_string())));
                 }
             }
@@ -1099,8 +1233,8 @@ impl Running {
     /// The error for a request the scheduler dropped without a last event: its thread
     /// ended.
     fn dropped(&self) -> ApiError {
-        let reason = match self.log.app.loaded.get().map(|l| l.handle.state()) {
-            Some(ThreadState::Stopped { reason }) => reason,
+        let reason = match self.guard.loaded.handle.state() {
+            ThreadState::Stopped { reason } => reason,
             _ => "the request was dropped before it ended".into(),
         };
         unavailable(reason, "scheduler_stopped")

@@ -614,6 +614,74 @@ fn sigterm_during_8_open_streams_ends_each_with_a_final_event_and_done() {
 }
 
 #[test]
+fn a_lost_device_ends_8_open_streams_with_device_lost_and_the_server_recovers() {
+    let test = "a_lost_device_ends_8_open_streams_with_device_lost_and_the_server_recovers";
+    let Some(model) = tiny(test, 1024) else {
+        return;
+    };
+    // The device is destroyed (as a driver reset loses it) when the 12th token reaches a
+    // handler: the second decode step of the eight streams, all admitted before any decodes.
+    let server = Server::start_with(
+        &model,
+        &["--max-batch", "8", "--prefill-chunk", "8"],
+        &[("DYNRT_SERVE_FAULT", "device-lost-after-tokens:12")],
+    );
+    let streams = open_streams(&server, 8, &tiny_long_prompt(100), 200);
+    wait_reading(&server, 8);
+    let mut seen = Vec::new();
+    for (i, s) in streams.into_iter().enumerate() {
+        let data = s.finish();
+        assert_eq!(
+            data.last().map(String::as_str),
+            Some("[DONE]"),
+            "stream {i}: {data:?}"
+        );
+        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        assert_eq!(last["error"]["code"], "device_lost", "stream {i}: {last}");
+        seen.push(data.len() - 2);
+    }
+    assert!(
+        seen.iter().sum::<usize>() >= 12,
+        "tokens before the loss: {seen:?}"
+    );
+    // The server loads the model again on a new device, answering 503 meanwhile.
+    let t = Instant::now();
+    loop {
+        let (status, text) = server.get("/health");
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{text}");
+        let h: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(h["status"], "recovering", "{h}");
+        let (status, text) = server.send(
+            "POST",
+            "/v1/chat/completions",
+            &chat_body("hi", 2, false).to_string(),
+        );
+        if status != 200 {
+            assert_eq!(error_of(status, &text)["code"], "device_lost", "{text}");
+        }
+        assert!(
+            t.elapsed() < crate::server::START_DEADLINE,
+            "never recovered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.metric("dynrt_device_recoveries_total"), 1.0);
+    assert_eq!(server.metric("dynrt_server_state{state=\"ok\"}"), 1.0);
+    let (status, v) = server.json("POST", "/v1/chat/completions", &chat_body("hi", 4, false));
+    assert_eq!(status, 200, "{v}");
+    assert!(v["usage"]["completion_tokens"].as_u64() > Some(0), "{v}");
+    // Every page of the lost device's cache went with it; the new one holds none.
+    let m = server.memory();
+    assert_eq!(m["requests"].as_array().map(Vec::len), Some(0), "{m}");
+    let log = server.stderr().join("\n");
+    assert!(log.contains("loaded again"), "{log}");
+    assert_eq!(log.matches("outcome=failed").count(), 8, "{log}");
+}
+
+#[test]
 fn sigterm_lets_running_streams_finish_and_refuses_new_requests() {
     let test = "sigterm_lets_running_streams_finish_and_refuses_new_requests";
     let Some(model) = tiny(test, 256) else { return };
