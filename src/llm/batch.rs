@@ -46,6 +46,7 @@ use super::sample::{LogitRules, Sampler, TokenLogprobs};
 use super::session::{GenerateParams, StopReason};
 use super::{build_paged_graph, LlmError, Model};
 use crate::gguf::Gguf;
+use crate::graph::ops::sample::PARAM_WORDS;
 use crate::graph::Bindings;
 use crate::memory::predictor::ShapePredictor;
 use crate::runtime::{HostRows, InferRequest, Network, NetworkOptions, RunOptions, StateRows};
@@ -159,6 +160,10 @@ pub struct BatchStats {
     pub prompt_rows: u64,
     /// Decode rows computed.
     pub decode_rows: u64,
+    /// Tokens chosen on the device (only their ids came back); the others were sampled on
+    /// the host from their logits (penalties, log-probabilities, a bias, a constraint, or
+    /// logits asked for).
+    pub tokens_chosen_on_device: u64,
     /// Sequences the last step computed rows for.
     pub last_sequences: usize,
     /// Pages held ahead of the sequences' next rows by the preallocation policy (given
@@ -1286,6 +1291,24 @@ impl BatchEngine {
             // Only prompt chunks that do not finish: one row's logits, unused.
             logit_rows.push(0);
         }
+        // Each wanted row's token is chosen on the device unless its sequence needs the
+        // logits on the host (penalties, log-probabilities, a bias, a constraint, or asked
+        // for): then only token ids come back, unless a row needs its logits.
+        let mut params = vec![0u32; logit_rows.len() * PARAM_WORDS];
+        let mut on_device = vec![false; wants.len()];
+        for (r, &i) in wants.iter().enumerate() {
+            let q = &self.seqs[i];
+            if q.params.keep_logits || q.sampler.needs_logits() {
+                continue;
+            }
+            // The draw's counter is the new token's position, as a session's.
+            let step = u32::try_from(q.tokens.len()).unwrap_or(u32::MAX);
+            if let Some(row) = q.params.sampling.device_row(step) {
+                params[r * PARAM_WORDS..(r + 1) * PARAM_WORDS].copy_from_slice(&row.to_words());
+                on_device[r] = true;
+            }
+        }
+        let host_rows = on_device.iter().any(|d| !d);
         let t = tokens.len() as u64;
         let shape = |d: &[u64]| Shape::new(d.to_vec());
         let table = shape(&[plan.len() as u64, per_seq as u64]);
@@ -1304,17 +1327,44 @@ impl BatchEngine {
             inputs.push((labels::SLOTS_SWA, HostTensor::i32(shape(&[t]), &slots_swa)));
             inputs.push((labels::PAGES_SWA, HostTensor::i32(table, &pages_swa)));
         }
+        inputs.push((
+            labels::SAMPLE_PARAMS,
+            HostTensor {
+                shape: shape(&[logit_rows.len() as u64, PARAM_WORDS as u64]),
+                dtype: crate::shape::DType::U32,
+                bytes: params.iter().flat_map(|w| w.to_le_bytes()).collect(),
+            },
+        ));
         let given: Vec<(&str, &HostTensor)> = inputs.iter().map(|(l, t)| (*l, t)).collect();
-        let out = self.request.infer(&given, &[labels::LOGITS]).await?;
-        let logits = out
-            .into_iter()
+        let wanted: &[&str] = match (host_rows, on_device.iter().any(|&d| d)) {
+            (true, true) => &[labels::LOGITS, labels::NEXT_TOKEN],
+            (true, false) => &[labels::LOGITS],
+            (false, _) => &[labels::NEXT_TOKEN],
+        };
+        let mut out = self.request.infer(&given, wanted).await?.into_iter();
+        let logits = if host_rows {
+            out.next().map(|t| t.to_f32()).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let device_tokens: Vec<u32> = out
             .next()
-            .map(|t| t.to_f32())
+            .map(|t| {
+                t.bytes
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
+                    .collect()
+            })
             .unwrap_or_default();
         let vocab = self.model.config().vocab_size as usize;
-        if logits.len() < wants.len() * vocab {
+        if host_rows && logits.len() < wants.len() * vocab {
             return Err(LlmError::NoToken {
                 reason: "the readback of the step's logits is shorter than its rows",
+            });
+        }
+        if on_device.iter().any(|&d| d) && device_tokens.len() < wants.len() {
+            return Err(LlmError::NoToken {
+                reason: "the readback of the step's tokens is shorter than its rows",
             });
         }
         self.stats.steps += 1;
@@ -1346,10 +1396,20 @@ impl BatchEngine {
         let mut produced = Vec::with_capacity(wants.len());
         let mut finished = Vec::new();
         for (r, &i) in wants.iter().enumerate() {
-            let row = &logits[r * vocab..(r + 1) * vocab];
+            let row = if on_device[r] {
+                &[][..]
+            } else {
+                &logits[r * vocab..(r + 1) * vocab]
+            };
             let q = &mut self.seqs[i];
-            let (token, logprobs) = match q.sampler.next(row) {
-                Ok(s) => (s.token, s.logprobs),
+            let chosen = if on_device[r] {
+                self.stats.tokens_chosen_on_device += 1;
+                Ok((device_tokens[r], None))
+            } else {
+                q.sampler.next(row).map(|s| (s.token, s.logprobs))
+            };
+            let (token, logprobs) = match chosen {
+                Ok(s) => s,
                 Err(e) => {
                     // This sequence alone fails: the others go on.
                     self.failed.push(FailedSeq {

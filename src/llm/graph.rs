@@ -45,10 +45,11 @@ pub mod labels {
     pub const POSITIONS: &str = "positions";
     /// Logits of the step's last token, `[1, vocab]` f32.
     pub const LOGITS: &str = "logits";
-    /// How the next token is chosen from the logits, `[1, 8]` u32: a row of the `sample` op
+    /// How the next token is chosen from the logits, `[1, 8]` u32 (paged graph: `[batch,
+    /// 8]`, a row per logit row): a row of the `sample` op
     /// ([`crate::graph::ops::SampleRow::to_words`]).
     pub const SAMPLE_PARAMS: &str = "sample_params";
-    /// The token chosen from the logits on the device, `[1]` i32.
+    /// The token chosen from the logits on the device, `[1]` i32 (paged graph: `[batch]`).
     pub const NEXT_TOKEN: &str = "next_token";
 
     /// Layer `l`'s past keys input, `[past, kv_heads * head_dim]`.
@@ -764,17 +765,20 @@ impl<'a> Blocks<'a> {
         Ok(self.linear_pieces(labels::LOGITS.into(), xf, &pieces))
     }
 
-    /// The graph: `logits` (the first output), then the presents in state order, then (one
-    /// sequence: the contiguous cache) the token the `sample` op chooses.
+    /// The graph: `logits` (the first output), then the presents in state order, then the
+    /// tokens the `sample` op chooses (one per row of logits: one sequence on the
+    /// contiguous cache, each sequence of a batched step on the paged one).
     fn finish(self, logits: NodeId) -> Result<ModelGraph, LlmError> {
         let mut b = self.b;
         b.output(logits);
         for pr in self.presents {
             b.output(pr);
         }
-        if matches!(self.cache, KvCache::Contiguous) {
-            append_sampling(&mut b, logits);
-        }
+        let rows = match self.cache {
+            KvCache::Contiguous => Dim::Fixed(1),
+            KvCache::Paged(_) => Dim::sym("batch"),
+        };
+        append_sampling(&mut b, logits, rows);
         Ok(ModelGraph {
             graph: b.build()?,
             states: self.states,
@@ -837,7 +841,9 @@ pub fn build_graph(
 /// [`labels::ROWS`] `[seq, 2]` (its page-table row and position); [`labels::PAGES`] (the page
 /// table); [`labels::LOGIT_ROWS`] `[batch]` (the rows whose logits are wanted: the last of
 /// each sequence in the step); per layer the pools (`past_k`/`past_v`, rows
-/// [`labels::POOL_ROWS`]). Output `logits` `[batch, vocab]`, then the pools.
+/// [`labels::POOL_ROWS`]); [`labels::SAMPLE_PARAMS`] `[batch, 8]` (each logit row's
+/// sampling). Outputs `logits` `[batch, vocab]`, then the pools, then
+/// [`labels::NEXT_TOKEN`] `[batch]` (each row's token, chosen on the device).
 ///
 /// # Errors
 /// As [`build_graph`].
@@ -867,11 +873,11 @@ pub fn build_paged_graph(
 /// The `sample` op after the head: input [`labels::SAMPLE_PARAMS`], output
 /// [`labels::NEXT_TOKEN`], so a step's token is chosen on the device and only its id comes
 /// back (the logits stay on the device unless a caller reads them).
-fn append_sampling(b: &mut GraphBuilder, logits: NodeId) {
+fn append_sampling(b: &mut GraphBuilder, logits: NodeId, rows: Dim) {
     let words = crate::graph::ops::sample::PARAM_WORDS as u64;
     let params = b.input(
         labels::SAMPLE_PARAMS,
-        &[Dim::Fixed(1), Dim::Fixed(words)],
+        &[rows, Dim::Fixed(words)],
         DType::U32,
     );
     let next = b.sample(labels::NEXT_TOKEN, logits, params);

@@ -140,6 +140,100 @@ fn batched_sequences_match_each_one_alone() {
     eprintln!("{test}: {s:?}");
 }
 
+/// Tokens chosen on the device in a batched step (no logits asked for: only token ids come
+/// back) equal a session's, greedy and seeded sampling alike (the draw's counter is the new
+/// token's position in both), also beside a sequence whose logits come back to the host
+/// (kept logits, or penalties: its row is sampled on the host from the same step).
+#[test]
+fn batched_tokens_chosen_on_the_device_equal_a_sessions() {
+    let test = "batched_tokens_chosen_on_the_device_equal_a_sessions";
+    let Some(engine) = engine(test) else { return };
+    let model = tiny(&engine);
+    let device = |sampling: dynrt::llm::SamplingParams| GenerateParams {
+        max_tokens: 10,
+        sampling,
+        stop_at_eos: false,
+        keep_logits: false,
+    };
+    let sampled = dynrt::llm::SamplingParams {
+        temperature: 0.9,
+        top_k: 40,
+        top_p: 0.95,
+        seed: 11,
+        ..dynrt::llm::SamplingParams::default()
+    };
+    let full = dynrt::llm::SamplingParams {
+        temperature: 1.3,
+        top_k: 0,
+        seed: 5,
+        ..dynrt::llm::SamplingParams::default()
+    };
+    let penalized = dynrt::llm::SamplingParams {
+        penalties: dynrt::llm::Penalties {
+            repeat: 1.3,
+            ..dynrt::llm::Penalties::default()
+        },
+        ..dynrt::llm::SamplingParams::default()
+    };
+    assert!(!device(sampled).sampling.needs_logits());
+    assert!(device(penalized).sampling.needs_logits());
+    let runs = [
+        (
+            vec![42u32, 17, 5],
+            device(dynrt::llm::SamplingParams::default()),
+        ),
+        (
+            (0..21).map(|i| (i * 5 + 1) % 250).collect(),
+            device(sampled),
+        ),
+        (vec![7, 7, 7, 7, 9], device(full)),
+        (vec![3, 1, 4, 1, 5, 9, 2, 6], device(penalized)),
+        (vec![100, 200], greedy(10)),
+    ];
+    let mut batch = BatchEngine::new(
+        &model,
+        BatchOptions {
+            page_size: 8,
+            pool_tokens: 512,
+            step_tokens: 16,
+            max_batch: 8,
+            ..BatchOptions::default()
+        },
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for (prompt, params) in &runs {
+        ids.push(batch.add(prompt, *params).unwrap());
+    }
+    let mut out: BTreeMap<SeqId, Vec<u32>> = BTreeMap::new();
+    let mut steps = 0;
+    while !batch.is_idle() {
+        for t in batch.step_blocking().unwrap() {
+            out.entry(t.seq).or_default().push(t.token);
+        }
+        steps += 1;
+        assert!(steps < 1_000, "the engine does not finish");
+    }
+    for (k, ((prompt, params), id)) in runs.iter().zip(&ids).enumerate() {
+        let (want, _) = alone(&model, prompt, params);
+        assert_eq!(out[id], want, "sequence {k} ({:?})", params.sampling);
+    }
+    // Three sequences of 10 tokens on the device; the penalized and kept-logits ones on the
+    // host.
+    assert_eq!(
+        batch.stats().tokens_chosen_on_device,
+        30,
+        "{:?}",
+        batch.stats()
+    );
+    // The sampled rows did draw: not every token is the greedy one.
+    let (greedy_tokens, _) = alone(&model, &runs[2].0, &greedy(10));
+    assert_ne!(
+        out[&ids[2]], greedy_tokens,
+        "a temperature of 1.3 over the whole vocabulary"
+    );
+}
+
 /// Three prompts of 14 tokens whose sequences reach 34 positions (5 pages of 8) and pools of
 /// six pages: they cannot all run at once.
 fn small_pool(offload: bool) -> (Vec<Vec<u32>>, BatchOptions) {
