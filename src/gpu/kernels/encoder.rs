@@ -32,23 +32,17 @@ pub struct Bound<'a> {
     pub(crate) buffer: Option<&'a Buffer>,
     pub(crate) offset: u64,
     pub(crate) size: u64,
-    /// The operand's name ([`Encoder::bind`]'s `what`); the kernel writes `"output"` and
-    /// [`WRITTEN`]'s others.
+    /// The operand's name ([`Encoder::bind`]'s `what`); `"output"` is the one a kernel writes.
     pub(crate) what: &'static str,
     /// With no buffer: the arena's kernel workspace ([`Encoder::workspace`]) rather than an
     /// unused slot.
     pub(crate) workspace: bool,
 }
 
-/// The names of operands other than `"output"` that a kernel writes: a fused projection's key
-/// and value rows, which it stores into the KV cache.
-pub(crate) const WRITTEN: [&str; 2] = ["key rows", "value rows"];
-
 impl Bound<'_> {
-    /// Whether the kernel writes this binding (kernels bind what they write as `"output"` or
-    /// one of [`WRITTEN`]).
+    /// Whether the kernel writes this binding (kernels bind what they write as `"output"`).
     fn writes(&self) -> bool {
-        self.what == "output" || WRITTEN.contains(&self.what)
+        self.what == "output"
     }
 
     /// The buffer range it binds (`None` for an unused slot).
