@@ -209,7 +209,7 @@ struct App {
     /// `DYNRT_SERVE_FAULT=device-lost-after-tokens:N`: the device is destroyed (as a driver
     /// reset would lose it) when the N-th token reaches a handler (the recovery's tests).
     lose_after_tokens: Option<u64>,
-    /// Tokens that reached handlers.
+    /// Tokens that reached handlers (counted only with `lose_after_tokens`).
     tokens: AtomicU64,
 }
 
@@ -1186,10 +1186,11 @@ impl Running {
                     }
                     self.log.completion_tokens += 1;
                     let app = &self.log.app;
-                    let seen = app.tokens.fetch_add(1, Ordering::Relaxed) + 1;
-                    if app.lose_after_tokens == Some(seen) {
-                        log::warn!("DYNRT_SERVE_FAULT: destroying the device");
-                        self.guard.loaded.engine.gpu().destroy();
+                    if let Some(n) = app.lose_after_tokens {
+                        if app.tokens.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                            log::warn!("DYNRT_SERVE_FAULT: destroying the device");
+                            self.guard.loaded.engine.gpu().destroy();
+                        }
                     }
                     let shown = logprobs
                         .filter(|_| !self.tokenizer.is_control(token))

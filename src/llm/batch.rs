@@ -43,10 +43,11 @@
 
 use super::graph::labels;
 use super::sample::{LogitRules, Sampler, TokenLogprobs};
+use super::session::sample_params;
 use super::session::{GenerateParams, StopReason};
 use super::{build_paged_graph, LlmError, Model};
 use crate::gguf::Gguf;
-use crate::graph::ops::sample::PARAM_WORDS;
+use crate::graph::ops::SampleRow;
 use crate::graph::Bindings;
 use crate::memory::predictor::ShapePredictor;
 use crate::runtime::{HostRows, InferRequest, Network, NetworkOptions, RunOptions, StateRows};
@@ -1294,7 +1295,7 @@ impl BatchEngine {
         // Each wanted row's token is chosen on the device unless its sequence needs the
         // logits on the host (penalties, log-probabilities, a bias, a constraint, or asked
         // for): then only token ids come back, unless a row needs its logits.
-        let mut params = vec![0u32; logit_rows.len() * PARAM_WORDS];
+        let mut params = vec![SampleRow::greedy(); logit_rows.len()];
         let mut on_device = vec![false; wants.len()];
         for (r, &i) in wants.iter().enumerate() {
             let q = &self.seqs[i];
@@ -1304,7 +1305,7 @@ impl BatchEngine {
             // The draw's counter is the new token's position, as a session's.
             let step = u32::try_from(q.tokens.len()).unwrap_or(u32::MAX);
             if let Some(row) = q.params.sampling.device_row(step) {
-                params[r * PARAM_WORDS..(r + 1) * PARAM_WORDS].copy_from_slice(&row.to_words());
+                params[r] = row;
                 on_device[r] = true;
             }
         }
@@ -1327,14 +1328,7 @@ impl BatchEngine {
             inputs.push((labels::SLOTS_SWA, HostTensor::i32(shape(&[t]), &slots_swa)));
             inputs.push((labels::PAGES_SWA, HostTensor::i32(table, &pages_swa)));
         }
-        inputs.push((
-            labels::SAMPLE_PARAMS,
-            HostTensor {
-                shape: shape(&[logit_rows.len() as u64, PARAM_WORDS as u64]),
-                dtype: crate::shape::DType::U32,
-                bytes: params.iter().flat_map(|w| w.to_le_bytes()).collect(),
-            },
-        ));
+        inputs.push((labels::SAMPLE_PARAMS, sample_params(&params)));
         let given: Vec<(&str, &HostTensor)> = inputs.iter().map(|(l, t)| (*l, t)).collect();
         let wanted: &[&str] = match (host_rows, on_device.iter().any(|&d| d)) {
             (true, true) => &[labels::LOGITS, labels::NEXT_TOKEN],

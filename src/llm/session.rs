@@ -218,15 +218,18 @@ fn drop_outside_window(request: &mut InferRequest, config: &ModelConfig) -> Resu
     Ok(())
 }
 
-/// The `sample_params` input of a step: one row of the `sample` op.
-fn sample_params(row: &SampleRow) -> HostTensor {
-    let bytes = row
-        .to_words()
+/// The `sample_params` input of a step: a row of the `sample` op per row of logits.
+pub(super) fn sample_params(rows: &[SampleRow]) -> HostTensor {
+    let bytes = rows
         .iter()
-        .flat_map(|w| w.to_le_bytes())
+        .flat_map(SampleRow::to_words)
+        .flat_map(u32::to_le_bytes)
         .collect();
     HostTensor {
-        shape: Shape::new(vec![1, crate::graph::ops::sample::PARAM_WORDS as u64]),
+        shape: Shape::new(vec![
+            rows.len() as u64,
+            crate::graph::ops::sample::PARAM_WORDS as u64,
+        ]),
         dtype: crate::shape::DType::U32,
         bytes,
     }
@@ -431,7 +434,7 @@ impl Session {
         let pos: Vec<i32> = (past..past + tokens.len()).map(|p| p as i32).collect();
         let tok_t = HostTensor::i32(Shape::new(vec![n]), &ids);
         let pos_t = HostTensor::i32(Shape::new(vec![n]), &pos);
-        let par_t = sample_params(&SampleRow::greedy());
+        let par_t = sample_params(&[SampleRow::greedy()]);
         let out = request
             .infer(
                 &[
@@ -515,7 +518,7 @@ impl Session {
         drop_outside_window(request, &config)?;
         let pos: Vec<i32> = (past..past + n).map(|p| p as i32).collect();
         let pos_t = HostTensor::i32(Shape::new(vec![n as u64]), &pos);
-        let par_t = sample_params(&row);
+        let par_t = sample_params(&[row]);
         let mut inputs = vec![(labels::POSITIONS, &pos_t), (labels::SAMPLE_PARAMS, &par_t)];
         let tok_t;
         let mut io = DeviceIo {

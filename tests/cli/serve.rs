@@ -575,6 +575,22 @@ fn open_streams(server: &Server, n: usize, prompt: &str, max_tokens: u64) -> Vec
         .collect()
 }
 
+/// Stream `i`'s last event before its `[DONE]` (which it must end with), and how many
+/// events came before that one.
+fn last_event(i: usize, data: Vec<String>) -> (Value, usize) {
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "stream {i}: {data:?}"
+    );
+    assert!(
+        data.len() >= 2,
+        "stream {i}: no event before [DONE]: {data:?}"
+    );
+    let before = data.len() - 2;
+    (serde_json::from_str(&data[before]).unwrap(), before)
+}
+
 #[test]
 fn sigterm_during_8_open_streams_ends_each_with_a_final_event_and_done() {
     let test = "sigterm_during_8_open_streams_ends_each_with_a_final_event_and_done";
@@ -597,13 +613,7 @@ fn sigterm_during_8_open_streams_ends_each_with_a_final_event_and_done() {
     wait_reading(&server, 8);
     server.signal(libc::SIGTERM);
     for (i, s) in streams.into_iter().enumerate() {
-        let data = s.finish();
-        assert_eq!(
-            data.last().map(String::as_str),
-            Some("[DONE]"),
-            "stream {i}: {data:?}"
-        );
-        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        let (last, _) = last_event(i, s.finish());
         // Not finished in the second given: ended with an error event that says why.
         assert_eq!(last["error"]["code"], "shutting_down", "stream {i}: {last}");
     }
@@ -630,15 +640,9 @@ fn a_lost_device_ends_8_open_streams_with_device_lost_and_the_server_recovers() 
     wait_reading(&server, 8);
     let mut seen = Vec::new();
     for (i, s) in streams.into_iter().enumerate() {
-        let data = s.finish();
-        assert_eq!(
-            data.last().map(String::as_str),
-            Some("[DONE]"),
-            "stream {i}: {data:?}"
-        );
-        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        let (last, before) = last_event(i, s.finish());
         assert_eq!(last["error"]["code"], "device_lost", "stream {i}: {last}");
-        seen.push(data.len() - 2);
+        seen.push(before);
     }
     assert!(
         seen.iter().sum::<usize>() >= 12,
