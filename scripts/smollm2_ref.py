@@ -15,12 +15,13 @@ scripts/pyenv.sh.
   write-test-gguf write a small GGUF with every metadata type and F32/F16/Q8_0/Q4_1
                   tensors, and a JSON of what it holds (values as the package dequantizes)
 
-The forward pass mirrors llama.cpp's llama, qwen2 and gemma3 graphs: RMSNorm; Q/K/V
-projections (with biases for qwen2); RoPE with the base from the metadata on *adjacent* pairs
-(x[2i], x[2i+1]) for llama, because GGUF's llama Q/K rows are permuted from the Hugging Face
-layout, and on halves (x[i], x[i + d/2]) for qwen2 and gemma3, whose rows are not;
+The forward pass mirrors llama.cpp's llama, qwen2, qwen3 and gemma3 graphs: RMSNorm; Q/K/V
+projections (with biases for qwen2, per-head Q/K norms for qwen3 and gemma3); RoPE with the
+base from the metadata on *adjacent* pairs (x[2i], x[2i+1]) for llama, because GGUF's llama
+Q/K rows are permuted from the Hugging Face layout, and on halves (x[i], x[i + d/2]) for
+qwen2, qwen3 and gemma3, whose rows are not;
 grouped-query attention with a causal mask; SwiGLU; the head is token_embd when there is no
-output.weight (tied). gemma3 (class Llama's docstring) adds the embedding scale, Q/K norms,
+output.weight (tied). gemma3 (class Llama's docstring) adds the embedding scale,
 post-attention and post-FFN norms, GELU, and sliding-window layers; its constants that the
 file need not hold are in GEMMA3.
 """
@@ -201,10 +202,11 @@ GEMMA3 = {
 
 
 class Llama:
-    """llama, qwen2 and gemma3 decoders.
+    """llama, qwen2, qwen3 and gemma3 decoders.
 
     qwen2 adds Q/K/V biases and rotates halves of each head (NEOX) where llama's GGUF rows are
-    permuted for adjacent pairs. gemma3 scales the embedding by sqrt(embedding_length),
+    permuted for adjacent pairs. qwen3 is qwen2 without the biases and with each head of Q and
+    K RMS-normalised (attn_q_norm, attn_k_norm) before RoPE. gemma3 scales the embedding by sqrt(embedding_length),
     RMS-normalises each head of Q and K (attn_q_norm, attn_k_norm) before RoPE on halves,
     normalises the attention and FFN outputs again before their residual adds
     (post_attention_norm, post_ffw_norm), uses GELU (tanh approximation) for the gate, and
@@ -215,8 +217,8 @@ class Llama:
     def __init__(self, reader, dtype):
         self.dtype = dtype
         arch = field(reader, "general.architecture")
-        if arch not in ("llama", "qwen2", "gemma3"):
-            sys.exit(f"general.architecture is {arch!r}, not llama, qwen2 or gemma3")
+        if arch not in ("llama", "qwen2", "qwen3", "gemma3"):
+            sys.exit(f"general.architecture is {arch!r}, not llama, qwen2, qwen3 or gemma3")
         self.arch = arch
 
         def key(k, default=None):
@@ -263,8 +265,10 @@ class Llama:
         self.head = self.embd if self.tied else w("output.weight")
         self.out_norm = w("output_norm.weight")
         names = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+        if arch in ("gemma3", "qwen3"):
+            names += ["attn_q_norm", "attn_k_norm"]
         if arch == "gemma3":
-            names += ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]
+            names += ["post_attention_norm", "post_ffw_norm"]
         self.layers = []
         for i in range(self.n_layers):
             p = f"blk.{i}."
@@ -319,7 +323,7 @@ class Llama:
 
     def rope(self, x, positions, inv_freq):
         """x: (T, heads, head_dim); rotates the first rope_dim elements: adjacent pairs
-        (llama) or the two halves (qwen2, gemma3)."""
+        (llama) or the two halves (qwen2, qwen3, gemma3)."""
         angles = positions[:, None].astype(np.float64) * inv_freq[None, :]  # (T, rope_dim/2)
         cos = np.cos(angles).astype(self.dtype)[:, None, :]
         sin = np.sin(angles).astype(self.dtype)[:, None, :]
@@ -367,7 +371,7 @@ class Llama:
             q = self.project(h, L, "attn_q").reshape(t, self.n_heads, self.head_dim)
             k = self.project(h, L, "attn_k").reshape(t, self.n_kv, self.head_dim)
             v = self.project(h, L, "attn_v").reshape(t, self.n_kv, self.v_dim)
-            if gemma:
+            if "attn_q_norm" in L:
                 q = self.rms_norm(q, L["attn_q_norm"])
                 k = self.rms_norm(k, L["attn_k_norm"])
             q = self.rope(q, positions, inv_freq)

@@ -75,7 +75,7 @@ fn quant_mm(
         if gn < p.n && kt < p.blocks {
             let wr = wrow(gn);
             var dm: vec2<f32>;
-            let wv = raw_block(p.w_offset, wr * p.blocks + kt, wr * p.k + k0, &dm);
+            let wv = weight_raw_row(wr, kt, &dm);
             let lo = wh == 0u;
             h0 = dm.x * select(wv[4], wv[0], lo) + dm.y;
             h1 = dm.x * select(wv[5], wv[1], lo) + dm.y;
@@ -156,7 +156,7 @@ fn gamma_quad(k: u32) -> vec4<f32> {
     var g = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
         if k + j < p.k {
-            g[j] = gamma[p.gamma_offset + k + j];
+            g[j] = params[p.gamma_offset + k + j];
         }
     }
     return g;

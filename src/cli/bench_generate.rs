@@ -18,6 +18,9 @@
 //!   over the median of the 8 before it. A bucket cache whose buckets run out shows
 //!   a staircase (a lasting jump at each boundary); a curve that only follows attention's
 //!   linear growth keeps that ratio near 1.
+//! * **Dispatches**: those of one decode step of the decode network, counted per node by the
+//!   runtime ([`dynrt::runtime::InferRequest::node_dispatches`]): in all, and per layer (the
+//!   nodes labelled `blk.N.`; the most any layer records), with the buffer copies.
 //! * **Kernels per token** (`--profile`): every kernel of one decode step at the largest
 //!   context, timed alone (16 dispatches per submit, best of 3 submits, wall clock: software
 //!   adapters have no timestamp queries) and multiplied by how often a step runs it; the
@@ -154,10 +157,24 @@ struct KernelRow {
     gb_per_s: f64,
 }
 
+/// The dispatches of one decode step, as the runtime counted them.
+#[derive(Serialize)]
+struct Dispatches {
+    /// Every dispatch of the step.
+    per_step: u64,
+    /// The most dispatches one layer's nodes recorded.
+    per_layer: u64,
+    /// Buffer copies of the step.
+    copies_per_step: u64,
+}
+
 #[derive(Serialize)]
 struct Report {
     adapter: String,
     backend: String,
+    /// [`Dispatches::per_layer`] (the measure).
+    dispatches_per_layer: u64,
+    dispatches: Dispatches,
     weights_device_bytes: u64,
     weights_file_bytes: u64,
     weights_grouped_bytes: u64,
@@ -653,6 +670,57 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
     Ok(rows)
 }
 
+/// The dispatches of the second decode step of a fresh request on `model`'s decode
+/// network (the first compiles and allocates), counted per node by the runtime.
+fn decode_dispatches(model: &Model, args: &Args) -> anyhow::Result<Dispatches> {
+    use dynrt::llm::graph::labels;
+    let (_, decode) = model.networks();
+    let mut request =
+        dynrt::runtime::InferRequest::new(decode, run_options(Policy::Adaptive, &args.model)?)?;
+    request.log_commands(true);
+    let token = prompt_of(model, 1).first().copied().unwrap_or(0) as i32;
+    let one = Shape::new(vec![1]);
+    // The step chooses its token on the device (the `sample` op), greedily, as the
+    // session's loop does.
+    let words = dynrt::graph::ops::SampleRow::greedy().to_words();
+    let params = dynrt::runtime::HostTensor {
+        shape: Shape::new(vec![1, words.len() as u64]),
+        dtype: dynrt::shape::DType::U32,
+        bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+    };
+    let mut copies = 0;
+    for position in 0..2 {
+        let tokens = dynrt::runtime::HostTensor::i32(one.clone(), &[token]);
+        let positions = dynrt::runtime::HostTensor::i32(one.clone(), &[position]);
+        let before = request.stats().copies;
+        request.infer_blocking(
+            &[
+                (labels::TOKENS, &tokens),
+                (labels::POSITIONS, &positions),
+                (labels::SAMPLE_PARAMS, &params),
+            ],
+            &[labels::NEXT_TOKEN],
+        )?;
+        copies = request.stats().copies - before;
+    }
+    let nodes = request.node_dispatches();
+    let mut layers = vec![0u64; model.config().num_layers as usize];
+    for &(label, n) in &nodes {
+        let layer = label
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|l| l.parse::<usize>().ok());
+        if let Some(slot) = layer.and_then(|l| layers.get_mut(l)) {
+            *slot += n;
+        }
+    }
+    Ok(Dispatches {
+        per_step: nodes.iter().map(|&(_, n)| n).sum(),
+        per_layer: layers.iter().copied().max().unwrap_or(0),
+        copies_per_step: copies,
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut curve = match &args.curve {
         Some(p) => {
@@ -695,10 +763,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
+    let dispatches = decode_dispatches(&model, &args)?;
     let info = engine.gpu().adapter_info();
     let report = Report {
         adapter: info.name.clone(),
         backend: format!("{:?}", info.backend).to_lowercase(),
+        dispatches_per_layer: dispatches.per_layer,
+        dispatches,
         weights_device_bytes: model.weight_bytes(),
         weights_file_bytes: model.file_tensor_bytes(),
         weights_grouped_bytes: model.grouped_weight_bytes(),
@@ -718,6 +789,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         human_bytes(report.weights_file_bytes),
         human_bytes(report.weights_grouped_bytes),
         human_bytes(report.kv_bytes_per_token)
+    );
+    println!(
+        "a decode step: {} dispatches, at most {} per layer; {} buffer copies",
+        report.dispatches.per_step, report.dispatches_per_layer, report.dispatches.copies_per_step
     );
     println!("\n| prompt tokens | prefill ms | tokens/s |\n|---:|---:|---:|");
     for r in &report.prefill {

@@ -1,4 +1,4 @@
-//! A tiny llama (or qwen2) GGUF with random weights: a whole model in kilobytes, for tests of
+//! A tiny llama (or qwen2, qwen3, gemma3) GGUF with random weights: a whole model in kilobytes, for tests of
 //! the parser, the tokenizer, kernels and the forward pass (`scripts/smollm2_ref.py` runs on
 //! it as on the real model).
 
@@ -11,7 +11,8 @@ use crate::rng::SplitMix64;
 #[derive(Debug, Clone, PartialEq)]
 pub struct TinyLlama {
     /// `general.architecture` and the metadata keys' prefix: `llama`, `qwen2` (adds the
-    /// Q/K/V biases) or `gemma3` (adds the Q/K norms and the post-norms).
+    /// Q/K/V biases), `qwen3` (adds the Q/K norms) or `gemma3` (adds the Q/K norms and the
+    /// post-norms).
     pub architecture: &'static str,
     /// Decoder blocks.
     pub num_layers: u32,
@@ -230,10 +231,12 @@ impl TinyLlama {
                     tensors.push(bias(rng, format!("blk.{l}.{name}.bias"), n));
                 }
             }
-            if arch == "gemma3" {
+            if arch == "gemma3" || arch == "qwen3" {
                 let d = u64::from(self.head_dim);
                 tensors.push(norm(rng, t("attn_q_norm"), d));
                 tensors.push(norm(rng, t("attn_k_norm"), d));
+            }
+            if arch == "gemma3" {
                 tensors.push(norm(rng, t("post_attention_norm"), w));
                 tensors.push(norm(rng, t("post_ffw_norm"), w));
             }

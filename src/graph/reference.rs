@@ -88,6 +88,13 @@ pub enum RefError {
     /// Bytes could not be converted.
     #[error(transparent)]
     Tensor(#[from] TensorError),
+    /// An op whose values come from the node that produces it ([`crate::graph::ops::KvRows`]),
+    /// evaluated by the graph evaluator, not on its own.
+    #[error("{op} is evaluated with the node that produces it, by the graph evaluator")]
+    Producer {
+        /// The op name.
+        op: &'static str,
+    },
     /// An index outside `[-bound, bound)` (a gather's): an error, as in ONNX.
     #[error("index {index} at position {position} is outside [-{bound}, {bound})")]
     IndexOutOfRange {
@@ -356,15 +363,27 @@ pub fn evaluate_tensors(
                     .ok_or_else(|| GraphError::MissingInput {
                         label: node.label.clone(),
                     })?;
-                let v = node
-                    .op
-                    .def()
-                    .reference(&ins, shape, node.dtype)
-                    .map_err(|source| GraphError::Reference {
-                        node: node.label.clone(),
-                        op: node.op.name(),
-                        cause: source,
-                    })?;
+                let producer = node.inputs.first().map(|&i| graph.node(i));
+                let v = match (&node.op, producer.map(|p| &p.op)) {
+                    // Rows the producer's kernel writes elsewhere: from its inputs.
+                    (Op::KvRows(kr), Some(Op::FusedLinear(f))) => {
+                        let producer: Vec<&RefTensor> = producer
+                            .map_or(&[][..], |p| &p.inputs[..])
+                            .iter()
+                            .map(|i| values[i.index()].as_ref())
+                            .collect::<Option<_>>()
+                            .ok_or_else(|| GraphError::MissingInput {
+                                label: node.label.clone(),
+                            })?;
+                        f.reference_kv(&producer, kr.values)
+                    }
+                    _ => node.op.def().reference(&ins, shape, node.dtype),
+                }
+                .map_err(|source| GraphError::Reference {
+                    node: node.label.clone(),
+                    op: node.op.name(),
+                    cause: source,
+                })?;
                 RefTensor {
                     shape: shape.clone(),
                     dtype: node.dtype,

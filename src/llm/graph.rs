@@ -1,13 +1,15 @@
-//! The forward pass of a decoder ([`super::arch`]) as a dynrt graph, built from a GGUF's
-//! metadata and tensor index.
+//! The forward pass of a decoder as a dynrt graph, built from a GGUF's metadata and tensor
+//! index by its architecture's straight-line builder ([`super::arch`]) over the shared
+//! blocks of `Blocks`.
 //!
-//! Per layer: RMSNorm, the Q/K/V projections (plus their biases where the architecture has
-//! them), RoPE on Q and K (adjacent pairs or halves, as the architecture says), the K/V
-//! rows appended in place to the layer's KV cache (a state of the runtime), grouped-query
-//! attention over the whole cache, the output projection and the residual; RMSNorm, the
-//! SwiGLU feed-forward (`down(silu(gate(h)) * up(h))`) and the residual. After the last
-//! layer only the **last row** is normalised and projected to logits, so a prefill of `S`
-//! tokens computes the head once, not `S` times.
+//! The blocks: the token embedding, RMSNorm, the Q/K/V projections (and their biases, per-head
+//! norms and RoPE, as the architecture asks), the attention block over a KV cache that is
+//! contiguous (one session) or paged (a batch of sequences), a projection, the gated
+//! feed-forward and the head. Each architecture composes them in its own file, choosing its
+//! norms and activations; what differs between models of one architecture (sizes, window
+//! lengths, RoPE bases) is data of the [`ModelConfig`]. After the last layer only the **last
+//! row** (of each sequence, when paged) is normalised and projected to logits, so a prefill of
+//! `S` tokens computes the head once, not `S` times.
 //!
 //! Symbols: `seq` (tokens this step), `past` (tokens already in the cache) and `past_swa`
 //! (rows a sliding-window layer's cache holds: fewer once the session drops the keys no
@@ -22,7 +24,7 @@
 //! of the memory map or of the bytes a page fetched): nothing is expanded or copied on the
 //! host; the runtime streams them into the constants region in bounded chunks.
 
-use super::arch::{FfnActivation, RopeScaling};
+use super::arch::RopeScaling;
 use super::LlmError;
 use super::ModelConfig;
 use crate::gguf::{GgmlType, Gguf};
@@ -129,21 +131,196 @@ pub fn weight_dtype(ty: GgmlType) -> Option<DType> {
     crate::formats::of_ggml(ty).map(|f| f.dtype)
 }
 
-struct Builder<'a> {
+/// One row range of a weight held as its own constant: (first row, rows, constant). A
+/// weight that fits one storage binding is one piece.
+type Piece = (u64, u64, NodeId);
+
+/// Where the blocks' weights come from: the model's file, or nowhere when the builder only
+/// lists the tensors an architecture reads ([`ModelConfig::expected_tensors`]).
+enum Source<'a> {
+    File {
+        gguf: &'a Gguf,
+        backing: &'a Backing,
+        format: WeightFormat,
+        /// The device's largest storage binding: a weight above it is used in row pieces.
+        max_binding: u64,
+    },
+    /// Each tensor read, with its dims in ggml order (innermost first).
+    Listing(Vec<(String, Vec<u64>)>),
+}
+
+/// The paged graph's inputs shared by every layer (`*_swa`: those of the sliding-window
+/// layers, the global ones' where the model has none).
+#[derive(Clone, Copy)]
+struct PagedInputs {
+    page_size: u32,
+    slots: NodeId,
+    rows: NodeId,
+    pages: NodeId,
+    slots_swa: NodeId,
+    pages_swa: NodeId,
+}
+
+/// The KV cache the attention blocks append to and read.
+#[derive(Clone, Copy)]
+enum KvCache {
+    /// One sequence: each layer's keys and values grow by the step's rows
+    /// ([`labels::past_k`] concatenated with them, in place).
+    Contiguous,
+    /// Many sequences in pools of pages, the step's rows written into their slots.
+    Paged(PagedInputs),
+}
+
+/// One decoder layer as the blocks see it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layer {
+    /// Its index, `0..num_layers`.
+    pub index: u32,
+    /// Whether it attends within the sliding window (a local layer, [`ModelConfig::is_local`]).
+    pub local: bool,
+}
+
+impl Layer {
+    /// `blk.{index}.{s}`: the prefix of the layer's tensors and node labels.
+    pub fn name(&self, s: &str) -> String {
+        format!("blk.{}.{s}", self.index)
+    }
+}
+
+/// The three projections of an attention block, `[S, width]` each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Qkv {
+    pub q: NodeId,
+    pub k: NodeId,
+    pub v: NodeId,
+}
+
+/// How RoPE pairs the elements of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopePairs {
+    /// `(x[2i], x[2i+1])`: llama's GGUF rows are permuted for it by the converter.
+    Adjacent,
+    /// `(x[i], x[i + d/2])`: llama.cpp's NEOX mode, the Hugging Face row order.
+    Halves,
+}
+
+/// The activation of a gated feed-forward: `down(act(gate(h)) * up(h))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// SiLU: SwiGLU.
+    Silu,
+    /// GELU, tanh approximation: GeGLU.
+    GeluTanh,
+}
+
+/// The shared blocks an architecture's builder composes ([`super::arch`]): each reads its
+/// weights by their GGUF names under the layer's prefix and labels its nodes the same way,
+/// and the cache, the RoPE tables and the outputs are kept here, so an architecture's file
+/// is the order of its blocks and nothing else.
+pub(crate) struct Blocks<'a> {
     b: GraphBuilder,
-    gguf: &'a Gguf,
-    backing: &'a Backing,
-    format: WeightFormat,
-    /// The device's largest storage binding: a weight above it is used in row pieces.
-    max_binding: u64,
+    config: &'a ModelConfig,
+    source: Source<'a>,
+    cache: KvCache,
+    /// The element type of the KV cache (f32, or f16: the step's keys and values are cast
+    /// to it before they are stored).
+    kv: DType,
+    tokens: NodeId,
+    positions: NodeId,
+    /// Positions the RoPE tables cover (`0..context`).
+    context: u32,
+    /// The RoPE tables of the global and the local layers, made on first use.
+    tables: [Option<NodeId>; 2],
+    /// The embedding's pieces (the tied head reads them too).
+    embedding: Vec<Piece>,
+    /// The KV states, layer by layer, keys before values, and their presents.
+    states: Vec<StateBinding>,
+    presents: Vec<NodeId>,
     weight_bytes: u64,
 }
 
-impl Builder<'_> {
-    /// Tensor `name` as a constant `[rows, row_len]` (or `[len]` for a vector) in the type
-    /// the format asks for.
-    fn weight(&mut self, name: &str) -> Result<NodeId, LlmError> {
-        let rows = self.gguf.require_tensor(name)?.num_rows();
+impl<'a> Blocks<'a> {
+    fn new(
+        config: &'a ModelConfig,
+        source: Source<'a>,
+        context: u32,
+        paged: Option<u32>,
+        kv: DType,
+    ) -> Self {
+        let mut b = GraphBuilder::new();
+        let seq = Dim::sym("seq");
+        let tokens = b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
+        let positions = b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
+        let cache = match paged {
+            None => KvCache::Contiguous,
+            Some(page_size) => {
+                let table = [Dim::sym("sequences"), Dim::sym("pages_per_seq")];
+                let slots = b.input(labels::SLOTS, std::slice::from_ref(&seq), DType::I32);
+                let pages = b.input(labels::PAGES, &table, DType::I32);
+                let rows = b.input(labels::ROWS, &[seq.clone(), Dim::Fixed(2)], DType::I32);
+                let local = config.local_layers().next().is_some();
+                KvCache::Paged(PagedInputs {
+                    page_size,
+                    slots,
+                    rows,
+                    pages,
+                    slots_swa: if local {
+                        b.input(labels::SLOTS_SWA, std::slice::from_ref(&seq), DType::I32)
+                    } else {
+                        slots
+                    },
+                    pages_swa: if local {
+                        b.input(labels::PAGES_SWA, &table, DType::I32)
+                    } else {
+                        pages
+                    },
+                })
+            }
+        };
+        Blocks {
+            b,
+            config,
+            source,
+            cache,
+            kv,
+            tokens,
+            positions,
+            context: context.clamp(1, config.context_len),
+            tables: [None, None],
+            embedding: Vec::new(),
+            states: Vec::new(),
+            presents: Vec::new(),
+            weight_bytes: 0,
+        }
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        self.config
+    }
+
+    /// The decoder layers, in order.
+    pub fn layers(&self) -> Vec<Layer> {
+        (0..self.config.num_layers)
+            .map(|index| Layer {
+                index,
+                local: self.config.is_local(index),
+            })
+            .collect()
+    }
+
+    /// Tensor `name`, whose dims (ggml order, innermost first) are `dims`, as a constant
+    /// `[rows, row_len]` (or `[len]` for a vector) in the type the format asks for.
+    fn weight(&mut self, name: &str, dims: &[u64]) -> Result<NodeId, LlmError> {
+        let gguf = match &mut self.source {
+            Source::Listing(list) => {
+                list.push((name.to_owned(), dims.to_vec()));
+                let shape: Vec<Dim> = dims.iter().rev().map(|&d| Dim::Fixed(d)).collect();
+                return Ok(self.b.input(name, &shape, DType::F32));
+            }
+            Source::File { gguf, .. } => *gguf,
+        };
+        let rows = gguf.require_tensor(name)?.num_rows();
         self.weight_rows(name, name.to_owned(), 0..rows)
     }
 
@@ -154,7 +331,16 @@ impl Builder<'_> {
         label: String,
         rows: std::ops::Range<u64>,
     ) -> Result<NodeId, LlmError> {
-        let info = self.gguf.require_tensor(name)?;
+        let Source::File {
+            gguf,
+            backing,
+            format,
+            ..
+        } = self.source
+        else {
+            return Ok(self.b.input(label, &[], DType::F32));
+        };
+        let info = gguf.require_tensor(name)?;
         let ty = info.ggml_type();
         let dtype = weight_dtype(ty).ok_or_else(|| LlmError::UnsupportedWeight {
             tensor: name.to_owned(),
@@ -165,38 +351,48 @@ impl Builder<'_> {
             dims[0] = rows.end - rows.start;
         }
         let shape = Shape::new(dims);
-        let node = if dtype == DType::F32 || self.format == WeightFormat::Native {
+        let node = if dtype == DType::F32 || format == WeightFormat::Native {
             // The file's bytes, referenced (no copy): f32 norms, or every weight as stored.
             // Parsing checked that whole rows are whole blocks.
             let row_bytes = ty.size_bytes(info.row_len()).unwrap_or(0);
             let start = info.byte_range().start + rows.start * row_bytes;
             let end = info.byte_range().start + rows.end * row_bytes;
-            let data = ConstData::slice(self.backing.clone(), start as usize..end as usize)?;
+            let data = ConstData::slice(backing.clone(), start as usize..end as usize)?;
             self.weight_bytes += data.len() as u64;
             self.b.constant_bytes(label, shape, dtype, data)
         } else {
-            let values =
-                self.gguf
-                    .dequantize_rows((**self.backing).as_ref(), name, rows.clone())?;
+            let values = gguf.dequantize_rows((**backing).as_ref(), name, rows.clone())?;
             self.weight_bytes += values.len() as u64 * 4;
             self.b.constant(label, shape, values)
         };
         Ok(node)
     }
 
-    /// Tensor `name` (`[rows, row_len]`) as constants of whole rows that each fit one
-    /// storage binding: the whole tensor when it fits, else pieces `name#i`. Each entry is
-    /// (first row, rows, constant).
-    fn weight_pieces(&mut self, name: &str) -> Result<Vec<(u64, u64, NodeId)>, LlmError> {
-        let info = self.gguf.require_tensor(name)?;
+    /// Tensor `name` (`[rows, row_len]`, dims `dims` in ggml order) as constants of whole
+    /// rows that each fit one storage binding: the whole tensor when it fits, else pieces
+    /// `name#i`.
+    fn weight_pieces(&mut self, name: &str, dims: &[u64]) -> Result<Vec<Piece>, LlmError> {
+        let (gguf, format, max_binding) = match self.source {
+            Source::File {
+                gguf,
+                format,
+                max_binding,
+                ..
+            } => (gguf, format, max_binding),
+            Source::Listing(_) => {
+                let rows = dims.last().copied().unwrap_or(0);
+                return Ok(vec![(0, rows, self.weight(name, dims)?)]);
+            }
+        };
+        let info = gguf.require_tensor(name)?;
         let rows = info.num_rows();
-        let row_bytes = match self.format {
+        let row_bytes = match format {
             WeightFormat::Native => info.ggml_type().size_bytes(info.row_len()).unwrap_or(0),
             WeightFormat::F32 => info.row_len() * 4,
         };
-        let per_piece = (self.max_binding / row_bytes.max(1)).max(1);
+        let per_piece = (max_binding / row_bytes.max(1)).max(1);
         if rows <= per_piece {
-            return Ok(vec![(0, rows, self.weight(name)?)]);
+            return Ok(vec![(0, rows, self.weight(name, dims)?)]);
         }
         let mut pieces = Vec::new();
         for (i, start) in (0..rows).step_by(per_piece as usize).enumerate() {
@@ -207,85 +403,57 @@ impl Builder<'_> {
         Ok(pieces)
     }
 
-    /// `x · wᵀ` for a weight `[n_out, n_in]` held in `pieces` ([`Builder::weight_pieces`]):
-    /// one projection per piece, their outputs concatenated (`[S, n_out]` either way).
-    fn project_pieces(
-        &mut self,
-        label: String,
-        x: NodeId,
-        pieces: &[(u64, u64, NodeId)],
-    ) -> NodeId {
+    /// `x · wᵀ` for `w` `[n_out, n_in]`.
+    fn linear(&mut self, label: String, x: NodeId, w: NodeId) -> NodeId {
+        match self.source {
+            Source::File {
+                format: WeightFormat::F32,
+                ..
+            } => self.b.matmul(label, x, w, true),
+            _ => self.b.linear(label, x, w),
+        }
+    }
+
+    /// `x · wᵀ` for a weight `[n_out, n_in]` held in `pieces`: one projection per piece,
+    /// their outputs concatenated (`[S, n_out]` either way).
+    fn linear_pieces(&mut self, label: String, x: NodeId, pieces: &[Piece]) -> NodeId {
         if let [(_, _, w)] = pieces {
-            return self.project(label, x, *w);
+            return self.linear(label, x, *w);
         }
         let parts: Vec<NodeId> = pieces
             .iter()
             .enumerate()
-            .map(|(i, &(_, _, w))| self.project(format!("{label}#{i}"), x, w))
+            .map(|(i, &(_, _, w))| self.linear(format!("{label}#{i}"), x, w))
             .collect();
         self.b.concat(label, &parts, 1)
     }
 
-    /// RMSNorm of each head of `x` `[S, N * d]` with the `d` weights `gamma` shared by the
-    /// heads (gemma's Q/K norms): viewed as `[S * N, d]`, normalised, viewed back.
-    fn head_norm(&mut self, label: String, x: NodeId, gamma: NodeId, d: u32, eps: f32) -> NodeId {
-        let width = self.b.shape_of(format!("{label}.width"), x);
-        let heads = self
-            .b
-            .reshape(format!("{label}.heads"), x, &[-1, i64::from(d)]);
-        let normed = self.b.rms_norm(label.clone(), heads, gamma, eps);
-        self.b.reshape_to(format!("{label}.rows"), normed, width)
-    }
-
-    /// `RMSNorm(x)` with the weight `{label}.weight` when the architecture normalises block
-    /// outputs before the residual (gemma's post-norms), else `x`.
-    fn post_norm(
-        &mut self,
-        config: &ModelConfig,
-        label: String,
-        x: NodeId,
-    ) -> Result<NodeId, LlmError> {
-        if !config.arch.post_norms {
-            return Ok(x);
-        }
-        let w = self.weight(&format!("{label}.weight"))?;
-        Ok(self.b.rms_norm(label, x, w, config.rms_eps))
-    }
-
-    /// `x · wᵀ` for `w` `[n_out, n_in]`.
-    fn project(&mut self, label: String, x: NodeId, w: NodeId) -> NodeId {
-        match self.format {
-            WeightFormat::Native => self.b.linear(label, x, w),
-            WeightFormat::F32 => self.b.matmul(label, x, w, true),
-        }
-    }
-
-    /// `x · wᵀ + bias` when `bias` is `Some` (the tensor's name), else [`Builder::project`].
-    fn project_bias(
+    /// `x · wᵀ` with the weight `{name}.weight` of dims `dims` (ggml order: `[n_in, n_out]`),
+    /// labelled `label`.
+    fn project(
         &mut self,
         label: String,
         x: NodeId,
-        w: NodeId,
-        bias: Option<String>,
+        name: &str,
+        dims: [u32; 2],
     ) -> Result<NodeId, LlmError> {
-        let y = self.project(label.clone(), x, w);
-        Ok(match bias {
-            None => y,
-            Some(name) => {
-                let b = self.weight(&name)?;
-                self.b.add(format!("{label}.bias"), y, b)
-            }
-        })
+        let w = self.weight(&format!("{name}.weight"), &dims.map(u64::from))?;
+        Ok(self.linear(label, x, w))
     }
 
-    /// Rows `ids` (i32 `[S]`) of the embedding table held in `pieces` (f32 `[S, W]`
-    /// whatever the table's format). A table in pieces is gathered from every piece with the
-    /// ids made local and clamped into it, and each row taken from the last piece whose first
-    /// row is at most its id (`where`); ids are known to be inside the vocabulary (the
-    /// session checks them).
-    fn embed_pieces(&mut self, pieces: &[(u64, u64, NodeId)], ids: NodeId) -> NodeId {
-        if let [(_, _, table)] = pieces {
-            return self.b.gather("embed", *table, ids);
+    /// The token embedding: rows `tokens` of `token_embd.weight`, f32 `[S, W]` whatever the
+    /// table's format. A table in pieces (above one binding) is gathered from every piece
+    /// with the ids made local and clamped into it, and each row taken from the last piece
+    /// whose first row is at most its id (`where`); ids are known to be inside the
+    /// vocabulary (the session checks them).
+    pub fn embed(&mut self) -> Result<NodeId, LlmError> {
+        let c = self.config;
+        let dims = [u64::from(c.embedding_len), u64::from(c.vocab_size)];
+        let pieces = self.weight_pieces("token_embd.weight", &dims)?;
+        self.embedding = pieces.clone();
+        let ids = self.tokens;
+        if let [(_, _, table)] = pieces[..] {
+            return Ok(self.b.gather("embed", table, ids));
         }
         let one = Shape::new(vec![1]);
         let zero = self.b.constant_i32("embed.zero", one.clone(), &[0]);
@@ -317,7 +485,317 @@ impl Builder<'_> {
             });
         }
         // At least two pieces here.
-        out.unwrap_or(zero)
+        Ok(out.unwrap_or(zero))
+    }
+
+    /// `x * factor`, the constant `{label}.scale` and the product `{label}.scaled`.
+    pub fn scale(&mut self, label: &str, x: NodeId, factor: f32) -> NodeId {
+        let c = self
+            .b
+            .constant(format!("{label}.scale"), Shape::new(vec![1]), vec![factor]);
+        self.b.mul(format!("{label}.scaled"), x, c)
+    }
+
+    /// RMSNorm of `x`'s rows (the model's width) with the weight `{name}.weight`, labelled
+    /// `name`.
+    pub fn norm(&mut self, x: NodeId, name: &str) -> Result<NodeId, LlmError> {
+        let w = self.weight(
+            &format!("{name}.weight"),
+            &[u64::from(self.config.embedding_len)],
+        )?;
+        Ok(self.b.rms_norm(name, x, w, self.config.rms_eps))
+    }
+
+    /// `a + b`, labelled `label`.
+    pub fn add(&mut self, label: String, a: NodeId, b: NodeId) -> NodeId {
+        self.b.add(label, a, b)
+    }
+
+    /// Layer `l`'s query, key and value projections of `h` (`attn_q`, `attn_k`, `attn_v`).
+    pub fn qkv(&mut self, l: &Layer, h: NodeId) -> Result<Qkv, LlmError> {
+        let c = self.config;
+        let (w, q, kv) = (c.embedding_len, c.q_len(), c.kv_len());
+        Ok(Qkv {
+            q: self.project(l.name("q"), h, &l.name("attn_q"), [w, q])?,
+            k: self.project(l.name("k"), h, &l.name("attn_k"), [w, kv])?,
+            v: self.project(l.name("v"), h, &l.name("attn_v"), [w, kv])?,
+        })
+    }
+
+    /// The projections plus their biases (`attn_{q,k,v}.bias`).
+    pub fn qkv_bias(&mut self, l: &Layer, p: Qkv) -> Result<Qkv, LlmError> {
+        let c = self.config;
+        let mut bias = |s: &str, y: NodeId, n: u32| -> Result<NodeId, LlmError> {
+            let b = self.weight(&l.name(&format!("attn_{s}.bias")), &[u64::from(n)])?;
+            Ok(self.b.add(l.name(&format!("{s}.bias")), y, b))
+        };
+        Ok(Qkv {
+            q: bias("q", p.q, c.q_len())?,
+            k: bias("k", p.k, c.kv_len())?,
+            v: bias("v", p.v, c.kv_len())?,
+        })
+    }
+
+    /// Each head of Q and of K RMS-normalised with the `head_dim` weights `attn_q_norm` and
+    /// `attn_k_norm` shared by the heads: viewed as `[S * heads, head_dim]`, normalised,
+    /// viewed back.
+    pub fn head_norms(&mut self, l: &Layer, p: Qkv) -> Result<Qkv, LlmError> {
+        let d = self.config.head_dim;
+        let mut norm = |s: &str, x: NodeId| -> Result<NodeId, LlmError> {
+            let gamma = self.weight(&l.name(&format!("attn_{s}_norm.weight")), &[u64::from(d)])?;
+            let label = l.name(&format!("{s}_norm"));
+            let width = self.b.shape_of(format!("{label}.width"), x);
+            let heads = self
+                .b
+                .reshape(format!("{label}.heads"), x, &[-1, i64::from(d)]);
+            let normed = self
+                .b
+                .rms_norm(label.clone(), heads, gamma, self.config.rms_eps);
+            Ok(self.b.reshape_to(format!("{label}.rows"), normed, width))
+        };
+        Ok(Qkv {
+            q: norm("q", p.q)?,
+            k: norm("k", p.k)?,
+            v: p.v,
+        })
+    }
+
+    /// The RoPE table of a global (`local` false) or local layer: positions `0..context` in
+    /// two levels of about `sqrt(context)` rows each (kilobytes even for a context of
+    /// millions). Global layers' angles are scaled as the metadata says (and divided by
+    /// `rope_freqs.weight`); local layers rotate with their own base, without scaling.
+    fn rope_table(&mut self, local: bool) -> Result<NodeId, LlmError> {
+        let c = self.config;
+        // A model whose local layers use the global base shares one table.
+        let local = local && c.rope_base_swa != c.rope_base;
+        if let Some(t) = self.tables[usize::from(local)] {
+            return Ok(t);
+        }
+        let shape = Shape::new(vec![
+            u64::from(rope_table_rows(self.context)),
+            u64::from(c.rope_dim),
+        ]);
+        let values = match self.source {
+            Source::Listing(_) => Vec::new(),
+            Source::File { .. } if local => {
+                rope_table(f64::from(c.rope_base_swa), c.rope_dim, self.context)
+            }
+            Source::File { gguf, backing, .. } => {
+                let factors = if c.rope_freq_factors {
+                    gguf.dequantize_tensor((**backing).as_ref(), "rope_freqs.weight")?
+                } else {
+                    Vec::new()
+                };
+                let scale = match c.rope_scaling {
+                    RopeScaling::None => 1.0,
+                    RopeScaling::Linear { factor } => 1.0 / f64::from(factor),
+                };
+                rope_table_scaled(
+                    f64::from(c.rope_base),
+                    c.rope_dim,
+                    self.context,
+                    scale,
+                    &factors,
+                )
+            }
+        };
+        self.weight_bytes += values.len() as u64 * 4;
+        let label = if local {
+            "rope_table_swa"
+        } else {
+            "rope_table"
+        };
+        let t = self.b.constant(label, shape, values);
+        self.tables[usize::from(local)] = Some(t);
+        Ok(t)
+    }
+
+    /// Q and K rotated by their positions (`pairs` says which elements of a head form a
+    /// pair), with the table of the layer's kind.
+    pub fn rope(&mut self, l: &Layer, p: Qkv, pairs: RopePairs) -> Result<Qkv, LlmError> {
+        let table = self.rope_table(l.local)?;
+        let rope = Rope {
+            head_dim: self.config.head_dim,
+            block: rope_block(self.context),
+            interleaved: pairs == RopePairs::Adjacent,
+        };
+        Ok(Qkv {
+            q: self
+                .b
+                .rope(l.name("q.rope"), p.q, self.positions, table, rope),
+            k: self
+                .b
+                .rope(l.name("k.rope"), p.k, self.positions, table, rope),
+            v: p.v,
+        })
+    }
+
+    /// Grouped-query attention of layer `l`: the step's keys and values appended to the
+    /// layer's cache (in place: a state of the runtime), the queries attending over the
+    /// whole cache (within the window for a local layer). `[S, heads * head_dim]`.
+    pub fn attend(&mut self, l: &Layer, p: Qkv) -> NodeId {
+        let c = self.config;
+        let (h, kvh, window) = (c.num_heads, c.num_kv_heads, c.window_of(l.index));
+        let rows = match (self.cache, l.local) {
+            (KvCache::Paged(_), true) => Dim::sym(labels::POOL_ROWS_SWA),
+            (KvCache::Paged(_), false) => Dim::sym(labels::POOL_ROWS),
+            // Sliding-window layers drop their oldest rows (the session keeps them bounded):
+            // their caches hold fewer rows than the global layers', under a symbol of their
+            // own.
+            (KvCache::Contiguous, true) => Dim::sym("past_swa"),
+            (KvCache::Contiguous, false) => Dim::sym("past"),
+        };
+        let kv = Dim::Fixed(u64::from(c.kv_len()));
+        let i = l.index;
+        let past_k = self
+            .b
+            .input(labels::past_k(i), &[rows.clone(), kv.clone()], self.kv);
+        let past_v = self.b.input(labels::past_v(i), &[rows, kv], self.kv);
+        // A cache of another type (f16) stores the step's rows converted.
+        let p = if self.kv == DType::F32 {
+            p
+        } else {
+            Qkv {
+                q: p.q,
+                k: self.b.node(l.name("k.cache"), Cast { to: self.kv }, &[p.k]),
+                v: self.b.node(l.name("v.cache"), Cast { to: self.kv }, &[p.v]),
+            }
+        };
+        let (kc, vc, attn) = match self.cache {
+            KvCache::Paged(pg) => {
+                // A sliding-window layer's own pool, slots and page table.
+                let (slots, pages) = match l.local {
+                    true => (pg.slots_swa, pg.pages_swa),
+                    false => (pg.slots, pg.pages),
+                };
+                // The step's rows written into their slots of the pools, in place.
+                let kc = self
+                    .b
+                    .scatter_rows(labels::present_k(i), past_k, p.k, slots);
+                let vc = self
+                    .b
+                    .scatter_rows(labels::present_v(i), past_v, p.v, slots);
+                let attn = self.b.paged_attention(
+                    l.name("attn"),
+                    [p.q, kc, vc, pg.rows, pages],
+                    PagedAttention {
+                        num_heads: h,
+                        num_kv_heads: kvh,
+                        window,
+                        page_size: pg.page_size,
+                    },
+                );
+                (kc, vc, attn)
+            }
+            KvCache::Contiguous => {
+                // In-place concatenation: the runtime appends the step's rows to the cache.
+                let kc = self.b.concat(labels::present_k(i), &[past_k, p.k], 0);
+                let vc = self.b.concat(labels::present_v(i), &[past_v, p.v], 0);
+                let attn = self.b.attention(
+                    l.name("attn"),
+                    p.q,
+                    kc,
+                    vc,
+                    Attention {
+                        num_heads: h,
+                        num_kv_heads: kvh,
+                        window,
+                    },
+                );
+                (kc, vc, attn)
+            }
+        };
+        self.presents.extend([kc, vc]);
+        for (past, present) in [
+            (labels::past_k(i), labels::present_k(i)),
+            (labels::past_v(i), labels::present_v(i)),
+        ] {
+            self.states.push(StateBinding { past, present });
+        }
+        attn
+    }
+
+    /// Layer `l`'s output projection (`attn_output`) of the attention `a`.
+    pub fn attn_output(&mut self, l: &Layer, a: NodeId) -> Result<NodeId, LlmError> {
+        let c = self.config;
+        self.project(
+            l.name("attn_out"),
+            a,
+            &l.name("attn_output"),
+            [c.q_len(), c.embedding_len],
+        )
+    }
+
+    /// Layer `l`'s gated feed-forward of `h`: `down(act(gate(h)) * up(h))`.
+    pub fn ffn(&mut self, l: &Layer, h: NodeId, act: Activation) -> Result<NodeId, LlmError> {
+        let (w, f) = (self.config.embedding_len, self.config.ffn_len);
+        let gate = self.project(l.name("ffn_gate"), h, &l.name("ffn_gate"), [w, f])?;
+        let up = self.project(l.name("ffn_up"), h, &l.name("ffn_up"), [w, f])?;
+        let a = match act {
+            Activation::Silu => self.b.silu_mul(l.name("ffn_act"), gate, up),
+            Activation::GeluTanh => {
+                let g = self.b.unary(l.name("ffn_gelu"), UnaryOp::Gelu, gate);
+                self.b.mul(l.name("ffn_act"), g, up)
+            }
+        };
+        self.project(l.name("ffn_down"), a, &l.name("ffn_down"), [f, w])
+    }
+
+    /// The head: the last row of `x` (of each sequence, when paged) normalised with
+    /// `output_norm` and projected to logits by `output.weight`, or by the embedding when the
+    /// file has none (tied): the logits, which the architecture's builder returns.
+    pub fn head(&mut self, x: NodeId) -> Result<NodeId, LlmError> {
+        let last = match self.cache {
+            KvCache::Paged(_) => {
+                let at = self
+                    .b
+                    .input(labels::LOGIT_ROWS, &[Dim::sym("batch")], DType::I32);
+                self.b.gather("last_rows", x, at)
+            }
+            KvCache::Contiguous => self.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1]),
+        };
+        let xf = self.norm(last, "output_norm")?;
+        let c = self.config;
+        let pieces = if c.tied_output {
+            self.embedding.clone()
+        } else {
+            let dims = [u64::from(c.embedding_len), u64::from(c.vocab_size)];
+            self.weight_pieces("output.weight", &dims)?
+        };
+        Ok(self.linear_pieces(labels::LOGITS.into(), xf, &pieces))
+    }
+
+    /// The graph: `logits` (the first output), then the presents in state order, then the
+    /// tokens the `sample` op chooses (one per row of logits: one sequence on the
+    /// contiguous cache, each sequence of a batched step on the paged one).
+    fn finish(self, logits: NodeId) -> Result<ModelGraph, LlmError> {
+        let mut b = self.b;
+        b.output(logits);
+        for pr in self.presents {
+            b.output(pr);
+        }
+        let rows = match self.cache {
+            KvCache::Contiguous => Dim::Fixed(1),
+            KvCache::Paged(_) => Dim::sym("batch"),
+        };
+        append_sampling(&mut b, logits, rows);
+        Ok(ModelGraph {
+            graph: b.build()?,
+            states: self.states,
+            weight_bytes: self.weight_bytes,
+        })
+    }
+}
+
+/// Every tensor `config`'s architecture reads, with its dims in ggml order (innermost
+/// first), in the order its builder reads them: the builder run without a file.
+pub(crate) fn tensors_read(config: &ModelConfig) -> Vec<(String, Vec<u64>)> {
+    let mut blocks = Blocks::new(config, Source::Listing(Vec::new()), 1, None, DType::F32);
+    // Reading nothing, the blocks cannot fail: what was listed is all there is.
+    let _ = (config.arch.build)(&mut blocks);
+    match blocks.source {
+        Source::Listing(list) => list,
+        Source::File { .. } => Vec::new(),
     }
 }
 
@@ -406,18 +884,6 @@ fn append_sampling(b: &mut GraphBuilder, logits: NodeId, rows: Dim) {
     b.output(next);
 }
 
-/// The paged graph's inputs shared by every layer (`*_swa`: those of the sliding-window
-/// layers, the global ones' where the model has none).
-#[derive(Clone, Copy)]
-struct PagedInputs {
-    page_size: u32,
-    slots: NodeId,
-    rows: NodeId,
-    pages: NodeId,
-    slots_swa: NodeId,
-    pages_swa: NodeId,
-}
-
 #[allow(clippy::too_many_arguments)]
 fn build(
     gguf: &Gguf,
@@ -429,248 +895,13 @@ fn build(
     kv: DType,
     page_size: Option<u32>,
 ) -> Result<ModelGraph, LlmError> {
-    let kv_len = u64::from(config.kv_len());
-    let d = config.head_dim;
-    let (h, kvh) = (config.num_heads, config.num_kv_heads);
-    let eps = config.rms_eps;
-    let mut bl = Builder {
-        b: GraphBuilder::new(),
+    let source = Source::File {
         gguf,
         backing,
         format,
         max_binding,
-        weight_bytes: 0,
     };
-    let seq = Dim::sym("seq");
-    let past = Dim::sym("past");
-    // Sliding-window layers drop their oldest rows (the session keeps them bounded): their
-    // caches hold fewer rows than the global layers', under a symbol of their own.
-    let past_local = Dim::sym("past_swa");
-    let tokens =
-        bl.b.input(labels::TOKENS, std::slice::from_ref(&seq), DType::I32);
-    let positions =
-        bl.b.input(labels::POSITIONS, std::slice::from_ref(&seq), DType::I32);
-    let paged = page_size.map(|page_size| {
-        let table = [Dim::sym("sequences"), Dim::sym("pages_per_seq")];
-        let slots =
-            bl.b.input(labels::SLOTS, std::slice::from_ref(&seq), DType::I32);
-        let pages = bl.b.input(labels::PAGES, &table, DType::I32);
-        let local = config.local_layers().next().is_some();
-        PagedInputs {
-            page_size,
-            slots,
-            rows: bl
-                .b
-                .input(labels::ROWS, &[seq.clone(), Dim::Fixed(2)], DType::I32),
-            pages,
-            slots_swa: if local {
-                bl.b.input(labels::SLOTS_SWA, std::slice::from_ref(&seq), DType::I32)
-            } else {
-                slots
-            },
-            pages_swa: if local {
-                bl.b.input(labels::PAGES_SWA, &table, DType::I32)
-            } else {
-                pages
-            },
-        }
-    });
-    // Two levels of about sqrt(context) rows each: kilobytes even for a context of millions.
-    let context = context.clamp(1, config.context_len);
-    let factors = if config.rope_freq_factors {
-        gguf.dequantize_tensor((**backing).as_ref(), "rope_freqs.weight")?
-    } else {
-        Vec::new()
-    };
-    let scale = match config.rope_scaling {
-        RopeScaling::None => 1.0,
-        RopeScaling::Linear { factor } => 1.0 / f64::from(factor),
-    };
-    let table_values = rope_table_scaled(
-        f64::from(config.rope_base),
-        config.rope_dim,
-        context,
-        scale,
-        &factors,
-    );
-    bl.weight_bytes += table_values.len() as u64 * 4;
-    let rope = Rope {
-        head_dim: d,
-        block: rope_block(context),
-        interleaved: config.arch.rope_interleaved,
-    };
-    let table_shape = Shape::new(vec![
-        u64::from(rope_table_rows(context)),
-        u64::from(config.rope_dim),
-    ]);
-    let table =
-        bl.b.constant("rope_table", table_shape.clone(), table_values);
-    // Local (sliding-window) layers rotate with their own base, without scaling.
-    let any_local = config.local_layers().next().is_some();
-    let table_local = if any_local && config.rope_base_swa != config.rope_base {
-        let values = rope_table(f64::from(config.rope_base_swa), config.rope_dim, context);
-        bl.weight_bytes += values.len() as u64 * 4;
-        bl.b.constant("rope_table_swa", table_shape, values)
-    } else {
-        table
-    };
-    let embd = bl.weight_pieces("token_embd.weight")?;
-    let mut x = bl.embed_pieces(&embd, tokens);
-    if config.arch.scale_embedding {
-        let scale = (f64::from(config.embedding_len)).sqrt() as f32;
-        let c =
-            bl.b.constant("embed.scale", Shape::new(vec![1]), vec![scale]);
-        x = bl.b.mul("embed.scaled", x, c);
-    }
-    let mut presents = Vec::new();
-    let mut states = Vec::new();
-    for l in 0..config.num_layers {
-        let p = |s: &str| format!("blk.{l}.{s}");
-        let rows = match (paged, config.is_local(l)) {
-            (Some(_), true) => Dim::sym(labels::POOL_ROWS_SWA),
-            (Some(_), false) => Dim::sym(labels::POOL_ROWS),
-            (None, true) => past_local.clone(),
-            (None, false) => past.clone(),
-        };
-        let past_k =
-            bl.b.input(labels::past_k(l), &[rows.clone(), Dim::Fixed(kv_len)], kv);
-        let past_v =
-            bl.b.input(labels::past_v(l), &[rows, Dim::Fixed(kv_len)], kv);
-        let attn_norm = bl.weight(&p("attn_norm.weight"))?;
-        let hn = bl.b.rms_norm(p("attn_norm"), x, attn_norm, eps);
-        let wq = bl.weight(&p("attn_q.weight"))?;
-        let wk = bl.weight(&p("attn_k.weight"))?;
-        let wv = bl.weight(&p("attn_v.weight"))?;
-        let bias = |s: &str| config.arch.qkv_bias.then(|| p(&format!("{s}.bias")));
-        let q = bl.project_bias(p("q"), hn, wq, bias("attn_q"))?;
-        let k = bl.project_bias(p("k"), hn, wk, bias("attn_k"))?;
-        let v = bl.project_bias(p("v"), hn, wv, bias("attn_v"))?;
-        let (q, k) = if config.arch.qk_norm {
-            let (qn, kn) = (
-                bl.weight(&p("attn_q_norm.weight"))?,
-                bl.weight(&p("attn_k_norm.weight"))?,
-            );
-            (
-                bl.head_norm(p("q_norm"), q, qn, d, eps),
-                bl.head_norm(p("k_norm"), k, kn, d, eps),
-            )
-        } else {
-            (q, k)
-        };
-        let table = if config.is_local(l) {
-            table_local
-        } else {
-            table
-        };
-        let q = bl.b.rope(p("q.rope"), q, positions, table, rope);
-        let k = bl.b.rope(p("k.rope"), k, positions, table, rope);
-        // A cache of another type (f16) stores the step's rows converted.
-        let (k, v) = if kv == DType::F32 {
-            (k, v)
-        } else {
-            (
-                bl.b.node(p("k.cache"), Cast { to: kv }, &[k]),
-                bl.b.node(p("v.cache"), Cast { to: kv }, &[v]),
-            )
-        };
-        // A sliding-window layer's own pool, slots and page table.
-        let local = paged.map(|pg| match config.is_local(l) {
-            true => (pg.slots_swa, pg.pages_swa),
-            false => (pg.slots, pg.pages),
-        });
-        let (kc, vc) = match local {
-            // The step's rows written into their slots of the pools, in place.
-            Some((slots, _)) => (
-                bl.b.scatter_rows(labels::present_k(l), past_k, k, slots),
-                bl.b.scatter_rows(labels::present_v(l), past_v, v, slots),
-            ),
-            // In-place concatenation: the runtime appends the step's rows to the cache buffer.
-            None => (
-                bl.b.concat(labels::present_k(l), &[past_k, k], 0),
-                bl.b.concat(labels::present_v(l), &[past_v, v], 0),
-            ),
-        };
-        presents.extend([kc, vc]);
-        states.push(StateBinding {
-            past: labels::past_k(l),
-            present: labels::present_k(l),
-        });
-        states.push(StateBinding {
-            past: labels::past_v(l),
-            present: labels::present_v(l),
-        });
-        let attention = Attention {
-            num_heads: h,
-            num_kv_heads: kvh,
-            window: config.window_of(l),
-        };
-        let attn = match (paged, local) {
-            (Some(pg), Some((_, pages))) => bl.b.paged_attention(
-                p("attn"),
-                [q, kc, vc, pg.rows, pages],
-                PagedAttention {
-                    num_heads: h,
-                    num_kv_heads: kvh,
-                    window: config.window_of(l),
-                    page_size: pg.page_size,
-                },
-            ),
-            _ => bl.b.attention(p("attn"), q, kc, vc, attention),
-        };
-        let wo = bl.weight(&p("attn_output.weight"))?;
-        let o = bl.project(p("attn_out"), attn, wo);
-        let o = bl.post_norm(config, p("post_attention_norm"), o)?;
-        x = bl.b.add(p("attn_res"), x, o);
-        let ffn_norm = bl.weight(&p("ffn_norm.weight"))?;
-        let hf = bl.b.rms_norm(p("ffn_norm"), x, ffn_norm, eps);
-        let wg = bl.weight(&p("ffn_gate.weight"))?;
-        let wu = bl.weight(&p("ffn_up.weight"))?;
-        let wd = bl.weight(&p("ffn_down.weight"))?;
-        let gate = bl.project(p("ffn_gate"), hf, wg);
-        let up = bl.project(p("ffn_up"), hf, wu);
-        let act = match config.arch.ffn_activation {
-            FfnActivation::Silu => bl.b.silu_mul(p("ffn_act"), gate, up),
-            FfnActivation::GeluTanh => {
-                let g = bl.b.unary(p("ffn_gelu"), UnaryOp::Gelu, gate);
-                bl.b.mul(p("ffn_act"), g, up)
-            }
-        };
-        let down = bl.project(p("ffn_down"), act, wd);
-        let down = bl.post_norm(config, p("post_ffw_norm"), down)?;
-        x = bl.b.add(p("ffn_res"), x, down);
-    }
-    // Only the last position (of each sequence, when paged) needs logits.
-    let last = if paged.is_some() {
-        let at =
-            bl.b.input(labels::LOGIT_ROWS, &[Dim::sym("batch")], DType::I32);
-        bl.b.gather("last_rows", x, at)
-    } else {
-        bl.b.slice("last_row", x, &[0], &[-1], &[i64::MAX], &[1])
-    };
-    let out_norm = bl.weight("output_norm.weight")?;
-    let xf = bl.b.rms_norm("output_norm", last, out_norm, eps);
-    let logits = if config.tied_output {
-        bl.project_pieces(labels::LOGITS.into(), xf, &embd)
-    } else {
-        let head = bl.weight_pieces("output.weight")?;
-        bl.project_pieces(labels::LOGITS.into(), xf, &head)
-    };
-    let mut b = bl.b;
-    b.output(logits);
-    for pr in presents {
-        b.output(pr);
-    }
-    // The tokens the `sample` op chooses: one per row of logits (one sequence on the
-    // contiguous cache, each sequence of a batched step on the paged one).
-    let rows = if paged.is_none() {
-        Dim::Fixed(1)
-    } else {
-        Dim::sym("batch")
-    };
-    append_sampling(&mut b, logits, rows);
-    Ok(ModelGraph {
-        graph: b.build()?,
-        states,
-        weight_bytes: bl.weight_bytes,
-    })
+    let mut blocks = Blocks::new(config, source, context, page_size, kv);
+    let logits = (config.arch.build)(&mut blocks)?;
+    blocks.finish(logits)
 }

@@ -135,6 +135,10 @@ pub(crate) enum Role {
     StateConcat { state: usize },
     /// The scatter of an in-place state: its kernel writes rows into the state buffer.
     StateScatter { state: usize },
+    /// The key or value rows of a fused projection ([`ops::KvRows`]), which that node's
+    /// kernel writes straight into the state whose present reads them: no buffer, no work
+    /// (nor for that present).
+    KvRows,
     /// A transpose of a state's past, present or of another such view, read by kernels that
     /// take strided inputs: no device work, its output is a strided view of the state buffer.
     StateView { state: usize },
@@ -164,6 +168,8 @@ pub(crate) struct CNode {
     pub is_output: bool,
     /// Offset in the static arena when planned there.
     pub arena_offset: Option<u64>,
+    /// The states (keys', values') a fused projection's kernel writes the rows of.
+    pub kv_states: Option<[usize; 2]>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +181,9 @@ pub(crate) struct CState {
     /// The present is a [`ops::ScatterRows`] of the past: the state keeps its shape and the
     /// step writes its rows in place (a paged KV pool).
     pub in_place: bool,
+    /// The fused projection whose kernel writes this iteration's rows (the present's rows
+    /// are its [`ops::KvRows`]): the present then does nothing itself.
+    pub written_by: Option<NodeId>,
 }
 
 impl CState {
@@ -260,11 +269,33 @@ fn resolve_states(graph: &Graph, bindings: &[StateBinding]) -> Result<Vec<CState
                 "past is read after present is written (the append would change it)",
             ));
         }
+        // Rows a fused projection writes: its KV split must be of the present's kind.
+        let rows = pn.inputs.get(1).copied();
+        let written_by = match rows.map(|r| (r, &graph.node(r).op)) {
+            Some((r, Op::KvRows(_))) => {
+                let producer = graph.node(r).inputs[0];
+                match &graph.node(producer).op {
+                    Op::FusedLinear(ops::FusedLinear { kv: Some(kv), .. })
+                        if kv.slots == in_place && axis == 0 && rank == 2 =>
+                    {
+                        Some(producer)
+                    }
+                    _ => {
+                        return Err(bad(
+                            "its rows are the keys or values of a projection whose KV split \
+                             does not write this kind of cache",
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
         states.push(CState {
             past,
             present,
             axis,
             in_place,
+            written_by,
         });
     }
     Ok(states)
@@ -532,6 +563,7 @@ impl Compiled {
                         state: state_of_input[id.index()],
                     },
                     Op::Constant(_) => Role::Constant,
+                    Op::KvRows(_) => Role::KvRows,
                     Op::Concat(_) if state_of_concat[id.index()].is_some() => Role::StateConcat {
                         state: state_of_concat[id.index()].unwrap_or(0),
                     },
@@ -616,8 +648,44 @@ impl Compiled {
                 restrictions: std::mem::take(&mut restrictions[k]),
                 is_output: dag.is_output[k],
                 arena_offset: None,
+                kv_states: None,
             })
             .collect();
+        // Each fused projection with a KV split writes the states whose presents read its
+        // rows; rows read by anything else have nowhere to go.
+        for (si, st) in states.iter().enumerate() {
+            let Some(producer) = st.written_by else {
+                continue;
+            };
+            let rows = graph.node(st.present).inputs[1];
+            let Op::KvRows(kr) = graph.node(rows).op else {
+                continue;
+            };
+            let slots = &mut nodes[pos_of[producer.index()].index()].kv_states;
+            let pair = slots.get_or_insert([usize::MAX; 2]);
+            pair[usize::from(kr.values)] = si;
+        }
+        let users = graph.users();
+        for &id in &order {
+            let node = graph.node(id);
+            let Op::KvRows(_) = node.op else {
+                continue;
+            };
+            let written = users[id.index()].len() == 1
+                && states.iter().any(|s| {
+                    graph.node(s.present).inputs.get(1) == Some(&id) && s.written_by.is_some()
+                });
+            let pair = nodes[pos_of[node.inputs[0].index()].index()].kv_states;
+            if !written || pair.is_none_or(|p| p.contains(&usize::MAX)) {
+                return Err(RunError::BadState {
+                    past: String::new(),
+                    present: node.label.clone(),
+                    reason: "the keys and values of a fused projection must both be the new \
+                             rows of a state's present, and nothing else's"
+                        .into(),
+                });
+            }
+        }
 
         // Static arena plan: static, device-only activations (inputs and outputs are
         // placeholders the host reaches).

@@ -166,10 +166,8 @@ fn reads_grouped(c: &Compiled, users: &[Vec<NodeId>], id: NodeId) -> bool {
         let node = c.graph.node(u);
         node.inputs.iter().enumerate().all(|(pos, &i)| {
             i != id
-                || matches!(
-                    (&node.op, pos),
-                    (Op::Linear(_) | Op::FusedLinear(_), 1) | (Op::Gather(_), 0)
-                )
+                || matches!((&node.op, pos), (Op::Linear(_), 1) | (Op::Gather(_), 0))
+                || matches!(&node.op, Op::FusedLinear(f) if (1..=f.weights()).contains(&pos))
         })
     })
 }
@@ -336,7 +334,7 @@ impl Network {
         );
         // Rewritten as the donor's graph was (its fused constants are the ones shared).
         let graph = if options.fuse {
-            crate::graph::fuse::fuse(&graph)?.0
+            fuse(&graph, &options)?
         } else {
             graph
         };
@@ -412,7 +410,7 @@ impl Network {
         // A specialised network compiles its parent's graph, already rewritten (the constants
         // they share are placed by node id).
         let graph = if options.fuse && shared.is_none() {
-            crate::graph::fuse::fuse(&graph)?.0
+            fuse(&graph, &options)?
         } else {
             graph
         };
@@ -536,6 +534,16 @@ impl Network {
     }
 }
 
+/// `graph` rewritten by [`crate::graph::fuse::fuse_with_states`] with the states of `options`.
+fn fuse(graph: &Graph, options: &NetworkOptions) -> Result<Graph, RunError> {
+    let states: Vec<(String, String)> = options
+        .states
+        .iter()
+        .map(|s| (s.past.clone(), s.present.clone()))
+        .collect();
+    Ok(crate::graph::fuse::fuse_with_states(graph, &states)?.0)
+}
+
 /// Every node the device computes must have a kernel for its element types (never float
 /// maths on integer bits): refused here, naming the node, before anything is allocated.
 /// The device facts compiling needs, for networks of `engine` whose inputs and outputs are
@@ -645,7 +653,40 @@ fn build_data_region(
     // never read, so it is refused here, before anything is allocated (the browser's default
     // `maxStorageBufferBindingSize` is 128 MiB, half its default `maxBufferSize`).
     let max_binding = gpu.limits().max_storage_buffer_binding_size;
-    for &(id, size) in &wanted {
+    // The weights a kernel binds as one range (a KV split's three) go side by side, in one
+    // segment: each group is placed where its first member comes.
+    let size_of: std::collections::HashMap<NodeId, u64> = wanted.iter().copied().collect();
+    let mut group_of: std::collections::HashMap<NodeId, Vec<NodeId>> =
+        std::collections::HashMap::new();
+    for node in &c.nodes {
+        if let Op::FusedLinear(f) = &graph.node(node.id).op {
+            let ws = &graph.node(node.id).inputs[1..1 + f.weights()];
+            if ws.len() > 1 && ws.iter().all(|w| size_of.contains_key(w)) {
+                for &w in ws {
+                    group_of.entry(w).or_insert_with(|| ws.to_vec());
+                }
+            }
+        }
+    }
+    for &(first, _) in &wanted {
+        if placed[first.index()].is_some() {
+            continue;
+        }
+        let members = group_of
+            .get(&first)
+            .filter(|g| g.iter().all(|m| placed[m.index()].is_none()))
+            .cloned()
+            .unwrap_or_else(|| vec![first]);
+        let sizes: Vec<u64> = members.iter().map(|m| size_of[m]).collect();
+        // Each member aligned within the group, the group bound as one range.
+        let group_bytes = sizes
+            .iter()
+            .map(|&sz| sz.div_ceil(align) * align)
+            .sum::<u64>();
+        let (id, size) = match members[..] {
+            [one] => (one, size_of[&one]),
+            _ => (first, group_bytes),
+        };
         let too_large = if size > max_seg {
             Some(AllocError::TooLarge {
                 requested_bytes: size,
@@ -679,7 +720,11 @@ fn build_data_region(
                 o
             }
         };
-        placed[id.index()] = Some((segs.len() - 1, offset, size));
+        let mut at = offset;
+        for (&m, &sz) in members.iter().zip(&sizes) {
+            placed[m.index()] = Some((segs.len() - 1, at, sz));
+            at += sz.div_ceil(align) * align;
+        }
     }
     let last_low = segs.last().map_or(0, |a| a.frontiers().0);
     let share = reserve > 0 && last_low.saturating_add(reserve) <= max_seg;

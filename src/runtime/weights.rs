@@ -19,6 +19,10 @@
 //!   demand. Only weights that no other kernel reads are converted (the others keep their
 //!   layout and are read as they are).
 //!
+//! The three weights of a KV split (a `fused_linear` writing the KV cache) are bound as one
+//! range of the data region, so they are read where they lie, in their resident layout: no
+//! lookup (a copy of one would leave the three apart).
+//!
 //! The budget is the bytes the copies may take beside the file's weights (by default a tenth
 //! of them: device weight bytes stay within 1.10x of the file's). Copies are constants-region
 //! buffers ([`crate::memory::regions::Region::Constants`]), counted there and in the charts.
@@ -85,6 +89,9 @@ pub(crate) struct WeightCache {
     convertible: HashSet<WeightKey>,
     copies: HashMap<(WeightKey, WeightLayout), Held>,
     scratch: Option<Buffer>,
+    /// Scratch buffers outgrown while a frame not yet submitted, or a cached bind group, may
+    /// still use them: kept with the family like the scratch (each at most half the next).
+    retired: Vec<Buffer>,
     /// Bumped when an iteration starts: copies read since are not released.
     epoch: u64,
     stats: WeightCacheStats,
@@ -98,6 +105,7 @@ impl WeightCache {
             convertible: HashSet::new(),
             copies: HashMap::new(),
             scratch: None,
+            retired: Vec::new(),
             epoch: 0,
             stats: WeightCacheStats {
                 budget_bytes,
@@ -291,22 +299,22 @@ impl WeightCache {
         let format = crate::formats::of_dtype(dtype).ok_or("no weight format")?;
         let group = crate::formats::GROUP_BLOCKS as u64 * u64::from(format.block_bytes);
         let piece = ((SCRATCH_BYTES / group).max(1) * group).min(size_bytes);
-        // One size for every weight: replacing a smaller scratch buffer would destroy one
-        // that commands recorded in `frame` (not yet submitted) still use.
-        let scratch_bytes = SCRATCH_BYTES.max(piece.div_ceil(4) * 4);
-        if self.scratch.as_ref().is_none_or(|s| s.size_bytes() < piece) {
-            self.scratch = Some(
-                engine
-                    .allocate_in(
-                        Region::Internal,
-                        &BufferDesc {
-                            label: "dynrt weight reorder",
-                            size_bytes: scratch_bytes,
-                            kind: AllocKind::UsmDevice,
-                        },
-                    )
-                    .map_err(|e| e.to_string())?,
-            );
+        let have = self.scratch.as_ref().map_or(0, Buffer::size_bytes);
+        if have < piece {
+            // At least twice the outgrown one (which the frame may have used already: kept),
+            // so the retired ones stay under the current one's size.
+            let bytes = piece.max((2 * have).min(SCRATCH_BYTES)).div_ceil(4) * 4;
+            let grown = engine
+                .allocate_in(
+                    Region::Internal,
+                    &BufferDesc {
+                        label: "dynrt weight reorder",
+                        size_bytes: bytes,
+                        kind: AllocKind::UsmDevice,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+            self.retired.extend(self.scratch.replace(grown));
         }
         let Some(scratch) = self.scratch.as_ref() else {
             return Err("no scratch buffer".into());

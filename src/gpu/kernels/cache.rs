@@ -312,7 +312,7 @@ impl Kernels {
         let name = op.name();
         let kernel = kernel_of(op).ok_or(KernelError::NotAKernel { op: name })?;
         let (min, max) = op.arity();
-        if inputs.len() < min || inputs.len() > max {
+        if inputs.len() < min || inputs.len() > max + kernel.extra_operands() {
             return Err(KernelError::Arity {
                 op: name,
                 got: inputs.len(),

@@ -32,17 +32,23 @@ pub struct Bound<'a> {
     pub(crate) buffer: Option<&'a Buffer>,
     pub(crate) offset: u64,
     pub(crate) size: u64,
-    /// The operand's name ([`Encoder::bind`]'s `what`); `"output"` is the one a kernel writes.
+    /// The operand's name ([`Encoder::bind`]'s `what`); the kernel writes `"output"` and
+    /// [`WRITTEN`]'s others.
     pub(crate) what: &'static str,
     /// With no buffer: the arena's kernel workspace ([`Encoder::workspace`]) rather than an
     /// unused slot.
     pub(crate) workspace: bool,
 }
 
+/// The names of operands other than `"output"` that a kernel writes: a fused projection's key
+/// and value rows, which it stores into the KV cache.
+pub(crate) const WRITTEN: [&str; 2] = ["key rows", "value rows"];
+
 impl Bound<'_> {
-    /// Whether the kernel writes this binding (kernels bind what they write as `"output"`).
+    /// Whether the kernel writes this binding (kernels bind what they write as `"output"` or
+    /// one of [`WRITTEN`]).
     fn writes(&self) -> bool {
-        self.what == "output"
+        self.what == "output" || WRITTEN.contains(&self.what)
     }
 
     /// The buffer range it binds (`None` for an unused slot).

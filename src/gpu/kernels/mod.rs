@@ -154,6 +154,8 @@ pub fn kernel_of(op: &Op) -> Option<&dyn Kernel> {
         Op::Attention(o) => o,
         Op::PagedAttention(o) => o,
         Op::ScatterRows(o) => o,
+        // Written by the kernel of the fused projection it reads (`Role::KvRows`).
+        Op::KvRows(_) => return None,
         Op::Compare(o) => o,
         Op::Logic(o) => o,
         Op::Not(o) => o,
@@ -172,6 +174,12 @@ pub trait Kernel {
     /// # Errors
     /// A description of the types the kernel accepts.
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str>;
+
+    /// Operands the runtime passes after the op's inputs: what the kernel writes besides its
+    /// output (a fused projection's key and value rows, into the KV cache).
+    fn extra_operands(&self) -> usize {
+        0
+    }
 
     /// Whether the kernel reads input `input` through its [`Operand::strides`] (a strided view
     /// such as a padded KV cache); `false` (the default) means the runtime must hand it a
@@ -196,7 +204,7 @@ pub trait Kernel {
 }
 
 /// Most pipeline-overridable constants one pipeline is specialised by.
-pub const MAX_CONSTANTS: usize = 4;
+pub const MAX_CONSTANTS: usize = 5;
 
 /// What a compiled pipeline is keyed by: family, entry point, and the pipeline-overridable
 /// constants that specialise it (the elementwise operator and `ALIGNED`, the pooling kind,
@@ -489,9 +497,9 @@ pub enum KernelError {
     },
 }
 
-/// Most storage bindings of one entry point (a fused linear: x, weight, output, gamma,
-/// residual, positions, RoPE table; WebGPU guarantees 8 per stage).
-pub(crate) const MAX_STORAGE_BINDINGS: usize = 7;
+/// Most storage bindings of one entry point (a fused linear: x, weights, output, parameters,
+/// residual or key rows, integers, RoPE table, value rows; WebGPU guarantees 8 per stage).
+pub(crate) const MAX_STORAGE_BINDINGS: usize = 8;
 
 /// The dtype rule of kernels written for f32 only.
 pub(crate) fn f32_only(inputs: &[DType], output: DType) -> Result<(), &'static str> {

@@ -16,8 +16,12 @@
 //! of x x up to 64 weight rows per invocation), on hardware GPUs a GEMM that stages tiles of
 //! x and of dequantized weights in workgroup memory. Why two: on llvmpipe a workgroup-memory
 //! load costs as much as a storage load, and the register-tiled kernel is about 5x faster
-//! there (`dynrt bench kernels`). The embedding `gather` from an f16 or block-quantized table
-//! ([`encode_gather`]) dequantizes the rows it picks.
+//! there (`dynrt bench kernels`). Every linear kernel runs every fused epilogue of
+//! `fused_linear` (shared WGSL: product, finish, store); a norm of the product (head norms, a
+//! post-norm) needs a whole head or row, so decode runs the class's segment kernel (a
+//! workgroup per head or row) and more rows the class's kernel, then `quant_segment_finish`
+//! ([`QuantLayout::fused_kernel`]). The embedding `gather` from an f16 or block-quantized
+//! table ([`encode_gather`]) dequantizes the rows it picks.
 //!
 //! The linear kernels read x as vec4s where its element offset and K are multiples of 4
 //! ([`FAMILY_X4`], the same source with x bound as `array<vec4<f32>>`, and [`FAMILY_SG`]): on
@@ -36,6 +40,7 @@ use super::{Encoder, Family, Kernel, KernelError, Operand, WeightLayout};
 use crate::formats::{FORMATS, GROUP_BLOCKS};
 use crate::gpu::{wgpu, Gpu};
 use crate::graph::ops::fused_linear::infer as fused_infer;
+use crate::graph::ops::fused_linear::PLAIN;
 use crate::graph::ops::linear::infer;
 use crate::graph::ops::{FusedLinear, GateAct, Linear};
 use crate::shape::DType;
@@ -47,7 +52,7 @@ pub const WGSL: &str = crate::gpu::pipeline::with_prelude!("quant");
 
 /// The family's kernels, one file each under `shaders/quant/`, composed after [`WGSL`] (whose
 /// helpers, uniform structs and bindings they share).
-const KERNELS: [&str; 4] = [
+const KERNELS: [&str; 5] = [
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/shaders/quant/matvec.wgsl"
@@ -59,6 +64,10 @@ const KERNELS: [&str; 4] = [
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/shaders/quant/mm.wgsl"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/shaders/quant/segment.wgsl"
     )),
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -242,22 +251,31 @@ fn compose(x_binding: &str, kernels: &[&str]) -> String {
     let _ = write!(
         s,
         "
-// ---- the dispatch on WEIGHT_FORMAT (src/gpu/kernels/quant.rs)
-fn element_at(wo: u32, e: u32) -> f32 {{
-    switch WEIGHT_FORMAT {{
+// ---- the dispatch on the format (src/gpu/kernels/quant.rs)
+fn element_at_as(format: u32, wo: u32, e: u32) -> f32 {{
+    switch format {{
 {elements}        default: {{ return 0.0; }}
     }}
 }}
 
-fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {{
-    if WEIGHT_LAYOUT == 1u {{
-        switch WEIGHT_FORMAT {{
+fn element_at(wo: u32, e: u32) -> f32 {{
+    return element_at_as(WEIGHT_FORMAT, wo, e);
+}}
+
+fn raw_block_as(format: u32, grouped: u32, wo: u32, blk: u32, e: u32,
+    dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {{
+    if grouped == 1u {{
+        switch format {{
 {grouped}            default: {{}}
         }}
     }}
-    switch WEIGHT_FORMAT {{
+    switch format {{
 {blocks}        default: {{ *dm = vec2<f32>(1.0, 0.0); return array<vec4<f32>, 8>(); }}
     }}
+}}
+
+fn raw_block(wo: u32, blk: u32, e: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {{
+    return raw_block_as(WEIGHT_FORMAT, WEIGHT_LAYOUT, wo, blk, e, dm);
 }}
 
 // Bytes of a group of the grouped layout (4 for a format without one).
@@ -327,7 +345,7 @@ fn bindings(entry: &str) -> &'static [u32] {
     } else if entry.ends_with("_regroup") || entry.ends_with("_ungroup") {
         &[2, 4]
     } else {
-        &[1, 2, 3, 5, 6, 7, 8]
+        &[1, 2, 3, 5, 6, 7, 8, 9]
     }
 }
 
@@ -479,6 +497,11 @@ pub enum LinearKernel {
     RegTile,
     /// `quant_mm`: prefill on hardware GPUs, tiles through workgroup memory.
     Mm,
+    /// `quant_segment_wg8`: decode with a norm of the product (head norms, a post-norm) on
+    /// software adapters, a workgroup of 8 per head or row.
+    SegmentWg8,
+    /// `quant_segment_wg64`: the same on hardware GPUs, a workgroup of 64.
+    SegmentWg64,
 }
 
 impl LinearKernel {
@@ -509,6 +532,8 @@ impl LinearKernel {
             LinearKernel::MatvecSubgroup => "matvec_sg",
             LinearKernel::RegTile => "regtile",
             LinearKernel::Mm => "mm",
+            LinearKernel::SegmentWg8 => "segment_wg8",
+            LinearKernel::SegmentWg64 => "segment_wg64",
         }
     }
 
@@ -526,6 +551,10 @@ impl LinearKernel {
             (LinearKernel::RegTile, false) => "quant_regtile",
             (LinearKernel::Mm, true) => "quantx4_mm",
             (LinearKernel::Mm, false) => "quant_mm",
+            (LinearKernel::SegmentWg8, true) => "quantx4_segment_wg8",
+            (LinearKernel::SegmentWg8, false) => "quant_segment_wg8",
+            (LinearKernel::SegmentWg64, true) => "quantx4_segment_wg64",
+            (LinearKernel::SegmentWg64, false) => "quant_segment_wg64",
         }
     }
 }
@@ -546,6 +575,22 @@ impl QuantLayout {
             (false, QuantLayout::Gpu { .. }) => LinearKernel::Mm,
         }
     }
+
+    /// The kernel for `m` rows of x of a projection whose epilogue norms segments of
+    /// `segment` outputs (a head, the row; `None`: no norm of the product), and whether
+    /// `quant_segment_finish` must then finish them: the class's segment kernel where its
+    /// matrix-vector kernel would run and a segment fits in workgroup memory ([`SEG_MAX`]),
+    /// else [`QuantLayout::linear_kernel`]'s, which stores the products for the finish.
+    pub fn fused_kernel(self, m: u64, aligned: bool, segment: Option<u64>) -> (LinearKernel, bool) {
+        match segment {
+            None => (self.linear_kernel(m, aligned), false),
+            Some(len) if m <= self.matvec_max_m() && len <= SEG_MAX => match self {
+                QuantLayout::Cpu { .. } => (LinearKernel::SegmentWg8, false),
+                QuantLayout::Gpu { .. } => (LinearKernel::SegmentWg64, false),
+            },
+            Some(_) => (self.linear_kernel(m, aligned), true),
+        }
+    }
 }
 
 /// Rows per invocation for `n` output rows spread over at least `lanes_wanted` invocations
@@ -560,7 +605,7 @@ fn rows_per_lane(n: u64, lanes_wanted: u64) -> u64 {
     (n / (lanes_wanted * c)).clamp(1, ROWS_MAX)
 }
 
-/// `LinearParams` of `shaders/quant.wgsl` (80 bytes).
+/// `LinearParams` of `shaders/quant.wgsl` (128 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct LinearParams {
@@ -568,13 +613,13 @@ pub struct LinearParams {
     pub m: u32,
     /// Inner dimension.
     pub k: u32,
-    /// Output columns (weight rows).
+    /// Weight rows (all three weights' with a KV split).
     pub n: u32,
     /// Whole 32-element blocks per weight row (`K / 32`).
     pub blocks: u32,
     /// x element offset.
     pub x_offset: u32,
-    /// Weight word offset.
+    /// Weight word offset (the queries' with a KV split).
     pub w_offset: u32,
     /// Output element offset.
     pub out_offset: u32,
@@ -583,13 +628,13 @@ pub struct LinearParams {
     /// Output rows per invocation (`quant_matvec_wg8`, `quant_regtile`), per workgroup
     /// (`quant_matvec_coop`), per subgroup at a time (`quantsg_matvec`).
     pub rows: u32,
-    /// Gamma element offset (a fused RMSNorm).
+    /// Gamma element offset in the parameters (a fused RMSNorm of x).
     pub gamma_offset: u32,
     /// Residual element offset (a fused residual).
     pub res_offset: u32,
-    /// Epsilon of a fused RMSNorm.
+    /// Epsilon of a fused RMSNorm of x.
     pub eps: f32,
-    /// Elements per head (a fused RoPE).
+    /// Elements per head (a fused RoPE or head norm).
     pub head_dim: u32,
     /// Rotated elements per head (the table's row length).
     pub rope_dim: u32,
@@ -597,12 +642,38 @@ pub struct LinearParams {
     pub rope_block: u32,
     /// Rows of the table.
     pub table_rows: u32,
-    /// Positions element offset.
+    /// Positions element offset in the integers.
     pub pos_offset: u32,
     /// Table element offset.
     pub table_offset: u32,
-    /// Padding.
-    pub _pad: [u32; 2],
+    /// Bias element offset in the parameters.
+    pub bias_offset: u32,
+    /// Head-norm weights' element offset in the parameters.
+    pub hn_offset: u32,
+    /// Rows stored to the output: the queries with a KV split, else all (`n`).
+    pub n_q: u32,
+    /// Key rows (and value rows) of a KV split.
+    pub n_k: u32,
+    /// Word offset of the keys' weight.
+    pub w_k_offset: u32,
+    /// Word offset of the values' weight.
+    pub w_v_offset: u32,
+    /// Element offset of the key rows' destination.
+    pub k_dst_offset: u32,
+    /// Element offset of the value rows' destination.
+    pub v_dst_offset: u32,
+    /// Slots element offset in the integers.
+    pub slots_offset: u32,
+    /// Rows of the destinations (a slot at or above it is skipped).
+    pub kv_rows: u32,
+    /// Post-norm weights' element offset in the parameters.
+    pub post_offset: u32,
+    /// Epsilon of the head norms.
+    pub hn_eps: f32,
+    /// Epsilon of the post-norm.
+    pub post_eps: f32,
+    /// Outputs per segment of the segment kernels (a head, or the row).
+    pub seg_len: u32,
 }
 
 /// `GatherParams` of `shaders/quant.wgsl` (32 bytes).
@@ -667,28 +738,40 @@ impl Kernel for Linear {
     }
 }
 
-/// The `linear` op as the fused kernels see it: nothing folded in.
-const PLAIN: FusedLinear = FusedLinear {
-    norm: None,
-    gate: None,
-    residual: false,
-    rope: None,
-};
-
 impl Kernel for FusedLinear {
+    /// With a KV split, the key and value rows' destinations.
+    fn extra_operands(&self) -> usize {
+        if self.kv.is_some() {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The dtypes of the op's inputs; after them, with a KV split, the key and value rows'
+    /// destinations the runtime passes (f32).
     fn check_dtypes(&self, inputs: &[DType], output: DType) -> Result<(), &'static str> {
-        let positions = self.rope_inputs();
-        let rest_ok = inputs.iter().enumerate().skip(2).all(|(i, &d)| {
-            d == if Some(i) == positions {
-                DType::I32
-            } else {
-                DType::F32
-            }
-        });
-        if linear_dtypes_ok(inputs, output) && rest_ok {
+        let weights = 1..1 + self.weights();
+        let ints = self.ints_input();
+        let graph_inputs = self.graph_inputs();
+        let destinations = if self.kv.is_some() { 2 } else { 0 };
+        let ok = output == DType::F32
+            && inputs.first() == Some(&DType::F32)
+            && inputs.len() >= graph_inputs
+            && inputs.len() <= graph_inputs + destinations
+            && inputs.iter().enumerate().skip(1).all(|(i, &d)| {
+                if weights.contains(&i) {
+                    weight_format(d).is_some()
+                } else if Some(i) == ints {
+                    d == DType::I32
+                } else {
+                    d == DType::F32
+                }
+            });
+        if ok {
             Ok(())
         } else {
-            Err("f32 x, gamma, residual and table, i32 positions, weights in a format of dynrt::formats and an f32 output")
+            Err("f32 x, parameters, residual and table, i32 positions and slots, weights in a format of dynrt::formats and an f32 output")
         }
     }
 
@@ -698,7 +781,8 @@ impl Kernel for FusedLinear {
         inputs: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<usize, KernelError> {
-        let shapes: Vec<&crate::shape::Shape> = inputs.iter().map(|o| o.shape).collect();
+        let n = self.graph_inputs().min(inputs.len());
+        let shapes: Vec<&crate::shape::Shape> = inputs[..n].iter().map(|o| o.shape).collect();
         fused_infer(self, &shapes).map_err(|source| KernelError::Infer {
             op: "fused_linear",
             cause: source,
@@ -708,86 +792,190 @@ impl Kernel for FusedLinear {
 }
 
 /// The `EPILOGUE` constant of `shaders/quant.wgsl` for `op`: bit 0 RMSNorm, bit 1 residual,
-/// bits 2 and 3 the gate activation ([`GateAct::code`]), bit 4 RoPE, bit 5 RoPE on halves.
+/// bits 2 and 3 the gate activation ([`GateAct::code`]), bit 4 RoPE, bit 5 RoPE on halves,
+/// bit 6 bias, bit 7 KV split, bit 8 head norms, bit 9 post-norm, bit 10 the KV split's
+/// slots.
 pub fn epilogue(op: &FusedLinear) -> u32 {
     u32::from(op.norm.is_some())
         | u32::from(op.residual) << 1
         | op.gate.map_or(0, GateAct::code) << 2
         | op.rope
             .map_or(0, |r| 1 << 4 | u32::from(!r.interleaved) << 5)
+        | u32::from(op.bias) << 6
+        | u32::from(op.kv.is_some()) << 7
+        | u32::from(op.head_norm.is_some()) << 8
+        | u32::from(op.post_norm.is_some()) << 9
+        | u32::from(op.kv.is_some_and(|kv| kv.slots)) << 10
 }
 
-/// Records a linear (shapes checked by the caller) with what `op` folds in: one dispatch.
+/// Most outputs a segment of the segment kernels holds in workgroup memory (`SEG_MAX` in the
+/// WGSL): a longer one (a post-norm of a wider row) is finished from where it was stored.
+pub const SEG_MAX: u64 = 4000;
+
+/// The weights of a linear, bound as one: `(binding, word offset of each)`. The three
+/// weights of a KV split must lie in one buffer (the runtime places them side by side): one
+/// binding covers them.
+fn bind_weights<'t>(
+    e: &Encoder<'_, '_>,
+    ws: &[Operand<'t>],
+) -> Result<(super::encoder::Bound<'t>, [u32; 3]), KernelError> {
+    let bytes = |w: &Operand<'_>| -> Result<u64, KernelError> {
+        let b = w
+            .shape
+            .size_bytes(w.dtype)
+            .map_err(|_| KernelError::TooManyElements {
+                what: "input 1",
+                elements: u64::MAX,
+                max: u64::from(u32::MAX),
+            })?;
+        // Whole words: the last q8_0 block (or an odd f16 count) may end halfway through one.
+        Ok(b.div_ceil(4) * 4)
+    };
+    let first = &ws[0];
+    if ws.len() == 1 {
+        let (b, o) = e.bind("input 1", &first.tensor, bytes(first)?)?;
+        return Ok((b, [o; 3]));
+    }
+    let uid = first.tensor.buffer.uid();
+    if ws.iter().any(|w| w.tensor.buffer.uid() != uid) {
+        return Err(KernelError::Unsupported {
+            op: "fused_linear",
+            reason: "the three weights of a KV split must lie in one buffer (side by side)".into(),
+        });
+    }
+    let start = ws.iter().map(|w| w.tensor.offset_bytes).min().unwrap_or(0);
+    let mut end = start;
+    for w in ws {
+        end = end.max(w.tensor.offset_bytes + bytes(w)?);
+    }
+    let span = super::TensorRef {
+        buffer: first.tensor.buffer,
+        offset_bytes: start,
+        size_bytes: end - start,
+    };
+    let (b, o) = e.bind("input 1", &span, end - start)?;
+    let word = |w: &Operand<'_>| o + ((w.tensor.offset_bytes - start) / 4) as u32;
+    Ok((b, [word(&ws[0]), word(&ws[1]), word(&ws[2])]))
+}
+
+/// Records a linear (shapes checked by the caller) with what `op` folds in: one dispatch, or
+/// two for a norm of the product over more rows of x than the matrix-vector kernels take
+/// (the product, then `quant_segment_finish`). With a KV split, `inputs` end with the key and
+/// value rows' destinations: the step's rows (`[M, kv_rows]`), or with slots the whole pool.
 fn encode_linear(
     e: &mut Encoder<'_, '_>,
     op: &FusedLinear,
     inputs: &[Operand<'_>],
     out: &Operand<'_>,
 ) -> Result<usize, KernelError> {
-    let (x, w) = (&inputs[0], &inputs[1]);
+    let x = &inputs[0];
+    let ws = &inputs[1..1 + op.weights()];
     let name = if *op == PLAIN {
         "linear"
     } else {
         "fused_linear"
     };
-    let format = weight_format(w.dtype).ok_or(KernelError::DType {
-        op: name,
-        inputs: vec![x.dtype, w.dtype],
-        output: out.dtype,
-        expected: crate::formats::dtype_names(),
-    })?;
+    let mut formats = [0u32; 3];
+    for (f, w) in formats.iter_mut().zip(ws.iter().cycle()) {
+        *f = weight_format(w.dtype).ok_or(KernelError::DType {
+            op: name,
+            inputs: vec![x.dtype, w.dtype],
+            output: out.dtype,
+            expected: crate::formats::dtype_names(),
+        })?;
+    }
     let (m, k) = rows(x.shape);
     // Weight rows: with a gate, gate and up rows alternate as the kernels walk them.
-    let n = w.shape.dims()[0];
-    if let Some(block) = w.dtype.block() {
-        if k % u64::from(block.elements) != 0 {
-            return Err(KernelError::PartialBlock {
-                what: "input 1",
-                dtype: w.dtype,
-                k,
-                block: block.elements,
-            });
+    let n: u64 = ws.iter().map(|w| w.shape.dims()[0]).sum();
+    for w in ws {
+        if let Some(block) = w.dtype.block() {
+            if k % u64::from(block.elements) != 0 {
+                return Err(KernelError::PartialBlock {
+                    what: "input 1",
+                    dtype: w.dtype,
+                    k,
+                    block: block.elements,
+                });
+            }
         }
+        check_layout(name, w)?;
     }
-    let w_bytes = w
-        .shape
-        .size_bytes(w.dtype)
-        .map_err(|_| KernelError::TooManyElements {
-            what: "input 1",
-            elements: u64::MAX,
-            max: u64::from(u32::MAX),
-        })?;
     let out_len = numel("output", out.shape)?;
+    let n_out = out.shape.dims().last().copied().unwrap_or(0);
     let (bx, ox) = e.bind("input 0", &x.tensor, numel("input 0", x.shape)? * 4)?;
-    // Whole words: the last q8_0 block (or an odd f16 count) may end halfway through one.
-    let (bw, ow) = e.bind("input 1", &w.tensor, w_bytes.div_ceil(4) * 4)?;
+    let (bw, [ow, owk, owv]) = bind_weights(e, ws)?;
     let (bo, oo) = e.bind("output", &out.tensor, out_len * 4)?;
-    let (bg, og) = match op.gamma_input() {
-        Some(i) => e.bind("gamma", &inputs[i].tensor, k * 4)?,
+    let at = op.param_offsets(k as usize, n as usize, n_out as usize);
+    let (bg, og) = match op.params_input() {
+        Some(i) => e.bind("parameters", &inputs[i].tensor, at.len as u64 * 4)?,
         None => (e.unused(), 0),
     };
-    let (br, or) = match op.residual_input() {
-        Some(i) => e.bind("residual", &inputs[i].tensor, out_len * 4)?,
-        None => (e.unused(), 0),
+    let graph_inputs = op.graph_inputs();
+    let (kv_rows, n_k) = match op.kv {
+        Some(kv) => {
+            let missing = || KernelError::Unsupported {
+                op: "fused_linear",
+                reason: "a KV split writes the key and value rows into the cache: the \
+                         destinations follow the inputs"
+                    .into(),
+            };
+            let kd = inputs.get(graph_inputs).ok_or_else(missing)?;
+            let vd = inputs.get(graph_inputs + 1).ok_or_else(missing)?;
+            let rows_of = |d: &Operand<'_>| d.shape.dims().first().copied().unwrap_or(0);
+            if kd.shape != vd.shape
+                || kd.shape.dims().get(1) != Some(&u64::from(kv.kv_rows))
+                || (!kv.slots && rows_of(kd) != m)
+            {
+                return Err(KernelError::Unsupported {
+                    op: "fused_linear",
+                    reason: "the key and value destinations must be [rows, kv_rows]: the \
+                             step's rows, or the pool's with slots"
+                        .into(),
+                });
+            }
+            (rows_of(kd), u64::from(kv.kv_rows))
+        }
+        None => (0, 0),
     };
-    let (bp, op_, bt, ot, head_dim, rope_dim, table_rows) = match (op.rope, op.rope_inputs()) {
-        (Some(rope), Some(i)) => {
-            let (pos, table) = (&inputs[i], &inputs[i + 1]);
-            let (pb, po) = e.bind("positions", &pos.tensor, m * 4)?;
-            let (tb, to) = e.bind("table", &table.tensor, numel("table", table.shape)? * 4)?;
-            let td = table.shape.dims();
+    let ((br, or), (bv, ov)) = match op.kv {
+        Some(_) => {
+            let kd = &inputs[graph_inputs];
+            let vd = &inputs[graph_inputs + 1];
             (
-                pb,
-                po,
-                tb,
-                to,
-                rope.head_dim,
-                u32_of("table", td[1])?,
-                u32_of("table", td[0])?,
+                e.bind("key rows", &kd.tensor, numel("key rows", kd.shape)? * 4)?,
+                e.bind("value rows", &vd.tensor, numel("value rows", vd.shape)? * 4)?,
             )
         }
-        _ => (e.unused(), 0, e.unused(), 0, 0, 0, 0),
+        None => (
+            match op.residual_input() {
+                Some(i) => e.bind("residual", &inputs[i].tensor, out_len * 4)?,
+                None => (e.unused(), 0),
+            },
+            (e.unused(), 0),
+        ),
     };
+    let (bi, oi) = match op.ints_input() {
+        Some(i) => {
+            let t = &inputs[i];
+            e.bind("integers", &t.tensor, numel("integers", t.shape)? * 4)?
+        }
+        None => (e.unused(), 0),
+    };
+    let (bt, ot, rope_dim, table_rows) = match op.table_input() {
+        Some(i) => {
+            let table = &inputs[i];
+            let (tb, to) = e.bind("table", &table.tensor, numel("table", table.shape)? * 4)?;
+            let td = table.shape.dims();
+            (tb, to, u32_of("table", td[1])?, u32_of("table", td[0])?)
+        }
+        None => (e.unused(), 0, 0, 0),
+    };
+    let head_dim = op
+        .rope
+        .map(|r| r.head_dim)
+        .or(op.head_norm.map(|h| h.head_dim))
+        .unwrap_or(0);
+    let u = |v: usize| u32_of("parameters", v as u64);
     let mut p = LinearParams {
         m: u32_of("input 0", m)?,
         k: u32_of("input 0", k)?,
@@ -798,16 +986,29 @@ fn encode_linear(
         out_offset: oo,
         tiles_n: u32_of("output", n.div_ceil(64))?,
         rows: 1,
-        gamma_offset: og,
+        gamma_offset: og + u(at.gamma)?,
         res_offset: or,
         eps: op.norm.unwrap_or(0.0),
         head_dim,
         rope_dim,
         rope_block: op.rope.map_or(0, |r| r.block),
         table_rows,
-        pos_offset: op_,
+        pos_offset: oi,
         table_offset: ot,
-        _pad: [0; 2],
+        bias_offset: og + u(at.bias)?,
+        hn_offset: og + u(at.head_norm)?,
+        n_q: u32_of("output", if op.kv.is_some() { n_out } else { n })?,
+        n_k: u32_of("input 2", n_k)?,
+        w_k_offset: owk,
+        w_v_offset: owv,
+        k_dst_offset: or,
+        v_dst_offset: ov,
+        slots_offset: oi + u32_of("input 0", if op.rope.is_some() { m } else { 0 })?,
+        kv_rows: u32_of("key rows", kv_rows)?,
+        post_offset: og + u(at.post_norm)?,
+        hn_eps: op.head_norm.map_or(0.0, |h| h.eps),
+        post_eps: op.post_norm.unwrap_or(0.0),
+        seg_len: 0,
     };
     // A gated projection's invocations own whole (gate, up) pairs, a rotated one whole
     // rotation pairs: an even row count.
@@ -821,12 +1022,56 @@ fn encode_linear(
     let layout = e.kernels.quant_layout;
     // x as vec4s where every block of it starts on one (and the binding is whole vec4s).
     let aligned = ox % 4 == 0 && k % 4 == 0;
-    let kernel = layout.linear_kernel(m, aligned);
-    let (entry, workgroups) = match (kernel, layout) {
+    let kv_formats = match ws {
+        [_, wk, wv] => {
+            formats[1] | wk.layout.code() << 8 | formats[2] << 16 | wv.layout.code() << 24
+        }
+        _ => 0,
+    };
+    let key = |entry: &'static str| {
+        let family = if entry.starts_with("quantsg_") {
+            &FAMILY_SG
+        } else if entry.starts_with("quantx4_") {
+            &FAMILY_X4
+        } else {
+            &FAMILY
+        };
+        let key = family
+            .key(entry)
+            .with("WEIGHT_FORMAT", formats[0])
+            .with("WEIGHT_LAYOUT", ws[0].layout.code())
+            .with("EPILOGUE", epilogue(op));
+        if op.kv.is_some() {
+            key.with("KV_FORMATS", kv_formats)
+        } else {
+            key
+        }
+    };
+    let bound = [bx, bw, bo, bg, br, bi, bt, bv];
+    // A norm of the product needs whole segments (a head, the row) in one workgroup.
+    let segment = match (op.head_norm, op.post_norm) {
+        (Some(h), _) => Some(u64::from(h.head_dim)),
+        (None, Some(_)) => Some(n_out),
+        (None, None) => None,
+    }
+    .filter(|&l| l > 0);
+    if let Some(len) = segment {
+        p.seg_len = u32_of("output", len)?;
+    }
+    let (kernel, finish) = layout.fused_kernel(m, aligned, segment);
+    let (entry, workgroups, xrows) = match (kernel, layout) {
+        (LinearKernel::SegmentWg8 | LinearKernel::SegmentWg64, _) => {
+            let len = segment.unwrap_or(1).max(1);
+            (kernel.entry(aligned), m * (n / len), None)
+        }
         (LinearKernel::MatvecWg8, QuantLayout::Cpu { threads }) => {
             let rows = pairs(rows_per_lane(n, 8 * u64::from(threads)));
             p.rows = rows as u32;
-            (kernel.entry(aligned), (m * n.div_ceil(rows)).div_ceil(8))
+            (
+                kernel.entry(aligned),
+                (m * n.div_ceil(rows)).div_ceil(8),
+                None,
+            )
         }
         (LinearKernel::MatvecSubgroup, QuantLayout::Gpu { subgroup: Some(sg) }) => {
             let plan = SubgroupPlan::new(sg, k / 32, op.gate.is_some() || op.rope.is_some());
@@ -834,16 +1079,8 @@ fn encode_linear(
             p.tiles_n = plan.rows_per_workgroup;
             // Rows of x per workgroup: the weight is read once for all of them.
             let xrows = m.next_power_of_two().min(8);
-            let key = FAMILY_SG
-                .key(kernel.entry(aligned))
-                .with("WEIGHT_FORMAT", format)
-                .with("WEIGHT_LAYOUT", w.layout.code())
-                .with("EPILOGUE", epilogue(op))
-                .with("XROWS", xrows as u32);
-            check_layout(name, w)?;
             let workgroups = m.div_ceil(xrows) * n.div_ceil(u64::from(plan.rows_per_workgroup));
-            e.dispatch(key, &p, &[bx, bw, bo, bg, br, bp, bt], workgroups)?;
-            return Ok(1);
+            (kernel.entry(aligned), workgroups, Some(xrows as u32))
         }
         (LinearKernel::RegTile, QuantLayout::Cpu { threads }) => {
             // Invocations of 8 x rows each; enough weight-row groups to give every thread
@@ -855,29 +1092,39 @@ fn encode_linear(
             (
                 kernel.entry(aligned),
                 (row_blocks * n.div_ceil(rows)).div_ceil(8),
+                None,
             )
         }
-        (LinearKernel::Mm, _) => (kernel.entry(aligned), m.div_ceil(64) * n.div_ceil(64)),
+        (LinearKernel::Mm, _) => (kernel.entry(aligned), m.div_ceil(64) * n.div_ceil(64), None),
         _ => {
             // The coop kernel (the one left): 64 / lanes rows per workgroup.
             let rows = 64 / coop_lanes(k / 32);
             p.rows = rows as u32;
-            (kernel.entry(aligned), m * n.div_ceil(rows))
+            (kernel.entry(aligned), m * n.div_ceil(rows), None)
         }
     };
-    check_layout(name, w)?;
-    let family = if entry.starts_with("quantx4_") {
-        &FAMILY_X4
-    } else {
-        &FAMILY
-    };
-    let key = family
-        .key(entry)
-        .with("WEIGHT_FORMAT", format)
-        .with("WEIGHT_LAYOUT", w.layout.code())
-        .with("EPILOGUE", epilogue(op));
-    e.dispatch(key, &p, &[bx, bw, bo, bg, br, bp, bt], workgroups)?;
-    Ok(1)
+    let mut first = key(entry);
+    if let Some(xrows) = xrows {
+        first = first.with("XROWS", xrows);
+    }
+    e.dispatch(first, &p, &bound, workgroups)?;
+    match segment.filter(|_| finish) {
+        // The products stored, each segment with a norm finished in place.
+        Some(len) => {
+            let normed = match op.head_norm {
+                Some(_) => (n - n_k) / len,
+                None => 1,
+            };
+            let entry = if aligned {
+                "quantx4_segment_finish"
+            } else {
+                "quant_segment_finish"
+            };
+            e.dispatch(key(entry), &p, &bound, m * normed)?;
+            Ok(2)
+        }
+        None => Ok(1),
+    }
 }
 
 /// The types of table [`encode_gather`] dequantizes: every format but f32 (gathered as

@@ -56,7 +56,7 @@ use std::fmt;
 pub use attention::{rope_block, rope_table, rope_table_rows, rope_table_scaled, Attention, Rope};
 pub use conv::{BatchNorm, Conv, Pool, PoolKind};
 pub use elementwise::{BinaryOp, UnaryOp};
-pub use fused_linear::{FusedLinear, GateAct};
+pub use fused_linear::{FusedLinear, GateAct, HeadNorm, KvRows, KvSplit, ParamOffsets};
 pub use generate::{ConstantOfShape, Range};
 pub use linear::Linear;
 pub use logic::{Cast, CompareOp, Identity, LogicOp, Not};
@@ -432,6 +432,9 @@ registry! {
     /// Rows written into their slots of a pool (in place on a state). Inputs: pool, rows,
     /// slots.
     ScatterRows(paged::ScatterRows),
+    /// The key or value rows of a `fused_linear` with a KV split, which its kernel writes into
+    /// the KV cache (no device work of its own). Inputs: that node.
+    KvRows(fused_linear::KvRows),
     /// Comparison with broadcasting, bool result. Inputs: a, b.
     Compare(logic::CompareOp),
     /// Boolean logic with broadcasting. Inputs: a, b (bool).

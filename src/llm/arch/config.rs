@@ -17,7 +17,7 @@ pub enum RopeScaling {
     },
 }
 
-/// A decoder (llama, qwen2, gemma3: [`super::ARCHITECTURES`]) as its GGUF describes it. Every field
+/// A decoder (one of [`super::ARCHITECTURES`]) as its GGUF describes it. Every field
 /// comes from the metadata (`{arch}.*` keys) or the tensor index; nothing is a constant of
 /// one model.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +42,7 @@ pub struct ModelConfig {
     /// RoPE base frequency (`{arch}.rope.freq_base`, else 10000 as in llama.cpp).
     pub rope_base: f32,
     /// Elements of each head that RoPE rotates (`{arch}.rope.dimension_count`, else
-    /// `head_dim`), in pairs as [`Architecture::rope_interleaved`] says.
+    /// `head_dim`), in pairs as the architecture's builder says.
     pub rope_dim: u32,
     /// Position scaling (`{arch}.rope.scaling.*`).
     pub rope_scaling: RopeScaling,
@@ -347,56 +347,10 @@ impl ModelConfig {
     }
 
     /// Every tensor the forward pass reads and its dims in ggml order (innermost first): a
-    /// projection from `n_in` to `n_out` is `[n_in, n_out]`. The embedding is included; the
-    /// separate head `output.weight` only when not tied; the Q/K/V biases, Q/K norms and
-    /// post-norms when the architecture has them.
+    /// projection from `n_in` to `n_out` is `[n_in, n_out]`. The architecture's builder,
+    /// run without a file, lists them in the order it reads them: the embedding, each
+    /// layer's, the head's (`output.weight` only when not tied).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
-        let (w, q, kv, f, v) = (
-            u64::from(self.embedding_len),
-            u64::from(self.q_len()),
-            u64::from(self.kv_len()),
-            u64::from(self.ffn_len),
-            u64::from(self.vocab_size),
-        );
-        let mut out = vec![
-            ("token_embd.weight".to_owned(), vec![w, v]),
-            ("output_norm.weight".to_owned(), vec![w]),
-        ];
-        if !self.tied_output {
-            out.push(("output.weight".to_owned(), vec![w, v]));
-        }
-        for l in 0..self.num_layers {
-            let t = |s: &str| format!("blk.{l}.{s}.weight");
-            out.extend([
-                (t("attn_norm"), vec![w]),
-                (t("attn_q"), vec![w, q]),
-                (t("attn_k"), vec![w, kv]),
-                (t("attn_v"), vec![w, kv]),
-                (t("attn_output"), vec![q, w]),
-                (t("ffn_norm"), vec![w]),
-                (t("ffn_gate"), vec![w, f]),
-                (t("ffn_up"), vec![w, f]),
-                (t("ffn_down"), vec![f, w]),
-            ]);
-            if self.arch.qk_norm {
-                let d = u64::from(self.head_dim);
-                out.extend([(t("attn_q_norm"), vec![d]), (t("attn_k_norm"), vec![d])]);
-            }
-            if self.arch.post_norms {
-                out.extend([
-                    (t("post_attention_norm"), vec![w]),
-                    (t("post_ffw_norm"), vec![w]),
-                ]);
-            }
-            if self.arch.qkv_bias {
-                let b = |s: &str| format!("blk.{l}.{s}.bias");
-                out.extend([
-                    (b("attn_q"), vec![q]),
-                    (b("attn_k"), vec![kv]),
-                    (b("attn_v"), vec![kv]),
-                ]);
-            }
-        }
-        out
+        crate::llm::graph::tensors_read(self)
     }
 }

@@ -106,7 +106,7 @@ fn llama_config_errors_name_the_key() {
     );
     assert_eq!(
         e.to_string(),
-        "architecture `gpt2` is not supported (supported: llama, qwen2, gemma3)"
+        "architecture `gpt2` is not supported (supported: llama, qwen2, qwen3, gemma3)"
     );
     assert!(matches!(
         tiny_with(

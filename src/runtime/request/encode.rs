@@ -122,6 +122,7 @@ impl InferRequest {
                 c.role,
                 Role::Input { .. }
                     | Role::Constant
+                    | Role::KvRows
                     | Role::StateConcat { .. }
                     | Role::StateScatter { .. }
                     | Role::StateView { .. }
@@ -139,7 +140,14 @@ impl InferRequest {
             }
         }
         match c.role {
-            Role::Input { .. } | Role::Constant | Role::ShapeOnly | Role::StateView { .. } => {}
+            Role::Input { .. }
+            | Role::Constant
+            | Role::ShapeOnly
+            | Role::StateView { .. }
+            | Role::KvRows => {}
+            // Rows a fused projection wrote (its encode moved the state first).
+            Role::StateScatter { state } | Role::StateConcat { state }
+                if inner.compiled.states[state].written_by.is_some() => {}
             Role::HostValue => {
                 if let Some(bytes) = self.state.take_upload(k) {
                     // HostValue nodes own their buffer (never pooled), so this write cannot
@@ -275,12 +283,46 @@ impl InferRequest {
                 }
             }
             Role::Kernel => {
+                // A projection that writes KV states: each state's move (growth, an uploaded
+                // past) before the kernel writes its rows.
+                let kv_shapes: Vec<crate::shape::Shape> = c
+                    .kv_states
+                    .iter()
+                    .flatten()
+                    .map(|&st| self.state.kv_rows_shape(st))
+                    .collect();
+                let mut kv_rows: Vec<Operand<'_>> = Vec::new();
+                for (i, &st) in c.kv_states.iter().flatten().enumerate() {
+                    let target = self.state.states[st]
+                        .current()
+                        .ok_or_else(|| kernel_err("state has no buffer".into()))?;
+                    let append = self.encode_state_move(st, target, frame, &mut stats);
+                    let present = inner.compiled.states[st].present;
+                    let mut rows = tensor_of(&self.state, inner, present)
+                        .ok_or_else(|| kernel_err("a KV state has no buffer".into()))?;
+                    if !inner.compiled.states[st].in_place {
+                        // Appended rows: the kernel writes the step's rows in their place.
+                        let [(_, to, size)] = append[..] else {
+                            return Err(kernel_err(format!(
+                                "KV state {i} appends {} ranges (one expected)",
+                                append.len()
+                            )));
+                        };
+                        rows.tensor.offset_bytes = to;
+                        rows.tensor.size_bytes = size;
+                        rows.shape = &kv_shapes[i];
+                    }
+                    kv_rows.push(rows);
+                }
                 let graph = &inner.compiled.graph;
                 // update_impl picks the implementation for these shapes; the weight it reads
                 // comes from update_weights in the layout that implementation reads best
-                // (crate::runtime::weights), reordered into the frame on a miss.
+                // (crate::runtime::weights), reordered into the frame on a miss. The three
+                // weights of a KV split are bound as one range, so they are read where they
+                // lie, in their resident layout (a copy of one would leave the others).
                 let reordered = match (&node.op, node.inputs.get(1)) {
-                    (Op::Linear(_) | Op::FusedLinear(_), Some(&w)) => {
+                    (Op::Linear(_), Some(&w))
+                    | (Op::FusedLinear(ops::FusedLinear { kv: None, .. }), Some(&w)) => {
                         let m =
                             crate::gpu::kernels::layout::rows(self.state.shape(node.inputs[0])).0;
                         let dtype = graph.node(w).dtype;
@@ -323,7 +365,7 @@ impl InferRequest {
                 let many: Vec<Operand<'_>>;
                 let gathered: [Operand<'_>; 4];
                 let ins: &[Operand<'_>] = match node.inputs.as_slice() {
-                    [first, rest @ ..] if rest.len() < few.len() => {
+                    [first, rest @ ..] if rest.len() < few.len() && kv_rows.is_empty() => {
                         let first = input(0, *first)?;
                         few[0] = Some(first);
                         for (pos, (slot, &i)) in few[1..].iter_mut().zip(rest).enumerate() {
@@ -337,6 +379,7 @@ impl InferRequest {
                             .iter()
                             .enumerate()
                             .map(|(pos, &i)| input(pos, i))
+                            .chain(kv_rows.iter().map(|&o| Ok(o)))
                             .collect::<Result<_, _>>()?;
                         &many
                     }

@@ -134,6 +134,8 @@ pub struct InferRequest {
     log_commands: bool,
     /// The last iteration's command log.
     last_log: Option<CommandLog>,
+    /// Per node (processing order), the dispatches of the last logged iteration.
+    last_node_dispatches: Vec<u64>,
     /// Inputs kept on the device between iterations ([`InferRequest::keep_input`]).
     kept: Vec<KeptInput>,
     /// The device check of the gathers whose indices a kernel computes (none: no buffer).
@@ -239,6 +241,7 @@ impl InferRequest {
             uniforms: Some(UniformArena::new(engine)),
             log_commands: false,
             last_log: None,
+            last_node_dispatches: Vec::new(),
             kept: Vec::new(),
             index_checks: IndexChecks::new(engine, &inner.compiled)?,
             host: HostTime::default(),
@@ -292,6 +295,18 @@ impl InferRequest {
     /// The command log of the last iteration, when logging.
     pub fn take_command_log(&mut self) -> Option<CommandLog> {
         self.last_log.take()
+    }
+
+    /// The dispatches each node recorded in the last iteration, by label, in processing
+    /// order (nodes that dispatched nothing included), when logging
+    /// ([`InferRequest::log_commands`]); empty otherwise.
+    pub fn node_dispatches(&self) -> Vec<(&str, u64)> {
+        let c = &self.net.inner.compiled;
+        self.last_node_dispatches
+            .iter()
+            .zip(&c.nodes)
+            .map(|(&n, node)| (c.graph.node(node.id).label.as_str(), n))
+            .collect()
     }
 
     /// Rows currently held by each state (the past length of the KV cache).
@@ -806,12 +821,18 @@ impl InferRequest {
                 }
             }
             let mut encoded = Ok(());
+            let mut node_dispatches = Vec::new();
             for k in 0..compiled.nodes.len() {
+                let before = self.state.stats().dispatches;
                 if let Err(e) = self.encode_node(&inner, k, &mut frame) {
                     encoded = Err(e);
                     break;
                 }
+                if self.log_commands {
+                    node_dispatches.push(self.state.stats().dispatches - before);
+                }
             }
+            self.last_node_dispatches = node_dispatches;
             if let Err(e) = encoded {
                 self.uniforms = Some(frame.abandon());
                 return Err(e);

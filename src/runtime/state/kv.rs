@@ -228,6 +228,17 @@ pub(crate) struct MovedState<B> {
 }
 
 impl<S: Storage + Clone> RequestState<S> {
+    /// The shape of the rows state `s` appends this iteration: its past's with the growing
+    /// axis' extent the rows appended.
+    pub fn kv_rows_shape(&self, s: usize) -> Shape {
+        let st = &self.states[s];
+        let mut dims = st.shape.dims().to_vec();
+        if let Some(d) = dims.get_mut(st.axis) {
+            *d = st.append_rows;
+        }
+        Shape(dims)
+    }
+
     /// Rows currently held by each state.
     pub fn state_shapes(&self) -> Vec<Shape> {
         self.states.iter().map(|s| s.shape.clone()).collect()

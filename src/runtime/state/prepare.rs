@@ -135,7 +135,11 @@ impl<S: Storage + Clone> RequestState<S> {
             }
             let values_changed = self.value_changed[id.index()]
                 || gn.inputs.iter().any(|i| self.value_changed[i.index()]);
+            // A state's in-place append is sized every iteration: the rows it appends after
+            // depend on what the state holds, which changes without its inputs' shapes doing
+            // so (a cache moved in from a sibling request, rows dropped or rolled back).
             let changed = values_changed
+                || matches!(node.role, Role::StateConcat { .. })
                 || match (&self.slots[k].in_shapes, &input_shape) {
                     (None, _) => true,
                     (Some(prev), Some(s)) => prev.len() != 1 || &prev[0] != s,
@@ -176,6 +180,7 @@ impl<S: Storage + Clone> RequestState<S> {
             match node.role {
                 Role::Constant
                 | Role::ShapeOnly
+                | Role::KvRows
                 | Role::Input { state: Some(_) }
                 | Role::StateView { .. } => {}
                 Role::StateConcat { state } | Role::StateScatter { state } => {

@@ -6,10 +6,12 @@
 //! nothing to vary and skips.
 //!
 //! The cases: linear in the formats of the models, decode rows (M = 1, 3, 8: the subgroup
-//! kernel), with a fused gate and with RoPE; grouped-query attention with the groups of
+//! kernel), with a fused gate, and the attention block's epilogues (a bias with RoPE, Q/K/V
+//! as one projection writing its keys and values, a post-norm); grouped-query attention with the groups of
 //! SmolLM2 (3:1, heads of 64), Qwen2.5 (7:1) and Gemma 3 (4:1, heads of 256), f32 and f16
 //! keys, in one pass and split. Tolerances as in `quant`, `fused` and `transformer`.
 
+use super::fused::{epilogue_inputs, skewed};
 use super::quant::{block_len, check, linear_tol, s, values, weight};
 use super::transformer::{check_attention, AttentionCase};
 use crate::common;
@@ -17,7 +19,8 @@ use dynrt::gpu::kernels::attention::grouped_constants;
 use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::Kernels;
 use dynrt::gpu::{testing, GpuOptions};
-use dynrt::graph::ops::{FusedLinear, GateAct, Linear};
+use dynrt::graph::ops::fused_linear::PLAIN;
+use dynrt::graph::ops::{rope_block, FusedLinear, GateAct, KvSplit, Linear, Rope};
 use dynrt::graph::Op;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::DType;
@@ -50,7 +53,7 @@ fn run_cases(want_subgroup: u32) {
                         norm: Some(1e-5),
                         gate: Some(GateAct::Silu),
                         residual: true,
-                        rope: None,
+                        ..PLAIN
                     }),
                     19,
                 ),
@@ -79,6 +82,75 @@ fn run_cases(want_subgroup: u32) {
                     ),
                 );
             }
+        }
+    }
+    // The attention block's epilogues through the subgroup kernel (its `finish`): a bias with
+    // RoPE on halves; Q/K/V as one projection over three formats writing its keys and values
+    // (the queries checked); a post-norm of a row longer than the segment kernels hold (the
+    // products stored, then quant_segment_finish).
+    let rope = Some(Rope {
+        head_dim: 16,
+        block: rope_block(40),
+        interleaved: false,
+    });
+    let epilogues = [
+        (
+            FusedLinear {
+                norm: Some(1e-5),
+                bias: true,
+                rope,
+                ..PLAIN
+            },
+            [DType::Q4_1; 3],
+            48,
+        ),
+        (
+            FusedLinear {
+                norm: Some(1e-5),
+                bias: true,
+                kv: Some(KvSplit {
+                    kv_rows: 16,
+                    slots: false,
+                }),
+                rope,
+                ..PLAIN
+            },
+            [DType::Q8_0, DType::Q4_K, DType::F16],
+            32,
+        ),
+        (
+            FusedLinear {
+                post_norm: Some(1e-6),
+                residual: true,
+                ..PLAIN
+            },
+            [DType::Q8_0; 3],
+            dynrt::gpu::kernels::quant::SEG_MAX + 100,
+        ),
+    ];
+    for (op, formats, nq) in &epilogues {
+        let kd = 2 * formats
+            .iter()
+            .map(|&f| block_len(f).max(32))
+            .max()
+            .unwrap_or(32);
+        for m in [1u64, 3, 8] {
+            let ins = epilogue_inputs(&mut rng, op, *formats, m, kd, *nq);
+            let mut tol = linear_tol(kd);
+            tol.atol *= 4.0;
+            tol.rtol *= 10.0;
+            check(
+                &gpu,
+                &mut k,
+                &Op::FusedLinear(*op),
+                &ins,
+                tol,
+                // x on a vec4: the subgroup kernel reads it as vec4s.
+                &skewed(
+                    format!("subgroup {want_subgroup}: {op:?} {formats:?} M {m} K {kd}"),
+                    0,
+                ),
+            );
         }
     }
     assert!(k.has_pipeline("quantsg_matvec"));

@@ -229,6 +229,19 @@ fn tiny_models() -> Vec<(&'static str, TinyLlama)> {
             ..TinyLlama::default()
         },
     ));
+    // qwen3: per-head Q/K norms before RoPE on halves, no biases, heads wider than width /
+    // heads (as Qwen3's 128 over a width of 1024 with 16 heads), Q8_0 projections.
+    models.push((
+        "qwen3-q8_0-wide-heads",
+        TinyLlama {
+            architecture: "qwen3",
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 32,
+            projection_type: GgmlType::Q8_0,
+            ..TinyLlama::default()
+        },
+    ));
     // gemma3: Q/K norms, post-norms, the scaled embedding, GeGLU, RoPE on halves with a
     // base of its own on the five sliding-window layers (here a window of 4 keys, so the
     // prompt outgrows it and the cache of those layers drops its oldest rows) before the
