@@ -19,8 +19,8 @@
 //! there (`dynrt bench kernels`). Every linear kernel runs every fused epilogue of
 //! `fused_linear` (shared WGSL: product, finish, store); a norm of the product (head norms, a
 //! post-norm) needs a whole head or row, so decode runs the class's segment kernel (a
-//! workgroup per head or row) and more rows the class's kernel, then `quant_segment_finish`
-//! ([`QuantLayout::fused_kernel`]). The embedding `gather` from an f16 or block-quantized
+//! workgroup per head) and a post-norm or more rows the class's kernel, then
+//! `quant_segment_finish` ([`QuantLayout::fused_kernel`]). The embedding `gather` from an f16 or block-quantized
 //! table ([`encode_gather`]) dequantizes the rows it picks.
 //!
 //! The linear kernels read x as vec4s where its element offset and K are multiples of 4
@@ -577,14 +577,23 @@ impl QuantLayout {
     }
 
     /// The kernel for `m` rows of x of a projection whose epilogue norms segments of
-    /// `segment` outputs (a head, the row; `None`: no norm of the product), and whether
-    /// `quant_segment_finish` must then finish them: the class's segment kernel where its
-    /// matrix-vector kernel would run and a segment fits in workgroup memory ([`SEG_MAX`]),
-    /// else [`QuantLayout::linear_kernel`]'s, which stores the products for the finish.
-    pub fn fused_kernel(self, m: u64, aligned: bool, segment: Option<u64>) -> (LinearKernel, bool) {
+    /// `segment` outputs (a head, the row; `None`: no norm of the product), `segments` of
+    /// them per row of x, and whether `quant_segment_finish` must then finish them: the
+    /// class's segment kernel where its matrix-vector kernel would run, a row has several
+    /// segments (heads) and one fits in workgroup memory ([`SEG_MAX`]), else
+    /// [`QuantLayout::linear_kernel`]'s, which stores the products for the finish. A
+    /// post-norm's one segment per row would put a decode step's whole product in one
+    /// workgroup, leaving the rest of the device idle.
+    pub fn fused_kernel(
+        self,
+        m: u64,
+        aligned: bool,
+        segment: Option<u64>,
+        segments: u64,
+    ) -> (LinearKernel, bool) {
         match segment {
             None => (self.linear_kernel(m, aligned), false),
-            Some(len) if m <= self.matvec_max_m() && len <= SEG_MAX => match self {
+            Some(len) if m <= self.matvec_max_m() && len <= SEG_MAX && segments > 1 => match self {
                 QuantLayout::Cpu { .. } => (LinearKernel::SegmentWg8, false),
                 QuantLayout::Gpu { .. } => (LinearKernel::SegmentWg64, false),
             },
@@ -1058,7 +1067,8 @@ fn encode_linear(
     if let Some(len) = segment {
         p.seg_len = u32_of("output", len)?;
     }
-    let (kernel, finish) = layout.fused_kernel(m, aligned, segment);
+    let segments = segment.map_or(0, |len| n / len);
+    let (kernel, finish) = layout.fused_kernel(m, aligned, segment, segments);
     let (entry, workgroups, xrows) = match (kernel, layout) {
         (LinearKernel::SegmentWg8 | LinearKernel::SegmentWg64, _) => {
             let len = segment.unwrap_or(1).max(1);

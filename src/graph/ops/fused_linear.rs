@@ -4,7 +4,8 @@
 //! query, key and value projections of an attention block as one, whose key and value rows
 //! go to a KV cache ([`KvRows`]). The graph rewrites of [`crate::graph::fuse`] make these
 //! nodes out of `rms_norm`, `linear`, `add`, `silu_mul` / `gelu` + `mul`, `rope`, `concat`
-//! and `scatter_rows` nodes, so a decoder layer runs five dispatches; the kernels are the
+//! and `scatter_rows` nodes, so a decoder layer runs five dispatches (seven with post-norms,
+//! each finished by a second dispatch); the kernels are the
 //! `linear` ones of `src/gpu/kernels/quant.rs` with a prologue and an epilogue.
 
 use super::attention::{matrix, Rope};
