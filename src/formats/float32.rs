@@ -14,19 +14,5 @@ pub const FORMAT: Format = Format {
     decode: |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
     quantize: |x, out| out.extend(x[0].to_le_bytes()),
     grouped: None,
-    wgsl: r#"
-fn f32_element(wo: u32, e: u32) -> f32 {
-    return bitcast<f32>(w[wo + e]);
-}
-
-fn f32_run(wo: u32, e: u32) -> array<vec4<f32>, 8> {
-    var v: array<vec4<f32>, 8>;
-    let wi = wo + e;
-    for (var i = 0u; i < 8u; i++) {
-        let j = wi + 4u * i;
-        v[i] = bitcast<vec4<f32>>(vec4<u32>(w[j], w[j + 1u], w[j + 2u], w[j + 3u]));
-    }
-    return v;
-}
-"#,
+    wgsl: format_wgsl!("f32"),
 };

@@ -13,7 +13,8 @@
 //! row's index in [`FORMATS`] being the shader's `WEIGHT_FORMAT`) and the GGUF types a model
 //! may use are all derived from the table.
 //!
-//! Adding a block format is one file here (decoder, quantizer, WGSL function) and one row in
+//! Adding a block format is one file here (decoder, quantizer), its WGSL decoder in
+//! `shaders/formats/<name>.wgsl` (loaded by the row with `format_wgsl!`) and one row in
 //! `block_format_table!` below.
 //!
 //! # The WGSL contract
@@ -26,11 +27,24 @@
 //! `blk / 8`. A plain format's `wgsl` defines `fn <name>_element(wo: u32, e: u32) -> f32` and
 //! `fn <name>_run(wo: u32, e: u32) -> array<vec4<f32>, 8>` (elements `e .. e + 32`). Both may
 //! use the helpers of `shaders/quant.wgsl`: `byte_at`, `word_at`, `f16_at`, `nibbles`,
-//! `bytes_i8`, `bits4`.
+//! `bytes_i8`, `bits4`. Each is the text of its file, `shaders/formats/<name>.wgsl`.
 
 use crate::gguf::GgmlType;
 use crate::shape::DType;
 use half::f16;
+
+/// The text of `shaders/formats/<stem>.wgsl`: a format's WGSL decoder, which the `quant`
+/// family appends to its kernels (so each backend and the browser compile the same text).
+macro_rules! format_wgsl {
+    ($stem:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/shaders/formats/",
+            $stem,
+            ".wgsl"
+        ))
+    };
+}
 
 mod bf16;
 mod float16;
@@ -55,7 +69,7 @@ pub struct Format {
     /// Appends the bytes of one block quantized from `block_elements` floats (a simple
     /// quantizer, for test models and kernel inputs; not ggml's search for the best scales).
     pub quantize: fn(values: &[f32], out: &mut Vec<u8>),
-    /// The WGSL decoder (see the module docs for its contract).
+    /// The WGSL decoder, `shaders/formats/<name>.wgsl` (see the module docs for its contract).
     pub wgsl: &'static str,
     /// The grouped-planes layout the kernels may read this format in instead of the file's
     /// (see [`Grouped`]); `None` where the file's blocks are already word-aligned or a block
@@ -78,7 +92,7 @@ pub struct Grouped {
     pub fields: &'static [(u32, u32)],
     /// `fn <name>_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) ->
     /// array<vec4<f32>, 8>`: block `blk` of a grouped tensor starting at word `wo`, with the
-    /// contract of the file decoder.
+    /// contract of the file decoder; `shaders/formats/<name>_g8.wgsl`.
     pub wgsl: &'static str,
 }
 
@@ -391,6 +405,35 @@ mod tests {
         }
         assert!(ggml_names().starts_with("F32, F16, BF16, Q4_0"));
         assert!(!ggml_names().contains("NB") && dtype_names().ends_with("q4_nb, q8_nb"));
+    }
+
+    /// `shaders/formats/` holds exactly the rows' decoders: a file per row (and one per grouped
+    /// layout), each the text its row compiles, and no file that no row loads.
+    #[test]
+    fn every_decoder_file_is_a_row() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders/formats");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let mut rows = Vec::new();
+        for f in FORMATS {
+            let mut sources = vec![(f.name.to_string(), f.wgsl)];
+            if let Some(g) = &f.grouped {
+                sources.push((format!("{}_g8", f.name), g.wgsl));
+            }
+            for (stem, wgsl) in sources {
+                let file = format!("{stem}.wgsl");
+                let text = std::fs::read_to_string(dir.join(&file)).unwrap();
+                assert_eq!(text, wgsl, "{file}");
+                assert!(text.starts_with("//"), "{file}: no header comment");
+                rows.push(file);
+            }
+        }
+        rows.sort();
+        assert_eq!(rows.len(), FORMATS.len() + 3);
+        assert_eq!(files, rows, "files in {} that no row loads", dir.display());
     }
 
     /// A smooth row with one outlier per block: every format must come close.

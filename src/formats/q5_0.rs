@@ -17,39 +17,9 @@ pub const FORMAT: Format = Format {
     quantize,
     grouped: Some(Grouped {
         fields: &[(0, 2), (2, 4), (6, 16)],
-        wgsl: r#"
-// Grouped planes (src/formats, `Grouped`): a group of 8 blocks is 44 words, the 8 scales as
-// f16 pairs (words 0..4), the 8 words of fifth bits, then each block's 16 bytes of nibbles.
-fn q5_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
-    let g = wo + (blk / 8u) * 44u;
-    let j = blk % 8u;
-    *dm = vec2<f32>(f16_at(g, 2u * j), 0.0);
-    let qh = w[g + 4u + j];
-    let qw = g + 12u + j * 4u;
-    var v: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 4u; i++) {
-        let q = w[qw + i];
-        v[i] = nibbles(q, 0u) + 16.0 * bits4(qh, 4u * i) - 16.0;
-        v[i + 4u] = nibbles(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - 16.0;
-    }
-    return v;
-}
-"#,
+        wgsl: format_wgsl!("q5_0_g8"),
     }),
-    wgsl: r#"
-fn q5_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
-    let b = blk * 22u;
-    *dm = vec2<f32>(f16_at(wo, b), 0.0);
-    let qh = word_at(wo, b + 2u);
-    var v: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 4u; i++) {
-        let q = word_at(wo, b + 6u + 4u * i);
-        v[i] = nibbles(q, 0u) + 16.0 * bits4(qh, 4u * i) - 16.0;
-        v[i + 4u] = nibbles(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - 16.0;
-    }
-    return v;
-}
-"#,
+    wgsl: format_wgsl!("q5_0"),
 };
 
 fn decode(b: &[u8], o: &mut [f32]) {

@@ -16,40 +16,9 @@ pub const FORMAT: Format = Format {
     quantize,
     grouped: Some(Grouped {
         fields: &[(0, 2), (2, 32)],
-        wgsl: r#"
-// Grouped planes (src/formats, `Grouped`): a group of 8 blocks is 68 words, the 8 scales as
-// f16 pairs (words 0..4), then each block's 32 quants (8 aligned words).
-fn q8_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
-    let g = wo + (blk / 8u) * 68u;
-    let j = blk % 8u;
-    *dm = vec2<f32>(f16_at(g, 2u * j), 0.0);
-    let q = g + 4u + j * 8u;
-    var v: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = bytes_i8(w[q + i]);
-    }
-    return v;
-}
-"#,
+        wgsl: format_wgsl!("q8_0_g8"),
     }),
-    wgsl: r#"
-// A block starts at a byte offset that is 0 or 2 mod 4; both cases read 9 words.
-fn q8_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
-    let byte = wo * 4u + blk * 34u;
-    let wi = byte / 4u;
-    let odd = (byte & 2u) != 0u;
-    var u = w[wi];
-    *dm = vec2<f32>(unpack2x16float(select(u, u >> 16u, odd)).x, 0.0);
-    var v: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        let next = w[wi + 1u + i];
-        let q = select((u >> 16u) | (next << 16u), next, odd);
-        u = next;
-        v[i] = bytes_i8(q);
-    }
-    return v;
-}
-"#,
+    wgsl: format_wgsl!("q8_0"),
 };
 
 fn decode(b: &[u8], o: &mut [f32]) {

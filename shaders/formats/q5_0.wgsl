@@ -1,0 +1,14 @@
+// Q5_0's decoder, appended to the `quant` family's source (one per row of the
+// format table); the contract is in `src/formats/mod.rs`.
+fn q5_0_block(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let b = blk * 22u;
+    *dm = vec2<f32>(f16_at(wo, b), 0.0);
+    let qh = word_at(wo, b + 2u);
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 4u; i++) {
+        let q = word_at(wo, b + 6u + 4u * i);
+        v[i] = nibbles(q, 0u) + 16.0 * bits4(qh, 4u * i) - 16.0;
+        v[i + 4u] = nibbles(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - 16.0;
+    }
+    return v;
+}

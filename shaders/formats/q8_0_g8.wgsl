@@ -1,0 +1,15 @@
+// Q8_0 in the grouped-planes layout (`Grouped`), appended to the `quant` family's
+// source after the file layout's decoder; the contract is in `src/formats/mod.rs`.
+// A group of 8 blocks is 68 words, the 8 scales as f16 pairs (words 0..4), then each block's 32
+// quants (8 aligned words).
+fn q8_0_block_g8(wo: u32, blk: u32, dm: ptr<function, vec2<f32>>) -> array<vec4<f32>, 8> {
+    let g = wo + (blk / 8u) * 68u;
+    let j = blk % 8u;
+    *dm = vec2<f32>(f16_at(g, 2u * j), 0.0);
+    let q = g + 4u + j * 8u;
+    var v: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = bytes_i8(w[q + i]);
+    }
+    return v;
+}
