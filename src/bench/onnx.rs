@@ -43,7 +43,7 @@ pub struct Args {
     /// Steps to run.
     #[arg(long, default_value_t = 16)]
     steps: usize,
-    /// Write every output of the last step as DIR/<output>.npy.
+    /// Write every output of the last step as `DIR/<output>.npy`.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print one JSON line.

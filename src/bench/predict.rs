@@ -1,6 +1,6 @@
 //! `dynrt-bench predict`: replay a shape trace through a preallocation policy, or compare every
 //! policy on several traces (`--compare`). The replay itself is
-//! [`dynrt::memory::predictor::replay`]; this file only parses arguments and prints.
+//! [`dynrt::memory::predictor::replay()`]; this file only parses arguments and prints.
 
 use anyhow::Context;
 use dynrt::fileio;

@@ -28,7 +28,6 @@ pub use wgpu;
 /// [`enumerate_all_adapters`]).
 pub use wgpu::AdapterInfo;
 
-/// Hand-recorded submits for the benchmarks of `dynrt-bench` (feature `bench`, native).
 #[cfg(all(feature = "bench", not(target_arch = "wasm32")))]
 pub mod bench;
 pub mod embed;
