@@ -18,7 +18,7 @@
 //! WGPU_BACKEND=vulkan cargo run --release --example probe_kernels   # lavapipe, no GPU
 //! ```
 //!
-//! Timing as `dynrt bench kernels` times: dispatches recorded into one command buffer, one
+//! Timing as `dynrt-bench kernels` times: dispatches recorded into one command buffer, one
 //! submit, wall-clock time until the device is idle (timestamp queries are rare on software
 //! adapters), and beside it the process's CPU time on Linux (on a software adapter the
 //! device's work is this process's threads, and CPU time is far less disturbed by other

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ONNX Runtime's side of `dynrt bench embed`: sentences/s of an ONNX sentence encoder on the
-same sentences (`dynrt bench embed --texts-out FILE.json` writes them), batched the same way
+"""ONNX Runtime's side of `dynrt-bench embed`: sentences/s of an ONNX sentence encoder on
+the same sentences (`dynrt-bench embed --texts-out FILE.json` writes them), batched the same way
 (sorted by length, longest first, padded to each batch's longest), tokenized by the
 `tokenizers` package, mean-pooled (and normalized with --normalize) in numpy. One JSON line
 per batch size. Run it with the python of scripts/pyenv.sh.

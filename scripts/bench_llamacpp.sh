@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Side by side with llama.cpp (issue 20, item 7): the same GGUF file, `llama-bench` against
-# `dynrt bench generate`, interleaved in rounds on the same machine.
+# `dynrt-bench generate`, interleaved in rounds on the same machine.
 #
 #   scripts/bench_llamacpp.sh [--json] [--quick] [--model NAME|PATH] [--rounds N]
 #                             [--vulkan] [--vulkan-include DIR] [--dynrt PATH]
+#                             [--dynrt-bench PATH]
 #   scripts/bench_llamacpp.sh --server [--vulkan] [--vulkan-include DIR]
 #
 #   --json            one JSON object per workload and runtime on stdout:
@@ -20,17 +21,20 @@
 #                     uses VK_EXT_layer_settings, which Debian bookworm's libvulkan-dev 1.3.239
 #                     lacks: newer headers (for instance those of Debian trixie's libvulkan-dev
 #                     1.4.309, unpacked with `dpkg-deb -x`) build it against bookworm's loader
-#   --dynrt PATH      the dynrt binary (default: target/release/dynrt, built when missing)
+#   --dynrt PATH      the dynrt binary, which fetches the model (default:
+#                     target/release/dynrt, built when missing)
+#   --dynrt-bench PATH  the dynrt-bench binary, which measures it (default:
+#                     target/release/dynrt-bench, built when missing)
 #   --server          build llama-server (CPU; with --vulkan also the Vulkan one) from the
 #                     same source and print the path of each on stdout, measuring nothing
 #                     (scripts/serve_bench.py drives it)
 #
 # Workloads and what each runtime measures (tok/s; medians over the rounds):
 #   prefill_16/128/512   a prompt of 16/128/512 tokens in one pass. llama.cpp: `llama-bench
-#                        -p 16,128,512 -n 0`; dynrt: `bench generate --prefill 16,128,512`
+#                        -p 16,128,512 -n 0`; dynrt: `dynrt-bench generate --prefill 16,128,512`
 #   decode_d0/256/1024   greedy decode at depth N (N tokens already in the KV cache).
 #                        llama.cpp: `llama-bench -p 0 -n 32 -d N`, the mean over the 32
-#                        tokens at contexts N+1..N+32; dynrt: `bench generate --contexts
+#                        tokens at contexts N+1..N+32; dynrt: `dynrt-bench generate --contexts
 #                        32,288,1056`, 1000 / the median ms of its 16 decode steps at
 #                        contexts N+17..N+32 (its decode starts from a 16-token prompt, so
 #                        d0 is its first 16..32 context window), inside llama.cpp's window
@@ -60,8 +64,9 @@ model="smollm2-135m-instruct"
 vulkan=0
 vulkan_include=""
 dynrt="$root/target/release/dynrt"
+dynrt_bench="$root/target/release/dynrt-bench"
 server=0
-usage() { sed -n '5,26p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '5,30p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=1 ;;
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --vulkan) vulkan=1 ;;
     --vulkan-include) vulkan_include="${2:?--vulkan-include needs a directory}"; shift ;;
     --dynrt) dynrt="${2:?--dynrt needs a path}"; shift ;;
+    --dynrt-bench) dynrt_bench="${2:?--dynrt-bench needs a path}"; shift ;;
     --server) server=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; usage; exit 2 ;;
@@ -188,8 +194,8 @@ fi
 [ -n "$skipped" ] && say "$skipped"
 
 # ---- dynrt and the model ----
-if [ ! -x "$dynrt" ]; then
-  say "building dynrt (cargo build --release)"
+if [ ! -x "$dynrt" ] || [ ! -x "$dynrt_bench" ]; then
+  say "building dynrt and dynrt-bench (cargo build --release)"
   (cd "$root" && cargo build --release >&2)
 fi
 if [ -f "$model" ]; then
@@ -218,7 +224,7 @@ measure() {
   fi
 }
 dynrt_run() {
-  "$dynrt" bench generate --json --model "$gguf" --prefill 16,128,512 \
+  "$dynrt_bench" generate --json --model "$gguf" --prefill 16,128,512 \
     --contexts 32,288,1056 --policies adaptive
 }
 llama_run() {

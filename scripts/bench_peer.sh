@@ -32,7 +32,7 @@
 #
 # What it does, in order (each step says so on stderr; everything lands in target/peer/):
 #  1. the Python venv (scripts/pyenv.sh: numpy, onnx, onnxruntime, onnxruntime-ep-webgpu);
-#  2. `cargo build --release` (dynrt), web/build.sh (dynrt's wasm package, when
+#  2. `cargo build --release` (dynrt-bench), web/build.sh (dynrt's wasm package, when
 #     wasm-bindgen-cli is installed), `npm ci` in web/peer (onnxruntime-web 1.30.0 and
 #     playwright-core), the Vulkan counting layer (scripts/peer/vulkan-count-layer, gcc;
 #     libvulkan-dev is installed with apt-get when missing and running as root);
@@ -63,10 +63,10 @@
 # whole cost and much steadier than wall time on a loaded machine. Counts are per step, from
 # the same counter for both runtimes on a route.
 #
-# ---- The dynrt side (src/cli/bench_onnx.rs natively, the wasm OnnxSession of src/web/ in
+# ---- The dynrt side (src/bench/onnx.rs natively, the wasm OnnxSession of src/web/ in
 # ---- the page; where one is not built or fails, its cells say "missing" with the reason) ----
 #
-# Native: `dynrt bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json]
+# Native: `dynrt-bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json]
 #                  [--decode --token-input NAME --logits NAME [--position-input NAME]
 #                   --state OUT_PREFIX=IN_PREFIX ...]`
 #   * step 0 feeds every DIR/<input>.npy; every step is one run of the model on the adapter
@@ -141,13 +141,13 @@ say "Python venv (scripts/pyenv.sh)"
 py=$(scripts/pyenv.sh)
 
 # ---- 2. builds --------------------------------------------------------------------------
-say "building dynrt (cargo build --release)"
-cargo build --release --bin dynrt >&2
-dynrt=$root/target/release/dynrt
-if "$dynrt" bench onnx --help >/dev/null 2>&1; then
+say "building dynrt-bench (cargo build --release)"
+cargo build --release --bin dynrt-bench >&2
+dynrt_bench=$root/target/release/dynrt-bench
+if "$dynrt_bench" onnx --help >/dev/null 2>&1; then
   dynrt_native=""
 else
-  dynrt_native="dynrt has no \`bench onnx\` subcommand yet (its interface: scripts/bench_peer.sh): no dynrt figures natively"
+  dynrt_native="dynrt-bench has no \`onnx\` subcommand (its interface: scripts/bench_peer.sh): no dynrt figures natively"
 fi
 
 browser_ok=""
@@ -305,7 +305,7 @@ for route in native-swiftshader native-lavapipe; do
           mapfile -t dargs < <("$py" scripts/peer/manifest.py "$models" dynrt-args "$w" "$out/dynrt-out/$w")
           layer_env=()
           [ -z "$layer_ok" ] && layer_env=(VK_LAYER_PATH="$layer_dir" VK_INSTANCE_LAYERS=VK_LAYER_PEER_count PEER_COUNT_SHM="$shm")
-          env VK_ICD_FILENAMES=$icd_file WGPU_BACKEND=vulkan ${layer_env[@]+"${layer_env[@]}"} "$dynrt" bench onnx "${dargs[@]}" 2>&1 \
+          env VK_ICD_FILENAMES=$icd_file WGPU_BACKEND=vulkan ${layer_env[@]+"${layer_env[@]}"} "$dynrt_bench" onnx "${dargs[@]}" 2>&1 \
             | "$py" scripts/peer/manifest.py tag "$route" "$adapter" "$w" $r dynrt >> "$results" || true
           "$py" - "$models" "$w" "$out/dynrt-out/$w" "$route" "$adapter" >> "$results" <<'EOF' || true
 # dynrt's op result against numpy; a mismatch becomes an error record in the report.

@@ -12,9 +12,9 @@ limit_ms="${1:-10000}"
 # same layout).
 bench_dir="${DYNRT_PLANNER_BENCH:-fixtures/planner}"
 if [[ ! -d "$bench_dir/real-models" ]]; then echo "no planner instances in $bench_dir" >&2; exit 1; fi
-# DYNRT_BIN names a prebuilt binary (skips the build).
-if [[ -z "${DYNRT_BIN:-}" ]]; then cargo build --release --quiet; fi
-bin="${DYNRT_BIN:-${CARGO_TARGET_DIR:-target}/release/dynrt}"
+# DYNRT_BENCH_BIN names a prebuilt dynrt-bench binary (skips the build).
+if [[ -z "${DYNRT_BENCH_BIN:-}" ]]; then cargo build --release --quiet --bin dynrt-bench; fi
+bin="${DYNRT_BENCH_BIN:-${CARGO_TARGET_DIR:-target}/release/dynrt-bench}"
 echo "| instance | buffers | lower bound | gmem-fit-first | gmem-op-size | greedy-size | search | best |"
 echo "|---|---|---|---|---|---|---|---|"
 for f in "$bench_dir"/minimalloc-challenging/*.csv "$bench_dir"/real-models/*.csv; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the shape traces in fixtures/traces/ (CSV: id,dtype,shape) for `dynrt predict`.
+"""Generate the shape traces in fixtures/traces/ (CSV: id,dtype,shape) that
+`dynrt-bench predict` replays.
 
 Deterministic: random choices come from SplitMix64 (the same generator as dynrt::rng), so
 re-running this script reproduces the committed files byte for byte. Standard library only.

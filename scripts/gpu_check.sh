@@ -3,15 +3,18 @@
 # needs to measure dynrt beside llama.cpp's Vulkan backend, into one folder under 64 MiB, with
 # a runner that returns one tarball of JSON lines.
 #
-#   scripts/gpu_check.sh [--out DIR] [--models a,b,c] [--dynrt PATH]
+#   scripts/gpu_check.sh [--out DIR] [--models a,b,c] [--dynrt PATH] [--dynrt-bench PATH]
 #
 #   --out DIR      the folder to fill (default target/gpu_check); emptied first
 #   --models LIST  models of `dynrt fetch --list` (default: smollm2-135m-instruct,
 #                  qwen2.5-coder-0.5b-instruct, gemma3-270m); fetched on first use
 #   --dynrt PATH   the dynrt binary (default target/release/dynrt, built when missing)
+#   --dynrt-bench PATH   the dynrt-bench binary (default target/release/dynrt-bench, built
+#                  when missing)
 #
 # The folder holds:
-#   dynrt.xz, llama.tar.xz   the binaries, stripped and xz'd: dynrt under 6 MB, llama-bench
+#   dynrt.xz, dynrt-bench.xz, llama.tar.xz   the binaries, stripped and xz'd: dynrt (info,
+#       fetch) and dynrt-bench (the benchmarks) each under 6 MB, llama-bench
 #       and llama-batched-bench in one archive (each alone is 6.2 MB; together, sharing their
 #       embedded Vulkan shaders, 7 MB). llama.cpp is the source PyPI's llama-cpp-python 0.3.36 sdist carries
 #       (as scripts/bench_llamacpp.sh takes it), built for Vulkan for any x86-64 with AVX2
@@ -37,12 +40,14 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$root/target/gpu_check"
 models="smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct,gemma3-270m"
 dynrt="$root/target/release/dynrt"
+dynrt_bench="$root/target/release/dynrt-bench"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift ;;
     --models) models="${2:?--models needs a list}"; shift ;;
     --dynrt) dynrt="${2:?--dynrt needs a path}"; shift ;;
-    -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dynrt-bench) dynrt_bench="${2:?--dynrt-bench needs a path}"; shift ;;
+    -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -55,8 +60,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 # ---- dynrt ----
-if [ ! -x "$dynrt" ]; then
-  say "building dynrt (cargo build --release)"
+if [ ! -x "$dynrt" ] || [ ! -x "$dynrt_bench" ]; then
+  say "building dynrt and dynrt-bench (cargo build --release)"
   (cd "$root" && cargo build --release >&2)
 fi
 
@@ -114,6 +119,7 @@ pack() { # pack SRC NAME: stripped and xz'd, at most 6 MB
   [ "$bytes" -le 6000000 ] || { echo "error: $2.xz is $bytes bytes, above 6 MB" >&2; exit 1; }
 }
 pack "$dynrt" dynrt
+pack "$dynrt_bench" dynrt-bench
 # Both llama.cpp tools in one archive (kept beside the build: xz -9e takes minutes).
 llama_xz="$work/llama-vulkan.tar.xz"
 if [ ! -f "$llama_xz" ] || [ "$build/bin/llama-bench" -nt "$llama_xz" ] \

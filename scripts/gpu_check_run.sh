@@ -13,10 +13,10 @@
 # The tarball holds results/results.jsonl, one JSON line per (model, workload, runtime):
 # {"model","workload","runtime","adapter","tok_s"} with workloads prefill_16/128/512 (a
 # prompt in one pass), decode_d0/d256/d1024 (greedy decode at that depth), batch_16/64
-# (tokens/s of 16 or 64 sequences decoding together); runtimes dynrt (`bench generate`,
-# `bench batch`) and llama.cpp-vulkan (`llama-bench -ngl 99 -o jsonl`,
+# (tokens/s of 16 or 64 sequences decoding together); runtimes dynrt (`dynrt-bench generate`,
+# `dynrt-bench batch`) and llama.cpp-vulkan (`llama-bench -ngl 99 -o jsonl`,
 # `llama-batched-bench -ngl 99` TG speed). Beside it the raw outputs, `dynrt info --json`,
-# `dynrt bench kernels --json` and the log. Each command has a time limit, so the whole run
+# `dynrt-bench kernels --json` and the log. Each command has a time limit, so the whole run
 # stays under 6 minutes on a GPU; a command that fails or times out leaves its rows out and
 # says so in the log. Workloads as in scripts/bench_llamacpp.sh: dynrt's decode_dN is the
 # median step at contexts N+17..N+32 of a run from a 16-token prompt, llama.cpp's the mean
@@ -74,6 +74,7 @@ export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 
 # ---- binaries and speed twins ----
 xz -dc "$here/dynrt.xz" >"$work/bin/dynrt" && chmod +x "$work/bin/dynrt"
+xz -dc "$here/dynrt-bench.xz" >"$work/bin/dynrt-bench" && chmod +x "$work/bin/dynrt-bench"
 xz -dc "$here/llama.tar.xz" | tar xf - -C "$work/bin"
 all=()
 for size in "$here"/models/*.size; do
@@ -96,6 +97,7 @@ for name in "${chosen[@]}"; do
   truncate -s "$(cat "$here/models/$name.size")" "$f"
 done
 dynrt="$work/bin/dynrt"
+dynrt_bench="$work/bin/dynrt-bench"
 
 # run LIMIT_S FILE CMD...: stdout to FILE, stderr to the log, killed after LIMIT_S seconds.
 scale=1
@@ -120,7 +122,7 @@ run 60 "$res/info.json" "$dynrt" info --json
 if [ "$quick" = 1 ]; then
   log "bench kernels skipped (--quick)"
 else
-  run 60 "$res/kernels.json" "$dynrt" bench kernels --json
+  run 60 "$res/kernels.json" "$dynrt_bench" kernels --json
 fi
 if [ "$quick" = 1 ]; then
   prefill="16"; contexts="32"; sessions="4"; ntg=4; npp=8
@@ -131,9 +133,9 @@ else
 fi
 for name in "${chosen[@]}"; do
   f="$work/models/$name.gguf"
-  run 100 "$res/$name.dynrt-generate.json" "$dynrt" bench generate --json --model "$f" \
+  run 100 "$res/$name.dynrt-generate.json" "$dynrt_bench" generate --json --model "$f" \
     --prefill "$prefill" --contexts "$contexts" --policies adaptive
-  run 60 "$res/$name.dynrt-batch.jsonl" "$dynrt" bench batch --json --model "$f" \
+  run 60 "$res/$name.dynrt-batch.jsonl" "$dynrt_bench" batch --json --model "$f" \
     --sessions "$sessions" --prompt-tokens "$npp" --tokens "$ntg"
   run 30 "$res/$name.llama-prefill.jsonl" "$work/bin/llama-bench" -m "$f" -ngl 99 -r 1 \
     -o jsonl -p "$llama_p" -n 0

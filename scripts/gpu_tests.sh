@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test suite on a GPU machine that has no network, no Rust toolchain and no checkout
 # (issue 36): packs the release test binaries that use the device (`gpu`, `hostile`, `cli`),
-# the `dynrt` binary they run, the repository's tracked files they read (fixtures, shaders,
-# scripts) and Debian's Vulkan loader into one folder and one .tar.xz, with a runner
-# (`run.sh`) that runs every test there, each in a process of its own under a deadline, and
-# returns one tarball of results.
+# the `dynrt` and `dynrt-bench` binaries they run, the repository's tracked files they read
+# (fixtures, shaders, scripts) and Debian's Vulkan loader into one folder and one .tar.xz,
+# with a runner (`run.sh`) that runs every test there, each in a process of its own under a
+# deadline, and returns one tarball of results.
 #
 #   scripts/gpu_tests.sh [OUT]          # build and pack into OUT (default target/gpu-pack)
 #                                       # and OUT.tar.xz
@@ -25,8 +25,8 @@ case "$out" in
   *) out="$PWD/$out" ;;
 esac
 
-echo "== building the release test binaries and dynrt ==" >&2
-cargo build --release --bin dynrt
+echo "== building the release test binaries, dynrt and dynrt-bench ==" >&2
+cargo build --release --bin dynrt --bin dynrt-bench
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 cargo test --release --no-run --test gpu --test hostile --test cli --message-format=json >"$json"
@@ -34,6 +34,7 @@ cargo test --release --no-run --test gpu --test hostile --test cli --message-for
 rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin" "$out/repo" "$out/vulkan"
 cp target/release/dynrt "$out/bin/dynrt"
+cp target/release/dynrt-bench "$out/bin/dynrt-bench"
 # The executable of each test target, from cargo's own report of what it built.
 python3 - "$json" "$out/bin" <<'EOF'
 import json, shutil, sys

@@ -61,6 +61,7 @@ fi
 export DYNRT_PACK="$pack"
 export DYNRT_REPO="$pack/repo"
 export DYNRT_BIN="$pack/bin/dynrt"
+export DYNRT_BENCH_BIN="$pack/bin/dynrt-bench"
 export DYNRT_TEST_TMPDIR="$out/tmp"
 export DYNRT_TEST_DEADLINE_SECS="$deadline"
 export HOME="$out/home"

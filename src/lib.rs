@@ -14,7 +14,7 @@
 //!   submit's copies and dispatches: the runtime's one door to wgpu.
 //! * [`memory::predictor::Sizer`] — the one sizing path (`realloc_if_needed`): the shape
 //!   predictor (the openvino policy bit for bit, an adaptive one, or none) and the ledger of
-//!   what it sized; `dynrt predict` replays traces through the same code.
+//!   what it sized; `dynrt-bench predict` replays traces through the same code.
 //! * [`memory::pool::MemoryPool`] — reuse of buffers between nodes that are never live together,
 //!   from the memory dependencies of [`graph::deps`].
 //! * [`memory::planner`] — static offsets for buffers of known lifetime in one arena;

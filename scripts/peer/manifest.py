@@ -4,7 +4,7 @@
     manifest.py MODELS_DIR list [WORKLOAD,...]       workload names (in manifest order)
     manifest.py MODELS_DIR steps WORKLOAD             the workload's step count
     manifest.py MODELS_DIR kind WORKLOAD              op or decode
-    manifest.py MODELS_DIR dynrt-args WORKLOAD OUT    `dynrt bench onnx` arguments, one a line
+    manifest.py MODELS_DIR dynrt-args WORKLOAD OUT    `dynrt-bench onnx` arguments, one a line
     manifest.py tag ROUTE ADAPTER WORKLOAD ROUND RUNTIME < DOC
         one results line: the runtime's JSON document (the last line of stdin that parses) with
         route, adapter, workload, round, runtime and the load average added; a run that printed
@@ -21,7 +21,7 @@ def rows(models_dir):
 
 
 def dynrt_args(models_dir, row, out_dir):
-    """`dynrt bench onnx` arguments for one workload (the interface is in scripts/bench_peer.sh)."""
+    """`dynrt-bench onnx` arguments for one workload (the interface is in scripts/bench_peer.sh)."""
     args = [os.path.join(models_dir, row["model"]), "--feeds", os.path.join(models_dir, row["feeds"]),
             "--steps", str(row["steps"]), "--out", out_dir, "--json"]
     if row["kind"] == "decode":

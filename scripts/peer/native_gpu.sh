@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The native route of scripts/bench_peer.sh on this machine's own Vulkan GPU, with nothing to
 # build or download: for a machine with a real GPU and no network (or no toolchain), given a
-# dynrt binary built elsewhere and a Python that has numpy, onnx, onnxruntime 1.32.0 and
-# onnxruntime-ep-webgpu 0.4.0.
+# dynrt binary built elsewhere (with dynrt-bench beside it) and a Python that has numpy, onnx,
+# onnxruntime 1.32.0 and onnxruntime-ep-webgpu 0.4.0.
 #
 #   scripts/peer/native_gpu.sh DYNRT PYTHON OUT_DIR [ROUNDS] [WORKLOADS]
 #
@@ -18,6 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 3 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 dynrt=$1 py=$2 out=$3 rounds=${4:-3} chosen_arg=${5:-}
+dynrt_bench=$(dirname "$dynrt")/dynrt-bench
+[ -x "$dynrt_bench" ] || { echo "native_gpu: no dynrt-bench beside $dynrt" >&2; exit 2; }
 models=$out/models results=$out/results.jsonl reference=$out/reference.jsonl
 mkdir -p "$out"
 : > "$results"
@@ -49,7 +51,7 @@ for w in "${chosen[@]}"; do
       else
         mapfile -t dargs < <("$py" scripts/peer/manifest.py "$models" dynrt-args "$w" "$out/dynrt-out/$w")
         env WGPU_BACKEND=vulkan ${count[@]+"${count[@]}"} ${count[@]+PEER_COUNT_SHM="$shm"} \
-          "$dynrt" bench onnx "${dargs[@]}" 2>&1 \
+          "$dynrt_bench" onnx "${dargs[@]}" 2>&1 \
           | "$py" scripts/peer/manifest.py tag native-gpu "$adapter" "$w" $r dynrt >> "$results" || true
       fi
     done

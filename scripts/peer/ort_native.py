@@ -5,7 +5,7 @@
     ort_native.py MODELS_DIR WORKLOAD [--steps N] [--provider webgpu|cpu]
 
 MODELS_DIR is what scripts/peer_models.py wrote (workloads.json, model files, feeds/*.npy).
-Prints one JSON object on stdout, the document `dynrt bench onnx` prints too (see
+Prints one JSON object on stdout, the document `dynrt-bench onnx` prints too (see
 scripts/bench_peer.sh for the whole interface):
 
     {"runtime": "ort", "provider": ..., "load_ms": ...,

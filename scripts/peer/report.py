@@ -4,7 +4,7 @@
     report.py MODELS_DIR RESULTS.jsonl [--json] [--reference REF.jsonl]
 
 RESULTS.jsonl: one record per (route, adapter, workload, runtime, round), each the document a
-runtime printed (scripts/peer/ort_native.py, `dynrt bench onnx`, web/peer/peer.js) plus
+runtime printed (scripts/peer/ort_native.py, `dynrt-bench onnx`, web/peer/peer.js) plus
 `route`, `adapter`, `workload`, `round`, and `load` (the load average around the run), or
 {"missing": why} / {"error": what} instead of the figures. REF.jsonl: the tokens of ONNX
 Runtime's CPU EP per decode workload ({"workload", "tokens"}).

@@ -3,14 +3,15 @@
 
 use anyhow::Context;
 use dynrt::demo::decoder::DecoderConfig;
-use dynrt::demo::{Demo, DemoConfig};
+use dynrt::demo::DemoConfig;
 use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::runtime::report::{human_bytes, render_svg};
 use dynrt::runtime::RunOptions;
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use super::shared::demo::run_demo;
 
 /// Arguments of `dynrt demo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -56,7 +57,7 @@ pub struct Args {
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Write the runtime's shape trace (every sizing decision, `id,dtype,shape`) to this CSV;
-    /// `dynrt predict FILE.csv --policy P` replays it to the run's `sizing` numbers.
+    /// `dynrt-bench predict FILE.csv --policy P` replays it to the run's `sizing` numbers.
     #[arg(long = "trace-out", value_name = "FILE.csv")]
     pub trace_out: Option<PathBuf>,
 }
@@ -89,33 +90,6 @@ impl Args {
             }),
         })
     }
-}
-
-/// Runs a demo to the end; draws a progress bar on stderr (when it is a terminal) for runs of
-/// more than 64 steps.
-pub fn run_demo(engine: &Engine, config: DemoConfig) -> anyhow::Result<Demo> {
-    let mut demo = Demo::new(engine, config)?;
-    let bar = config.steps > 64 && std::io::stderr().is_terminal();
-    while !demo.done() {
-        let r = demo.step_blocking()?;
-        if bar && (r.step % 8 == 0 || demo.done()) {
-            let done = demo.tokens().len() as u32;
-            let width = 40u32;
-            let filled = (done as u64 * width as u64 / config.steps.max(1) as u64) as usize;
-            eprint!(
-                "\r[{}{}] {done}/{} tokens, {} in use",
-                "#".repeat(filled),
-                " ".repeat(width as usize - filled),
-                config.steps,
-                human_bytes(r.bytes_in_use.iter().sum())
-            );
-            let _ = std::io::stderr().flush();
-        }
-    }
-    if bar {
-        eprintln!();
-    }
-    Ok(demo)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

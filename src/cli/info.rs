@@ -4,8 +4,7 @@
 
 use anyhow::Context;
 use dynrt::gpu::kernels::quant::QuantLayout;
-use dynrt::gpu::wgpu;
-use dynrt::gpu::{enumerate_adapters, Engine, Gpu, GpuOptions};
+use dynrt::gpu::{enumerate_all_adapters, AdapterInfo, Engine, Gpu, GpuOptions};
 use dynrt::memory::AllocKind;
 use serde_json::json;
 use std::process::ExitCode;
@@ -18,14 +17,7 @@ pub struct Args {
     json: bool,
 }
 
-fn usages_text(u: wgpu::BufferUsages) -> String {
-    u.iter_names()
-        .map(|(n, _)| n)
-        .collect::<Vec<_>>()
-        .join(" | ")
-}
-
-fn adapter_json(i: &wgpu::AdapterInfo) -> serde_json::Value {
+fn adapter_json(i: &AdapterInfo) -> serde_json::Value {
     json!({
         "name": i.name,
         "backend": format!("{:?}", i.backend),
@@ -39,7 +31,7 @@ fn adapter_json(i: &wgpu::AdapterInfo) -> serde_json::Value {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let adapters = enumerate_adapters(wgpu::Backends::all());
+    let adapters = enumerate_all_adapters();
     let opts = GpuOptions::from_env()?;
     let budget_source = if opts.memory_budget_bytes.is_some() {
         "DYNRT_MEMORY_BUDGET"
@@ -101,8 +93,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "io_rule": gpu.adapter_class().io_rule(),
             "features": {
                 "mappable_primary_buffers": gpu.supports_shared(),
-                "shader_f16": gpu.features().contains(wgpu::Features::SHADER_F16),
-                "subgroup": gpu.features().contains(wgpu::Features::SUBGROUP),
+                "shader_f16": gpu.has_shader_f16(),
+                "subgroup": gpu.has_subgroups(),
                 "subgroup_min_size": info.subgroup_min_size,
                 "subgroup_max_size": info.subgroup_max_size,
             },
@@ -112,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "memory_budget_source": budget_source,
             "kinds": kinds.iter().map(|k| json!({
                 "kind": k.kind.name(),
-                "usages": usages_text(k.usages),
+                "usages": k.usage_names(),
                 "host_access": k.host_access,
                 "bindable": k.kind.bindable(),
                 "supported": k.supported,
@@ -147,8 +139,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!(
         "features: MAPPABLE_PRIMARY_BUFFERS={} SHADER_F16={} SUBGROUP={} (subgroup size {}..={})",
         gpu.supports_shared(),
-        gpu.features().contains(wgpu::Features::SHADER_F16),
-        gpu.features().contains(wgpu::Features::SUBGROUP),
+        gpu.has_shader_f16(),
+        gpu.has_subgroups(),
         info.subgroup_min_size,
         info.subgroup_max_size
     );
@@ -171,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "  {:<11} {:<10} {:<62} {:<36} {}",
             k.kind.name(),
             if k.supported { "yes" } else { "no" },
-            usages_text(k.usages),
+            k.usage_names(),
             k.host_access,
             if k.kind.bindable() { "yes" } else { "no" }
         );

@@ -10,7 +10,6 @@
 
 use anyhow::Context;
 use dynrt::fileio::{self, FileError, Replace};
-use dynrt::gpu::{Engine, Gpu, GpuOptions};
 use dynrt::memory::predictor::Policy;
 use dynrt::npy::{read_npy_file, write_npy};
 use dynrt::onnx::{
@@ -20,6 +19,8 @@ use dynrt::runtime::RunOptions;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use super::shared::{engine, npy_path, provider};
 
 /// Arguments of `dynrt run`.
 #[derive(clap::Args)]
@@ -46,38 +47,6 @@ pub struct Args {
     /// Preallocation policy: none, openvino or adaptive.
     #[arg(long, default_value = "adaptive")]
     policy: String,
-}
-
-/// The file an output is written to: its name with path separators replaced.
-pub(crate) fn npy_path(dir: &Path, name: &str) -> PathBuf {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if matches!(c, '/' | '\\' | '\0') {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    dir.join(format!("{safe}.npy"))
-}
-
-/// The engine on the adapter the environment selects.
-pub(crate) fn engine() -> anyhow::Result<Engine> {
-    let gpu = Gpu::new_blocking(GpuOptions::from_env()?).context("no adapter")?;
-    Ok(Engine::new(gpu))
-}
-
-/// `dynrt <version> <backend> <adapter>`.
-pub(crate) fn provider(engine: &Engine) -> String {
-    let info = engine.gpu().adapter_info();
-    format!(
-        "dynrt {} {} {}",
-        env!("CARGO_PKG_VERSION"),
-        format!("{:?}", info.backend).to_lowercase(),
-        info.name
-    )
 }
 
 #[derive(serde::Serialize)]

@@ -10,7 +10,6 @@
 //! it: no new request is taken, the running ones finish within `--shutdown-timeout` or end
 //! with an error event and `[DONE]`, and a second signal exits at once.
 
-use super::generate::{self, ModelArgs};
 use super::serve_api::{self, ApiError, ChatBody, Choice, CompletionBody, Endpoint, Header};
 use super::serve_api::{Defaults, Plan, ShownLogprob, Usage};
 use super::serve_embed::Embedder;
@@ -18,6 +17,7 @@ use super::serve_guard::{self, truncated, Client, Policy};
 use super::serve_http::{self, Limits};
 use super::serve_metrics::Metrics;
 use super::serve_prepare::{DetokenizeBody, Prep, TokenizeBody};
+use super::shared::model::{self, ModelArgs};
 use anyhow::Context;
 use axum::body::Body;
 use axum::extract::{Extension, State};
@@ -284,7 +284,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let request_timeout = seconds(args.request_timeout, "request-timeout")?;
     let body_timeout = seconds(args.body_timeout, "body-timeout")?;
     let shutdown_timeout = seconds(args.shutdown_timeout, "shutdown-timeout")?;
-    let path = generate::model_path(args.model.model.as_deref())?;
+    let path = model::model_path(args.model.model.as_deref())?;
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -498,7 +498,7 @@ async fn drain(
 
 /// Loads the model and starts its scheduler (on a blocking thread: seconds).
 fn load(args: &Args) -> anyhow::Result<Loaded> {
-    let (engine, model, run) = generate::open(&args.model)?;
+    let (engine, model, run) = model::open(&args.model)?;
     let embedder = super::serve_embed::start(&engine, &args.embedding)?;
     let budget_bytes = match args.budget_mib {
         Some(m) => m.saturating_mul(1 << 20),

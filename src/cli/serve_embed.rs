@@ -14,8 +14,8 @@
 //! tokens included. Token arrays as input, an unknown model, other formats and widths are a
 //! 400 or 404 that says why.
 
-use super::embed::{open_model, ModelArgs};
 use super::serve_api::{self, ApiError};
+use super::shared::sentence::{open_model, ModelArgs};
 use axum::Json;
 use serde_json::{json, Value};
 use std::sync::{mpsc, Arc, Mutex};

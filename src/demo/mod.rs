@@ -263,7 +263,7 @@ impl Demo {
     }
 
     /// The run's shape trace (`id,dtype,shape` CSV of every sizing decision), when the
-    /// configuration's [`RunOptions::trace`] is on: `dynrt predict` replays it to the same
+    /// configuration's [`RunOptions::trace`] is on: `dynrt-bench predict` replays it to the same
     /// [`Demo::sizing`] numbers.
     pub fn sizing_trace(&self) -> Option<&str> {
         self.current().and_then(|r| r.sizing_trace())

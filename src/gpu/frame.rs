@@ -38,7 +38,7 @@ enum Logged {
 
 /// Every command a [`Frame`] recorded, in order, with the objects it used (pipelines, bind
 /// groups, uniform slots, buffers): what a hand-written wgpu loop doing the same work would
-/// issue with everything created beforehand. `dynrt bench decode` replays it to measure the
+/// issue with everything created beforehand. `dynrt-bench decode` replays it to measure the
 /// runtime's host overhead on the dynamic decode step. The log keeps the buffers it names
 /// alive; replay it only while they are in use by the request that recorded it.
 #[derive(Clone, Default)]

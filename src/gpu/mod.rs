@@ -24,7 +24,12 @@
 //! ```
 
 pub use wgpu;
+/// An adapter's name, backend, device type and driver ([`Gpu::adapter_info`],
+/// [`enumerate_all_adapters`]).
+pub use wgpu::AdapterInfo;
 
+#[cfg(all(feature = "bench", not(target_arch = "wasm32")))]
+pub mod bench;
 pub mod embed;
 mod engine;
 mod frame;
@@ -470,6 +475,15 @@ impl Gpu {
     pub fn features(&self) -> wgpu::Features {
         self.inner.features
     }
+    /// Whether the device has f16 arithmetic in shaders (`SHADER_F16`).
+    pub fn has_shader_f16(&self) -> bool {
+        self.inner.features.contains(wgpu::Features::SHADER_F16)
+    }
+    /// Whether the device has subgroup operations (`SUBGROUP`); their sizes are in
+    /// [`Gpu::adapter_info`].
+    pub fn has_subgroups(&self) -> bool {
+        self.inner.features.contains(wgpu::Features::SUBGROUP)
+    }
     /// Name, backend, device type and driver of the adapter.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.inner.info
@@ -731,6 +745,13 @@ async fn pick_adapter(
     Err(GpuError::NoAdapter {
         backends: format!("{:?}", opts.backends),
     })
+}
+
+/// Every adapter on every backend this build of wgpu has (native only), as `dynrt info`
+/// lists them.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn enumerate_all_adapters() -> Vec<AdapterInfo> {
+    enumerate_adapters(wgpu::Backends::all())
 }
 
 /// Every adapter on `backends` (native only; the web has one adapter per request).

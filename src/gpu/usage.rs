@@ -137,6 +137,18 @@ pub struct KindSupport {
     pub reason: &'static str,
 }
 
+impl KindSupport {
+    /// wgpu's names of [`KindSupport::usages`] joined by ` | ` (`STORAGE | COPY_SRC`), as
+    /// `dynrt info` prints them.
+    pub fn usage_names(&self) -> String {
+        self.usages
+            .iter_names()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}
+
 /// Reason printed when `usm_shared` is not available.
 pub(crate) const SHARED_UNSUPPORTED: &str =
     "the device lacks MAPPABLE_PRIMARY_BUFFERS (GL, the web, or it was turned off): a buffer \

@@ -65,7 +65,7 @@
 //! # InferRequest: one per stream of inferences
 //!
 //! A request owns a [`crate::memory::predictor::Sizer`] (the shape predictor and the ledger
-//! of what it sized: the same code `dynrt predict` replays), a memory pool over the engine,
+//! of what it sized: the same code `dynrt-bench predict` replays), a memory pool over the engine,
 //! its activation buffers, its placeholder slots and its *states* (the KV cache). One call to
 //! [`InferRequest::infer`] runs one iteration (docs/design.md) for each node in processing order:
 //!
@@ -78,7 +78,7 @@
 //!    sizes allow), so the lookup happens when the dispatch is recorded; hits and misses are
 //!    counted there.
 //! 3. `realloc_if_needed` — the request's [`crate::memory::predictor::Sizer`] decides, with
-//!    the rules `dynrt predict` replays ([`crate::memory::predictor::Ledger`]): if the
+//!    the rules `dynrt-bench predict` replays ([`crate::memory::predictor::Ledger`]): if the
 //!    node's buffer holds the new output, reuse it (and still record the shape in the
 //!    predictor); otherwise ask the predictor, check `can_preallocate` against the engine's
 //!    limits and budget, and take a buffer of the decided size from the pool, the placeholder

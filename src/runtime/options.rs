@@ -20,7 +20,7 @@ pub struct RunOptions {
     /// (`DYNRT_POISON=1`).
     pub poison: bool,
     /// Record every sizing decision as a shape-trace row (`dynrt demo --trace-out`; replay
-    /// it with `dynrt predict`).
+    /// it with `dynrt-bench predict`).
     pub trace: bool,
     /// Bytes of old KV-cache buffers a growth step may keep beside the grown ones while the
     /// step's work copies them (one state's buffer more at most). Past that, a growing state's

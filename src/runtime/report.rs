@@ -71,7 +71,7 @@ pub struct CacheCounts {
 }
 
 /// What the requests' sizer decided over a run: replaying the run's shape trace
-/// (`dynrt demo --trace-out`) with `dynrt predict` gives the same numbers.
+/// (`dynrt demo --trace-out`) with `dynrt-bench predict` gives the same numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SizingCounts {
     /// Sizing decisions (trace rows).

@@ -1,7 +1,7 @@
 //! The memory of a trace of calls of `[batch, seq]`, replayed on host memory
 //! ([`crate::runtime::replay_on_host`]: the request's sizer, pool and placeholders, no kernel
 //! run) the way [`super::SentenceModel`] runs them, beside one request that grows buffer by
-//! buffer and beside exact allocation: what `dynrt bench embed --trace` reports and the
+//! buffer and beside exact allocation: what `dynrt-bench embed --trace` reports and the
 //! memory test checks.
 
 use super::model::{bert_inputs, Envelope};

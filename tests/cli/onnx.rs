@@ -1,4 +1,4 @@
-//! `dynrt run` and `dynrt bench onnx` end to end: the built binary on the exported-style KV
+//! `dynrt run` and `dynrt-bench onnx` end to end: the built binary on the exported-style KV
 //! attention fixture (`fixtures/onnx/kv_attention.onnx`), with `.npy` files in and out,
 //! against the public session API and the inputs' own concatenation.
 
@@ -37,10 +37,19 @@ fn tensor(rng: &mut SplitMix64, t: u64) -> HostTensor {
 
 /// Runs `dynrt ARGS`; returns (success, stdout, stderr).
 fn dynrt(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(crate::common::dynrt_bin())
+    run_binary(crate::common::dynrt_bin(), args)
+}
+
+/// Runs `dynrt-bench ARGS`; returns (success, stdout, stderr).
+fn dynrt_bench(args: &[&str]) -> (bool, String, String) {
+    run_binary(crate::common::dynrt_bench_bin(), args)
+}
+
+fn run_binary(exe: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(exe)
         .args(args)
         .output()
-        .expect("run dynrt");
+        .unwrap_or_else(|e| panic!("run {}: {e}", exe.display()));
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -174,8 +183,7 @@ fn bench_onnx_prints_one_json_line_per_run() {
     feeds(&dir, 0, 4);
     let out = dir.join("out");
     let model = fixture().display().to_string();
-    let (ok, stdout, stderr) = dynrt(&[
-        "bench",
+    let (ok, stdout, stderr) = dynrt_bench(&[
         "onnx",
         &model,
         "--feeds",

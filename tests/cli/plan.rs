@@ -1,4 +1,4 @@
-//! `dynrt plan` end to end: every instance of `fixtures/planner/` is planned with a
+//! `dynrt-bench plan` end to end: every instance of `fixtures/planner/` is planned with a
 //! time limit and the height reached is asserted (a regression in any strategy fails here),
 //! plus the error paths (malformed rows, a capacity that cannot be met) and the output files.
 
@@ -25,7 +25,7 @@ fn instances() -> Vec<PathBuf> {
 }
 
 fn plan(args: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(crate::common::dynrt_bin())
+    let out = Command::new(crate::common::dynrt_bench_bin())
         .arg("plan")
         .args(args)
         .output()

@@ -1,4 +1,4 @@
-//! `dynrt predict` end to end: the built binary on small traces with hand-computed output,
+//! `dynrt-bench predict` end to end: the built binary on small traces with hand-computed output,
 //! malformed input, and the shipped fixture traces.
 
 use dynrt::memory::predictor::{replay, Policy, PredictorOptions, ReplayConfig, Trace};
@@ -14,14 +14,14 @@ fn trace_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Runs `dynrt predict ARGS` with the options variable unset; returns (success, stdout, stderr).
+/// Runs `dynrt-bench predict ARGS` with the options variable unset; returns (success, stdout, stderr).
 fn predict(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(crate::common::dynrt_bin())
+    let out = Command::new(crate::common::dynrt_bench_bin())
         .arg("predict")
         .args(args)
         .env_remove("DYNRT_MEM_PREALLOCATION_OPTIONS")
         .output()
-        .expect("run dynrt");
+        .expect("run dynrt-bench");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -165,11 +165,11 @@ fn malformed_options_name_their_source() {
     let (ok, stdout, stderr) = predict(&[path.to_str().unwrap(), "--options", "10 16384 2"]);
     assert!(!ok && stdout.is_empty());
     assert!(stderr.contains("--options"), "{stderr}");
-    let out = Command::new(crate::common::dynrt_bin())
+    let out = Command::new(crate::common::dynrt_bench_bin())
         .args(["predict", path.to_str().unwrap()])
         .env("DYNRT_MEM_PREALLOCATION_OPTIONS", "10 lots 2 1.1")
         .output()
-        .expect("run dynrt");
+        .expect("run dynrt-bench");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -37,6 +37,13 @@ pub fn dynrt_bin() -> &'static Path {
     path_from_env(&BIN, "DYNRT_BIN", env!("CARGO_BIN_EXE_dynrt"))
 }
 
+/// The `dynrt-bench` binary (benchmarks, `predict`, `plan`) the tests run: `DYNRT_BENCH_BIN`,
+/// else the one cargo built beside the tests.
+pub fn dynrt_bench_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    path_from_env(&BIN, "DYNRT_BENCH_BIN", env!("CARGO_BIN_EXE_dynrt-bench"))
+}
+
 /// Set (`DYNRT_PACK`, to the pack's folder) when the tests run from the pack of
 /// `scripts/gpu_tests.sh` on a machine without the build tree, cargo, the network or the
 /// Python references: the tests that need those skip, saying so.

@@ -169,7 +169,7 @@ fn the_cli_prints_the_contract_json_and_an_svg_report() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of heads"));
 }
 
-/// The runtime and `dynrt predict` run one sizing path: the shape trace a demo run writes
+/// The runtime and `dynrt-bench predict` run one sizing path: the shape trace a demo run writes
 /// replays to the run's own reallocation count and peak reserved bytes, for every policy.
 #[test]
 fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
@@ -197,11 +197,11 @@ fn the_demo_trace_replays_to_the_runs_sizing_numbers() {
         let run: DemoSummary = serde_json::from_str(line).unwrap();
         assert!(run.sizing.rows > 100, "{policy}: {:?}", run.sizing);
         assert!(run.sizing.reallocations > 0, "{policy}: {:?}", run.sizing);
-        let out = Command::new(crate::common::dynrt_bin())
+        let out = Command::new(crate::common::dynrt_bench_bin())
             .args(["predict", "--json", "--policy", policy])
             .arg(&csv)
             .output()
-            .expect("run dynrt predict");
+            .expect("run dynrt-bench predict");
         assert!(
             out.status.success(),
             "{}",

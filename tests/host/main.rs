@@ -1,7 +1,7 @@
 //! The host tests: everything that needs no adapter (the graph IR and its CPU evaluator, the
 //! planner and the pool, the ONNX and GGUF readers against their references, the shaders read
-//! as text, fuzz loops, `dynrt fetch`). One binary, so that `cargo test` links dynrt once for
-//! all of them rather than once per file.
+//! as text, fuzz loops, `dynrt fetch`, the rule that only `src/gpu/` names wgpu). One binary,
+//! so that `cargo test` links dynrt once for all of them rather than once per file.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -19,5 +19,6 @@ mod pool_properties;
 mod quant_formats;
 mod shaders;
 mod smollm2;
+mod wgpu_door;
 mod wgsl_portable;
 mod wordpiece;

@@ -165,7 +165,16 @@ struct Outcome {
 
 /// Runs `dynrt ARGS` (with `ulimit -v` 4 GiB when `limit_memory`), killing it at [`DEADLINE`].
 fn dynrt(args: &[&str], limit_memory: bool) -> Outcome {
-    let exe = crate::common::dynrt_bin();
+    run_binary(crate::common::dynrt_bin(), args, limit_memory)
+}
+
+/// [`dynrt`] for the `dynrt-bench` binary.
+fn dynrt_bench(args: &[&str], limit_memory: bool) -> Outcome {
+    run_binary(crate::common::dynrt_bench_bin(), args, limit_memory)
+}
+
+/// Runs `exe ARGS` as [`dynrt`] describes.
+fn run_binary(exe: &Path, args: &[&str], limit_memory: bool) -> Outcome {
     let mut cmd = if limit_memory {
         let mut c = Command::new("sh");
         c.arg("-c")
@@ -216,7 +225,12 @@ fn dynrt(args: &[&str], limit_memory: bool) -> Outcome {
 
 /// Runs `dynrt ARGS`, which must fail with a message containing every one of `words`.
 fn refused(args: &[&str], words: &[&str]) {
-    let o = dynrt(args, true);
+    refused_by(dynrt, args, words);
+}
+
+/// [`refused`] for a run of `run` (`dynrt` or `dynrt_bench`).
+fn refused_by(run: fn(&[&str], bool) -> Outcome, args: &[&str], words: &[&str]) {
+    let o = run(args, true);
     assert!(!o.ok, "dynrt {args:?} succeeded: {}", o.stdout);
     for w in words {
         assert!(
@@ -365,8 +379,12 @@ fn csv_and_traces_that_are_not_regular_files_are_refused() {
     mkfifo(&fifo);
     let fifo = fifo.display().to_string();
     for cmd in ["plan", "predict"] {
-        refused(&[cmd, &fifo], &["FIFO"]);
-        refused(&[cmd, "/dev/zero"], &["/dev/zero is a character device"]);
+        refused_by(dynrt_bench, &[cmd, &fifo], &["FIFO"]);
+        refused_by(
+            dynrt_bench,
+            &[cmd, "/dev/zero"],
+            &["/dev/zero is a character device"],
+        );
     }
 }
 

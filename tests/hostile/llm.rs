@@ -410,7 +410,7 @@ fn error_messages_say_each_cause_once() {
     // A CSV without the planner's columns.
     let csv = dir.join("bad.csv");
     std::fs::write(&csv, "size,start\nx,y\n").unwrap();
-    let mut cmd = dynrt();
+    let mut cmd = Command::new(crate::common::dynrt_bench_bin());
     cmd.arg("plan").arg(&csv);
     let out = run_bounded(cmd, b"", Duration::from_secs(60));
     assert_eq!(

@@ -4,7 +4,7 @@
 // and the same counters (webgpu-count.js, injected before any script) for both.
 //
 // window.peer.run(runtime, row, steps) resolves to the document that scripts/peer/ort_native.py
-// and `dynrt bench onnx` print natively:
+// and `dynrt-bench onnx` print natively:
 //   {runtime, provider, load_ms, steps: [{ms, counts}], peak_bytes, tokens}
 // or {missing: "why"} when the runtime cannot run the workload here.
 //

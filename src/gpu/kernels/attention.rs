@@ -155,7 +155,7 @@ const GPU_WORKGROUPS: u64 = 512;
 /// adapters, where a workgroup runs on one thread anyway and merging 64 partial softmaxes
 /// through workgroup memory and barriers was half the cost of a short context's attention.
 /// On lavapipe with 2 threads a SmolLM2 decode step's attention over 64 keys takes 0.11 ms
-/// per layer with 16 against 0.20 with 64 (`dynrt bench generate --profile`). 8 (one SIMD
+/// per layer with 16 against 0.20 with 64 (`dynrt-bench generate --profile`). 8 (one SIMD
 /// group) was about as fast but gave wrong sums there for the scalar entry point with a head
 /// of 256 over 1500 keys, which 16 and 64 do not: not understood, so not used.
 pub fn workgroup_size(layout: QuantLayout) -> u32 {

@@ -16,7 +16,7 @@
 //! of x x up to 64 weight rows per invocation), on hardware GPUs a GEMM that stages tiles of
 //! x and of dequantized weights in workgroup memory. Why two: on llvmpipe a workgroup-memory
 //! load costs as much as a storage load, and the register-tiled kernel is about 5x faster
-//! there (`dynrt bench kernels`). Every linear kernel runs every fused epilogue of
+//! there (`dynrt-bench kernels`). Every linear kernel runs every fused epilogue of
 //! `fused_linear` (shared WGSL: product, finish, store); a norm of the product (head norms, a
 //! post-norm) needs a whole head or row, so decode runs the class's segment kernel (a
 //! workgroup per head) and a post-norm or more rows the class's kernel, then
@@ -141,7 +141,7 @@ fn x_quad(i: u32, end: u32) -> vec4<f32> {
 /// length are multiples of 4 (so every block starts on a vec4 and the binding holds whole
 /// vec4s). A block is 8 loads instead of 32: on lavapipe, where a load whose address differs
 /// per invocation costs about as much for a vec4 as for one f32, that made the register-tiled
-/// prefill kernel 1.2x faster (`dynrt bench kernels`).
+/// prefill kernel 1.2x faster (`dynrt-bench kernels`).
 const X_VEC4: &str = "
 // ---- x as vec4s (src/gpu/kernels/quant.rs, X_VEC4)
 @group(0) @binding(1) var<storage, read_write> x4: array<vec4<f32>>;
@@ -412,14 +412,20 @@ impl QuantLayout {
     /// The layout for an adapter of `device_type`, without subgroups (see [`QuantLayout::of`]).
     pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
         if device_type == wgpu::DeviceType::Cpu {
-            #[cfg(not(target_arch = "wasm32"))]
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-            #[cfg(target_arch = "wasm32")]
-            let threads = 1;
-            QuantLayout::Cpu { threads }
+            QuantLayout::cpu_class()
         } else {
             QuantLayout::Gpu { subgroup: None }
         }
+    }
+
+    /// The software adapters' layout with this machine's hardware threads (one on wasm32),
+    /// whatever the adapter: what `--kernels cpu` forces.
+    pub fn cpu_class() -> QuantLayout {
+        #[cfg(not(target_arch = "wasm32"))]
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        #[cfg(target_arch = "wasm32")]
+        let threads = 1;
+        QuantLayout::Cpu { threads }
     }
 
     /// The layout for `gpu`'s device: by its adapter's type, with its subgroups on a
@@ -513,7 +519,7 @@ impl LinearKernel {
     /// in its planes only for the GPU GEMM, which decodes each block once per 64 rows of x
     /// into workgroup memory from word-aligned quants; the matrix-vector kernels read its
     /// file blocks, whose scale and quants share a cache line (the grouped head was 1.46x
-    /// slower on lavapipe at M = 1), and so does the register-tiled kernel (`dynrt bench
+    /// slower on lavapipe at M = 1), and so does the register-tiled kernel (`dynrt-bench
     /// kernels` times a q8_0 projection in both layouts with each kernel).
     pub fn weight_layout(self, dtype: DType) -> WeightLayout {
         match (self, dtype) {

@@ -1,5 +1,5 @@
 //! Run one op, or a whole graph the simple way, on the GPU with fresh engine buffers: the
-//! kernel tests' and `dynrt bench kernels`' way in (native only: it blocks on the device).
+//! kernel tests' and `dynrt-bench kernels`' way in (native only: it blocks on the device).
 //! Every buffer comes from the [`Engine`] (counted like the runtime's).
 
 pub use crate::tensor::HostTensor;

@@ -21,7 +21,7 @@
 //! calls it with its own numbers. [`Ledger`] sizes every buffer of a request
 //! (`realloc_if_needed`), and [`Sizer`] (predictor + ledger + summary + trace) is the one
 //! sizing path: the runtime's requests call it, and [`replay()`] runs a shape trace through
-//! it (the `dynrt predict` command and the benchmarks use it).
+//! it (the `dynrt-bench predict` command and the benchmarks use it).
 //!
 //! ```
 //! use dynrt::memory::predictor::{Policy, PredictorOptions, ShapePredictor};

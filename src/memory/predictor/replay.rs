@@ -1,5 +1,5 @@
 //! Shape-trace replay: run a recorded sequence of shapes through a [`Policy`] and measure
-//! reallocations and reserved memory. `dynrt predict` prints what [`replay`] returns.
+//! reallocations and reserved memory. `dynrt-bench predict` prints what [`replay`] returns.
 //!
 //! A trace is CSV text with the header `id,dtype,shape` and an optional fourth column
 //! `can_reuse` (`0`/`1`); `shape` is dimensions joined by `x` (`1x32x128x64`). Blank lines and

@@ -1,5 +1,5 @@
 //! The one sizing path: [`Sizer`] is what the runtime's `realloc_if_needed` calls for every
-//! node output and KV-cache state it sizes, and what `dynrt predict` replays a shape trace
+//! node output and KV-cache state it sizes, and what `dynrt-bench predict` replays a shape trace
 //! through ([`super::replay()`]). One type, one set of rules for reuse, prediction,
 //! `can_preallocate` and reclaim ([`Ledger::realloc_if_needed`]), and one summary
 //! ([`SizingSummary`]) computed the same way on both sides.
@@ -68,7 +68,7 @@ impl Sizer {
         }
     }
 
-    /// The trace recorded so far (CSV text `dynrt predict` reads), if recording.
+    /// The trace recorded so far (CSV text `dynrt-bench predict` reads), if recording.
     pub fn trace(&self) -> Option<&str> {
         self.trace.as_deref()
     }

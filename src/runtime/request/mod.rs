@@ -271,7 +271,7 @@ impl InferRequest {
     }
 
     /// The sizing decisions of this request (and of the sequence it continues): what
-    /// `dynrt predict` gives when it replays [`InferRequest::sizing_trace`].
+    /// `dynrt-bench predict` gives when it replays [`InferRequest::sizing_trace`].
     pub fn sizing(&self) -> SizingSummary {
         self.state.sizer().summary()
     }

@@ -97,7 +97,7 @@ pub(crate) struct View<'a, B> {
 pub(crate) struct RequestState<S: Storage> {
     pub compiled: Arc<Compiled>,
     options: RunOptions,
-    /// The one sizing path (`dynrt predict` replays the same code).
+    /// The one sizing path (`dynrt-bench predict` replays the same code).
     sizer: Sizer,
     /// Allocations of the internal region (activations, the arena, host values).
     storage: S,

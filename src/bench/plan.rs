@@ -1,4 +1,4 @@
-//! `dynrt plan`: static offsets for a MiniMalloc-format CSV (see `memory::planner`).
+//! `dynrt-bench plan`: static offsets for a MiniMalloc-format CSV (see `memory::planner`).
 
 use anyhow::Context;
 use dynrt::fileio;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use web_time::Instant;
 
-/// Arguments of `dynrt plan`.
+/// Arguments of `dynrt-bench plan`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Buffers: CSV with header `id,lower,upper,size[,alignment]`, lifetimes half-open (a

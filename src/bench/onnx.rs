@@ -1,4 +1,4 @@
-//! `dynrt bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json] [--decode
+//! `dynrt-bench onnx MODEL.onnx --feeds DIR [--steps N] [--out DIR] [--json] [--decode
 //! --token-input NAME --logits NAME [--position-input NAME] --state OUT_PREFIX=IN_PREFIX ...]`:
 //! the dynrt side of `scripts/bench_peer.sh` (its header comment is the specification).
 //!
@@ -23,7 +23,7 @@
 //!   session's counters over every step: allocations, reallocations, state growths, copies
 //!   and their bytes, dispatches, submits.
 
-use super::run::{engine, npy_path, provider};
+use super::shared::{engine, npy_path, provider};
 use anyhow::{bail, Context};
 use dynrt::memory::predictor::Policy;
 use dynrt::npy::{read_npy_file, write_npy_file};
@@ -32,7 +32,7 @@ use dynrt::runtime::RunOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments of `dynrt bench onnx`.
+/// Arguments of `dynrt-bench onnx`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The `.onnx` file (external data is looked up beside it).
@@ -43,7 +43,7 @@ pub struct Args {
     /// Steps to run.
     #[arg(long, default_value_t = 16)]
     steps: usize,
-    /// Write every output of the last step as DIR/<output>.npy.
+    /// Write every output of the last step as `DIR/<output>.npy`.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print one JSON line.

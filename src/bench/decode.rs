@@ -1,8 +1,8 @@
-//! `dynrt bench decode`: every preallocation policy side by side on the decode demo, and the
+//! `dynrt-bench decode`: every preallocation policy side by side on the decode demo, and the
 //! runtime's host overhead per dispatch against hand-written wgpu loops (the same work with the
 //! same bind-group layout, and a minimal 2-binding kernel).
 
-use super::demo::run_demo;
+use super::shared::demo::run_demo;
 use anyhow::Context;
 use dynrt::demo::decoder::DecoderConfig;
 use dynrt::demo::DemoConfig;
@@ -12,7 +12,7 @@ use dynrt::runtime::report::{human_bytes, DemoSummary};
 use dynrt::runtime::RunOptions;
 use std::process::ExitCode;
 
-/// Arguments of `dynrt bench decode`.
+/// Arguments of `dynrt-bench decode`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Step counts to run, comma separated.
@@ -164,7 +164,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 mod dynamic {
     use super::Args;
     use dynrt::demo::decoder::{build_graph, labels, DecoderConfig, DecoderWeights};
-    use dynrt::gpu::{wgpu, CommandLog, Engine, Gpu, LoggedCommand};
+    use dynrt::gpu::bench::replay_log;
+    use dynrt::gpu::{CommandLog, Engine, Gpu};
     use dynrt::graph::{reference, Bindings};
     use dynrt::memory::predictor::{Policy, PredictorOptions};
     use dynrt::memory::AllocKind;
@@ -190,87 +191,10 @@ mod dynamic {
         pub ratio: f64,
     }
 
-    /// One hand-written iteration issuing `log`; returns the host seconds.
+    /// One hand-written iteration issuing `log` ([`replay_log`]); returns the host seconds.
     fn handwritten(gpu: &Gpu, log: &CommandLog) -> f64 {
-        let (device, queue) = (gpu.device(), gpu.queue());
         let t = Instant::now();
-        // The uniform slots of the step, one image per uniform buffer.
-        let mut images: Vec<(&wgpu::Buffer, Vec<u8>)> = Vec::new();
-        for c in log.commands() {
-            match c {
-                LoggedCommand::Dispatch {
-                    uniform,
-                    uniform_offset,
-                    params,
-                    ..
-                } => {
-                    let i = match images.iter().position(|(b, _)| *b == uniform) {
-                        Some(i) => i,
-                        None => {
-                            images.push((uniform, Vec::new()));
-                            images.len() - 1
-                        }
-                    };
-                    let image = &mut images[i].1;
-                    let at = uniform_offset as usize;
-                    if image.len() < at + params.len() {
-                        image.resize(at + params.len(), 0);
-                    }
-                    image[at..at + params.len()].copy_from_slice(params);
-                }
-                LoggedCommand::Write { dst, offset, bytes } => {
-                    queue.write_buffer(dst, offset, bytes)
-                }
-                LoggedCommand::Copy { .. } => {}
-            }
-        }
-        for (b, image) in &images {
-            queue.write_buffer(b, 0, image);
-        }
-        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("hand-written decode step"),
-        });
-        let mut pass: Option<wgpu::ComputePass<'static>> = None;
-        let mut current: Option<&wgpu::ComputePipeline> = None;
-        for c in log.commands() {
-            match c {
-                LoggedCommand::Dispatch {
-                    pipeline,
-                    bind_group,
-                    uniform_offset,
-                    workgroups,
-                    ..
-                } => {
-                    let p = pass.get_or_insert_with(|| {
-                        current = None;
-                        enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: None,
-                            timestamp_writes: None,
-                        })
-                        .forget_lifetime()
-                    });
-                    if current != Some(pipeline) {
-                        p.set_pipeline(pipeline);
-                        current = Some(pipeline);
-                    }
-                    p.set_bind_group(0, bind_group, &[uniform_offset]);
-                    p.dispatch_workgroups(workgroups.0, workgroups.1, 1);
-                }
-                LoggedCommand::Copy {
-                    src,
-                    src_offset,
-                    dst,
-                    dst_offset,
-                    size,
-                } => {
-                    pass = None;
-                    enc.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size);
-                }
-                LoggedCommand::Write { .. } => {}
-            }
-        }
-        drop(pass);
-        queue.submit([enc.finish()]);
+        replay_log(gpu, log);
         t.elapsed().as_secs_f64()
     }
 
@@ -447,10 +371,10 @@ mod dynamic {
 
 /// Host overhead per dispatch: the runtime against a hand-written wgpu loop.
 mod overhead {
-    use dynrt::gpu::{wgpu, BufferDesc, Engine, Gpu};
+    use dynrt::gpu::bench::{ChainLayout, HandwrittenChain};
+    use dynrt::gpu::{Engine, Gpu};
     use dynrt::graph::GraphBuilder;
     use dynrt::memory::predictor::Policy;
-    use dynrt::memory::AllocKind;
     use dynrt::runtime::{InferRequest, Network, NetworkOptions, RunOptions};
     use dynrt::shape::Shape;
     use web_time::Instant;
@@ -479,204 +403,6 @@ mod overhead {
         pub iterations: usize,
         /// Runtime dispatches recorded again from their nodes' dispatch plans.
         pub dispatches_replayed: u64,
-    }
-
-    const ADD_ONE: &str = r#"
-@group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) g: vec3<u32>) {
-    if (g.x < arrayLength(&dst)) { dst[g.x] = src[g.x] + 1.0; }
-}
-"#;
-
-    const ADD_TENSOR: &str = r#"
-struct Params { n: u32, pad0: u32, pad1: u32, pad2: u32 }
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> a: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) g: vec3<u32>) {
-    if (g.x < p.n) { out[g.x] = a[g.x] + b[0]; }
-}
-"#;
-
-    /// Uniform slot stride of the same-layout loop (`min_uniform_buffer_offset_alignment` is
-    /// at most 256).
-    const SLOT: u64 = 256;
-
-    /// Which hand-written loop.
-    #[derive(Clone, Copy, PartialEq)]
-    enum Layout {
-        /// `x + 1.0`, 2 storage bindings, pipeline layout from the shader.
-        Minimal,
-        /// `x + one` with the runtime kernel's layout: binding 0 a uniform with a dynamic
-        /// offset (one slot per dispatch, written once), bindings 1-3 storage.
-        SameAsRuntime,
-    }
-
-    /// The limit: pipeline, buffers and bind groups created once; an iteration only records
-    /// the dispatches and submits.
-    struct Handwritten {
-        gpu: Gpu,
-        layout: Layout,
-        pipeline: wgpu::ComputePipeline,
-        groups: Vec<wgpu::BindGroup>,
-        /// Keeps the bound buffers (and their accounting) alive.
-        _buffers: Vec<dynrt::gpu::Buffer>,
-        _uniforms: Option<dynrt::gpu::Buffer>,
-    }
-
-    impl Handwritten {
-        fn new(gpu: &Gpu, engine: &Engine, layout: Layout) -> anyhow::Result<Self> {
-            let device = gpu.device();
-            let source = match layout {
-                Layout::Minimal => ADD_ONE,
-                Layout::SameAsRuntime => ADD_TENSOR,
-            };
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("bench chain"),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-            // Chain tensors, then (same layout) the one-element addend.
-            let buffers = (0..=CHAIN + 1)
-                .map(|_| {
-                    engine.allocate(&BufferDesc {
-                        label: "bench chain",
-                        size_bytes: ELEMENTS * 4,
-                        kind: AllocKind::UsmDevice,
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let whole = |i: usize| buffers[i].raw().as_entire_binding();
-            let pipeline_of = |label, layout| {
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(label),
-                    layout,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                })
-            };
-            let (pipeline, bgl, uniforms) = match layout {
-                Layout::Minimal => {
-                    // The layout derived from the shader: the least a kernel can bind.
-                    let pipeline = pipeline_of("bench add_one", None);
-                    let bgl = pipeline.get_bind_group_layout(0);
-                    (pipeline, bgl, None)
-                }
-                Layout::SameAsRuntime => {
-                    let buffer_entry = |binding, ty, dynamic| wgpu::BindGroupLayoutEntry {
-                        binding,
-                        visibility: wgpu::ShaderStages::COMPUTE,
-                        ty: wgpu::BindingType::Buffer {
-                            ty,
-                            has_dynamic_offset: dynamic,
-                            min_binding_size: None,
-                        },
-                        count: None,
-                    };
-                    let storage = wgpu::BufferBindingType::Storage { read_only: false };
-                    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some("bench same layout"),
-                        entries: &[
-                            buffer_entry(0, wgpu::BufferBindingType::Uniform, true),
-                            buffer_entry(1, storage, false),
-                            buffer_entry(2, storage, false),
-                            buffer_entry(3, storage, false),
-                        ],
-                    });
-                    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: Some("bench same layout"),
-                        bind_group_layouts: &[Some(&bgl)],
-                        immediate_size: 0,
-                    });
-                    let pipeline = pipeline_of("bench add_tensor", Some(&pl));
-                    // Through the engine like every buffer (cl_mem is the kind with UNIFORM).
-                    let uniforms = engine.allocate(&BufferDesc {
-                        label: "bench same layout uniforms",
-                        size_bytes: SLOT * CHAIN as u64,
-                        kind: AllocKind::ClMem,
-                    })?;
-                    let mut slots = vec![0u8; (SLOT * CHAIN as u64) as usize];
-                    for slot in slots.chunks_mut(SLOT as usize) {
-                        slot[..4].copy_from_slice(&(ELEMENTS as u32).to_le_bytes());
-                    }
-                    engine.queue_write(&uniforms, 0, &slots);
-                    (pipeline, bgl, Some(uniforms))
-                }
-            };
-            // Node i reads tensor i (and the addend, last) and writes tensor i + 1.
-            let groups = (0..CHAIN)
-                .map(|i| {
-                    let entry = |binding, resource| wgpu::BindGroupEntry { binding, resource };
-                    let entries = match &uniforms {
-                        None => vec![entry(0, whole(i)), entry(1, whole(i + 1))],
-                        Some(u) => vec![
-                            entry(
-                                0,
-                                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: u.raw(),
-                                    offset: 0,
-                                    size: std::num::NonZeroU64::new(16),
-                                }),
-                            ),
-                            entry(1, whole(i)),
-                            entry(2, whole(CHAIN + 1)),
-                            entry(3, whole(i + 1)),
-                        ],
-                    };
-                    device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some("bench chain"),
-                        layout: &bgl,
-                        entries: &entries,
-                    })
-                })
-                .collect();
-            Ok(Handwritten {
-                gpu: gpu.clone(),
-                layout,
-                pipeline,
-                groups,
-                _buffers: buffers,
-                _uniforms: uniforms,
-            })
-        }
-
-        /// One iteration; returns the host seconds (the wait for the device is not counted).
-        fn iteration(&self) -> f64 {
-            let device = self.gpu.device();
-            let t = Instant::now();
-            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("bench"),
-            });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: None,
-                    timestamp_writes: None,
-                });
-                pass.set_pipeline(&self.pipeline);
-                for (i, g) in self.groups.iter().enumerate() {
-                    match self.layout {
-                        Layout::Minimal => {
-                            pass.set_bind_group(0, g, &[]);
-                            pass.dispatch_workgroups(ELEMENTS.div_ceil(64) as u32, 1, 1);
-                        }
-                        Layout::SameAsRuntime => {
-                            pass.set_bind_group(0, g, &[(i as u64 * SLOT) as u32]);
-                            pass.dispatch_workgroups(ELEMENTS.div_ceil(256) as u32, 1, 1);
-                        }
-                    }
-                }
-            }
-            self.gpu.queue().submit([enc.finish()]);
-            let host = t.elapsed().as_secs_f64();
-            // Keep the queue short, outside the timed region.
-            self.gpu.poll_wait();
-            host
-        }
     }
 
     /// The runtime on a chain of the same length (`x + 1` nodes on a constant): static shapes,
@@ -714,8 +440,8 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     /// rounds are warm-up.
     pub fn measure(gpu: &Gpu) -> anyhow::Result<Overhead> {
         let engine = Engine::new(gpu.clone());
-        let minimal = Handwritten::new(gpu, &engine, Layout::Minimal)?;
-        let same = Handwritten::new(gpu, &engine, Layout::SameAsRuntime)?;
+        let minimal = HandwrittenChain::new(&engine, ChainLayout::Minimal, CHAIN, ELEMENTS)?;
+        let same = HandwrittenChain::new(&engine, ChainLayout::SameAsRuntime, CHAIN, ELEMENTS)?;
         let mut req = runtime_request(&engine)?;
         // Seconds of the minimal loop, the same-layout loop and the runtime.
         let mut secs = [0.0f64; 3];

@@ -1,4 +1,4 @@
-//! `dynrt bench generate [--json]`: SmolLM2 on the GPU.
+//! `dynrt-bench generate [--json]`: SmolLM2 on the GPU.
 //!
 //! * **Prefill**: prompt tokens per second at 16, 128 and 512 tokens (one forward pass of
 //!   the prefill network, its logits readback included), after a warm-up prefill that
@@ -26,10 +26,11 @@
 //!   adapters have no timestamp queries) and multiplied by how often a step runs it; the
 //!   slowest is named with the bytes it reads per dispatch and the rate that gives.
 
-use super::generate::{model_path, ModelArgs};
+use super::shared::model::{model_path, ModelArgs};
 use anyhow::Context;
+use dynrt::gpu::bench::Recording;
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena};
-use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Gpu, GpuOptions};
+use dynrt::gpu::{Buffer, BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::ops;
 use dynrt::graph::{BinaryOp, Op};
 use dynrt::llm::ModelConfig;
@@ -46,7 +47,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Arguments of `dynrt bench generate`.
+/// Arguments of `dynrt-bench generate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     #[command(flatten)]
@@ -606,16 +607,9 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
         let mut best = f64::INFINITY;
         for round in 0..4 {
             uniforms.reset();
-            let mut enc = gpu
-                .device()
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("bench generate kernel"),
-                });
+            let mut rec = Recording::new(gpu, "bench generate kernel");
             {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("bench generate kernel"),
-                    timestamp_writes: None,
-                });
+                let mut pass = rec.compute_pass("bench generate kernel");
                 let operands: Vec<Operand<'_>> = buffers
                     .iter()
                     .zip(&case.inputs)
@@ -647,13 +641,9 @@ fn profile(model: &Model, context: u64) -> anyhow::Result<Vec<KernelRow>> {
                 }
             }
             uniforms.flush();
-            let t = Instant::now();
-            gpu.queue().submit([enc.finish()]);
-            gpu.device()
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
+            let secs = rec.submit_and_wait()?;
             if round > 0 {
-                best = best.min(t.elapsed().as_secs_f64());
+                best = best.min(secs);
             }
         }
         let ms = best * 1e3 / f64::from(reps);

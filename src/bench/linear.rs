@@ -1,4 +1,4 @@
-//! The `linear` section of `dynrt bench kernels`: the `linear` op on the projection shapes of
+//! The `linear` section of `dynrt-bench kernels`: the `linear` op on the projection shapes of
 //! SmolLM2-135M (width 576, FFN 1536, 9 query / 3 KV heads of 64, vocabulary 49152; Q4_1
 //! projections, the tied Q8_0 head), at M = 1 (decode, the matrix-vector kernel) and the
 //! prefill sizes (the tiled kernel). Weights are random values quantized with ggml's rounding:
@@ -11,7 +11,7 @@
 //! 512, the projections' ms per call divided by M gives ms per prompt token (the head runs
 //! once per prompt, for the last position only).
 
-use super::bench_kernels::{best_seconds, time_typed, Bench};
+use super::kernels::{best_seconds, time_typed, Bench};
 use dynrt::gpu::kernels::quant::QuantLayout;
 use dynrt::gpu::kernels::WeightLayout;
 use dynrt::gpu::BufferDesc;
@@ -397,7 +397,7 @@ fn copy_gbps(b: &Bench) -> anyhow::Result<f64> {
     let reps = 4;
     let s = best_seconds(&b.gpu, b.rounds, |enc| {
         for _ in 0..reps {
-            enc.copy_buffer_to_buffer(src.raw(), 0, dst.raw(), 0, COPY_BYTES);
+            enc.copy(&src, &dst, COPY_BYTES);
         }
         Ok(())
     })? / f64::from(reps);

@@ -1,14 +1,14 @@
-//! `dynrt bench batch`: decode throughput of the batched engine (`llm::BatchEngine`) with
+//! `dynrt-bench batch`: decode throughput of the batched engine (`llm::BatchEngine`) with
 //! 1, 4, 16, ... sequences decoding together, against one `Session` decoding alone, on the
 //! same model and adapter.
 
-use super::generate::{open, ModelArgs};
+use super::shared::model::{open, ModelArgs};
 use dynrt::llm::{BatchEngine, BatchOptions, GenerateParams, SamplingParams};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Arguments of `dynrt bench batch`.
+/// Arguments of `dynrt-bench batch`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]

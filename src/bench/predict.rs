@@ -1,6 +1,6 @@
-//! `dynrt predict`: replay a shape trace through a preallocation policy, or compare every
+//! `dynrt-bench predict`: replay a shape trace through a preallocation policy, or compare every
 //! policy on several traces (`--compare`). The replay itself is
-//! [`dynrt::memory::predictor::replay`]; this file only parses arguments and prints.
+//! [`dynrt::memory::predictor::replay()`]; this file only parses arguments and prints.
 
 use anyhow::Context;
 use dynrt::fileio;
@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments of `dynrt predict`.
+/// Arguments of `dynrt-bench predict`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Shape trace CSV (`id,dtype,shape[,can_reuse]`); several with `--compare` (regular
@@ -67,7 +67,7 @@ struct JsonSummaryLine {
     summary: JsonSummary,
 }
 
-/// Runs `dynrt predict`.
+/// Runs `dynrt-bench predict`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = match &args.options {
         Some(text) => PredictorOptions::parse_from(text, "--options")?,

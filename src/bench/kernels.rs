@@ -1,6 +1,6 @@
-//! `dynrt bench kernels [--json]`: elementwise add bandwidth against `copy_buffer_to_buffer`
+//! `dynrt-bench kernels [--json]`: elementwise add bandwidth against `copy_buffer_to_buffer`
 //! for the same bytes moved, tiled-matmul GFLOP/s for 256, 512 and 1024 square sizes, and
-//! the `linear` op on quantized weights at a real model's shapes ([`super::bench_linear`];
+//! the `linear` op on quantized weights at a real model's shapes ([`super::linear`];
 //! `--only-linear`, `--no-linear`).
 //!
 //! Timing: each measurement records `reps` identical dispatches (or copies) into one command
@@ -10,18 +10,18 @@
 //! both sides keeps the add/copy ratio fair.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::Context;
+use dynrt::gpu::bench::Recording;
 use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena, WeightLayout};
-use dynrt::gpu::{wgpu, BufferDesc, Engine, Gpu, GpuOptions};
+use dynrt::gpu::{BufferDesc, Engine, Gpu, GpuOptions};
 use dynrt::graph::{ops, BinaryOp, Op};
 use dynrt::memory::AllocKind;
 use dynrt::rng::SplitMix64;
 use dynrt::shape::{DType, Shape};
 use dynrt::tensor::HostTensor;
 
-/// Arguments of `dynrt bench kernels`.
+/// Arguments of `dynrt-bench kernels`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Print one JSON object instead of a table.
@@ -82,14 +82,14 @@ struct Report {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     base: Option<BaseReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    linear: Option<super::bench_linear::LinearReport>,
+    linear: Option<super::linear::LinearReport>,
 }
 
 /// Seconds for the fastest of `rounds` submits of what `record` encodes, after one warm-up.
 pub(super) fn best_seconds(
     gpu: &Gpu,
     rounds: u32,
-    record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    record: impl FnMut(&mut Recording) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
     Ok(timed_rounds(gpu, rounds, record)?.best_s)
 }
@@ -121,7 +121,7 @@ pub(super) fn process_cpu_seconds() -> Option<f64> {
 pub(super) fn timed_rounds(
     gpu: &Gpu,
     rounds: u32,
-    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    mut record: impl FnMut(&mut Recording) -> anyhow::Result<()>,
 ) -> anyhow::Result<Timing> {
     let mut best = f64::INFINITY;
     let mut cpu = Some(0.0);
@@ -143,21 +143,12 @@ pub(super) fn timed_rounds(
 /// ([`process_cpu_seconds`]; recording is outside both).
 fn submit_seconds(
     gpu: &Gpu,
-    mut record: impl FnMut(&mut wgpu::CommandEncoder) -> anyhow::Result<()>,
+    mut record: impl FnMut(&mut Recording) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, Option<f64>)> {
-    let mut enc = gpu
-        .device()
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("bench kernels"),
-        });
-    record(&mut enc)?;
+    let mut rec = Recording::new(gpu, "bench kernels");
+    record(&mut rec)?;
     let c0 = process_cpu_seconds();
-    let t0 = Instant::now();
-    gpu.queue().submit([enc.finish()]);
-    gpu.device()
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| anyhow::anyhow!("device poll failed: {e}"))?;
-    let dt = t0.elapsed().as_secs_f64();
+    let dt = rec.submit_and_wait()?;
     let cpu = c0.zip(process_cpu_seconds()).map(|(a, b)| b - a);
     Ok((dt, cpu))
 }
@@ -241,10 +232,7 @@ pub(super) fn time_typed(
     let t = timed_rounds(gpu, rounds, |enc| {
         uniforms.reset();
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(op.name()),
-                timestamp_writes: None,
-            });
+            let mut pass = enc.compute_pass(op.name());
             let operands: Vec<Operand<'_>> = bufs
                 .iter()
                 .zip(inputs)
@@ -315,7 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let linear = if args.no_linear {
         None
     } else {
-        let r = super::bench_linear::run(
+        let r = super::linear::run(
             &mut b,
             &args.linear_m,
             args.linear_head_prefill,
@@ -323,7 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.square,
         )?;
         if !args.json {
-            super::bench_linear::print(&r);
+            super::linear::print(&r);
         }
         Some(r)
     };
@@ -370,7 +358,7 @@ fn base_section(b: &mut Bench, args: &Args) -> anyhow::Result<BaseReport> {
     })?;
     let copy_s = best_seconds(&gpu, args.rounds, |enc| {
         for _ in 0..reps {
-            enc.copy_buffer_to_buffer(src.raw(), 0, dst.raw(), 0, copy_bytes);
+            enc.copy(&src, &dst, copy_bytes);
         }
         Ok(())
     })? / reps as f64;

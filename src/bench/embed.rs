@@ -1,4 +1,4 @@
-//! `dynrt bench embed --model DIR|FILE|NAME [--batches 1,8,64] [--sentences N] [--json]
+//! `dynrt-bench embed --model DIR|FILE|NAME [--batches 1,8,64] [--sentences N] [--json]
 //! [--texts-out FILE.json]`:
 //! sentences per second of a sentence model at each batch size, and with `--trace CALLS`
 //! the memory of a trace of calls with random `[batch, seq]` under each preallocation
@@ -18,9 +18,9 @@
 //!   that sizes every output exactly would reallocate) and the peak bytes the request held,
 //!   against the largest call alone with exact sizes (`[max-batch, max-seq]`, policy none).
 
-use super::bench_kernels::process_cpu_seconds;
-use super::embed::{open_model, ModelArgs};
-use super::run::{engine, provider};
+use super::kernels::process_cpu_seconds;
+use super::shared::sentence::{open_model, ModelArgs};
+use super::shared::{engine, provider};
 use anyhow::Context;
 use dynrt::fetch;
 use dynrt::gpu::Engine;
@@ -31,7 +31,7 @@ use dynrt::rng::SplitMix64;
 use dynrt::sentence::{folder_graph, random_rows, trace_memory};
 use std::process::ExitCode;
 
-/// Arguments of `dynrt bench embed`.
+/// Arguments of `dynrt-bench embed`.
 #[derive(clap::Args)]
 pub struct Args {
     /// A sentence-transformers folder, an ONNX encoder file, or an embedding model's name.
@@ -328,9 +328,9 @@ fn trace(args: &Args, calls: usize) -> anyhow::Result<ExitCode> {
 
 /// Per-node kernel time of one iteration (`--profile BATCHxSEQ`).
 mod profile {
-    use super::super::bench_kernels::timed_rounds;
+    use super::super::kernels::timed_rounds;
     use dynrt::gpu::kernels::{Kernels, Operand, TensorRef, UniformArena, WeightLayout};
-    use dynrt::gpu::{wgpu, Buffer, BufferDesc, Engine, Frame};
+    use dynrt::gpu::{Buffer, BufferDesc, Engine, Frame};
     use dynrt::graph::{Graph, NodeId, Op};
     use dynrt::memory::AllocKind;
     use dynrt::shape::Shape;
@@ -434,10 +434,7 @@ mod profile {
             let t = timed_rounds(gpu, rounds, |enc| {
                 uniforms.reset();
                 {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some("profile"),
-                        timestamp_writes: None,
-                    });
+                    let mut pass = enc.compute_pass("profile");
                     for _ in 0..reps {
                         kernels.encode(&mut pass, &mut uniforms, &node.op, &ins, &out)?;
                     }
