@@ -865,7 +865,10 @@ fn a_decoder_layer_runs_five_dispatches_with_the_unfused_values() {
                 // dispatch (one segment a row would leave the device idle in one workgroup).
                 if seq == 1 {
                     let want = if post_norm { 7 } else { 5 };
-                    assert_eq!(*d_f, want, "{o:?}: a decode step's dispatches (unfused {d_u})");
+                    assert_eq!(
+                        *d_f, want,
+                        "{o:?}: a decode step's dispatches (unfused {d_u})"
+                    );
                 }
                 // The keys and values go straight into the cache: no append copies (growth
                 // copies only when the contiguous cache grows); a pool's step copies its
