@@ -52,9 +52,9 @@ pub use engine::{
 };
 pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
 pub use lost::DeviceLost;
-pub use pipeline::{
-    shader_sources, validate_wgsl, FillParams, FillPipeline, FILL_WGSL, PRELUDE_WGSL,
-};
+pub use kernels::fill::{FillParams, FillPipeline, FILL_WGSL};
+pub use kernels::shader_sources;
+pub use pipeline::{validate_wgsl, PRELUDE_WGSL};
 pub use readback::{ReadTicket, ReadbackRing};
 pub use serial::DeviceGuard;
 pub use usage::{

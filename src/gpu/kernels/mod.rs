@@ -27,13 +27,15 @@
 //! axes, cumulative sum), [`movement`], [`mask`], [`generate`] (range, trilu), [`cnn`]
 //! (pooling, batch norm), [`rotary`] (ONNX's RotaryEmbedding), [`attention`] (RoPE,
 //! grouped-query attention), [`sample`] (the next token from rows of logits); [`layout`] (the kernels' own index arithmetic), [`encoder`],
-//! [`plan`] (dispatch plans), [`uniforms`]; `cache` ([`Kernels`]).
+//! [`plan`] (dispatch plans), [`uniforms`]; `cache` ([`Kernels`]); [`fill`] (a ramp written
+//! outside any graph, for examples and device checks).
 
 pub mod attention;
 mod cache;
 pub mod cnn;
 pub mod elementwise;
 pub mod encoder;
+pub mod fill;
 pub mod generate;
 pub mod layout;
 pub mod logic;
@@ -110,6 +112,16 @@ pub const FAMILIES: [&Family; 15] = [
     &sample::FAMILY,
     &attention::FAMILY_GQA,
 ];
+
+/// Every WGSL source dynrt compiles, by the stem of its file (`shaders/<stem>.wgsl`): each
+/// kernel family's ([`FAMILIES`]) and `fill`'s, as their
+/// pipelines get it (the prelude, the file, and for `quant` the formats' decoders).
+pub fn shader_sources() -> impl Iterator<Item = (&'static str, &'static str)> {
+    FAMILIES
+        .iter()
+        .map(|f| (f.name, (f.source)()))
+        .chain([("fill", fill::FILL_WGSL)])
+}
 
 /// The kernel of an op: one line per op (inputs and constants have none, their values are
 /// uploaded). The compiler makes sure a new [`Op`] variant gets its line here.

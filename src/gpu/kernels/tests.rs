@@ -110,7 +110,7 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         (
             "fill",
             "FillParams",
-            size_of::<crate::gpu::pipeline::FillParams>(),
+            size_of::<fill::FillParams>(),
         ),
     ];
     let mut seen = vec![false; rust.len()];
