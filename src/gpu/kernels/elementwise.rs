@@ -21,6 +21,7 @@
 //! The broadcasting entry point, whose index arithmetic goes through strides, keeps the checks.
 
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s};
+use super::uniforms::BroadcastParams;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::{BinaryOp, UnaryOp};
 use crate::shape::DType;
@@ -48,32 +49,6 @@ pub const FAMILY: Family = Family {
         "elementwise_unary4",
     ],
 };
-
-/// `BroadcastParams` of `shaders/common/prelude.wgsl`, the uniform of the broadcasting entry
-/// points (`elementwise_binary`, `mask_where`, `logic_main`): up to three inputs read through
-/// per-input strides over the output shape (160 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct BroadcastParams {
-    /// Output elements.
-    pub numel: u32,
-    /// Output rank (<= [`super::layout::MAX_RANK`]).
-    pub rank: u32,
-    /// Output element offset in its binding.
-    pub out_offset: u32,
-    /// Bit 0: the condition of `where` is f32.
-    pub flags: u32,
-    /// Element offsets of inputs 0, 1, 2 in their bindings.
-    pub offsets: [u32; 4],
-    /// Output shape.
-    pub shape: [[u32; 4]; 2],
-    /// Input 0 strides over the output shape (0 on broadcast dimensions).
-    pub strides0: [[u32; 4]; 2],
-    /// Input 1 strides.
-    pub strides1: [[u32; 4]; 2],
-    /// Input 2 strides.
-    pub strides2: [[u32; 4]; 2],
-}
 
 /// `FlatParams` of `shaders/elementwise.wgsl`: contiguous operands of one shape (16 bytes).
 #[repr(C)]

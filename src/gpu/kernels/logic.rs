@@ -7,8 +7,8 @@
 //! even), so casts, copies, `where` and comparisons run on them without `SHADER_F16`; f16
 //! *arithmetic* is refused by the ops' dtype rules.
 
-use super::elementwise::BroadcastParams;
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s, INPUT_NAMES};
+use super::uniforms::BroadcastParams;
 use super::{Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::{BinaryOp, Cast, CompareOp, Identity, LogicOp, Not};
 use crate::shape::DType;

@@ -1,9 +1,9 @@
 //! The `mask` family (`shaders/mask.wgsl`): the causal attention mask over a growing past,
-//! and `where` with three-way broadcasting on f32 values (its uniform is the elementwise
-//! family's [`BroadcastParams`]); `where` on other types runs in the `logic` family.
+//! and `where` with three-way broadcasting on f32 values (its uniform is the prelude's
+//! [`BroadcastParams`], shared with `elementwise` and `logic`); `where` on other types runs in the `logic` family.
 
-use super::elementwise::BroadcastParams;
 use super::layout::{broadcast_strides, check_rank, numel, pack8, u32s, INPUT_NAMES};
+use super::uniforms::BroadcastParams;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
 use crate::graph::ops::{CausalMask, Where};
 use crate::shape::DType;

@@ -35,7 +35,7 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         (
             "prelude",
             "BroadcastParams",
-            size_of::<elementwise::BroadcastParams>(),
+            size_of::<uniforms::BroadcastParams>(),
         ),
         (
             "attention",
@@ -107,11 +107,7 @@ fn every_uniform_struct_matches_its_wgsl_layout() {
         ("reduce", "CumParams", size_of::<reduce::CumParams>()),
         ("rotary", "RotaryParams", size_of::<rotary::RotaryParams>()),
         ("sample", "SampleParams", size_of::<sample::SampleParams>()),
-        (
-            "fill",
-            "FillParams",
-            size_of::<fill::FillParams>(),
-        ),
+        ("fill", "FillParams", size_of::<fill::FillParams>()),
     ];
     let mut seen = vec![false; rust.len()];
     for (family, source) in crate::gpu::shader_sources() {

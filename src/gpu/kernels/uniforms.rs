@@ -16,10 +16,41 @@
 //! Chunks are engine buffers (`cl_mem`: the kind with `UNIFORM` usage, in the internal
 //! region), so they appear in the accounting, the history and the budget like every other
 //! buffer.
+//!
+//! The uniform structs that more than one kernel family fills live here too
+//! ([`BroadcastParams`], the prelude's), so that no family imports another's file for them
+//! (docs/modules.md: no import cycles between files).
 
 use crate::gpu::{AllocError, Buffer, BufferDesc, Engine};
 use crate::memory::regions::Region;
 use crate::memory::AllocKind;
+use bytemuck::{Pod, Zeroable};
+
+/// `BroadcastParams` of `shaders/common/prelude.wgsl`, the uniform of the broadcasting entry
+/// points (`elementwise_binary`, `mask_where`, `logic_main`): up to three inputs read through
+/// per-input strides over the output shape (160 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct BroadcastParams {
+    /// Output elements.
+    pub numel: u32,
+    /// Output rank (<= [`super::layout::MAX_RANK`]).
+    pub rank: u32,
+    /// Output element offset in its binding.
+    pub out_offset: u32,
+    /// Bit 0: the condition of `where` is f32.
+    pub flags: u32,
+    /// Element offsets of inputs 0, 1, 2 in their bindings.
+    pub offsets: [u32; 4],
+    /// Output shape.
+    pub shape: [[u32; 4]; 2],
+    /// Input 0 strides over the output shape (0 on broadcast dimensions).
+    pub strides0: [[u32; 4]; 2],
+    /// Input 1 strides.
+    pub strides1: [[u32; 4]; 2],
+    /// Input 2 strides.
+    pub strides2: [[u32; 4]; 2],
+}
 
 /// Bytes of the first uniform chunk: a binding only spans one slot, so the chunk size is free.
 /// 16 KiB (64 slots) holds a decode step of a small model in one chunk while an idle request,
