@@ -30,6 +30,7 @@ pub use wgpu::AdapterInfo;
 
 #[cfg(all(feature = "bench", not(target_arch = "wasm32")))]
 pub mod bench;
+mod class;
 pub mod embed;
 mod engine;
 mod frame;
@@ -43,6 +44,7 @@ mod serial;
 pub mod testing;
 mod usage;
 
+pub use class::QuantLayout;
 pub use embed::{
     checked_limits, limit_shortfalls, required_limits, EmbedOptions, LimitShortfall,
     DEFAULT_MAX_SLICE, SHARED_POLL_SLICE,
@@ -51,9 +53,9 @@ pub use engine::{
     AllocError, Buffer, BufferDesc, BufferUid, Engine, KindRequest, MapAccess, UPLOAD_CHUNK_BYTES,
 };
 pub use frame::{CommandLog, Frame, LoggedCommand, Planned, Submitted};
-pub use lost::DeviceLost;
 pub use kernels::fill::{FillParams, FillPipeline, FILL_WGSL};
 pub use kernels::shader_sources;
+pub use lost::DeviceLost;
 pub use pipeline::{validate_wgsl, PRELUDE_WGSL};
 pub use readback::{ReadTicket, ReadbackRing};
 pub use serial::DeviceGuard;

@@ -7,8 +7,8 @@
 //! kernel workspace and a second dispatch (`attention_combine`) merges them (flash-decoding).
 
 use super::layout::{numel, u32_of};
-use super::quant::QuantLayout;
 use super::{Encoder, Family, Kernel, KernelError, Operand};
+use crate::gpu::QuantLayout;
 use crate::graph::ops::{Attention, PagedAttention, Rope, ScatterRows};
 use crate::shape::DType;
 use bytemuck::{Pod, Zeroable};

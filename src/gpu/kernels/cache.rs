@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::encoder::BindKey;
 use super::plan::Recorder;
 use super::{
-    attention, kernel_of, layout, quant, Encoder, KernelError, Operand, PipelineKey, UniformArena,
+    attention, kernel_of, layout, Encoder, KernelError, Operand, PipelineKey, UniformArena,
 };
 use crate::gpu::{BufferUid, Gpu};
 use crate::graph::Op;
@@ -50,7 +50,7 @@ pub struct Kernels {
     /// generation must not be replayed.
     generation: u64,
     pub(crate) max_workgroups_per_dim: u32,
-    pub(crate) quant_layout: quant::QuantLayout,
+    pub(crate) quant_layout: crate::gpu::QuantLayout,
     /// Workgroups an attention dispatch should have at least before it splits keys
     /// ([`Kernels::set_attention_workgroups`]).
     pub(crate) attention_workgroups: u64,
@@ -66,7 +66,7 @@ impl Kernels {
     pub fn new(gpu: &Gpu) -> Self {
         let device = gpu.device();
         let limits = device.limits();
-        let quant_layout = quant::QuantLayout::of(gpu);
+        let quant_layout = crate::gpu::QuantLayout::of(gpu);
         Kernels {
             device: device.clone(),
             gpu: gpu.clone(),
@@ -94,7 +94,7 @@ impl Kernels {
 
     /// Overrides how the quantized-weight kernels spread their work (chosen from the adapter's
     /// device type by [`Kernels::new`]); tests use it to run both layouts on one adapter.
-    pub fn set_quant_layout(&mut self, layout: quant::QuantLayout) {
+    pub fn set_quant_layout(&mut self, layout: crate::gpu::QuantLayout) {
         self.quant_layout = layout;
         self.generation += 1;
     }
@@ -115,7 +115,7 @@ impl Kernels {
     }
 
     /// How the quantized-weight kernels spread their work ([`Kernels::set_quant_layout`]).
-    pub fn quant_layout(&self) -> quant::QuantLayout {
+    pub fn quant_layout(&self) -> crate::gpu::QuantLayout {
         self.quant_layout
     }
 

@@ -38,7 +38,8 @@
 use super::layout::{numel, rows, u32_of};
 use super::{Encoder, Family, Kernel, KernelError, Operand, WeightLayout};
 use crate::formats::{FORMATS, GROUP_BLOCKS};
-use crate::gpu::{wgpu, Gpu};
+/// The adapter class, decided in `gpu::class`; named here too, where its kernel choices are.
+pub use crate::gpu::QuantLayout;
 use crate::graph::ops::fused_linear::infer as fused_infer;
 use crate::graph::ops::fused_linear::PLAIN;
 use crate::graph::ops::linear::infer;
@@ -362,101 +363,6 @@ fn coop_lanes(blocks: u64) -> u64 {
     (1u64 << (63 - half.leading_zeros())).clamp(2, 32)
 }
 
-/// How the `quant` kernels spread their work, by the kind of adapter ([`Kernels::new`] picks
-/// it from the adapter's device type; [`Kernels::set_quant_layout`] overrides it, as the tests
-/// do to check both).
-///
-/// [`Kernels::new`]: super::Kernels::new
-/// [`Kernels::set_quant_layout`]: super::Kernels::set_quant_layout
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuantLayout {
-    /// A software adapter (llvmpipe, lavapipe, SwiftShader) running `threads` CPU threads:
-    /// workgroups of 8 invocations (one 256-bit SIMD group each), as many output rows per
-    /// invocation as still gives every thread a group, and the register-tiled prefill kernel.
-    Cpu {
-        /// Threads the adapter runs workgroups on (the host's available parallelism).
-        threads: u32,
-    },
-    /// A hardware GPU: for decode, the subgroup matrix-vector kernel where the device has
-    /// subgroup operations (lanes of one subgroup share each output row and meet by
-    /// shuffles), else 64-invocation workgroups that share each row and meet in workgroup
-    /// memory; for prefill the GEMM that stages x and dequantized weight tiles in workgroup
-    /// memory (`quant_mm`).
-    Gpu {
-        /// The smallest subgroup the device runs compute work in, where it offers subgroup
-        /// operations (`Features::SUBGROUP`; wgpu's `AdapterInfo::subgroup_min_size`: 32 on
-        /// NVIDIA, 8 on lavapipe); `None` where it does not (GL, the browser through wgpu 30,
-        /// whose WebGPU backend does not map the `subgroups` feature).
-        subgroup: Option<u32>,
-    },
-}
-
-impl QuantLayout {
-    /// Largest M (rows of x) served by the matrix-vector kernel, which reads the weight once
-    /// per row of x; more rows take a prefill kernel, which reads it once per 8 (software
-    /// adapters: measured faster from 4 rows on llvmpipe) or 64 rows (hardware GPUs: below 9
-    /// rows a 64-row tile would mostly compute padding).
-    pub fn matvec_max_m(self) -> u64 {
-        match self {
-            QuantLayout::Cpu { .. } => 3,
-            QuantLayout::Gpu { .. } => 8,
-        }
-    }
-
-    /// The layout of a `dtype` weight that the linear kernel for `m` rows of x reads best on
-    /// this class ([`LinearKernel::weight_layout`]): what `update_weights` gives it.
-    pub fn weight_layout(self, m: u64, dtype: DType) -> WeightLayout {
-        self.linear_kernel(m, true).weight_layout(dtype)
-    }
-
-    /// The layout for an adapter of `device_type`, without subgroups (see [`QuantLayout::of`]).
-    pub fn for_device(device_type: wgpu::DeviceType) -> QuantLayout {
-        if device_type == wgpu::DeviceType::Cpu {
-            QuantLayout::cpu_class()
-        } else {
-            QuantLayout::Gpu { subgroup: None }
-        }
-    }
-
-    /// The software adapters' layout with this machine's hardware threads (one on wasm32),
-    /// whatever the adapter: what `--kernels cpu` forces.
-    pub fn cpu_class() -> QuantLayout {
-        #[cfg(not(target_arch = "wasm32"))]
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        #[cfg(target_arch = "wasm32")]
-        let threads = 1;
-        QuantLayout::Cpu { threads }
-    }
-
-    /// The layout for `gpu`'s device: by its adapter's type, with its subgroups on a
-    /// hardware GPU. The one place that decides which class of kernels an adapter runs.
-    pub fn of(gpu: &Gpu) -> QuantLayout {
-        match QuantLayout::for_device(gpu.adapter_info().device_type) {
-            QuantLayout::Gpu { .. } => QuantLayout::gpu_class(gpu),
-            cpu => cpu,
-        }
-    }
-
-    /// The hardware-GPU layout with `gpu`'s subgroups, whatever its adapter's type: what a
-    /// hardware GPU with the same features would run (the tests force it on software
-    /// adapters so the GPU kernels run there too).
-    pub fn gpu_class(gpu: &Gpu) -> QuantLayout {
-        QuantLayout::Gpu {
-            subgroup: subgroup_size(gpu),
-        }
-    }
-}
-
-/// The smallest subgroup of `gpu`'s device when it has subgroup operations and reports a
-/// size the subgroup kernels take (a power of two from 4 to 128).
-fn subgroup_size(gpu: &Gpu) -> Option<u32> {
-    let size = gpu.adapter_info().subgroup_min_size;
-    (gpu.features().contains(wgpu::Features::SUBGROUP)
-        && size.is_power_of_two()
-        && (4..=128).contains(&size))
-    .then_some(size)
-}
-
 /// How `quantsg_matvec` spreads a projection over the lanes of subgroups of at least
 /// `subgroup` invocations: `rows` weight rows per subgroup at a time, `lanes / rows` lanes
 /// per row taking about two 32-element blocks each (of `blocks` per row), and
@@ -566,6 +472,12 @@ impl LinearKernel {
 }
 
 impl QuantLayout {
+    /// The layout of a `dtype` weight that the linear kernel for `m` rows of x reads best on
+    /// this class ([`LinearKernel::weight_layout`]): what `update_weights` gives it.
+    pub fn weight_layout(self, m: u64, dtype: DType) -> WeightLayout {
+        self.linear_kernel(m, true).weight_layout(dtype)
+    }
+
     /// The linear kernel for `m` rows of x (`aligned`: x's offset and K are multiples of 4):
     /// up to [`QuantLayout::matvec_max_m`] rows the adapter class's matrix-vector kernel
     /// (the subgroup one where the device has subgroups and x is aligned), beyond it its

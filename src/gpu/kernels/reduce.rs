@@ -5,8 +5,8 @@
 //! adapter: one invocation per row).
 
 use super::layout::{check_rank, numel, pack8, strides, u32_of, u32s, INPUT_NAMES};
-use super::quant::QuantLayout;
 use super::{f32_only, Encoder, Family, Kernel, KernelError, Operand};
+use crate::gpu::QuantLayout;
 use crate::graph::ops::norm::infer_norm;
 use crate::graph::ops::{
     axis_index, CumSum, LayerNorm, Reduce, ReduceAxes, ReduceKind, RmsNorm, Softmax,
