@@ -43,101 +43,170 @@ pub struct BlockLayout {
     pub bytes: u32,
 }
 
-macro_rules! dtype_enum {
-    ($($variant:ident $module:ident,)*) => {
-        /// Element type of a tensor: a plain element of a whole number of bits, or a
-        /// block-quantized format whose size is counted in blocks ([`DType::block`]), never in
-        /// bits per element. The block formats are the rows of [`crate::formats`]' table (one
-        /// variant each, its layout documented in that format's module).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(rename_all = "lowercase")]
-        // ggml's names (`Q4_K`) are the vocabulary every reader of GGUF knows.
-        #[allow(non_camel_case_types)]
-        pub enum DType {
-            /// 32-bit float.
-            F32,
-            /// 16-bit IEEE float.
-            F16,
-            /// 16-bit brain float (the top half of an f32).
-            BF16,
-            /// 64-bit signed integer (ONNX shape tensors; computed on the host).
-            I64,
-            /// 32-bit signed integer.
-            I32,
-            /// 32-bit unsigned integer.
-            U32,
-            /// 8-bit signed integer.
-            I8,
-            /// 8-bit unsigned integer.
-            U8,
-            /// Boolean, one byte per element (0 or 1), as ONNX stores it.
-            Bool,
-            $(
-                #[doc = concat!(stringify!($variant), ": a block format (see the `", stringify!($module), "` row of [`crate::formats::FORMATS`]).")]
-                $variant,
-            )*
-        }
-
-        impl DType {
-            /// Every element type, in the order error messages list them.
-            pub const ALL: &'static [DType] = &[
-                DType::F32,
-                DType::F16,
-                DType::BF16,
-                DType::I64,
-                DType::I32,
-                DType::U32,
-                DType::I8,
-                DType::U8,
-                DType::Bool,
-                $(DType::$variant,)*
-            ];
-
-            /// Width of one element in bits; `None` for block-quantized formats, whose size is
-            /// only defined per block ([`DType::block`]).
-            pub fn bits(self) -> Option<u32> {
-                match self {
-                    DType::I64 => Some(64),
-                    DType::F32 | DType::I32 | DType::U32 => Some(32),
-                    DType::F16 | DType::BF16 => Some(16),
-                    DType::I8 | DType::U8 | DType::Bool => Some(8),
-                    $(DType::$variant => None,)*
-                }
-            }
-
-            /// Lower-case name (`f32`, `q4_1`, ...), as used in traces and on the CLI.
-            pub fn name(self) -> &'static str {
-                match self {
-                    DType::F32 => "f32",
-                    DType::F16 => "f16",
-                    DType::BF16 => "bf16",
-                    DType::I64 => "i64",
-                    DType::I32 => "i32",
-                    DType::U32 => "u32",
-                    DType::I8 => "i8",
-                    DType::U8 => "u8",
-                    DType::Bool => "bool",
-                    $(DType::$variant => stringify!($module),)*
-                }
-            }
-        }
-    };
+/// Element type of a tensor: a plain element of a whole number of bits, or a block-quantized
+/// format whose size is counted in blocks ([`DType::block`]), never in bits per element. The
+/// block formats are the rows of [`crate::formats`]' table (one variant each, its layout
+/// documented in that format's module; a test there checks that the table and this enum
+/// name the same formats with the same block sizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+// ggml's names (`Q4_K`) are the vocabulary every reader of GGUF knows.
+#[allow(non_camel_case_types)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 16-bit IEEE float.
+    F16,
+    /// 16-bit brain float (the top half of an f32).
+    BF16,
+    /// 64-bit signed integer (ONNX shape tensors; computed on the host).
+    I64,
+    /// 32-bit signed integer.
+    I32,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 8-bit signed integer.
+    I8,
+    /// 8-bit unsigned integer.
+    U8,
+    /// Boolean, one byte per element (0 or 1), as ONNX stores it.
+    Bool,
+    /// Q4_0: a block format (see the `q4_0` row of [`crate::formats::FORMATS`]).
+    Q4_0,
+    /// Q4_1: a block format (see the `q4_1` row of [`crate::formats::FORMATS`]).
+    Q4_1,
+    /// Q5_0: a block format (see the `q5_0` row of [`crate::formats::FORMATS`]).
+    Q5_0,
+    /// Q5_1: a block format (see the `q5_1` row of [`crate::formats::FORMATS`]).
+    Q5_1,
+    /// Q8_0: a block format (see the `q8_0` row of [`crate::formats::FORMATS`]).
+    Q8_0,
+    /// Q2_K: a block format (see the `q2_k` row of [`crate::formats::FORMATS`]).
+    Q2_K,
+    /// Q3_K: a block format (see the `q3_k` row of [`crate::formats::FORMATS`]).
+    Q3_K,
+    /// Q4_K: a block format (see the `q4_k` row of [`crate::formats::FORMATS`]).
+    Q4_K,
+    /// Q5_K: a block format (see the `q5_k` row of [`crate::formats::FORMATS`]).
+    Q5_K,
+    /// Q6_K: a block format (see the `q6_k` row of [`crate::formats::FORMATS`]).
+    Q6_K,
+    /// Q4_NB: a block format (see the `q4_nb` row of [`crate::formats::FORMATS`]).
+    Q4_NB,
+    /// Q8_NB: a block format (see the `q8_nb` row of [`crate::formats::FORMATS`]).
+    Q8_NB,
 }
-crate::formats::block_format_table!(dtype_enum);
+
+impl DType {
+    /// Every element type, in the order error messages list them.
+    pub const ALL: &'static [DType] = &[
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::I32,
+        DType::U32,
+        DType::I8,
+        DType::U8,
+        DType::Bool,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::Q4_NB,
+        DType::Q8_NB,
+    ];
+
+    /// Width of one element in bits; `None` for block-quantized formats, whose size is only
+    /// defined per block ([`DType::block`]).
+    pub fn bits(self) -> Option<u32> {
+        match self {
+            DType::I64 => Some(64),
+            DType::F32 | DType::I32 | DType::U32 => Some(32),
+            DType::F16 | DType::BF16 => Some(16),
+            DType::I8 | DType::U8 | DType::Bool => Some(8),
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q2_K
+            | DType::Q3_K
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::Q4_NB
+            | DType::Q8_NB => None,
+        }
+    }
+
+    /// Lower-case name (`f32`, `q4_1`, ...), as used in traces and on the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+            DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q8_0 => "q8_0",
+            DType::Q2_K => "q2_k",
+            DType::Q3_K => "q3_k",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
+            DType::Q4_NB => "q4_nb",
+            DType::Q8_NB => "q8_nb",
+        }
+    }
+}
 
 impl DType {
     /// The block layout of a block-quantized format; `None` for plain element types.
     pub fn block(self) -> Option<BlockLayout> {
-        crate::formats::block_format(self).map(|f| BlockLayout {
-            elements: f.block_elements,
-            bytes: f.block_bytes,
-        })
+        let (elements, bytes) = match self {
+            DType::Q4_0 => (32, 18),
+            DType::Q4_1 => (32, 20),
+            DType::Q5_0 => (32, 22),
+            DType::Q5_1 => (32, 24),
+            DType::Q8_0 => (32, 34),
+            DType::Q2_K => (256, 84),
+            DType::Q3_K => (256, 110),
+            DType::Q4_K => (256, 144),
+            DType::Q5_K => (256, 176),
+            DType::Q6_K => (256, 210),
+            DType::Q4_NB => (32, 24),
+            DType::Q8_NB => (32, 36),
+            DType::F32
+            | DType::F16
+            | DType::BF16
+            | DType::I64
+            | DType::I32
+            | DType::U32
+            | DType::I8
+            | DType::U8
+            | DType::Bool => return None,
+        };
+        Some(BlockLayout { elements, bytes })
     }
 
     /// Whether values are floating point (f32, f16, bf16, and the block formats, whose
     /// values dequantize to floats).
     pub fn is_float(self) -> bool {
-        crate::formats::of_dtype(self).is_some()
+        matches!(self, DType::F32 | DType::F16 | DType::BF16) || self.block().is_some()
     }
 
     /// Whether values are integers (bool included).

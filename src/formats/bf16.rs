@@ -1,7 +1,7 @@
 //! BF16: brain floats, the top 16 bits of an f32 (widened by a shift, exactly).
 
 use super::Format;
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -1,7 +1,7 @@
 //! F16: IEEE half floats, 2 bytes each, widened exactly.
 
+use super::GgmlType;
 use super::{f16_at, f16_bytes, Format};
-use crate::gguf::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -1,7 +1,7 @@
 //! F32: IEEE single floats, 4 bytes each.
 
 use super::Format;
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -29,9 +29,11 @@
 //! use the helpers of `shaders/quant.wgsl`: `byte_at`, `word_at`, `f16_at`, `nibbles`,
 //! `bytes_i8`, `bits4`. Each is the text of its file, `shaders/formats/<name>.wgsl`.
 
-use crate::gguf::GgmlType;
 use crate::shape::DType;
 use half::f16;
+
+mod ggml;
+pub use ggml::GgmlType;
 
 /// The text of `shaders/formats/<stem>.wgsl`: a format's WGSL decoder, which the `quant`
 /// family appends to its kernels (so each backend and the browser compile the same text).
@@ -168,8 +170,9 @@ impl Format {
     }
 }
 
-/// The block formats: `DType variant, module`. The [`DType`] enum gets one variant per row,
-/// and [`FORMATS`] the module's `FORMAT`.
+/// The block formats: `DType variant, module`. [`FORMATS`] gets the module's `FORMAT`; the
+/// [`DType`] variant is written out in [`crate::shape`] (which imports nothing from here), and
+/// `the_table_covers_every_block_dtype_and_no_other` checks that the two agree.
 macro_rules! block_format_table {
     ($callback:ident) => {
         $callback! {
@@ -188,7 +191,6 @@ macro_rules! block_format_table {
         }
     };
 }
-pub(crate) use block_format_table;
 
 macro_rules! format_list {
     ($($variant:ident $module:ident,)*) => {
@@ -203,13 +205,9 @@ macro_rules! format_list {
             $($module::FORMAT,)*
         ];
 
-        /// The format of a block dtype.
-        pub(crate) fn block_format(dtype: DType) -> Option<&'static Format> {
-            match dtype {
-                $(DType::$variant => Some(&$module::FORMAT),)*
-                _ => None,
-            }
-        }
+        /// The block dtypes of the table, in its order.
+        #[cfg(test)]
+        const BLOCK_DTYPES: &[DType] = &[$(DType::$variant,)*];
     };
 }
 block_format_table!(format_list);
@@ -471,5 +469,37 @@ mod tests {
                 .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
             assert!(worst <= tol, "{}: worst {worst} > {tol}", f.name);
         }
+    }
+
+    #[test]
+    fn the_table_covers_every_block_dtype_and_no_other() {
+        let mut blocks = 0;
+        for &d in DType::ALL {
+            let row = of_dtype(d).filter(|f| f.is_block());
+            assert_eq!(row.is_some(), BLOCK_DTYPES.contains(&d), "{d}");
+            match (d.block(), row) {
+                (Some(b), Some(f)) => {
+                    blocks += 1;
+                    assert_eq!(f.dtype, d);
+                    assert_eq!(
+                        (b.elements, b.bytes),
+                        (f.block_elements, f.block_bytes),
+                        "{d}"
+                    );
+                    assert!(f.is_block(), "{d}");
+                }
+                (None, None) => {}
+                (b, f) => panic!("{d}: DType::block {b:?}, table row {:?}", f.map(|f| f.name)),
+            }
+            assert_eq!(d.is_float(), of_dtype(d).is_some(), "{d}");
+        }
+        let rows = FORMATS.iter().filter(|f| f.is_block()).count();
+        assert_eq!(blocks, rows, "block dtypes against block rows of FORMATS");
+        assert_eq!(
+            blocks,
+            BLOCK_DTYPES.len(),
+            "block dtypes against the table's rows"
+        );
+        assert!(blocks >= 12, "{blocks} block dtypes");
     }
 }

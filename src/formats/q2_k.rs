@@ -4,7 +4,7 @@
 //! `(d * (scales[i/16] & 15)) * ((qs[32h + l] >> 2s) & 3) - dmin * (scales[i/16] >> 4)`.
 
 use super::{f16_at, f16_bytes, group_ranges, level, quantize_scales, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -6,7 +6,7 @@
 //! `2 * (k / 4)` of byte `8 + k % 4`.
 
 use super::{f16_at, f16_bytes, level_signed, quantize_scales, signed_step, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

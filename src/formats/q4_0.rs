@@ -2,7 +2,7 @@
 //! `d * ((qs[j] & 15) - 8)`, element `j + 16` is `d * ((qs[j] >> 4) - 8)`.
 
 use super::{Grouped, f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -2,7 +2,7 @@
 //! `j < 16` is `d * (qs[j] & 15) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
 
 use super::{f16_at, f16_bytes, inverse, pack_nibbles, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -4,7 +4,7 @@
 //! `(d * sc[j]) * ((qs[32 * (j / 2) + l] >> 4 * (j % 2)) & 15) - dmin * m[j]`.
 
 use super::{f16_at, f16_bytes, group_ranges, level, quantize_scales, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

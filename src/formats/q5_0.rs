@@ -3,7 +3,7 @@
 //! the high one); element `j` is `d * ((nibble | bit j of qh << 4) - 16)`.
 
 use super::{Grouped, f16_at, f16_bytes, inverse, pack_nibbles, signed_absmax, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

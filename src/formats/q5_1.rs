@@ -3,7 +3,7 @@
 //! `d * (nibble | bit j of qh << 4) + m`.
 
 use super::{f16_at, f16_bytes, inverse, pack_nibbles, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

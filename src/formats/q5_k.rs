@@ -5,7 +5,7 @@
 
 use super::q4_k::{pack_scale_min, quantize_groups, scale_min};
 use super::{f16_at, f16_bytes, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

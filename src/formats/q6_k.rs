@@ -4,7 +4,7 @@
 //! `qh[32h + r % 32]`; its value is `(d * scales[i/16]) * ((nibble | top << 4) - 32)`.
 
 use super::{f16_at, f16_bytes, level_signed, quantize_scales, signed_step, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -2,7 +2,7 @@
 //! `d * q[j]`.
 
 use super::{Grouped, f16_at, f16_bytes, inverse, Format};
-use crate::gguf::GgmlType;
+use super::GgmlType;
 use crate::shape::DType;
 
 /// The table row.

@@ -39,10 +39,10 @@ mod mapped;
 mod tests;
 #[cfg(any(test, feature = "testing"))]
 mod tiny;
-mod types;
 mod value;
 mod writer;
 
+pub use crate::formats::GgmlType;
 pub use dequant::{dequantize, dequantize_types, quantize};
 pub use error::GgufError;
 pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX_DIMS};
@@ -50,6 +50,5 @@ pub use file::{Gguf, TensorInfo, DEFAULT_ALIGNMENT_BYTES, MAX_ARRAY_NESTING, MAX
 pub use mapped::MappedGguf;
 #[cfg(any(test, feature = "testing"))]
 pub use tiny::{TinyLlama, CHATML_TEMPLATE, TINY_SPECIAL_TOKENS};
-pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};
 pub use writer::GgufBuilder;

@@ -1,4 +1,6 @@
-//! ggml tensor types: ids, block lengths and block sizes.
+//! ggml tensor types: ids, block lengths and block sizes. They live with the formats, which
+//! name the ggml type of each row; `gguf` reads and writes them (`gguf::GgmlType`) and
+//! imports this module, not the other way round.
 
 use std::fmt;
 
