@@ -9,6 +9,16 @@ use std::path::{Path, PathBuf};
 /// The identifiers of Rust source `src` outside comments, string, byte-string, raw-string
 /// and character literals, each with its line (1-based). Number literals are skipped too.
 fn code_identifiers(src: &str) -> Vec<(usize, String)> {
+    code_tokens(src)
+        .into_iter()
+        .filter(|(_, w)| w.starts_with(|c: char| c.is_alphabetic() || c == '_'))
+        .collect()
+}
+
+/// The tokens of Rust source `src` that spell paths, outside comments and literals: its
+/// identifiers (as [`code_identifiers`]) and the punctuation of `use` trees and paths
+/// (`::`, `{`, `}`, `,`, `;`, `*`), each with its line. Other punctuation is skipped.
+pub(crate) fn code_tokens(src: &str) -> Vec<(usize, String)> {
     let b: Vec<char> = src.chars().collect();
     let (mut i, mut line) = (0usize, 1usize);
     let mut out = Vec::new();
@@ -97,7 +107,13 @@ fn code_identifiers(src: &str) -> Vec<(usize, String)> {
                 ("b", Some('\'')) => i = quoted(i + 1, '\'', &mut line),
                 _ => out.push((line, word)),
             }
+        } else if c == ':' && next == Some(':') {
+            out.push((line, "::".to_string()));
+            i += 2;
         } else {
+            if matches!(c, '{' | '}' | ',' | ';' | '*') {
+                out.push((line, c.to_string()));
+            }
             i += 1;
         }
     }
@@ -105,7 +121,7 @@ fn code_identifiers(src: &str) -> Vec<(usize, String)> {
 }
 
 /// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
