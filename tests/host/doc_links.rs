@@ -254,7 +254,9 @@ fn reference(span: &str) -> Option<Reference> {
     let span = span.trim_end_matches("()").trim_end_matches('!');
     let segments: Vec<&str> = span.split("::").collect();
     let ident = |s: &str| {
-        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     if segments.len() < 2 || !segments.iter().all(|s| ident(s)) {
@@ -318,7 +320,10 @@ fn unresolved(root: &Path, reference: &Reference) -> Option<String> {
 /// The Markdown files whose backticked paths are checked: README.md, docs/*.md and the
 /// benchmarks' README.md (not the dated reports).
 fn current_docs(root: &Path) -> Vec<PathBuf> {
-    let mut files = vec![root.join("README.md"), root.join("docs/benchmarks/README.md")];
+    let mut files = vec![
+        root.join("README.md"),
+        root.join("docs/benchmarks/README.md"),
+    ];
     for entry in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "md") {
