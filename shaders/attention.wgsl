@@ -32,11 +32,10 @@
 //                   With KV_F16 it reads k and v stored as f16 pairs (unpack2x16float; no
 //                   shader-f16 needed).
 //   attention_gqa4  the same with vec4 loads and vec4 registers, when head_dim and the q, k, v
-//                   element offsets are multiples of 4 (the usual case). On lavapipe at 2048
-//                   keys it took 3.3 ms per SmolLM2 layer against the scalar entry's 4.4 ms
-//                   (best of 19 submits each, interleaved). Sharing each K/V load between the
-//                   query heads of a group through per-invocation arrays was tried and was
-//                   3-4x slower there: the arrays it needs spill.
+//                   element offsets are multiples of 4 (the usual case): fewer loads, which on
+//                   lavapipe cost the same for a vec4 as for an f32. Sharing each K/V load
+//                   between the query heads of a group through per-invocation arrays is
+//                   slower there: the arrays it needs spill.
 //   attention_combine  workgroup size 64, one workgroup per (s, h) (workgroup_index = s * heads
 //                   + h) after a split-key attention_gqa(4): merges the row's splits records
 //                   (max M of the m, weights exp(m - M)) into out, one invocation per dim.

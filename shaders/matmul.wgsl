@@ -11,8 +11,8 @@
 //                 an invocation is one lane of a CPU vector and a shared-memory load with a
 //                 per-invocation address is a loop over the lanes, so loads per FMA decide the
 //                 speed, and one vec4 load costs about what one f32 load does: 16 vec4 loads per
-//                 256 FMAs here against 16 f32 loads per 64 FMAs with f32 tiles (1.3-1.5x the
-//                 GFLOP/s on lavapipe, docs/benchmarks/2026-11-23-matmul-vec4-tiles.md);
+//                 256 FMAs here against 16 f32 loads per 64 FMAs with f32 tiles (figures:
+//                 docs/benchmarks/2026-11-23-matmul-vec4-tiles.md);
 //                 8x8 halves them again against 4x4.
 //                 Output tiles of all batches are linearised over a
 //                 2-D grid (workgroup_index of the prelude) so that batch x tiles
@@ -21,9 +21,9 @@
 //   matmul_tiled4 matmul_tiled for operands contiguous along K (A) and N (B) whose offsets,
 //                 strides, K and N are multiples of 4 (src/gpu/kernels/matmul.rs checks): the
 //                 tiles are staged with one vec4 load per vec4 instead of four f32 loads through
-//                 strides (on SwiftShader, where wgpu clamps every storage index, the f32 loads
-//                 made the vec4 tiles slower than f32 tiles had been; on lavapipe it adds about
-//                 a sixth to the GFLOP/s).
+//                 strides (on SwiftShader, where wgpu clamps every storage index, f32 loads
+//                 make the vec4 tiles slower than f32 tiles; on lavapipe the vec4 loads add
+//                 GFLOP/s too: docs/benchmarks/2026-11-23-matmul-vec4-tiles.md).
 //
 //   matmul_small_m  for M <= 8 (decode: one new token per step), where a 64-row tile would
 //                 waste most of its work: a workgroup of 64 invocations covers one output row
@@ -499,8 +499,8 @@ fn matmul_conv(
 // matmul_conv for weights read as vec4s: K and the weights' offset multiples of 4 (the
 // encoder checks; the weights are contiguous), so W[m, k..k + 4] is one aligned vec4 wholly
 // inside or wholly outside the matrix, and the A tile takes 4 vec4 loads per invocation
-// instead of 16 f32 loads (on SwiftShader, where wgpu clamps every storage index, those made
-// the convolution slower on the vec4 tiles than it had been on f32 tiles). Written out
+// instead of 16 f32 loads (on SwiftShader, where wgpu clamps every storage index, f32 loads
+// make the convolution slower on the vec4 tiles than on f32 tiles). Written out
 // beside matmul_conv for the reason matmul_tiled4 is.
 @compute @workgroup_size(8, 8, 1)
 fn matmul_conv4(

@@ -219,9 +219,9 @@ fn prefill_rows(args: &Args) -> anyhow::Result<Vec<PrefillRow>> {
     let model = load(&engine, &args.model)?;
     let run = run_options(Policy::Adaptive, &args.model)?;
     // Warm-up: compiles the prefill pipelines. 32 rows of x are past every adapter's
-    // matrix-vector bound, so the prompts below find the prefill kernels compiled (8 rows
-    // warmed only the matrix-vector ones on a GPU: its first prompt then paid for compiling
-    // the tiled kernels, 0.7 s of prefill_16 on an H200).
+    // matrix-vector bound, so the prompts below find the prefill kernels compiled (a warm-up
+    // of 8 rows would warm only the matrix-vector ones on a GPU, and its first prompt would
+    // pay for compiling the tiled kernels: docs/benchmarks/2026-11-26-h200-llamacpp.md).
     model
         .session(run)
         .forward_blocking(&prompt_of(&model, 32))?;

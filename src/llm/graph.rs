@@ -105,8 +105,8 @@ pub enum WeightFormat {
     /// `linear` on that same table. Device bytes for weights equal the file's tensor bytes
     /// (plus the RoPE table).
     Native,
-    /// Dequantized to f32 on the host once, at load (4 bytes per weight on the device: about
-    /// 5.6x the Q4_1 bytes). Projections run through the tiled `matmul` with a transposed
+    /// Dequantized to f32 on the host once, at load (4 bytes per weight on the device, where a
+    /// Q4_1 weight takes 20 bytes per 32). Projections run through the tiled `matmul` with a transposed
     /// right side.
     F32,
 }

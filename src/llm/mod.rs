@@ -1,8 +1,8 @@
 //! Language models from GGUF files: load once, open sessions, generate text.
 //!
 //! [`Model::load`] (natively, by memory map) or [`Model::from_backing`] (any bytes: the
-//! browser's fetched file) reads a llama-architecture GGUF — SmolLM2-135M-Instruct is the
-//! model dynrt is tested with — builds its forward pass as a graph ([`graph`]), and compiles
+//! browser's fetched file) reads a GGUF of an architecture of [`arch::ARCHITECTURES`] (llama,
+//! qwen2, qwen3, gemma3), builds its forward pass as a graph ([`graph`]), and compiles
 //! it twice from one upload of the weights: a **prefill** network (`seq` and `past` free: a
 //! prompt of any length on top of any past) and a **decode** network (`seq = 1`: every
 //! activation of a step has a static shape and lives in one planned arena; only attention's

@@ -618,9 +618,10 @@ impl Compiled {
         // such nodes (the pool's users): inputs and outputs are placeholders, constants,
         // states and host values own theirs. A sweep over those nodes in processing order
         // (a lifetime starts at its node's position) pairs each with the live ones before
-        // it: time linear in the nodes and the pairs. Every pair of nodes was compared
-        // before (22 s for one `Sum` of 100k inputs), and every graph input overlapped every
-        // other (the processing order puts them first): pairs quadratic in the inputs.
+        // it: time linear in the nodes and the pairs, where comparing every pair of nodes is
+        // quadratic, and so would be counting graph inputs as pooled (the processing order
+        // puts them first, so each overlaps every other); a hostile graph of one `Sum` over
+        // many inputs is the case (docs/benchmarks/2026-11-26-hostile-input.md).
         let pooled = |k: usize| {
             matches!(roles[k], Role::Kernel | Role::Copy | Role::ConcatCopy) && !dag.is_output[k]
         };

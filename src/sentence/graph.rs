@@ -229,8 +229,8 @@ pub fn build_bert(
     let m = b.mul("mask/bias", m, big);
     let bias = b.reshape("mask/bias4", m, &[0, 1, 1, -1]);
     // 1 / sqrt(head_dim) folded into the query projection: `(q / sqrt(d)) kᵀ` is the same
-    // scores without a product over every `[batch, heads, seq, seq]` score (7% of a
-    // 256-token call on lavapipe).
+    // scores without a product over every `[batch, heads, seq, seq]` score (a visible share
+    // of a call on lavapipe: docs/benchmarks/2026-11-28-embeddings-lavapipe.md).
     let scale = 1.0 / (dh as f32).sqrt();
 
     for l in 0..c.num_layers {

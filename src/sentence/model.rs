@@ -151,9 +151,8 @@ pub const ENVELOPE_SEQ: usize = 32;
 /// ([`crate::runtime::InferRequest::reserve`]), and the call runs at its own shape on them.
 ///
 /// Why: a request that grows buffer by buffer as calls of random `[batch, seq]` come holds
-/// the pool's records at the sizes their first users needed, and over 1,000 random calls
-/// all-MiniLM-L6-v2 held 1.55x what its largest call needs (1.63x with the 1.1x predictions
-/// of the openvino and adaptive policies); grown by envelope it holds 1.09x, and replaces
+/// the pool's records at the sizes their first users needed, well above what its largest
+/// call needs under every policy; grown by envelope it stays close to that need and replaces
 /// its buffers a handful of times (figures:
 /// docs/benchmarks/2026-11-28-embeddings-lavapipe.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,8 +316,9 @@ impl SentenceModel {
         pipeline: Pipeline,
         options: EmbedOptions,
     ) -> Result<SentenceModel, SentenceError> {
-        // The encoder's f32 MatMul weights as `linear` ones: 3-4x faster on a software
-        // adapter for a transposed copy of them on the host.
+        // The encoder's f32 MatMul weights as `linear` ones: faster on a software adapter,
+        // for a transposed copy of them on the host
+        // (docs/benchmarks/2026-11-28-embeddings-lavapipe.md).
         let (imported, _) = crate::onnx::import::linear_weights(imported, true)
             .map_err(|e| SentenceError::Onnx(e.to_string()))?;
         let mut inputs = Vec::new();

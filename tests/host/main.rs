@@ -1,12 +1,13 @@
 //! The host tests: everything that needs no adapter (the graph IR and its CPU evaluator, the
 //! planner and the pool, the ONNX and GGUF readers against their references, the shaders read
 //! as text, fuzz loops, `dynrt fetch`, the rule that only `src/gpu/` names wgpu, the import
-//! graph of `src/` without cycles). One binary, so that `cargo test` links dynrt once for all
-//! of them rather than once per file.
+//! graph of `src/` without cycles, the docs' links and paths). One binary, so that `cargo
+//! test` links dynrt once for all of them rather than once per file.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod doc_links;
 mod embed_memory;
 mod fetch;
 mod fuzz;

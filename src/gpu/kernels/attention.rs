@@ -137,9 +137,9 @@ pub fn attention_splits(items: u64, span: u64, target: u64) -> (u64, u64) {
 /// Workgroups an attention dispatch should have before it splits keys, on an adapter the
 /// quantized kernels lay their work out for as `layout`: a hardware GPU runs hundreds of
 /// workgroups at once; a software adapter runs one per thread at a time, so more than one
-/// per thread only adds the partial records and the second dispatch (on lavapipe with 2
-/// threads, SmolLM2's 9 decode workgroups cut into 4 chunks each took 5.5-7.2 ms per layer at
-/// 2048 keys against 3.3-6.7 ms in one pass, interleaved at load 8).
+/// per thread only adds the partial records and the second dispatch (measured on lavapipe:
+/// splitting SmolLM2's decode workgroups into chunks of keys made a layer slower, not
+/// faster).
 pub fn workgroups_for(layout: QuantLayout) -> u64 {
     match layout {
         QuantLayout::Cpu { threads } => u64::from(threads),
@@ -153,11 +153,10 @@ const GPU_WORKGROUPS: u64 = 512;
 /// Invocations per workgroup of `attention_gqa(4)` (the `WG` override) on an adapter laid
 /// out as `layout`: 64 on hardware GPUs, which need them to hide load latency; 16 on software
 /// adapters, where a workgroup runs on one thread anyway and merging 64 partial softmaxes
-/// through workgroup memory and barriers was half the cost of a short context's attention.
-/// On lavapipe with 2 threads a SmolLM2 decode step's attention over 64 keys takes 0.11 ms
-/// per layer with 16 against 0.20 with 64 (`dynrt-bench generate --profile`). 8 (one SIMD
-/// group) was about as fast but gave wrong sums there for the scalar entry point with a head
-/// of 256 over 1500 keys, which 16 and 64 do not: not understood, so not used.
+/// through workgroup memory and barriers is about half the cost of a short context's
+/// attention there (`dynrt-bench generate --profile` shows it). 8 (one SIMD group) is about
+/// as fast but gives wrong sums on lavapipe for the scalar entry point with a head of 256 over
+/// 1500 keys, which 16 and 64 do not: not understood, so not used.
 pub fn workgroup_size(layout: QuantLayout) -> u32 {
     match layout {
         QuantLayout::Cpu { .. } => 16,

@@ -15,8 +15,8 @@
 //! For prefill: on software adapters a register-tiled kernel without workgroup memory (8 rows
 //! of x x up to 64 weight rows per invocation), on hardware GPUs a GEMM that stages tiles of
 //! x and of dequantized weights in workgroup memory. Why two: on llvmpipe a workgroup-memory
-//! load costs as much as a storage load, and the register-tiled kernel is about 5x faster
-//! there (`dynrt-bench kernels`). Every linear kernel runs every fused epilogue of
+//! load costs as much as a storage load, so the register-tiled kernel is the faster one there
+//! (`dynrt-bench kernels` measures both). Every linear kernel runs every fused epilogue of
 //! `fused_linear` (shared WGSL: product, finish, store); a norm of the product (head norms, a
 //! post-norm) needs a whole head or row, so decode runs the class's segment kernel (a
 //! workgroup per head) and a post-norm or more rows the class's kernel, then
@@ -26,9 +26,9 @@
 //! The linear kernels read x as vec4s where its element offset and K are multiples of 4
 //! ([`FAMILY_X4`], the same source with x bound as `array<vec4<f32>>`, and [`FAMILY_SG`]): on
 //! lavapipe a load whose address differs between invocations is a loop over the SIMD lanes,
-//! about as dear for a vec4 as for one f32, and 8 loads per block of x instead of 32 made
-//! the register-tiled prefill kernel 1.2x faster; a GPU moves 16 bytes per load instruction
-//! as cheaply as 4.
+//! about as dear for a vec4 as for one f32, so 8 loads per block of x instead of 32 speed up
+//! the register-tiled prefill kernel; a GPU moves 16 bytes per load instruction as cheaply
+//! as 4.
 //!
 //! Runtime bounds checks stay on in every family: on Vulkan with `robustBufferAccess2`
 //! (NVIDIA, lavapipe) wgpu leaves storage accesses to the driver already, and the kernels
@@ -141,8 +141,8 @@ fn x_quad(i: u32, end: u32) -> vec4<f32> {
 /// x of [`FAMILY_X4`]: the same functions over vec4s, for an x whose element offset and row
 /// length are multiples of 4 (so every block starts on a vec4 and the binding holds whole
 /// vec4s). A block is 8 loads instead of 32: on lavapipe, where a load whose address differs
-/// per invocation costs about as much for a vec4 as for one f32, that made the register-tiled
-/// prefill kernel 1.2x faster (`dynrt-bench kernels`).
+/// per invocation costs about as much for a vec4 as for one f32, that speeds up the
+/// register-tiled prefill kernel (`dynrt-bench kernels` measures it).
 const X_VEC4: &str = "
 // ---- x as vec4s (src/gpu/kernels/quant.rs, X_VEC4)
 @group(0) @binding(1) var<storage, read_write> x4: array<vec4<f32>>;
@@ -420,12 +420,12 @@ impl LinearKernel {
     /// The layout of a `dtype` weight this kernel reads best (every kernel reads every
     /// layout: this is what the runtime's reordered-weights cache gives it where it can,
     /// `update_weights`). q4_0 and q5_0 in their grouped planes everywhere: their file blocks
-    /// are not word-aligned (on lavapipe the planes ran 1.33-1.38x faster at M = 1 and
-    /// 1.22-1.28x at M = 128, docs/benchmarks/2026-11-26-weight-layouts-lavapipe.md). q8_0
+    /// are not word-aligned, and the planes are faster at one row of x and at many
+    /// (docs/benchmarks/2026-11-26-weight-layouts-lavapipe.md). q8_0
     /// in its planes only for the GPU GEMM, which decodes each block once per 64 rows of x
     /// into workgroup memory from word-aligned quants; the matrix-vector kernels read its
-    /// file blocks, whose scale and quants share a cache line (the grouped head was 1.46x
-    /// slower on lavapipe at M = 1), and so does the register-tiled kernel (`dynrt-bench
+    /// file blocks, whose scale and quants share a cache line (the grouped layout is slower
+    /// for them at M = 1, same report), and so does the register-tiled kernel (`dynrt-bench
     /// kernels` times a q8_0 projection in both layouts with each kernel).
     pub fn weight_layout(self, dtype: DType) -> WeightLayout {
         match (self, dtype) {

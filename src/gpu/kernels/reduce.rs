@@ -190,9 +190,9 @@ impl Kernel for Softmax {
         let flags = u32::from(self.log);
         let rows = outer * inner;
         // On a software adapter, where a workgroup runs on one thread, many short rows (the
-        // attention scores of an encoder: 256-token rows took 10% of a call on lavapipe in
-        // the workgroup-per-row kernel) go one per invocation; long rows (a vocabulary) keep
-        // a workgroup's lanes.
+        // attention scores of an encoder, dear in the workgroup-per-row kernel on lavapipe:
+        // docs/benchmarks/2026-11-28-embeddings-lavapipe.md) go one per invocation; long rows
+        // (a vocabulary) keep a workgroup's lanes.
         let software = matches!(e.kernels.quant_layout, QuantLayout::Cpu { .. });
         let entry = if software && d <= ROWS_SOFTMAX_MAX_D && rows >= 64 {
             "reduce_softmax_rows"

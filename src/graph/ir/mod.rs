@@ -367,8 +367,8 @@ impl Graph {
         for id in self.ids() {
             for &i in &self.node(id).inputs {
                 // Ids come in order, so a node reading `i` twice finds itself last: a search
-                // of the whole list was quadratic in the users of one node (a `Sum` of one
-                // input repeated 100k times).
+                // of the whole list would be quadratic in the users of one node (a `Sum` of
+                // one input repeated many times, docs/benchmarks/2026-11-26-hostile-input.md).
                 if users[i.index()].last() != Some(&id) {
                     users[i.index()].push(id);
                 }

@@ -363,7 +363,7 @@ registry! {
     Binary(elementwise::BinaryOp),
     /// Elementwise unary op. Inputs: x.
     Unary(elementwise::UnaryOp),
-    /// Softmax over the last axis. Inputs: x.
+    /// Softmax or log-softmax over any one axis (negative counts from the end). Inputs: x.
     Softmax(norm::Softmax),
     /// Layer norm over the last axis. Inputs: x, gamma, beta.
     LayerNorm(norm::LayerNorm),

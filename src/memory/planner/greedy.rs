@@ -3,10 +3,9 @@
 //!
 //! Finding what the already placed buffers occupy during a new buffer's lifetime is the cost.
 //! Enumerating the time-overlapping buffers one by one costs the number of overlapping pairs
-//! (1.8e8 on the 62k-buffer `Y_1`: 2.9 s for one order, measured at load average 2.8), so the
-//! [`Index`] keeps, per segment-tree node over time, the *union* of the address ranges placed
-//! there, merged into runs; a query merges a few dozen short sorted run lists instead (0.4 s
-//! for that order).
+//! (about 1.8e8 on fixtures/planner's 62k-buffer `Y_1`), so the [`Index`] keeps, per
+//! segment-tree node over time, the *union* of the address ranges placed there, merged into
+//! runs; a query merges a few dozen short sorted run lists instead.
 
 use super::{align_up, height_of, Problem};
 use web_time::Instant;
@@ -170,8 +169,8 @@ impl Index {
             }
         });
         // Each node's list is sorted: merge them pairwise, uniting touching runs as they meet
-        // (measured 1.6x faster than one sort of the concatenation on Y_1, and a heap of the
-        // lists' heads was slower than that sort).
+        // (measured on fixtures/planner's Y_1: faster than one sort of the concatenation,
+        // which is itself faster than a heap of the lists' heads).
         while bounds.len() > 2 {
             next.clear();
             let mut merged_bounds = 0;
@@ -254,7 +253,8 @@ pub(crate) fn best_fit(
     let mut offsets = vec![0u64; p.len()];
     let mut scratch = GapScratch::default();
     for (k, &i) in order.iter().enumerate() {
-        // 256 placements are about 1 ms of CPU on Y_1: a cut phase overruns by little.
+        // The clock is read every 256 placements, a small slice of CPU even on
+        // fixtures/planner's largest instance: a cut phase overruns by little.
         if k % 256 == 255 && deadline.is_some_and(|d| Instant::now() >= d) {
             return None;
         }

@@ -554,7 +554,8 @@ fn anytime(p: &Problem, opts: &PlanOptions, best: &mut Incumbent<'_>) {
         best.consider(offsets, Strategy::GreedySize, false);
     }
     if opts.strategy == Strategy::Best {
-        // Both are O(n log n) (35 ms for 62k buffers): not worth a deadline.
+        // Both are O(n log n), tens of milliseconds on fixtures/planner's largest instance
+        // (docs/benchmarks/2026-11-22-planner.md): not worth a deadline.
         best.consider(
             gmem::plan(p, gmem::Rule::FitFirst),
             Strategy::GmemFitFirst,

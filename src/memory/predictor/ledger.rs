@@ -11,12 +11,13 @@
 //! Without pressure nothing is reclaimed, so a buffer that is large only now and then
 //! (attention scores at each prefill) is not reallocated twice per turn for nothing; with it,
 //! the request stays near `ratio` times its peak need instead of holding every buffer's
-//! largest size forever (the OpenVINO rule's sum of maxima, 1.2x on the chat trace).
+//! largest size forever (the OpenVINO rule's sum of maxima; figures of the traces:
+//! docs/benchmarks/2026-11-21-predictor-traces.md).
 //!
 //! Growth is sized per id by the predictor (the adaptive look-ahead, at most about `ratio`
 //! times the need): measured on the chat trace, letting a buffer also grow into memory that
-//! other buffers needed at the peak saves reallocations only by breaking the 1.10x peak bound
-//! at the next prefill, so the ledger does not do it.
+//! other buffers needed at the peak saves reallocations only by breaking the `ratio` peak
+//! bound at the next prefill, so the ledger does not do it.
 //!
 //! Under [`Policy::OpenVino`] and [`Policy::None`] the ledger does what the OpenVINO plugin
 //! does: grow to the prediction when [`can_preallocate`] allows it, else exactly; never shrink.
@@ -26,9 +27,9 @@ use crate::shape::{DType, Shape};
 use std::collections::HashMap;
 
 /// Under [`Policy::Adaptive`], reclaim starts when the request reserves more than
-/// `1 + PRESSURE * (ratio - 1)` times its peak need (measured: 0.8 keeps the chat trace at
-/// 1.10x its peak need without reclaiming anything on the image trace; 1.0 lets chat reach
-/// 1.12x).
+/// `1 + PRESSURE * (ratio - 1)` times its peak need: measured on the traces, 0.8 keeps the
+/// chat trace within `ratio` of its peak need without reclaiming anything on the image
+/// trace, where 1.0 lets chat pass it.
 pub const PRESSURE: f64 = 0.8;
 
 /// Device limits for [`can_preallocate`].

@@ -2,8 +2,8 @@
 //!
 //! * **int8 weights dequantized in the graph.** An export that stores a weight as an `int8`
 //!   initializer `q` and computes `Mul(Cast(q, to = float), scale)` at every run (the int8
-//!   all-MiniLM-L6-v2 export does it for all 38 of its weights, 36% of its time per call on
-//!   lavapipe) gets the product on the host once:
+//!   all-MiniLM-L6-v2 export does it for all 38 of its weights, a fixed cost at every call:
+//!   docs/benchmarks/2026-11-28-embeddings-lavapipe.md) gets the product on the host once:
 //!   - read only as the right operand of `MatMul` (`x [.., K] @ w [K, N]`) with one scale per
 //!     output column: the `MatMul`s become `linear` over a `q8_nb` constant `[N, K]`, 32
 //!     int8 values and their column's f32 scale per block, the graph's own values (`f32(q) *
@@ -12,8 +12,8 @@
 //!     product, the values the graph computed.
 //! * **f32 weights of `MatMul`** (with `transpose_f32`): a constant `w [K, N]` read only as
 //!   the right operand of `MatMul`s becomes `linear` over its transpose `[N, K]` (a copy on
-//!   the host): on a software adapter the `linear` kernels run these products 3-4x faster
-//!   than the general `matmul` one (docs/benchmarks/2026-11-28-embeddings-lavapipe.md).
+//!   the host): on a software adapter the `linear` kernels run these products faster than
+//!   the general `matmul` one (docs/benchmarks/2026-11-28-embeddings-lavapipe.md).
 //!
 //! The nodes this leaves without a reader (the `Cast`, the int8 and scale constants) leave
 //! the graph; nothing else is removed.

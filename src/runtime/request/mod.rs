@@ -759,8 +759,8 @@ impl InferRequest {
             let k = compiled.pos(id).index();
             // A state's past given by the caller is written by its concat node, row block by
             // row block into the padded cache (`upload_writes`); written here too, whole at
-            // the cache's start, it was a second copy of every fed cache in the staging, in
-            // the wrong layout, that only the order of the queue writes overwrote.
+            // the cache's start, it would be a second copy of every fed cache in the staging,
+            // in the wrong layout, that only the order of the queue writes overwrites.
             if t.bytes.is_empty()
                 || matches!(compiled.nodes[k].role, Role::Input { state: Some(_) })
                 || io.inputs.iter().any(|d| d.0 == label)
